@@ -1,0 +1,33 @@
+# ge-python-backend: `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTHON ?= python3
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed ## Create .venv and install the project with every extra
+
+lint: setup ## ruff and mypy
+	$(VENV)/bin/ruff check ge_python_backend model_templates tests examples
+	$(VENV)/bin/ruff format --check ge_python_backend model_templates tests examples
+	$(VENV)/bin/mypy
+
+format: setup ## Apply ruff's formatting and import order
+	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples
+	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples
+
+test: setup lint ## Lint, type-check and run every test, end-to-end tests on the real tritonserver included
+	$(VENV)/bin/pytest -q
+
+.PHONY: help setup lint format test

@@ -1,0 +1,14 @@
+"""Errors shared by every layer. ACL status errors live in `ge_python_backend.runtime.errors`."""
+
+from __future__ import annotations
+
+
+class GeBackendError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class UserError(GeBackendError):
+    """A mistake in what the user asked for (bad flag, missing file, ...).
+
+    The CLI prints these as one line on stderr and exits non-zero, without a traceback.
+    """
