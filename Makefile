@@ -31,3 +31,8 @@ test: setup lint ## Lint, type-check and run every test, end-to-end tests on the
 	$(VENV)/bin/pytest -q
 
 .PHONY: help setup lint format test
+
+demo: setup ## Build an example classifier, compile it for the emulator, serve it on Triton and query it
+	$(PY) examples/image_classifier/demo.py demo-work
+
+.PHONY: demo

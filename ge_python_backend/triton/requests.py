@@ -1,0 +1,50 @@
+"""Turning Triton requests into feeds and session results into Triton responses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.runtime import InputError
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """One request that passed validation: its input arrays and the outputs it wants."""
+
+    index: int
+    feeds: dict[str, np.ndarray]
+    requested_outputs: tuple[str, ...]
+
+
+def parse_request(
+    request: Any, index: int, output_names: Sequence[str]
+) -> ParsedRequest:
+    """Read a request's input tensors and requested outputs; raise InputError on unknown outputs."""
+    feeds = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+    requested = tuple(request.requested_output_names())
+    unknown = [name for name in requested if name not in output_names]
+    if unknown:
+        raise InputError(
+            f"requested output(s) {', '.join(map(repr, unknown))} do not exist; "
+            f"the model's outputs are {', '.join(map(repr, output_names))}"
+        )
+    return ParsedRequest(index=index, feeds=feeds, requested_outputs=requested)
+
+
+def build_response(
+    pb_utils: Any, outputs: Mapping[str, np.ndarray], requested: Sequence[str]
+) -> Any:
+    """A response carrying the requested outputs (all of them when none were named)."""
+    names = requested or tuple(outputs)
+    tensors = [pb_utils.Tensor(name, outputs[name]) for name in names]
+    return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def error_response(pb_utils: Any, message: str, code_name: str) -> Any:
+    """A response that fails one request with a Triton error code (e.g. INVALID_ARG, INTERNAL)."""
+    error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code_name))
+    return pb_utils.InferenceResponse(output_tensors=[], error=error)
