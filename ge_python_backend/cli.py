@@ -1,4 +1,4 @@
-"""`ge-python-model`: the command line. Thin: each subcommand lives in `ge_python_backend.commands`."""
+"""The `ge-python-model` command line; each subcommand lives in `ge_python_backend.commands`."""
 
 from __future__ import annotations
 

@@ -44,8 +44,12 @@ class _GraphBuilder:
         pad = kernel // 2
         self.nodes.append(
             helper.make_node(
-                "Conv", [x, weight, bias], [out],
-                kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4,
+                "Conv",
+                [x, weight, bias],
+                [out],
+                kernel_shape=[kernel, kernel],
+                strides=[stride, stride],
+                pads=[pad] * 4,
             )
         )
         return out

@@ -55,14 +55,47 @@ def main() -> None:
     work.mkdir(parents=True)
     cli = str(BIN / "ge-python-model")
     run(sys.executable, str(HERE / "build_model.py"), str(work / f"{MODEL}.onnx"))
-    run(cli, "emulator", "compile", "--model", str(work / f"{MODEL}.onnx"), "--framework", "5",
-        "--output", str(work / MODEL), "--input_shape", "input:-1,3,224,224",
-        "--dynamic_batch_size", "1,2,4,8", "--soc_version", "Ascend310P3")
+    run(
+        cli,
+        "emulator",
+        "compile",
+        "--model",
+        str(work / f"{MODEL}.onnx"),
+        "--framework",
+        "5",
+        "--output",
+        str(work / MODEL),
+        "--input_shape",
+        "input:-1,3,224,224",
+        "--dynamic_batch_size",
+        "1,2,4,8",
+        "--soc_version",
+        "Ascend310P3",
+    )
     run(cli, "inspect", str(work / f"{MODEL}.om"), "--runtime", "emulator")
-    run(cli, "scaffold", str(work / f"{MODEL}.om"), "--repository", str(work / "models"),
-        "--name", MODEL, "--runtime", "emulator")
-    command = [cli, "serve", str(work / "models"), "--emulator", "--http-port", str(HTTP_PORT),
-               "--grpc-port", str(GRPC_PORT), "--metrics-port", str(METRICS_PORT)]
+    run(
+        cli,
+        "scaffold",
+        str(work / f"{MODEL}.om"),
+        "--repository",
+        str(work / "models"),
+        "--name",
+        MODEL,
+        "--runtime",
+        "emulator",
+    )
+    command = [
+        cli,
+        "serve",
+        str(work / "models"),
+        "--emulator",
+        "--http-port",
+        str(HTTP_PORT),
+        "--grpc-port",
+        str(GRPC_PORT),
+        "--metrics-port",
+        str(METRICS_PORT),
+    ]
     print("$", " ".join(command), flush=True)
     server = subprocess.Popen(command)
     try:
@@ -76,14 +109,17 @@ def main() -> None:
             print(f"  {rank}. class {cls:4d}  logit {logits[cls]:9.4f}")
         print("\n16 concurrent requests, 1 to 3 images each (Triton batches them on the device):")
         rng = np.random.default_rng(1)
-        batches = [rng.random((int(n), 3, 224, 224), dtype=np.float32)
-                   for n in rng.integers(1, 4, size=16)]
+        batches = [
+            rng.random((int(n), 3, 224, 224), dtype=np.float32) for n in rng.integers(1, 4, size=16)
+        ]
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda b: classify(client, b), batches))
         print("  predicted classes:", [a.argmax(axis=1).tolist() for a in answers])
         stats = client.get_inference_statistics(MODEL)["model_stats"][0]
-        print(f"  Triton: {stats['inference_count']} inferences in "
-              f"{stats['execution_count']} executions")
+        print(
+            f"  Triton: {stats['inference_count']} inferences in "
+            f"{stats['execution_count']} executions"
+        )
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)

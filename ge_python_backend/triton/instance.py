@@ -30,7 +30,9 @@ def instance_index(instance_name: str) -> int:
     """Index of an instance within its group: Triton names instances `<group>_<index>`."""
     suffix = instance_name.rsplit("_", 1)[-1]
     if not suffix.isdigit():
-        raise ValueError(f"cannot read an instance index from model_instance_name {instance_name!r}")
+        raise ValueError(
+            f"cannot read an instance index from model_instance_name {instance_name!r}"
+        )
     return int(suffix)
 
 
@@ -51,7 +53,8 @@ class ModelInstance:
     def __init__(self, args: dict[str, str], pb_utils: Any) -> None:
         self._pb_utils = pb_utils
         config = json_format.ParseDict(
-            json.loads(args["model_config"]), model_config_pb2.ModelConfig(),
+            json.loads(args["model_config"]),
+            model_config_pb2.ModelConfig(),
             ignore_unknown_fields=True,
         )
         params = read_parameters(config)
@@ -61,7 +64,8 @@ class ModelInstance:
             depth = params.get("pipeline_depth", "1")
             if depth not in SUPPORTED_PIPELINE_DEPTHS:
                 raise ValueError(
-                    f"pipeline_depth {depth!r} is not supported; use one of {SUPPORTED_PIPELINE_DEPTHS}"
+                    f"pipeline_depth {depth!r} is not supported; "
+                    f"use one of {', '.join(SUPPORTED_PIPELINE_DEPTHS)}"
                 )
         except (KeyError, ValueError) as exc:
             raise pb_utils.TritonModelException(

@@ -24,7 +24,9 @@ class _CounterMetric:
 COUNTERS = (
     _CounterMetric("ge_executions_total", "Model executions on the NPU", "executions"),
     _CounterMetric("ge_rows_total", "Batch rows run on the NPU, padding included", "rows"),
-    _CounterMetric("ge_padded_rows_total", "Rows added to reach a compiled batch gear", "padded_rows"),
+    _CounterMetric(
+        "ge_padded_rows_total", "Rows added to reach a compiled batch gear", "padded_rows"
+    ),
     _CounterMetric(
         "ge_execute_duration_us", "Device execute time (us)", "execute_seconds", scale=1e6
     ),

@@ -20,9 +20,7 @@ class ParsedRequest:
     requested_outputs: tuple[str, ...]
 
 
-def parse_request(
-    request: Any, index: int, output_names: Sequence[str]
-) -> ParsedRequest:
+def parse_request(request: Any, index: int, output_names: Sequence[str]) -> ParsedRequest:
     """Read a request's input tensors and requested outputs; raise InputError on unknown outputs."""
     feeds = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
     requested = tuple(request.requested_output_names())

@@ -1,0 +1,148 @@
+"""`ge-python-model emulator compile`: ONNX -> emulator `.om`, with ATC's flag names."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from ge_python_backend.emulator.omfile import (
+    ACL_DTYPE_NAMES,
+    INPUT_FORMATS,
+    OmModel,
+    OmTensor,
+    compile_onnx,
+)
+from ge_python_backend.errors import UserError
+
+ONNX_FRAMEWORK = "5"
+ATC_FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "ONNX"}
+# The flags passed on to `atc` unchanged (every flag of this command).
+ATC_FLAGS = (
+    "model",
+    "framework",
+    "output",
+    "input_shape",
+    "dynamic_batch_size",
+    "dynamic_image_size",
+    "dynamic_dims",
+    "input_format",
+    "soc_version",
+)
+
+COMPILE_DESCRIPTION = """\
+Compile an ONNX model into an emulator .om for the CPU emulator of pyACL. The flags are ATC's, with
+ATC's meaning; the file written is <output>.om.
+
+The result is an emulator .om (the ONNX model plus the description ATC would compile), NOT a real
+Ascend .om: real pyACL cannot load it, and the emulator refuses real .om files. For real hardware,
+run the same flags through ATC on a machine with CANN installed.
+
+examples:
+  ge-python-model emulator compile --model resnet.onnx --framework 5 --output resnet \\
+      --input_shape "input:-1,3,224,224" --dynamic_batch_size "1,2,4,8"
+  ge-python-model emulator compile --model det.onnx --framework 5 --output det \\
+      --input_shape "image:1,3,-1,-1" --dynamic_image_size "224,224;448,448"
+  ge-python-model emulator compile --model bert.onnx --framework 5 --output bert \\
+      --input_shape "input_ids:1,-1;attention_mask:1,-1" --dynamic_dims "128,128;256,256"
+
+the real-hardware equivalent of the first example:
+  atc --model=resnet.onnx --framework=5 --output=resnet --soc_version=Ascend310P3 \\
+      --input_shape="input:-1,3,224,224" --dynamic_batch_size="1,2,4,8"
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add `emulator` with its `compile` subcommand."""
+    parser = subparsers.add_parser(
+        "emulator",
+        help="tools for the CPU emulator of pyACL (compile ONNX into an emulator .om)",
+        description="Tools for the CPU emulator of pyACL.",
+    )
+    commands = parser.add_subparsers(dest="emulator_command", metavar="SUBCOMMAND", required=True)
+    compile_parser = commands.add_parser(
+        "compile",
+        help="compile an ONNX model into an emulator .om (ATC's flags)",
+        description=COMPILE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compile_parser.add_argument("--model", required=True, help="the ONNX model file")
+    compile_parser.add_argument(
+        "--framework", required=True, help="ATC's framework code; only 5 (ONNX) is supported"
+    )
+    compile_parser.add_argument(
+        "--output", required=True, help="output path without .om (ATC adds it), e.g. models/resnet"
+    )
+    compile_parser.add_argument(
+        "--input_shape", help='input shapes, -1 on dynamic dims, e.g. "x:-1,3,224,224;y:-1,4"'
+    )
+    compile_parser.add_argument(
+        "--dynamic_batch_size", help='batch gears for the -1 batch axis, e.g. "1,2,4,8"'
+    )
+    compile_parser.add_argument(
+        "--dynamic_image_size", help='(height,width) gears, e.g. "224,224;448,448"'
+    )
+    compile_parser.add_argument(
+        "--dynamic_dims",
+        help='gears with one value per -1 dim of all inputs in order, e.g. "20,20,1;40,40,2"',
+    )
+    compile_parser.add_argument(
+        "--input_format",
+        default="NCHW",
+        help=f"format recorded for the inputs: {', '.join(INPUT_FORMATS)} (default NCHW)",
+    )
+    compile_parser.add_argument(
+        "--soc_version", default="Ascend310P3", help="SoC recorded in the .om (default Ascend310P3)"
+    )
+    compile_parser.set_defaults(func=run_compile)
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    """Compile, then print the path written, a summary and the equivalent `atc` command."""
+    if args.framework != ONNX_FRAMEWORK:
+        known = ", ".join(f"{code}={name}" for code, name in ATC_FRAMEWORKS.items())
+        raise UserError(
+            f"--framework {args.framework} is not supported by the emulator: only 5 (ONNX) is "
+            f"accepted (ATC's codes: {known})"
+        )
+    path = compile_onnx(
+        args.model,
+        args.output,
+        input_shape=args.input_shape,
+        dynamic_batch_size=args.dynamic_batch_size,
+        dynamic_image_size=args.dynamic_image_size,
+        dynamic_dims=args.dynamic_dims,
+        input_format=args.input_format,
+        soc_version=args.soc_version,
+    )
+    print(path)
+    print(summary(OmModel.load(path)))
+    print(f"on Ascend hardware: {atc_command(args)}")
+    return 0
+
+
+def summary(model: OmModel) -> str:
+    """One line: inputs, outputs and gears of a compiled model."""
+    desc = model.description
+
+    def tensors(items: tuple[OmTensor, ...]) -> str:
+        return ", ".join(
+            f"{t.name} {ACL_DTYPE_NAMES[t.acl_dtype]}[{','.join(map(str, t.dims))}]" for t in items
+        )
+
+    gears = (
+        "static"
+        if not desc.gears
+        else f"{desc.dynamic_kind} gears " + ";".join(",".join(map(str, g)) for g in desc.gears)
+    )
+    return f"inputs: {tensors(desc.inputs)}; outputs: {tensors(desc.outputs)}; {gears}"
+
+
+def atc_command(args: argparse.Namespace) -> str:
+    """The `atc` command line with the same flags."""
+    parts = ["atc"]
+    for flag in ATC_FLAGS:
+        value = getattr(args, flag)
+        if value is not None:
+            parts.append(f"--{flag}={shlex.quote(str(value))}")
+    return " ".join(parts)

@@ -1,0 +1,289 @@
+"""`config.pbtxt` for a served `.om`: built, read and checked with Triton's own protobuf schema.
+
+The config is a `tritonclient.grpc.model_config_pb2.ModelConfig` message, written and parsed with
+`google.protobuf.text_format`; no text is ever assembled by hand. The model settings live in
+`parameters` (all `string_value`): `om_file`, `om_sha256`, `device_ids`, `acl_runtime`,
+`pipeline_depth` (see docs/DESIGN.md, "Triton layer").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from ge_python_backend.errors import UserError
+
+ACL_RUNTIMES = ("pyacl", "emulator")
+PIPELINE_DEPTHS = (1, 2)
+REQUIRED_PARAMETERS = ("om_file", "om_sha256", "device_ids", "acl_runtime", "pipeline_depth")
+
+
+class ConfigError(UserError, ValueError):
+    """A model configuration that cannot be built, parsed or does not fit the `.om`."""
+
+
+class TensorLike(Protocol):
+    """What the config needs from a `runtime.TensorSpec`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def triton_dtype(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+class GearsLike(Protocol):
+    """What the config needs from a `runtime.GearInfo`."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def batched(self) -> bool: ...
+
+    @property
+    def batch_gears(self) -> tuple[int, ...]: ...
+
+    @property
+    def hw_gears(self) -> tuple[tuple[int, int], ...]: ...
+
+    @property
+    def dims_gears(self) -> tuple[tuple[tuple[int, ...], ...], ...]: ...
+
+    @property
+    def max_batch(self) -> int: ...
+
+
+def config_data_type(triton_dtype: str) -> int:
+    """`"FP32"` -> `TYPE_FP32`; the protocol's `BYTES` is `TYPE_STRING` in a model config."""
+    name = "STRING" if triton_dtype == "BYTES" else triton_dtype
+    try:
+        return int(model_config_pb2.DataType.Value("TYPE_" + name))
+    except ValueError:
+        raise ConfigError(f"unknown Triton data type {triton_dtype!r}") from None
+
+
+def triton_dtype_of(data_type: int) -> str:
+    """`TYPE_FP32` -> `"FP32"`, `TYPE_STRING` -> `"BYTES"` (the protocol's names)."""
+    name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def check_model_name(name: str) -> str:
+    """Return `name` if it is a safe model directory name; refuse anything that could escape."""
+    if not name or name.strip() != name:
+        raise ConfigError(f"model name {name!r} must be non-empty without surrounding spaces")
+    separators = {"/", "\\", os.sep, os.altsep or "/"}
+    if any(sep in name for sep in separators) or name.startswith("."):
+        raise ConfigError(
+            f"model name {name!r} must be a plain directory name (no path separators, "
+            "no leading dot, not '..')"
+        )
+    if any(ord(char) < 32 for char in name):
+        raise ConfigError(f"model name {name!r} contains control characters")
+    return name
+
+
+def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
+    """Config dims of a tensor: its `.om` shape without axis 0 when that is the batch axis."""
+    return list(shape[1:] if batched else shape)
+
+
+def _gear_dims(inputs: Sequence[TensorLike], gears: GearsLike) -> list[list[int]]:
+    """Full concrete shapes of every input for the first HW/dims gear (warmup data)."""
+    shapes = [list(spec.shape) for spec in inputs]
+    if gears.kind == "hw" and gears.hw_gears:
+        for shape in shapes:
+            free = [axis for axis, dim in enumerate(shape) if dim < 0 and axis > 0]
+            for axis, value in zip(free[-2:], gears.hw_gears[0]):
+                shape[axis] = value
+    elif gears.kind == "dims" and gears.dims_gears:
+        shapes = [list(shape) for shape in gears.dims_gears[0]]
+    return shapes
+
+
+def build_model_config(
+    name: str,
+    inputs: Sequence[TensorLike],
+    outputs: Sequence[TensorLike],
+    gears: GearsLike,
+    *,
+    om_file: str,
+    om_sha256: str,
+    device_ids: Sequence[int],
+    acl_runtime: str,
+    pipeline_depth: int,
+    instances: int,
+    max_batch_size: int | None = None,
+    max_queue_delay_us: int = 100,
+    warmup: bool = True,
+) -> ModelConfig:
+    """The Triton config serving an `.om` through `model.py` (see the module docstring).
+
+    A batched `.om` gets `max_batch_size` = its largest gear (or `max_batch_size` when given: the
+    runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
+    one warmup per gear; a model without a batch axis gets `max_batch_size: 0` and one warmup.
+    """
+    check_model_name(name)
+    if acl_runtime not in ACL_RUNTIMES:
+        raise ConfigError(f"acl_runtime must be one of {ACL_RUNTIMES}, got {acl_runtime!r}")
+    if pipeline_depth not in PIPELINE_DEPTHS:
+        raise ConfigError(f"pipeline_depth must be one of {PIPELINE_DEPTHS}, got {pipeline_depth}")
+    if instances < 1:
+        raise ConfigError(f"instances must be >= 1, got {instances}")
+    if not device_ids or any(device < 0 for device in device_ids):
+        raise ConfigError(f"device_ids must be NPU ids >= 0, got {list(device_ids)}")
+    if max_queue_delay_us < 0:
+        raise ConfigError(f"max_queue_delay_us must be >= 0, got {max_queue_delay_us}")
+    if gears.batched:
+        batch = gears.max_batch if max_batch_size is None else max_batch_size
+        if batch < 1:
+            raise ConfigError(f"max_batch_size must be >= 1, got {batch}")
+    elif max_batch_size:
+        raise ConfigError(
+            f"max_batch_size {max_batch_size} needs a batched model, but axis 0 of this model's "
+            "inputs and outputs is not a batch axis"
+        )
+    else:
+        batch = 0
+
+    config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=batch)
+    for spec in inputs:
+        config.input.add(
+            name=spec.name,
+            data_type=config_data_type(spec.triton_dtype),
+            dims=model_dims(spec.shape, batch > 0),
+        )
+    for spec in outputs:
+        config.output.add(
+            name=spec.name,
+            data_type=config_data_type(spec.triton_dtype),
+            dims=model_dims(spec.shape, batch > 0),
+        )
+    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
+    preferred = [gear for gear in gears.batch_gears if gear <= batch]
+    if batch:
+        config.dynamic_batching.max_queue_delay_microseconds = max_queue_delay_us
+        config.dynamic_batching.preferred_batch_size.extend(preferred)
+    parameters = {
+        "om_file": om_file,
+        "om_sha256": om_sha256,
+        "device_ids": ",".join(str(device) for device in device_ids),
+        "acl_runtime": acl_runtime,
+        "pipeline_depth": str(pipeline_depth),
+    }
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    if warmup:
+        shapes = _gear_dims(inputs, gears)
+        for size in preferred if batch else [1]:
+            entry = config.model_warmup.add(name=f"warmup_batch_{size}", batch_size=size)
+            for spec, shape in zip(inputs, shapes):
+                entry.inputs[spec.name].data_type = config_data_type(spec.triton_dtype)
+                entry.inputs[spec.name].dims.extend(model_dims(shape, batch > 0))
+                entry.inputs[spec.name].random_data = True
+    return config
+
+
+def config_text(config: ModelConfig) -> str:
+    """The `config.pbtxt` text of a config."""
+    return str(text_format.MessageToString(config))
+
+
+def write_model_config(config: ModelConfig, path: str | os.PathLike[str]) -> Path:
+    """Write `config` as text protobuf to `path` (usually `<repository>/<name>/config.pbtxt`)."""
+    target = Path(path)
+    target.write_text(config_text(config), encoding="utf-8")
+    return target
+
+
+def load_model_config(path: str | os.PathLike[str]) -> ModelConfig:
+    """Parse a `config.pbtxt`; a missing file or bad syntax raises `ConfigError` naming it."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+    except text_format.ParseError as exc:
+        raise ConfigError(f"{source}: not a valid Triton model config: {exc}") from None
+
+
+def read_parameters(config: ModelConfig) -> dict[str, str]:
+    """The `parameters` map of a config as plain strings."""
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def _dims_conflict(config_dims: Sequence[int], om_dims: Sequence[int]) -> bool:
+    """Different rank, or an axis fixed on both sides to different sizes (-1 fits anything)."""
+    if len(config_dims) != len(om_dims):
+        return True
+    return any(a >= 0 and b >= 0 and a != b for a, b in zip(config_dims, om_dims))
+
+
+def _compare_tensors(
+    kind: str, declared: Sequence[Any], specs: Sequence[TensorLike], batched: bool
+) -> list[str]:
+    """Problems between the config's `input`/`output` entries and the `.om` tensors."""
+    problems: list[str] = []
+    by_name = {spec.name: spec for spec in specs}
+    seen: set[str] = set()
+    for tensor in declared:
+        name = str(tensor.name)
+        seen.add(name)
+        spec = by_name.get(name)
+        if spec is None:
+            problems.append(
+                f"config {kind} {name!r} is not an {kind} of the .om (it has: "
+                f"{', '.join(by_name) or 'none'})"
+            )
+            continue
+        expected_type = config_data_type(spec.triton_dtype)
+        if tensor.data_type != expected_type:
+            type_name = model_config_pb2.DataType.Name
+            problems.append(
+                f"{kind} {name!r}: config data_type {type_name(tensor.data_type)} "
+                f"but the .om has {type_name(expected_type)}"
+            )
+        dims = [int(dim) for dim in tensor.dims]
+        expected = model_dims(spec.shape, batched)
+        if _dims_conflict(dims, expected):
+            problems.append(f"{kind} {name!r}: config dims {dims} but the .om needs {expected}")
+    for name in by_name:
+        if name not in seen:
+            problems.append(f"the .om {kind} {name!r} is missing from the config")
+    return problems
+
+
+def compare_config_with_session(
+    config: ModelConfig,
+    inputs: Sequence[TensorLike],
+    outputs: Sequence[TensorLike],
+    gears: GearsLike,
+) -> list[str]:
+    """What in `config` does not fit the `.om` description; empty when they agree.
+
+    `max_batch_size > 0` needs a batched `.om` and dims without axis 0; `max_batch_size: 0`
+    takes the full `.om` shapes. A -1 on either side fits any size.
+    """
+    problems: list[str] = []
+    batched = config.max_batch_size > 0
+    if batched and not gears.batched:
+        problems.append(
+            f"config max_batch_size is {config.max_batch_size} but the .om has no batch axis "
+            "(use max_batch_size: 0 and full shapes)"
+        )
+        return problems
+    problems += _compare_tensors("input", config.input, inputs, batched)
+    problems += _compare_tensors("output", config.output, outputs, batched)
+    return problems

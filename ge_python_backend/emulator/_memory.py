@@ -1,0 +1,192 @@
+"""Emulated memory: device allocations in their own address space, pinned host allocations.
+
+Device pointers start at `DEVICE_ADDRESS_BASE`, are 64-byte aligned and never reused; each
+allocation is backed by a private `bytearray` filled with the poison byte at allocation. Host
+pointers are real process addresses; every copy is a `ctypes.memmove` between real addresses.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+from dataclasses import dataclass
+from ge_python_backend.emulator._state import (
+    DEVICE_ADDRESS_BASE,
+    HANDLE_BASE,
+    POISON,
+    STATE,
+    AclFailure,
+)
+
+ALIGN = 64
+GUARD = 0x1000  # unmapped gap after each device allocation
+MIN_HOST_ADDRESS = 0x1000
+MAX_HOST_ADDRESS = 1 << 48  # user-space addresses on x86-64 and aarch64 are below this
+
+def rounded_size(size: int) -> int:
+    """What the real runtime reserves for `malloc(size)`: a multiple of 32, plus 32."""
+    return (size + 31) // 32 * 32 + 32
+
+
+@dataclass(eq=False)
+class DeviceAllocation:
+    """One `acl.rt.malloc` block; `view` is None once freed."""
+
+    base: int
+    size: int
+    capacity: int  # rounded size, counted against the device
+    device_id: int
+    session: int  # STATE.session at allocation (memory does not survive acl.finalize)
+    view: ctypes.Array[ctypes.c_char] | None
+    address: int  # real process address of the backing bytearray
+
+    @property
+    def live(self) -> bool:
+        """False once freed."""
+        return self.view is not None
+
+
+@dataclass(eq=False)
+class HostAllocation:
+    """One `acl.rt.malloc_host` block (a 64-byte aligned piece of a ctypes buffer)."""
+
+    base: int
+    size: int
+    raw: ctypes.Array[ctypes.c_char] | None
+
+
+@dataclass(frozen=True)
+class Span:
+    """A resolved address: where to memmove, and how many bytes remain in its allocation."""
+
+    on_device: bool
+    address: int  # real process address
+    remaining: int | None  # None for host memory the emulator did not allocate
+    device: DeviceAllocation | None
+    host: HostAllocation | None
+    keep: ctypes.Array[ctypes.c_char] | None  # keeps the memory alive for queued work
+
+    def check_live(self, what: str) -> None:
+        """Raise 107000 if the allocation was freed since the span was resolved."""
+        if self.device is not None and not self.device.live:
+            raise AclFailure(107000, f"{what} device memory 0x{self.device.base:x} was freed")
+        if self.host is not None and self.host.raw is None:
+            raise AclFailure(107000, f"{what} host memory 0x{self.host.base:x} was freed")
+
+
+class Memory:
+    """Registries of device and pinned host allocations (callers hold `_state.LOCK`)."""
+
+    def __init__(self) -> None:
+        self._next_device = DEVICE_ADDRESS_BASE
+        self._device_bases: list[int] = []  # every allocation ever made, ascending
+        self._device: list[DeviceAllocation] = []
+        self._host_bases: list[int] = []  # live host allocations, ascending
+        self._host: dict[int, HostAllocation] = {}
+        self.live_device = 0
+        self.device_bytes = 0
+        self.live_host = 0
+        self.host_bytes = 0
+
+    def allocate_device(self, size: int, device_id: int) -> DeviceAllocation:
+        """A new poisoned device block of `size` bytes."""
+        storage = bytearray([POISON]) * size
+        view = (ctypes.c_char * size).from_buffer(storage)  # pins the bytearray
+        alloc = DeviceAllocation(
+            base=self._next_device,
+            size=size,
+            capacity=rounded_size(size),
+            device_id=device_id,
+            session=STATE.session,
+            view=view,
+            address=ctypes.addressof(view),
+        )
+        self._next_device = (alloc.base + size + GUARD + ALIGN - 1) // ALIGN * ALIGN
+        self._device_bases.append(alloc.base)
+        self._device.append(alloc)
+        self.live_device += 1
+        self.device_bytes += alloc.capacity
+        return alloc
+
+    def device_block(self, addr: int) -> DeviceAllocation | None:
+        """The allocation (live or freed) whose [base, base+size) contains `addr`."""
+        i = bisect.bisect_right(self._device_bases, addr) - 1
+        if i < 0:
+            return None
+        alloc = self._device[i]
+        return alloc if addr < alloc.base + alloc.size else None
+
+    def free_device(self, alloc: DeviceAllocation) -> None:
+        """Release a live device block (queued work keeps its own reference to the bytes)."""
+        alloc.view = None
+        self.live_device -= 1
+        self.device_bytes -= alloc.capacity
+
+    def allocate_host(self, size: int) -> HostAllocation:
+        """A new poisoned, 64-byte aligned host block at a real address."""
+        raw = (ctypes.c_char * (size + ALIGN))()
+        base = (ctypes.addressof(raw) + ALIGN - 1) // ALIGN * ALIGN
+        ctypes.memset(base, POISON, size)
+        alloc = HostAllocation(base=base, size=size, raw=raw)
+        bisect.insort(self._host_bases, base)
+        self._host[base] = alloc
+        self.live_host += 1
+        self.host_bytes += size
+        return alloc
+
+    def host_block(self, addr: int) -> HostAllocation | None:
+        """The live host allocation containing `addr`."""
+        i = bisect.bisect_right(self._host_bases, addr) - 1
+        if i < 0:
+            return None
+        alloc = self._host[self._host_bases[i]]
+        return alloc if addr < alloc.base + alloc.size else None
+
+    def host_at(self, base: int) -> HostAllocation | None:
+        """The live host allocation starting exactly at `base`."""
+        return self._host.get(base)
+
+    def free_host(self, alloc: HostAllocation) -> None:
+        """Release a live host block."""
+        del self._host[alloc.base]
+        self._host_bases.remove(alloc.base)
+        alloc.raw = None
+        self.live_host -= 1
+        self.host_bytes -= alloc.size
+
+    def resolve(self, addr: int, what: str) -> Span:
+        """Classify `addr` (device / pinned host / other host) or raise 107000 explaining why not."""
+        if addr >= DEVICE_ADDRESS_BASE:
+            alloc = self.device_block(addr)
+            if alloc is None:
+                raise AclFailure(
+                    107000, f"{what} 0x{addr:x} is not inside any device allocation"
+                )
+            if not alloc.live:
+                raise AclFailure(
+                    107000,
+                    f"{what} 0x{addr:x} is in device memory 0x{alloc.base:x} that was freed",
+                )
+            if alloc.session != STATE.session:
+                raise AclFailure(
+                    107000,
+                    f"{what} 0x{addr:x} is device memory allocated before acl.finalize; "
+                    "it no longer exists",
+                )
+            offset = addr - alloc.base
+            return Span(True, alloc.address + offset, alloc.size - offset, alloc, None, alloc.view)
+        if addr >= HANDLE_BASE:
+            raise AclFailure(
+                107000,
+                f"{what} 0x{addr:x} is an ACL handle (context, stream, dataset, ...), "
+                "not a memory address",
+            )
+        if not MIN_HOST_ADDRESS <= addr < MAX_HOST_ADDRESS:
+            raise AclFailure(107000, f"{what} 0x{addr:x} is not a valid address")
+        host = self.host_block(addr)
+        if host is None:
+            return Span(False, addr, None, None, None, None)
+        return Span(False, addr, host.base + host.size - addr, None, host, host.raw)
+
+
+MEMORY = Memory()

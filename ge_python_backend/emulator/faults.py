@@ -1,0 +1,96 @@
+"""Fault injection: `GE_EMULATOR_FAULTS="mdl.execute:507011:3,rt.malloc:207001:*"`.
+
+Each entry is `<call>:<code>:<n>` (the call's pyACL name without `acl.`): the call returns `code`
+on its n-th call (1-based, counted from when the spec was installed) or on every call with `*`.
+A failing call has no side effects. The spec is read when the emulator is imported;
+`set_faults` replaces it (and restarts the call counts).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from dataclasses import dataclass
+
+ENV = "GE_EMULATOR_FAULTS"
+FORMAT = (
+    '<call>:<code>:<n>|* separated by ",", e.g. "mdl.execute:507011:3,rt.malloc:207001:*" '
+    "(call without the acl. prefix, code a positive ACL error code, n the 1-based call number "
+    "or * for every call)"
+)
+
+# Calls that can be made to fail; the `acl` modules register theirs when imported.
+INJECTABLE: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Return `code` from `call` on its `nth` call (every call if `nth` is None)."""
+
+    call: str
+    code: int
+    nth: int | None
+
+
+_lock = threading.Lock()
+_faults: dict[str, list[Fault]] = {}
+_calls: collections.Counter[str] = collections.Counter()
+
+
+def parse(spec: str) -> list[Fault]:
+    """Parse a fault spec; raises ValueError naming the bad entry and the format."""
+    faults = []
+    for entry in spec.split(","):
+        if not entry.strip():
+            continue
+        parts = [p.strip() for p in entry.split(":")]
+        fault = _parse_entry(parts)
+        if fault is None:
+            raise ValueError(f"{ENV}: bad entry {entry.strip()!r}; expected {FORMAT}")
+        if fault.call not in INJECTABLE:
+            raise ValueError(
+                f"{ENV}: bad entry {entry.strip()!r}: {fault.call!r} is not a call the emulator "
+                f"can fail; use one of {', '.join(sorted(INJECTABLE))}; expected {FORMAT}"
+            )
+        faults.append(fault)
+    return faults
+
+
+def _parse_entry(parts: list[str]) -> Fault | None:
+    if len(parts) != 3 or not parts[0]:
+        return None
+    call, code_text, nth_text = parts
+    if not code_text.isdigit() or int(code_text) == 0:
+        return None
+    if nth_text == "*":
+        return Fault(call, int(code_text), None)
+    if not nth_text.isdigit() or int(nth_text) == 0:
+        return None
+    return Fault(call, int(code_text), int(nth_text))
+
+
+def set_faults(spec: str | None) -> None:
+    """Install a fault spec (None or "" clears it) and restart the call counts."""
+    faults = parse(spec or "")
+    with _lock:
+        _faults.clear()
+        _calls.clear()
+        for fault in faults:
+            _faults.setdefault(fault.call, []).append(fault)
+
+
+def load_from_env() -> None:
+    """Install the spec from `GE_EMULATOR_FAULTS` (empty when unset)."""
+    set_faults(os.environ.get(ENV))
+
+
+def take(call: str) -> Fault | None:
+    """Count one call of `call`; the fault it must fail with, if any."""
+    with _lock:
+        _calls[call] += 1
+        number = _calls[call]
+        for fault in _faults.get(call, ()):
+            if fault.nth is None or fault.nth == number:
+                return fault
+    return None

@@ -1,0 +1,669 @@
+"""The emulator's `.om` container: an ONNX model plus the description ATC would have compiled.
+
+Layout: `MAGIC`, a little-endian u64 header length, the UTF-8 JSON header, the ONNX bytes, and a
+32-byte SHA-256 of everything before it. `compile_onnx` writes one from an ONNX file with ATC's
+flag semantics (`--input_shape`, `--dynamic_batch_size`, `--dynamic_image_size`, `--dynamic_dims`);
+`OmModel.load` reads it back and `OmModel.run` executes it with onnxruntime on the CPU.
+
+Only numpy is needed to import this module (the runtime uses its tables with real pyACL too);
+onnx and onnxruntime are imported when a model is compiled or run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+
+from ge_python_backend.errors import UserError
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+MAGIC = b"GEEMUOM\x01"
+REAL_OM_MAGIC = b"IMOD"
+HEADER_VERSION = 1
+_LENGTH = struct.Struct("<Q")
+_TRAILER_SIZE = 32
+_MIN_SIZE = len(MAGIC) + _LENGTH.size + _TRAILER_SIZE
+
+# ACL codes `acl.mdl.load_from_file` returns for a file it cannot use.
+ACL_ERROR_DESERIALIZE_MODEL = 100012
+ACL_ERROR_PARSE_MODEL = 100013
+ACL_ERROR_READ_MODEL_FAILURE = 100014
+
+# (aclDataType code, ACL name, numpy dtype, onnx.TensorProto.DataType value) for every type the
+# emulator supports. ONNX's values are fixed by onnx.proto, so onnx need not be imported here.
+_DTYPES: tuple[tuple[int, str, type[np.generic], int], ...] = (
+    (0, "FLOAT", np.float32, 1),
+    (1, "FLOAT16", np.float16, 10),
+    (2, "INT8", np.int8, 3),
+    (3, "INT32", np.int32, 6),
+    (4, "UINT8", np.uint8, 2),
+    (6, "INT16", np.int16, 5),
+    (7, "UINT16", np.uint16, 4),
+    (8, "UINT32", np.uint32, 12),
+    (9, "INT64", np.int64, 7),
+    (10, "UINT64", np.uint64, 13),
+    (11, "DOUBLE", np.float64, 11),
+    (12, "BOOL", np.bool_, 9),
+)
+ACL_DTYPE_TO_NUMPY: dict[int, np.dtype[Any]] = {code: np.dtype(t) for code, _, t, _ in _DTYPES}
+NUMPY_TO_ACL_DTYPE: dict[np.dtype[Any], int] = {v: k for k, v in ACL_DTYPE_TO_NUMPY.items()}
+ACL_DTYPE_NAMES: dict[int, str] = {code: name for code, name, _, _ in _DTYPES}
+ONNX_TO_ACL_DTYPE: dict[int, int] = {onnx_type: code for code, _, _, onnx_type in _DTYPES}
+
+# aclFormat codes by name (acl_base.h).
+ACL_FORMAT_CODES: dict[str, int] = {
+    "NCHW": 0,
+    "NHWC": 1,
+    "ND": 2,
+    "NC1HWC0": 3,
+    "FRACTAL_Z": 4,
+    "NC1HWC0_C04": 12,
+    "HWCN": 16,
+    "NDHWC": 27,
+    "FRACTAL_NZ": 29,
+    "NCDHW": 30,
+    "NDC1HWC0": 32,
+    "FRACTAL_Z_3D": 33,
+    "NC": 35,
+    "NCL": 47,
+}
+ACL_FORMAT_NAMES: dict[int, str] = {code: name for name, code in ACL_FORMAT_CODES.items()}
+# What `--input_format` accepts (ATC accepts these for model inputs).
+INPUT_FORMATS = ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")
+
+DYNAMIC_KINDS = ("static", "batch", "hw", "dims")
+_KIND_LABELS = {
+    "batch": "dynamic batch",
+    "hw": "dynamic image size",
+    "dims": "dynamic dims",
+}
+MAX_GEARS = 100  # ATC's limit for every gear option
+
+Shape = tuple[int, ...]
+Gear = tuple[int, ...]
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class OmFormatError(UserError):
+    """An `.om` that cannot be loaded; `acl_code` is what `acl.mdl.load_from_file` returns."""
+
+    def __init__(self, acl_code: int, message: str) -> None:
+        super().__init__(message)
+        self.acl_code = acl_code
+
+
+class OmCompileError(UserError):
+    """`compile_onnx` was asked for something ATC (or the emulator) does not allow."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OmTensor:
+    """One model input or output as the model description reports it."""
+
+    name: str
+    acl_dtype: int
+    acl_format: int
+    dims: Shape  # -1 on dynamic axes (inputs); the largest gear's dims (outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class OmDescription:
+    """What `acl.mdl.get_desc` reports, plus every gear's concrete output shapes."""
+
+    inputs: tuple[OmTensor, ...]
+    outputs: tuple[OmTensor, ...]
+    dynamic_kind: str  # one of DYNAMIC_KINDS
+    gears: tuple[Gear, ...]  # batch: (b,); hw: (h, w); dims: one value per -1 dim, inputs in order
+    soc_version: str
+    gear_output_shapes: tuple[tuple[Shape, ...], ...]  # per gear in `gears` order; one if static
+
+    def input_shapes(self, gear: Sequence[int] | None) -> list[Shape]:
+        """Concrete input shapes for `gear` (None for a static model)."""
+        self._gear_index(gear)
+        return _fill_gear(self.dynamic_kind, [t.dims for t in self.inputs], gear)
+
+    def output_shapes(self, gear: Sequence[int] | None) -> list[Shape]:
+        """Output shapes recorded at compile time for `gear` (None for a static model)."""
+        return list(self.gear_output_shapes[self._gear_index(gear)])
+
+    def largest_gear(self) -> Gear | None:
+        """The gear with the most input elements (what the size queries report); None if static."""
+        if not self.gears:
+            return None
+        return max(self.gears, key=lambda g: _elements(self.input_shapes(g)))
+
+    def _gear_index(self, gear: Sequence[int] | None) -> int:
+        if self.dynamic_kind == "static":
+            if gear is not None:
+                raise ValueError(f"the model is static: gear must be None, got {tuple(gear)}")
+            return 0
+        key = None if gear is None else tuple(int(v) for v in gear)
+        if key in self.gears:
+            return self.gears.index(key)
+        label = _KIND_LABELS[self.dynamic_kind]
+        allowed = ", ".join(_gear_text(g) for g in self.gears)
+        if key is None:
+            raise ValueError(f"the model has {label} gears; choose one of: {allowed}")
+        raise ValueError(f"{_gear_text(key)} is not one of the model's {label} gears: {allowed}")
+
+
+class OmModel:
+    """A loaded emulator `.om`; `run` executes it with onnxruntime on the CPU."""
+
+    def __init__(self, source: str, header: dict[str, Any], onnx_bytes: bytes) -> None:
+        self.source = source  # the file name, or a note that the model came from memory
+        self.header = header  # the parsed JSON header (flags, ONNX provenance, ...)
+        self.description = _description_from_header(header, source)
+        self._onnx_bytes = onnx_bytes
+        self._session: onnxruntime.InferenceSession | None = None
+        self._session_lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path_or_bytes: PathLike | bytes | bytearray | memoryview) -> OmModel:
+        """Read and verify an emulator `.om` from a path or from its bytes; raises OmFormatError."""
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            data = bytes(path_or_bytes)
+            source = f"model data in memory ({len(data)} bytes)"
+        else:
+            source = os.fspath(path_or_bytes)
+            try:
+                data = Path(source).read_bytes()
+            except OSError as exc:
+                raise OmFormatError(
+                    ACL_ERROR_READ_MODEL_FAILURE,
+                    f"cannot read model file {source}: {exc.strerror or exc}",
+                ) from exc
+        header, onnx_bytes = _unpack(data, source)
+        return cls(source, header, onnx_bytes)
+
+    def run(
+        self, inputs: Sequence[np.ndarray], gear: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
+        """Run the model on `inputs` (model input order) for `gear`.
+
+        For a dynamic model `gear=None` picks the gear whose shapes match the inputs. Raises
+        ValueError when the count, a dtype or a shape does not match the model.
+        """
+        desc = self.description
+        if len(inputs) != len(desc.inputs):
+            raise ValueError(
+                f"{self.source} has {len(desc.inputs)} inputs "
+                f"({', '.join(t.name for t in desc.inputs)}), got {len(inputs)} arrays"
+            )
+        if gear is None and desc.gears:
+            gear = self._gear_of([a.shape for a in inputs])
+        shapes = desc.input_shapes(gear)
+        feeds = {}
+        for tensor, array, shape in zip(desc.inputs, inputs, shapes):
+            expected = ACL_DTYPE_TO_NUMPY[tensor.acl_dtype]
+            if array.dtype != expected:
+                raise ValueError(f"input {tensor.name} must be {expected}, got {array.dtype}")
+            if tuple(array.shape) != shape:
+                where = "" if gear is None else f" for {_gear_text(tuple(gear))}"
+                raise ValueError(
+                    f"input {tensor.name} must have shape {list(shape)}{where}, "
+                    f"got {list(array.shape)}"
+                )
+            feeds[tensor.name] = array
+        outputs = self._get_session().run(None, feeds)
+        return [np.asarray(out) for out in outputs]
+
+    def _gear_of(self, shapes: list[tuple[int, ...]]) -> Gear:
+        desc = self.description
+        for gear in desc.gears:
+            if desc.input_shapes(gear) == [tuple(s) for s in shapes]:
+                return gear
+        allowed = "; ".join(
+            f"{_gear_text(g)}: {[list(s) for s in desc.input_shapes(g)]}" for g in desc.gears
+        )
+        raise ValueError(
+            f"input shapes {[list(s) for s in shapes]} match no gear of {self.source}; "
+            f"allowed: {allowed}"
+        )
+
+    def _get_session(self) -> onnxruntime.InferenceSession:
+        with self._session_lock:
+            if self._session is None:
+                self._session = _new_session(self._onnx_bytes)
+            return self._session
+
+
+def compile_onnx(
+    model: PathLike,
+    output: PathLike,
+    *,
+    input_shape: str | None = None,
+    dynamic_batch_size: str | None = None,
+    dynamic_image_size: str | None = None,
+    dynamic_dims: str | None = None,
+    input_format: str = "NCHW",
+    soc_version: str = "Ascend310P3",
+) -> Path:
+    """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
+
+    The file is `<output>.om` (`output` itself if it already ends in `.om`). Raises
+    OmCompileError for anything ATC or the emulator would refuse.
+    """
+    import onnx
+
+    model_path = Path(model)
+    try:
+        source_bytes = model_path.read_bytes()
+        proto = onnx.load(str(model_path))
+    except OSError as exc:
+        raise OmCompileError(f"cannot read --model {model_path}: {exc.strerror or exc}") from exc
+    except Exception as exc:  # onnx raises protobuf's DecodeError and others
+        raise OmCompileError(f"--model {model_path} is not a valid ONNX model: {exc}") from exc
+    if input_format not in INPUT_FORMATS:
+        raise OmCompileError(
+            f"--input_format {input_format!r} is not supported; "
+            f"use one of {', '.join(INPUT_FORMATS)}"
+        )
+
+    inputs = _input_tensors(proto, input_shape, ACL_FORMAT_CODES[input_format], model_path)
+    kind, gears = _gears(inputs, dynamic_batch_size, dynamic_image_size, dynamic_dims)
+    onnx_bytes = proto.SerializeToString()
+    output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, model_path)
+    desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes)
+    largest_shapes = desc.output_shapes(desc.largest_gear())
+    nd = ACL_FORMAT_CODES["ND"]  # ATC reports outputs as ND
+    outputs = tuple(
+        OmTensor(o.name, _acl_dtype(o.type.tensor_type.elem_type, f"output {o.name}"), nd, dims)
+        for o, dims in zip(proto.graph.output, largest_shapes)
+    )
+    flags = {
+        "model": str(model),
+        "framework": 5,
+        "output": str(output),
+        "input_shape": input_shape,
+        "dynamic_batch_size": dynamic_batch_size,
+        "dynamic_image_size": dynamic_image_size,
+        "dynamic_dims": dynamic_dims,
+        "input_format": input_format,
+        "soc_version": soc_version,
+    }
+    header = _description_to_header(dataclasses.replace(desc, outputs=outputs))
+    header["flags"] = {k: v for k, v in flags.items() if v is not None}
+    header["onnx"] = {
+        "path": str(model_path.resolve()),
+        "sha256": hashlib.sha256(source_bytes).hexdigest(),
+        "size": len(source_bytes),
+    }
+    return _write(om_output_path(output), header, onnx_bytes)
+
+
+def om_output_path(output: PathLike) -> Path:
+    """ATC's naming rule: `<output>.om`, unless `output` already ends in `.om`."""
+    text = os.fspath(output)
+    return Path(text if text.endswith(".om") else text + ".om")
+
+
+# ----------------------------------------------------------------------------- container
+
+
+def _write(path: Path, header: dict[str, Any], onnx_bytes: bytes) -> Path:
+    header_bytes = json.dumps(header, sort_keys=True).encode("utf-8")
+    body = MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + onnx_bytes
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(body + hashlib.sha256(body).digest())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OmCompileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def _unpack(data: bytes, source: str) -> tuple[dict[str, Any], bytes]:
+    if data.startswith(REAL_OM_MAGIC):
+        raise OmFormatError(
+            ACL_ERROR_DESERIALIZE_MODEL,
+            f"{source} is a real ATC .om (it starts with b'IMOD'); the emulator only runs .om "
+            "files made by `ge-python-model emulator compile`. Real .om files need real pyACL "
+            "(CANN) on an Ascend host.",
+        )
+    if not MAGIC.startswith(data[: len(MAGIC) - 1]):  # a short prefix of MAGIC is truncated
+        raise OmFormatError(
+            ACL_ERROR_PARSE_MODEL,
+            f"{source} is not an .om file (unknown content starting with {data[:8]!r})",
+        )
+    if len(data) >= len(MAGIC) and data[: len(MAGIC)] != MAGIC:
+        raise OmFormatError(
+            ACL_ERROR_PARSE_MODEL,
+            f"{source} is an emulator .om of an unknown container version "
+            f"{data[len(MAGIC) - 1 : len(MAGIC)]!r}; this build reads version {MAGIC[-1:]!r}",
+        )
+    header_len = _LENGTH.unpack_from(data, len(MAGIC))[0] if len(data) >= _MIN_SIZE else 0
+    if len(data) < _MIN_SIZE + header_len:
+        raise OmFormatError(ACL_ERROR_PARSE_MODEL, f"{source} is truncated ({len(data)} bytes)")
+    body, trailer = data[:-_TRAILER_SIZE], data[-_TRAILER_SIZE:]
+    if hashlib.sha256(body).digest() != trailer:
+        raise OmFormatError(
+            ACL_ERROR_PARSE_MODEL,
+            f"{source} fails its SHA-256 check: the file is truncated or was altered",
+        )
+    start = len(MAGIC) + _LENGTH.size
+    try:
+        header = json.loads(body[start : start + header_len].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise OmFormatError(
+            ACL_ERROR_PARSE_MODEL, f"{source} has an unreadable header: {exc}"
+        ) from exc
+    return header, body[start + header_len :]
+
+
+def _description_to_header(desc: OmDescription) -> dict[str, Any]:
+    def tensors(items: tuple[OmTensor, ...]) -> list[dict[str, Any]]:
+        return [
+            {"name": t.name, "dtype": t.acl_dtype, "format": t.acl_format, "dims": list(t.dims)}
+            for t in items
+        ]
+
+    return {
+        "version": HEADER_VERSION,
+        "soc_version": desc.soc_version,
+        "dynamic_kind": desc.dynamic_kind,
+        "gears": [list(g) for g in desc.gears],
+        "inputs": tensors(desc.inputs),
+        "outputs": tensors(desc.outputs),
+        "output_shapes": [[list(s) for s in shapes] for shapes in desc.gear_output_shapes],
+    }
+
+
+def _description_from_header(header: dict[str, Any], source: str) -> OmDescription:
+    def tensors(items: list[dict[str, Any]]) -> tuple[OmTensor, ...]:
+        return tuple(
+            OmTensor(str(t["name"]), int(t["dtype"]), int(t["format"]), _ints(t["dims"]))
+            for t in items
+        )
+
+    try:
+        if header["version"] != HEADER_VERSION:
+            raise ValueError(f"header version {header['version']}, expected {HEADER_VERSION}")
+        desc = OmDescription(
+            inputs=tensors(header["inputs"]),
+            outputs=tensors(header["outputs"]),
+            dynamic_kind=str(header["dynamic_kind"]),
+            gears=tuple(_ints(g) for g in header["gears"]),
+            soc_version=str(header["soc_version"]),
+            gear_output_shapes=tuple(
+                tuple(_ints(s) for s in shapes) for shapes in header["output_shapes"]
+            ),
+        )
+        unknown = [
+            t.acl_dtype for t in desc.inputs + desc.outputs if t.acl_dtype not in ACL_DTYPE_NAMES
+        ]
+        if desc.dynamic_kind not in DYNAMIC_KINDS or unknown:
+            raise ValueError(f"unknown dynamic kind or dtype codes {desc.dynamic_kind!r} {unknown}")
+        if len(desc.gear_output_shapes) != max(1, len(desc.gears)):
+            raise ValueError("output shapes do not match the gears")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise OmFormatError(
+            ACL_ERROR_PARSE_MODEL, f"{source} has an invalid header ({type(exc).__name__}: {exc})"
+        ) from exc
+    return desc
+
+
+# ----------------------------------------------------------------------------- compiling
+
+
+def _input_tensors(
+    proto: onnx.ModelProto, input_shape: str | None, acl_format: int, model_path: Path
+) -> tuple[OmTensor, ...]:
+    """The graph's real inputs with their dims: `--input_shape` where given, else ONNX's."""
+    initializers = {init.name for init in proto.graph.initializer}
+    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
+    names = [i.name for i in graph_inputs]
+    given = _parse_input_shape(input_shape, names) if input_shape else {}
+    tensors = []
+    for value in graph_inputs:
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise OmCompileError(f"input {value.name} of {model_path} is not a tensor")
+        onnx_dims: Shape | None = None
+        if tensor_type.HasField("shape"):
+            onnx_dims = tuple(
+                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1
+                for d in tensor_type.shape.dim
+            )
+        dims = given.get(value.name, onnx_dims)
+        if dims is None:
+            raise OmCompileError(
+                f"input {value.name} of {model_path} has no shape in the ONNX graph; "
+                "give it with --input_shape"
+            )
+        if onnx_dims is not None and len(dims) != len(onnx_dims):
+            raise OmCompileError(
+                f"--input_shape gives {value.name} {len(dims)} dims but the ONNX input has "
+                f"{len(onnx_dims)} ({_shape_text(onnx_dims)})"
+            )
+        tensors.append(
+            OmTensor(
+                value.name,
+                _acl_dtype(tensor_type.elem_type, f"input {value.name}"),
+                acl_format,
+                dims,
+            )
+        )
+    return tuple(tensors)
+
+
+def _parse_input_shape(text: str, names: list[str]) -> dict[str, Shape]:
+    """Parse ATC's `name:d0,d1,...;name2:...` (-1 marks a dynamic dim)."""
+    shapes: dict[str, Shape] = {}
+    for entry in text.split(";"):
+        name, sep, dims_text = entry.strip().rpartition(":")
+        if not sep or not name:
+            raise OmCompileError(
+                f'--input_shape entry {entry!r} is not name:dims (example: "x:-1,3,224,224")'
+            )
+        if name not in names:
+            raise OmCompileError(
+                f"--input_shape names {name!r}, which is not an input of the model; "
+                f"the inputs are: {', '.join(names)}"
+            )
+        if name in shapes:
+            raise OmCompileError(f"--input_shape gives {name!r} twice")
+        try:
+            dims = tuple(int(d) for d in dims_text.split(",")) if dims_text.strip() else ()
+        except ValueError:
+            dims = (0,)
+        if any(d == 0 or d < -1 for d in dims):
+            raise OmCompileError(
+                f"--input_shape dims of {name!r} must be positive integers or -1, got {dims_text!r}"
+            )
+        shapes[name] = dims
+    return shapes
+
+
+def _gears(
+    inputs: tuple[OmTensor, ...],
+    dynamic_batch_size: str | None,
+    dynamic_image_size: str | None,
+    dynamic_dims: str | None,
+) -> tuple[str, tuple[Gear, ...]]:
+    """Check the gear option against the inputs' -1 dims; returns (dynamic_kind, gears)."""
+    options = {
+        "--dynamic_batch_size": dynamic_batch_size,
+        "--dynamic_image_size": dynamic_image_size,
+        "--dynamic_dims": dynamic_dims,
+    }
+    chosen = [flag for flag, value in options.items() if value is not None]
+    if len(chosen) > 1:
+        raise OmCompileError(f"give only one of {', '.join(options)}; got {' and '.join(chosen)}")
+    dynamic = [t for t in inputs if -1 in t.dims]
+    dynamic_text = "; ".join(f"{t.name}:{_shape_text(t.dims)}" for t in dynamic)
+    if not chosen:
+        if dynamic:
+            raise OmCompileError(
+                f"inputs have -1 (dynamic) dims ({dynamic_text}) but no gear option was given; "
+                "the emulator does not support fully dynamic shape: give --dynamic_batch_size, "
+                "--dynamic_image_size or --dynamic_dims, or fix every dim with --input_shape"
+            )
+        return "static", ()
+    flag = chosen[0]
+    text = options[flag] or ""
+    if not dynamic:
+        raise OmCompileError(
+            f"{flag} needs -1 dims in the input shapes, but every input is static "
+            f"({'; '.join(f'{t.name}:{_shape_text(t.dims)}' for t in inputs)}); "
+            "mark the dynamic dims with --input_shape"
+        )
+    if flag == "--dynamic_batch_size":
+        for t in inputs:
+            if [i for i, d in enumerate(t.dims) if d == -1] != [0]:
+                raise OmCompileError(
+                    f"--dynamic_batch_size needs every input to have -1 on axis 0 (the batch "
+                    f"axis) and nowhere else; {t.name} is {_shape_text(t.dims)}"
+                )
+        expected = 'positive batch sizes separated by ",", e.g. "1,2,4,8"'
+        return "batch", tuple(sorted(_parse_gears(flag, text.split(","), 1, expected)))
+    if flag == "--dynamic_image_size":
+        for t in dynamic:
+            if t.dims.count(-1) != 2:
+                raise OmCompileError(
+                    f"--dynamic_image_size needs each dynamic input to have exactly two -1 dims "
+                    f"(H and W); {t.name} is {_shape_text(t.dims)}"
+                )
+        expected = 'gears separated by ";", each "height,width", e.g. "224,224;448,448"'
+        return "hw", _parse_gears(flag, text.split(";"), 2, expected)
+    count = sum(t.dims.count(-1) for t in inputs)
+    expected = (
+        f'gears separated by ";", each with {count} comma-separated values, one per -1 dim '
+        f"of the inputs in input order ({dynamic_text})"
+    )
+    return "dims", _parse_gears(flag, text.split(";"), count, expected)
+
+
+def _parse_gears(flag: str, items: list[str], size: int, expected: str) -> tuple[Gear, ...]:
+    """Parse gears of `size` comma-separated values each: positive, unique, at most MAX_GEARS."""
+    gears: list[Gear] = []
+    for item in items:
+        try:
+            gear = tuple(int(v) for v in item.split(","))
+        except ValueError:
+            gear = ()
+        if len(gear) != size or min(gear, default=0) <= 0:
+            raise OmCompileError(f"{flag}: bad gear {item.strip()!r}; expected {expected}")
+        if gear in gears:
+            raise OmCompileError(f"{flag}: gear {item.strip()!r} is given twice")
+        gears.append(gear)
+    if len(gears) > MAX_GEARS:
+        raise OmCompileError(f"{flag} has {len(gears)} gears; ATC allows at most {MAX_GEARS}")
+    return tuple(gears)
+
+
+def _probe_outputs(
+    onnx_bytes: bytes,
+    inputs: tuple[OmTensor, ...],
+    kind: str,
+    gears: tuple[Gear, ...],
+    model_path: Path,
+) -> tuple[tuple[Shape, ...], ...]:
+    """Run every gear once on zeros; returns each gear's output shapes (one entry if static)."""
+    try:
+        session = _new_session(onnx_bytes)
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise OmCompileError(f"onnxruntime cannot load {model_path}: {exc}") from exc
+    results = []
+    for gear in gears or (None,):
+        shapes = _fill_gear(kind, [t.dims for t in inputs], gear)
+        feeds = {
+            t.name: np.zeros(shape, ACL_DTYPE_TO_NUMPY[t.acl_dtype])
+            for t, shape in zip(inputs, shapes)
+        }
+        try:
+            outputs = session.run(None, feeds)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            where = "the model" if gear is None else _gear_text(gear)
+            given = "; ".join(f"{t.name}:{_shape_text(s)}" for t, s in zip(inputs, shapes))
+            raise OmCompileError(
+                f"{model_path} does not accept the shapes of {where} ({given}); "
+                f"onnxruntime says: {exc}"
+            ) from exc
+        results.append(tuple(tuple(int(d) for d in np.shape(out)) for out in outputs))
+    return tuple(results)
+
+
+def _acl_dtype(onnx_elem_type: int, what: str) -> int:
+    if onnx_elem_type not in ONNX_TO_ACL_DTYPE:
+        import onnx
+
+        name = onnx.TensorProto.DataType.Name(onnx_elem_type)
+        supported = ", ".join(onnx.TensorProto.DataType.Name(t) for t in ONNX_TO_ACL_DTYPE)
+        raise OmCompileError(
+            f"{what} has ONNX type {name}, which the emulator does not support; "
+            f"supported: {supported}"
+        )
+    return ONNX_TO_ACL_DTYPE[onnx_elem_type]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _new_session(onnx_bytes: bytes) -> onnxruntime.InferenceSession:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = _ort_threads()
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(
+        onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _ort_threads() -> int:
+    text = os.environ.get("GE_EMULATOR_ORT_THREADS", "1")
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"GE_EMULATOR_ORT_THREADS must be a positive integer, got {text!r}")
+    return threads
+
+
+def _fill_gear(kind: str, dims: list[Shape], gear: Sequence[int] | None) -> list[Shape]:
+    """Replace the -1 dims by the gear's values (batch/hw: per input; dims: across inputs)."""
+    if gear is None:
+        return list(dims)
+    values = iter(gear)
+    shapes = []
+    for input_dims in dims:
+        if kind != "dims":
+            values = iter(gear)
+        shapes.append(tuple(next(values) if d == -1 else d for d in input_dims))
+    return shapes
+
+
+def _elements(shapes: list[Shape]) -> int:
+    return sum(math.prod(s) for s in shapes)
+
+
+def _ints(values: Any) -> tuple[int, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+        raise ValueError(f"expected a list of integers, got {values!r}")
+    return tuple(values)
+
+
+def _gear_text(gear: Gear) -> str:
+    return f"gear ({','.join(str(v) for v in gear)})"
+
+
+def _shape_text(dims: Shape) -> str:
+    return ",".join(str(d) for d in dims)

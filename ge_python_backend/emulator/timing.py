@@ -1,0 +1,97 @@
+"""Device timing model: `GE_EMULATOR_TIMING="execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"`.
+
+Each device has three engines (model execution, host-to-device copy, device-to-host copy). An
+engine is a lock held while the work runs and then while sleeping the rest of its modelled time:
+work on one engine serializes, the three engines overlap. Execution takes
+`execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
+dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds. Without a
+spec nothing sleeps, but the engine locks still serialize work on a device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+ENV = "GE_EMULATOR_TIMING"
+FORMAT = (
+    'comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, '
+    '>= 0) and copy_gbps (GB/s, > 0), e.g. "execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"'
+)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The modelled costs (all zero: no sleeping)."""
+
+    execute_us: float = 0.0
+    execute_us_per_row: float = 0.0
+    copy_gbps: float = math.inf
+
+    def execute_seconds(self, rows: int) -> float:
+        """Modelled time of one model execution."""
+        return (self.execute_us + rows * self.execute_us_per_row) / 1e6
+
+    def copy_seconds(self, nbytes: int) -> float:
+        """Modelled time of one copy."""
+        return nbytes / (self.copy_gbps * 1e9)
+
+
+_lock = threading.Lock()
+_timing = Timing()
+_engines: dict[tuple[int, str], threading.Lock] = {}
+
+
+def parse(spec: str) -> Timing:
+    """Parse a timing spec; raises ValueError naming the bad entry and the format."""
+    values: dict[str, float] = {}
+    for entry in spec.split(","):
+        if not entry.strip():
+            continue
+        key, sep, text = (p.strip() for p in entry.partition("="))
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        fields = ("execute_us", "execute_us_per_row", "copy_gbps")
+        valid = value > 0 if key == "copy_gbps" else value >= 0
+        if not sep or key not in fields or key in values or not valid or math.isinf(value):
+            raise ValueError(f"{ENV}: bad entry {entry.strip()!r}; expected {FORMAT}")
+        values[key] = value
+    return Timing(**values)
+
+
+def set_timing(spec: str | None) -> None:
+    """Install a timing spec (None or "" turns the sleeping off)."""
+    global _timing
+    timing = parse(spec or "")
+    with _lock:
+        _timing = timing
+
+
+def load_from_env() -> None:
+    """Install the spec from `GE_EMULATOR_TIMING` (no sleeping when unset)."""
+    set_timing(os.environ.get(ENV))
+
+
+def current() -> Timing:
+    """The installed timing model."""
+    return _timing
+
+
+@contextlib.contextmanager
+def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
+    """Hold the device's `name` engine for the body and until `seconds` have passed in total."""
+    with _lock:
+        lock = _engines.setdefault((device_id, name), threading.Lock())
+    with lock:
+        start = time.monotonic()
+        yield
+        remaining = seconds - (time.monotonic() - start)
+        if remaining > 0:
+            time.sleep(remaining)

@@ -1,0 +1,85 @@
+"""Choosing the ACL implementation, and the once-per-process `acl.init` / `acl.finalize`."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import weakref
+from types import ModuleType
+
+from ge_python_backend.runtime.errors import RuntimeSelectionError, check
+
+__all__ = ["ENV_VAR", "RUNTIMES", "ensure_initialized", "load_acl", "selected_runtime"]
+
+ENV_VAR = "GE_PYTHON_BACKEND_ACL"
+RUNTIMES = ("pyacl", "emulator")
+_MODULES = {"pyacl": "acl", "emulator": "ge_python_backend.emulator.acl"}
+
+ACL_ERROR_REPEAT_INITIALIZE = 100002
+ACL_ERROR_REPEAT_FINALIZE = 100037
+
+_init_lock = threading.Lock()
+_initialized: set[int] = set()  # id() of every acl module initialised by this process
+
+
+class _ProcessLifetime:
+    """Lives until the interpreter exits; its finalizers call `acl.finalize` then."""
+
+
+# Finalizers run at exit newest first, so the ones registered here (at `acl.init`) run after
+# those of every device object created later: model, buffers, streams, context, device reset.
+_PROCESS = _ProcessLifetime()
+
+
+def selected_runtime(runtime: str | None = None) -> str:
+    """The runtime name in force: `$GE_PYTHON_BACKEND_ACL` if set, else `runtime`, else pyacl."""
+    env = os.environ.get(ENV_VAR, "").strip()
+    name = env or runtime or "pyacl"
+    if name not in RUNTIMES:
+        source = f"${ENV_VAR}" if env else "runtime argument"
+        raise RuntimeSelectionError(
+            f"unknown ACL runtime {name!r} (from the {source}); expected one of: "
+            + ", ".join(RUNTIMES)
+        )
+    return name
+
+
+def load_acl(runtime: str | None = None) -> ModuleType:
+    """Import the ACL module: real pyACL (`"pyacl"`, the default) or the CPU emulator.
+
+    `$GE_PYTHON_BACKEND_ACL` overrides `runtime`. There is no fallback from one to the other.
+    """
+    name = selected_runtime(runtime)
+    try:
+        return importlib.import_module(_MODULES[name])
+    except ImportError as exc:
+        if name == "pyacl":
+            raise RuntimeSelectionError(
+                f"cannot import pyACL (the `acl` module): {exc}. On an Ascend host, load CANN's "
+                "environment first: `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or the "
+                "set_env.sh of your CANN install). Without an NPU, use the CPU emulator: "
+                f"runtime='emulator' or {ENV_VAR}=emulator."
+            ) from exc
+        raise RuntimeSelectionError(
+            f"cannot import the pyACL emulator: {exc}. Install its extras: "
+            "pip install 'ge-python-backend[emulator]'."
+        ) from exc
+
+
+def ensure_initialized(acl: ModuleType) -> None:
+    """Call `acl.init()` once per process; tolerate 100002; `acl.finalize()` at exit if ours."""
+    with _init_lock:
+        if id(acl) in _initialized:
+            return
+        ret = acl.init()
+        if ret != ACL_ERROR_REPEAT_INITIALIZE:  # someone else initialised: they finalise
+            check(ret, "acl.init", acl)
+            weakref.finalize(_PROCESS, _finalize, acl)
+        _initialized.add(id(acl))
+
+
+def _finalize(acl: ModuleType) -> None:
+    ret = acl.finalize()
+    if ret != ACL_ERROR_REPEAT_FINALIZE:
+        check(ret, "acl.finalize", acl)

@@ -1,0 +1,87 @@
+"""Plan a batch of rows into executions the model can run (pure; no ACL).
+
+A batched model runs one of its batch gears per execution. `plan_chunks` picks the gears for `rows`
+rows: fewest executions first, then fewest padded rows.
+
+With largest gear M, no plan can use fewer than k = ceil(rows / M) executions, and k copies of M
+always fit, so k is the optimum. A k-gear plan pads `k*M - rows - sum(M - g_i)` rows, so the best
+plan replaces some M's by smaller gears whose deficits `M - g` add up to as much as possible of the
+slack `k*M - rows` (< M). That is a small unbounded subset-sum over values below M, independent of
+`rows`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+__all__ = ["Chunk", "normalize_gears", "plan_chunks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One execution: the model runs `gear` rows, of which the first `rows` are real."""
+
+    gear: int
+    rows: int
+
+    @property
+    def padded(self) -> int:
+        """Rows of padding (zeros) this execution carries."""
+        return self.gear - self.rows
+
+
+def normalize_gears(gears: Sequence[int]) -> tuple[int, ...]:
+    """Sorted distinct gears; raises ValueError unless every gear is a positive integer."""
+    if not gears:
+        raise ValueError("expected at least one batch gear, got none")
+    bad = [g for g in gears if isinstance(g, bool) or not isinstance(g, int) or g <= 0]
+    if bad:
+        raise ValueError(f"batch gears must be positive integers, got {list(gears)}")
+    return tuple(sorted(set(gears)))
+
+
+def plan_chunks(rows: int, gears: Sequence[int]) -> list[Chunk]:
+    """Split `rows` rows into gear-sized executions: fewest executions, then fewest padded rows.
+
+    Chunks come largest gear first; real rows fill them in order, so only the last may be padded
+    (e.g. gears (1, 2, 4, 8) and 11 rows give [Chunk(8, 8), Chunk(4, 3)]).
+    """
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise ValueError(f"rows must be a non-negative integer, got {rows!r}")
+    ordered = normalize_gears(gears)
+    if rows == 0:
+        return []
+    largest = ordered[-1]
+    count = -(-rows // largest)
+    slack = count * largest - rows
+    deficits = sorted(largest - g for g in ordered[:-1])  # rows saved by g instead of `largest`
+
+    # fewest[s]: fewest deficits summing to exactly s (unreachable: more than `count`);
+    # last[s]: one deficit of such a sum.
+    unreachable = count + 1
+    fewest = [0] + [unreachable] * slack
+    last = [0] * (slack + 1)
+    for total in range(1, slack + 1):
+        for deficit in deficits:
+            if deficit > total:
+                break
+            if fewest[total - deficit] + 1 < fewest[total]:
+                fewest[total] = fewest[total - deficit] + 1
+                last[total] = deficit
+    best = max(s for s in range(slack + 1) if fewest[s] <= count)
+
+    chosen: list[int] = []
+    remaining = best
+    while remaining:
+        chosen.append(largest - last[remaining])
+        remaining -= last[remaining]
+    plan = sorted([largest] * (count - len(chosen)) + chosen, reverse=True)
+
+    chunks = []
+    left = rows
+    for gear in plan:
+        used = min(gear, left)
+        chunks.append(Chunk(gear, used))
+        left -= used
+    return chunks

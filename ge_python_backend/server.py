@@ -1,0 +1,510 @@
+"""Run a real Triton Inference Server: the one bundled in `nvidia-pytriton`, or the user's own.
+
+The bundled server (Triton 2.51) lives in the `pytriton` package: `tritonserver/bin/tritonserver`,
+its shared libraries in `nvidia_pytriton.libs/` (put on `LD_LIBRARY_PATH`), the Python backend in
+`tritonserver/backends/python/` and one `triton_python_backend_stub` per Python version. The Python
+backend looks for the stub next to `libtriton_python.so`, so a backend directory holding both is
+built once per interpreter version in a cache folder and reused.
+
+The stub embeds Python and finds its `site-packages` the way `python3` would: through `PATH`. The
+child environment puts this interpreter's `bin` directory first (and its `libpython` on
+`LD_LIBRARY_PATH` when it has one), so `model.py` runs on the same interpreter and virtual
+environment as the caller and can import `ge_python_backend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from ge_python_backend.config import ConfigError, load_model_config
+from ge_python_backend.errors import GeBackendError, UserError
+
+MIB = 1024 * 1024
+# Triton's own default for both shm-default-byte-size and shm-growth-byte-size.
+SHM_FLOOR_BYTES = 1 * MIB
+# Pre-sizing caps. Larger tensors still work: the backend grows a region by as many growth steps
+# as one allocation needs. The caps keep a many-instance server inside a container's /dev/shm.
+SHM_DEFAULT_CAP_BYTES = 256 * MIB
+SHM_GROWTH_CAP_BYTES = 64 * MIB
+# Guess for one TYPE_STRING element, whose size a config does not tell.
+STRING_ELEMENT_BYTES = 64
+MODEL_CONTROL_MODES = ("none", "explicit")
+
+_ELEMENT_BYTES = {
+    "TYPE_BOOL": 1,
+    "TYPE_UINT8": 1,
+    "TYPE_INT8": 1,
+    "TYPE_UINT16": 2,
+    "TYPE_INT16": 2,
+    "TYPE_FP16": 2,
+    "TYPE_BF16": 2,
+    "TYPE_UINT32": 4,
+    "TYPE_INT32": 4,
+    "TYPE_FP32": 4,
+    "TYPE_UINT64": 8,
+    "TYPE_INT64": 8,
+    "TYPE_FP64": 8,
+    "TYPE_STRING": STRING_ELEMENT_BYTES,
+}
+
+
+class ServerError(GeBackendError):
+    """The server process failed to start, exited early or never became ready."""
+
+
+@dataclass(frozen=True)
+class ServerBinary:
+    """A `tritonserver` executable and how to run it."""
+
+    executable: Path
+    backend_directory: Path | None  # None: the server's default (/opt/tritonserver/backends)
+    library_path: tuple[Path, ...]  # prepended to LD_LIBRARY_PATH
+
+
+@dataclass(frozen=True)
+class ServerUrls:
+    """Where a running server listens."""
+
+    http: str  # "http://127.0.0.1:8000"
+    grpc: str  # "127.0.0.1:8001" (what tritonclient.grpc takes)
+    metrics: str  # "http://127.0.0.1:8002/metrics"
+
+
+@dataclass(frozen=True)
+class ShmSizes:
+    """`--backend-config python,shm-default-byte-size=...,shm-growth-byte-size=...` values."""
+
+    default_bytes: int
+    growth_bytes: int
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ge-python-backend` (or `~/.cache/ge-python-backend`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "ge-python-backend"
+
+
+def bundled_server_root() -> Path:
+    """`.../site-packages/pytriton/tritonserver` of the installed `nvidia-pytriton`."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            "the bundled Triton server needs nvidia-pytriton: pip install "
+            "'ge-python-backend[server]' (or pass --tritonserver and --backend-directory)"
+        )
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    if not (root / "bin" / "tritonserver").is_file():
+        raise UserError(f"nvidia-pytriton is installed but {root}/bin/tritonserver is missing")
+    return root
+
+
+def _stub_source(server_root: Path) -> Path:
+    """The Python backend stub built for this interpreter's major.minor version."""
+    stubs = server_root / "python_backend_stubs"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = stubs / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        available = sorted(path.name for path in stubs.iterdir()) if stubs.is_dir() else []
+        raise UserError(
+            f"nvidia-pytriton has no Python backend stub for Python {version} "
+            f"(it has: {', '.join(available) or 'none'}); run with one of those versions"
+        )
+    return stub
+
+
+def _backend_files(server_root: Path) -> dict[str, Path]:
+    """Relative path in the backend directory -> source file."""
+    source = server_root / "backends" / "python"
+    files = {
+        f"python/{path.relative_to(source)}": path
+        for path in sorted(source.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    files["python/triton_python_backend_stub"] = _stub_source(server_root)
+    return files
+
+
+def _backend_is_complete(directory: Path, files: Mapping[str, Path]) -> bool:
+    return all(
+        (directory / name).is_file() and (directory / name).stat().st_size == src.stat().st_size
+        for name, src in files.items()
+    )
+
+
+def prepare_backend_directory(server_root: Path, cache_dir: Path | None = None) -> Path:
+    """A backend directory holding `python/` and the stub for this interpreter.
+
+    Reused when already complete; otherwise built in a temporary folder and renamed into place,
+    so concurrent callers never see a half-written directory.
+    """
+    files = _backend_files(server_root)
+    fingerprint = hashlib.sha256()
+    for name, src in files.items():
+        stat = src.stat()
+        fingerprint.update(f"{name}:{src}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cache = (cache_dir or default_cache_dir()) / "backends"
+    target = cache / f"python{version}-{fingerprint.hexdigest()[:16]}"
+    if _backend_is_complete(target, files):
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
+    try:
+        for name, src in files.items():
+            (build / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, build / name)
+        if target.exists():  # incomplete leftover: move it aside, then swap in the new build
+            stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=cache))
+            with contextlib.suppress(FileNotFoundError):
+                target.rename(stale / "old")
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            build.rename(target)
+        except OSError:
+            if not _backend_is_complete(target, files):  # not just another process winning
+                raise
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+def find_server(
+    tritonserver: str | os.PathLike[str] | None = None,
+    backend_directory: str | os.PathLike[str] | None = None,
+    cache_dir: Path | None = None,
+) -> ServerBinary:
+    """The user's `tritonserver` (a path or a name on PATH) or else the bundled one."""
+    if tritonserver is not None:
+        found = shutil.which(os.fspath(tritonserver))
+        if found is None:
+            raise UserError(f"tritonserver {os.fspath(tritonserver)!r} not found or not executable")
+        backends = Path(backend_directory) if backend_directory is not None else None
+        if backends is not None and not backends.is_dir():
+            raise UserError(f"backend directory {backends} does not exist")
+        return ServerBinary(Path(found).resolve(), backends, ())
+    root = bundled_server_root()
+    if backend_directory is not None:
+        backends = Path(backend_directory)
+        if not backends.is_dir():
+            raise UserError(f"backend directory {backends} does not exist")
+    else:
+        backends = prepare_backend_directory(root, cache_dir)
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    return ServerBinary(root / "bin" / "tritonserver", backends, (libs,) if libs.is_dir() else ())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _tensor_bytes(tensor: Any, batch: int, warmup_dims: Mapping[str, list[int]]) -> int:
+    """Bytes of one tensor at `batch` rows; -1 axes take the warmup's size, else 1."""
+    dims = [int(dim) for dim in tensor.dims]
+    known = warmup_dims.get(tensor.name, [])
+    sizes = [dim if dim >= 0 else (known[i] if i < len(known) else 1) for i, dim in enumerate(dims)]
+    count = batch
+    for size in sizes:
+        count *= max(size, 1)
+    type_name = model_config_pb2.DataType.Name(tensor.data_type)
+    return count * _ELEMENT_BYTES.get(type_name, 8)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def shm_sizes_for_repository(repository: str | os.PathLike[str]) -> ShmSizes:
+    """Shared-memory sizes for the Python backend, from every `*/config.pbtxt` in `repository`.
+
+    The largest exchange is the biggest model's request plus response at `max_batch_size` rows
+    (1 row for `max_batch_size: 0`); -1 axes take the size of that input's `model_warmup` dims,
+    else 1 (so it is a lower bound). Each stub's region starts at twice that (one batch
+    arriving while the previous answer leaves), rounded up to MiB, between Triton's 1 MiB and
+    256 MiB; it grows in steps of one exchange, between 1 MiB and 64 MiB. Configs that do not
+    parse are skipped: the server reports them itself.
+    """
+    largest = 0
+    for path in sorted(Path(repository).glob("*/config.pbtxt")):
+        try:
+            config = load_model_config(path)
+        except ConfigError:
+            continue
+        warmup_dims: dict[str, list[int]] = {}
+        for warmup in config.model_warmup:
+            for name, tensor in warmup.inputs.items():
+                previous = warmup_dims.get(name, [])
+                dims = [int(dim) for dim in tensor.dims]
+                warmup_dims[name] = [max(pair) for pair in zip(dims, previous)] or dims
+        batch = max(int(config.max_batch_size), 1)
+        exchange = sum(
+            _tensor_bytes(tensor, batch, warmup_dims) for tensor in [*config.input, *config.output]
+        )
+        largest = max(largest, exchange)
+    default = min(max(_round_up(2 * largest, MIB), SHM_FLOOR_BYTES), SHM_DEFAULT_CAP_BYTES)
+    growth = min(max(_round_up(largest, MIB), SHM_FLOOR_BYTES), SHM_GROWTH_CAP_BYTES)
+    return ShmSizes(default, growth)
+
+
+def server_environment(
+    binary: ServerBinary, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The child environment: caller's env + `extra`, this interpreter first on PATH, libs."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(filter(None, [bindir, env.get("PATH")]))
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    libdirs = [str(path) for path in binary.library_path]
+    libpython_dir = sysconfig.get_config_var("LIBDIR")
+    soname = sysconfig.get_config_var("INSTSONAME")
+    if libpython_dir and soname and (Path(libpython_dir) / soname).is_file():
+        libdirs.append(libpython_dir)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libdirs, env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
+def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> int:
+    """SIGINT (Triton's clean shutdown), then SIGKILL for the whole group after `timeout`."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return int(process.returncode)
+
+
+class TritonServer:
+    """A `tritonserver` child process serving one model repository on loopback ports.
+
+    ```
+    with TritonServer("models", env={"GE_PYTHON_BACKEND_ACL": "emulator"}) as server:
+        print(server.urls.http)
+    ```
+    Entering starts the server and waits until it is ready; leaving stops it. Ports left as
+    None are free ports picked at start. `--exit-on-error=false` keeps the server up when a model
+    fails to load (that model stays UNAVAILABLE), and readiness is not strict, so `wait_ready`
+    returns once the server answers; see `repository_index()` for each model's state.
+    """
+
+    def __init__(
+        self,
+        repository: str | os.PathLike[str],
+        *,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        host: str = "127.0.0.1",
+        model_control_mode: str = "none",
+        load_models: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        binary: ServerBinary | None = None,
+        shm_sizes: ShmSizes | None = None,
+    ) -> None:
+        self.repository = Path(repository).resolve()
+        if not self.repository.is_dir():
+            raise UserError(f"model repository {self.repository} is not a directory")
+        if model_control_mode not in MODEL_CONTROL_MODES:
+            raise UserError(
+                f"model control mode must be one of {MODEL_CONTROL_MODES}, "
+                f"got {model_control_mode!r}"
+            )
+        if load_models and model_control_mode != "explicit":
+            raise UserError("--load-model needs --model-control-mode explicit")
+        self.host = host
+        self.model_control_mode = model_control_mode
+        self.load_models = tuple(load_models)
+        self.env = dict(env or {})
+        self.binary = binary
+        self.shm_sizes = shm_sizes
+        self._requested_ports = (http_port, grpc_port, metrics_port)
+        self._ports: tuple[int, int, int] | None = None
+        self.log_path = Path(log_path) if log_path is not None else None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id once started."""
+        return self._process.pid if self._process else None
+
+    @property
+    def urls(self) -> ServerUrls:
+        """HTTP, gRPC and metrics endpoints (after `start`)."""
+        if self._ports is None:
+            raise ServerError("the server has not been started")
+        http, grpc, metrics = self._ports
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return ServerUrls(
+            http=f"http://{host}:{http}",
+            grpc=f"{host}:{grpc}",
+            metrics=f"http://{host}:{metrics}/metrics",
+        )
+
+    def command(self) -> list[str]:
+        """The `tritonserver` command line (ports must be chosen, i.e. after `start`)."""
+        if self._ports is None or self.binary is None or self.shm_sizes is None:
+            raise ServerError("the server has not been started")
+        http, grpc, metrics = self._ports
+        command = [
+            str(self.binary.executable),
+            f"--model-repository={self.repository}",
+            f"--http-port={http}",
+            f"--grpc-port={grpc}",
+            f"--metrics-port={metrics}",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
+            "--exit-on-error=false",
+            "--strict-readiness=false",
+            f"--model-control-mode={self.model_control_mode}",
+            f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
+            f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
+        ]
+        if self.binary.backend_directory is not None:
+            command.append(f"--backend-directory={self.binary.backend_directory}")
+        command += [f"--load-model={name}" for name in self.load_models]
+        return command
+
+    def start(self) -> None:
+        """Launch the server (does not wait: see `wait_ready`)."""
+        if self._process is not None:
+            raise ServerError("the server was already started")
+        if self.binary is None:
+            self.binary = find_server()
+        if self.shm_sizes is None:
+            self.shm_sizes = shm_sizes_for_repository(self.repository)
+        http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)
+        self._ports = (http, grpc, metrics)
+        if self.log_path is None:
+            self.log_path = Path(tempfile.mkdtemp(prefix="ge-tritonserver-")) / "tritonserver.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=server_environment(self.binary, self.env),
+                start_new_session=True,  # Ctrl-C reaches us, and we stop the server cleanly
+            )
+        self._finalizer = weakref.finalize(self, _stop_process, self._process, 10.0)
+
+    def poll(self) -> int | None:
+        """The exit code if the server has exited, else None."""
+        return self._process.poll() if self._process else None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of the server log."""
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _request(self, method: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.urls.http + path, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return int(response.status), bytes(response.read())
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), bytes(exc.read())
+
+    def is_ready(self) -> bool:
+        """Whether `/v2/health/ready` answers 200."""
+        try:
+            return self._request("GET", "/v2/health/ready", timeout=2.0)[0] == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Poll `/v2/health/ready`; raise `ServerError` with the log tail on exit or timeout."""
+        if self._process is None:
+            raise ServerError("the server has not been started")
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                raise ServerError(
+                    f"tritonserver exited with code {code} before it was ready; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if self.is_ready():
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"tritonserver not ready after {timeout:.0f} s; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        """`POST /v2/repository/index`: name, version, state and reason of every model."""
+        status, body = self._request("POST", "/v2/repository/index")
+        if status != 200:
+            raise ServerError(
+                f"repository index failed ({status}): {body.decode(errors='replace')}"
+            )
+        return list(json.loads(body))
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Stop with SIGINT (in-flight requests finish), kill after `timeout` s; the exit code."""
+        if self._process is None:
+            return None
+        code = _stop_process(self._process, timeout)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        return code
+
+
+def model_states(index: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
+    """`{name: (state, reason)}` from a repository index."""
+    return {
+        str(entry["name"]): (str(entry.get("state", "")), str(entry.get("reason", "")))
+        for entry in index
+    }

@@ -1,0 +1,101 @@
+"""Shared fixtures: emulator `.om` files compiled once per test session.
+
+Each fixture returns the `pathlib.Path` of an `.om`; `onnx_models.onnx_path_of(om)` gives the ONNX
+it was compiled from (to compare with onnxruntime). Models are in `tests/onnx_models.py`.
+
+* `om_static`: mlp (`x` FLOAT[4,16] -> `y` FLOAT[4,8], `z` FLOAT[4,1]), static batch 4.
+* `om_dynamic_batch`: mlp with `x:-1,16`, batch gears 1,2,4,8.
+* `om_add_mul`: add_mul (`a`, `b` FLOAT[-1,4] -> `sum`, `product`), batch gears 1,2,4,8.
+* `om_mixed_types`: mixed_types (`x` INT32, `h` FLOAT16 [-1,4] -> `doubled` INT32,
+  `positive` BOOL, `squared` FLOAT16), batch gears 1,4.
+* `om_hw`: conv (`image` FLOAT[1,3,-1,-1] -> `features` FLOAT[1,8]), HW gears 16x16 and 32x32.
+* `om_dims`: dims model (`input_ids`, `attention_mask` INT64[1,-1] -> `hidden` FLOAT[1,-1,4]),
+  input format ND, dims gears (8,8), (16,16), (32,32): one value per -1 dim, so S is 8, 16
+  or 32 for both inputs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import onnx_models  # noqa: E402  (needs the sys.path entry above)
+
+from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
+
+
+def _compile(
+    factory: pytest.TempPathFactory,
+    build: Callable[[Path], Path],
+    name: str,
+    **flags: str,
+) -> Path:
+    directory = factory.mktemp(name)
+    onnx_path = build(directory / f"{name}.onnx")
+    return compile_onnx(onnx_path, directory / name, **flags)
+
+
+@pytest.fixture(scope="session")
+def om_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(tmp_path_factory, onnx_models.build_mlp, "mlp_static", input_shape="x:4,16")
+
+
+@pytest.fixture(scope="session")
+def om_dynamic_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_mlp,
+        "mlp_batch",
+        input_shape="x:-1,16",
+        dynamic_batch_size="1,2,4,8",
+    )
+
+
+@pytest.fixture(scope="session")
+def om_add_mul(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_add_mul,
+        "add_mul",
+        input_shape="a:-1,4;b:-1,4",
+        dynamic_batch_size="1,2,4,8",
+    )
+
+
+@pytest.fixture(scope="session")
+def om_mixed_types(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_mixed_types,
+        "mixed_types",
+        input_shape="x:-1,4;h:-1,4",
+        dynamic_batch_size="1,4",
+    )
+
+
+@pytest.fixture(scope="session")
+def om_hw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_conv,
+        "conv_hw",
+        input_shape="image:1,3,-1,-1",
+        dynamic_image_size="16,16;32,32",
+    )
+
+
+@pytest.fixture(scope="session")
+def om_dims(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_dims_model,
+        "dims",
+        input_shape="input_ids:1,-1;attention_mask:1,-1",
+        dynamic_dims="8,8;16,16;32,32",
+        input_format="ND",
+    )

@@ -1,0 +1,163 @@
+"""Small ONNX test models with deterministic weights, and a way back from an `.om` to its ONNX.
+
+Every builder writes the model to `path` and returns `path` as a `Path`. Batch axes are the
+symbolic dim "N", so any batch works; compile them with `--input_shape` to fix or mark dims.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ge_python_backend.emulator.omfile import OmModel
+
+OPSET = 17
+IR_VERSION = 8  # what onnxruntime accepts for opset 17
+
+
+def onnx_path_of(om: Path) -> Path:
+    """The ONNX file an emulator `.om` was compiled from (recorded in its header)."""
+    return Path(OmModel.load(om).header["onnx"]["path"])
+
+
+def build_mlp(path: Path) -> Path:
+    """`x` FLOAT[N,16] -> `y` FLOAT[N,8] = relu(x @ W + b), `z` FLOAT[N,1] = sum of y (axis 1)."""
+    rng = np.random.default_rng(16)
+    weights = [
+        _tensor("W", rng.standard_normal((16, 8)).astype(np.float32)),
+        _tensor("b", rng.standard_normal(8).astype(np.float32)),
+        _tensor("axes", np.array([1], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["pre"]),
+        helper.make_node("Relu", ["pre"], ["y"]),
+        helper.make_node("ReduceSum", ["y", "axes"], ["z"], keepdims=1),
+    ]
+    return _save(
+        path,
+        "mlp",
+        nodes,
+        [_value("x", TensorProto.FLOAT, ["N", 16])],
+        [_value("y", TensorProto.FLOAT, ["N", 8]), _value("z", TensorProto.FLOAT, ["N", 1])],
+        weights,
+    )
+
+
+def build_add_mul(path: Path) -> Path:
+    """`a`, `b` FLOAT[N,4] -> `sum` = a + b, `product` = a * b (no weights)."""
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["sum"]),
+        helper.make_node("Mul", ["a", "b"], ["product"]),
+    ]
+    return _save(
+        path,
+        "add_mul",
+        nodes,
+        [_value("a", TensorProto.FLOAT, ["N", 4]), _value("b", TensorProto.FLOAT, ["N", 4])],
+        [
+            _value("sum", TensorProto.FLOAT, ["N", 4]),
+            _value("product", TensorProto.FLOAT, ["N", 4]),
+        ],
+    )
+
+
+def build_conv(path: Path) -> Path:
+    """`image` FLOAT[N,3,H,W] -> conv 3x3 pad 1 (8 channels) -> global average pool -> `features`
+    FLOAT[N,8]; any H and W work."""
+    rng = np.random.default_rng(3)
+    weights = [
+        _tensor("conv_w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+        _tensor("conv_b", rng.standard_normal(8).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "conv_w", "conv_b"], ["conv"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["conv"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["features"], axis=1),
+    ]
+    return _save(
+        path,
+        "conv",
+        nodes,
+        [_value("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [_value("features", TensorProto.FLOAT, ["N", 8])],
+        weights,
+    )
+
+
+def build_dims_model(path: Path) -> Path:
+    """`input_ids`, `attention_mask` INT64[N,S] -> `hidden` FLOAT[N,S,4] = embedding(input_ids) *
+    mask. The vocabulary has 32 tokens (ids 0..31)."""
+    rng = np.random.default_rng(4)
+    weights = [
+        _tensor("embedding", rng.standard_normal((32, 4)).astype(np.float32)),
+        _tensor("last_axis", np.array([-1], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["embedding", "input_ids"], ["embedded"], axis=0),
+        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask_f", "last_axis"], ["mask_3d"]),
+        helper.make_node("Mul", ["embedded", "mask_3d"], ["hidden"]),
+    ]
+    return _save(
+        path,
+        "dims",
+        nodes,
+        [
+            _value("input_ids", TensorProto.INT64, ["N", "S"]),
+            _value("attention_mask", TensorProto.INT64, ["N", "S"]),
+        ],
+        [_value("hidden", TensorProto.FLOAT, ["N", "S", 4])],
+        weights,
+    )
+
+
+def build_mixed_types(path: Path) -> Path:
+    """`x` INT32[N,4], `h` FLOAT16[N,4] -> `doubled` INT32 = 2x, `positive` BOOL = x > 0,
+    `squared` FLOAT16 = h * h."""
+    weights = [_tensor("zero", np.array(0, np.int32))]
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["doubled"]),
+        helper.make_node("Greater", ["x", "zero"], ["positive"]),
+        helper.make_node("Mul", ["h", "h"], ["squared"]),
+    ]
+    return _save(
+        path,
+        "mixed_types",
+        nodes,
+        [_value("x", TensorProto.INT32, ["N", 4]), _value("h", TensorProto.FLOAT16, ["N", 4])],
+        [
+            _value("doubled", TensorProto.INT32, ["N", 4]),
+            _value("positive", TensorProto.BOOL, ["N", 4]),
+            _value("squared", TensorProto.FLOAT16, ["N", 4]),
+        ],
+        weights,
+    )
+
+
+def _value(name: str, elem_type: int, dims: list[int | str]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, dims)
+
+
+def _tensor(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(array, name)
+
+
+def _save(
+    path: Path,
+    name: str,
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto] | None = None,
+) -> Path:
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers or [])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return Path(path)
