@@ -21,6 +21,9 @@ from ge_python_backend.errors import UserError
 
 ACL_RUNTIMES = ("pyacl", "emulator")
 PIPELINE_DEPTHS = (1, 2)
+# Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
+# masks and indices, where random values would be out of range).
+RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")
 REQUIRED_PARAMETERS = ("om_file", "om_sha256", "device_ids", "acl_runtime", "pipeline_depth")
 
 
@@ -70,12 +73,6 @@ def config_data_type(triton_dtype: str) -> int:
         return int(model_config_pb2.DataType.Value("TYPE_" + name))
     except ValueError:
         raise ConfigError(f"unknown Triton data type {triton_dtype!r}") from None
-
-
-def triton_dtype_of(data_type: int) -> str:
-    """`TYPE_FP32` -> `"FP32"`, `TYPE_STRING` -> `"BYTES"` (the protocol's names)."""
-    name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
-    return "BYTES" if name == "STRING" else name
 
 
 def check_model_name(name: str) -> str:
@@ -131,7 +128,8 @@ def build_model_config(
 
     A batched `.om` gets `max_batch_size` = its largest gear (or `max_batch_size` when given: the
     runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
-    one warmup per gear; a model without a batch axis gets `max_batch_size: 0` and one warmup.
+    one warmup per gear (gears above `max_batch_size` are left out); a model without a batch
+    axis gets `max_batch_size: 0` and one warmup. HW/dims models warm up on their first gear.
     """
     check_model_name(name)
     if acl_runtime not in ACL_RUNTIMES:
@@ -190,7 +188,10 @@ def build_model_config(
             for spec, shape in zip(inputs, shapes):
                 entry.inputs[spec.name].data_type = config_data_type(spec.triton_dtype)
                 entry.inputs[spec.name].dims.extend(model_dims(shape, batch > 0))
-                entry.inputs[spec.name].random_data = True
+                if spec.triton_dtype in RANDOM_WARMUP_DTYPES:
+                    entry.inputs[spec.name].random_data = True
+                else:  # ids, masks, indices: zeros are always in range
+                    entry.inputs[spec.name].zero_data = True
     return config
 
 

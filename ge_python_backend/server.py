@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -313,6 +313,8 @@ class TritonServer:
     None are free ports picked at start. `--exit-on-error=false` keeps the server up when a model
     fails to load (that model stays UNAVAILABLE), and readiness is not strict, so `wait_ready`
     returns once the server answers; see `repository_index()` for each model's state.
+    `exit_timeout` is Triton's `--exit-timeout-secs`: how long a stop waits for in-flight
+    requests and idle client connections.
     """
 
     def __init__(
@@ -329,6 +331,7 @@ class TritonServer:
         log_path: str | os.PathLike[str] | None = None,
         binary: ServerBinary | None = None,
         shm_sizes: ShmSizes | None = None,
+        exit_timeout: int = 10,
     ) -> None:
         self.repository = Path(repository).resolve()
         if not self.repository.is_dir():
@@ -346,6 +349,7 @@ class TritonServer:
         self.env = dict(env or {})
         self.binary = binary
         self.shm_sizes = shm_sizes
+        self.exit_timeout = exit_timeout
         self._requested_ports = (http_port, grpc_port, metrics_port)
         self._ports: tuple[int, int, int] | None = None
         self.log_path = Path(log_path) if log_path is not None else None
@@ -403,6 +407,7 @@ class TritonServer:
             f"--metrics-address={self.host}",
             "--exit-on-error=false",
             "--strict-readiness=false",
+            f"--exit-timeout-secs={self.exit_timeout}",
             f"--model-control-mode={self.model_control_mode}",
             f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
@@ -492,19 +497,16 @@ class TritonServer:
             )
         return list(json.loads(body))
 
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """Stop with SIGINT (in-flight requests finish), kill after `timeout` s; the exit code."""
+    def stop(self, timeout: float | None = None) -> int | None:
+        """Stop with SIGINT and return the exit code.
+
+        Triton lets in-flight requests and open HTTP connections finish for `exit_timeout`
+        seconds, then unloads the models; the process group is killed after `timeout` seconds
+        (default `exit_timeout` + 20).
+        """
         if self._process is None:
             return None
-        code = _stop_process(self._process, timeout)
+        code = _stop_process(self._process, self.exit_timeout + 20 if timeout is None else timeout)
         if self._finalizer is not None:
             self._finalizer.detach()
         return code
-
-
-def model_states(index: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
-    """`{name: (state, reason)}` from a repository index."""
-    return {
-        str(entry["name"]): (str(entry.get("state", "")), str(entry.get("reason", "")))
-        for entry in index
-    }

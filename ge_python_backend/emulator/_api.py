@@ -85,6 +85,4 @@ def api(
 def _injected(fault: faults.Fault) -> int:
     STATE.count("faults_injected")
     nth = "every call" if fault.nth is None else f"call #{fault.nth}"
-    return record(
-        fault.code, f"injected fault {fault.call}:{fault.code} ({nth}, {faults.ENV})"
-    )
+    return record(fault.code, f"injected fault {fault.call}:{fault.code} ({nth}, {faults.ENV})")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import bisect
 import ctypes
 from dataclasses import dataclass
+
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     HANDLE_BASE,
     POISON,
-    STATE,
     AclFailure,
 )
 
@@ -22,6 +22,7 @@ ALIGN = 64
 GUARD = 0x1000  # unmapped gap after each device allocation
 MIN_HOST_ADDRESS = 0x1000
 MAX_HOST_ADDRESS = 1 << 48  # user-space addresses on x86-64 and aarch64 are below this
+
 
 def rounded_size(size: int) -> int:
     """What the real runtime reserves for `malloc(size)`: a multiple of 32, plus 32."""
@@ -36,9 +37,9 @@ class DeviceAllocation:
     size: int
     capacity: int  # rounded size, counted against the device
     device_id: int
-    session: int  # STATE.session at allocation (memory does not survive acl.finalize)
     view: ctypes.Array[ctypes.c_char] | None
     address: int  # real process address of the backing bytearray
+    freed_by: str = ""  # how it stopped being live: "freed" or "released by acl.finalize"
 
     @property
     def live(self) -> bool:
@@ -83,6 +84,7 @@ class Memory:
         self._device: list[DeviceAllocation] = []
         self._host_bases: list[int] = []  # live host allocations, ascending
         self._host: dict[int, HostAllocation] = {}
+        self._released_host: list[ctypes.Array[ctypes.c_char] | None] = []
         self.live_device = 0
         self.device_bytes = 0
         self.live_host = 0
@@ -97,7 +99,6 @@ class Memory:
             size=size,
             capacity=rounded_size(size),
             device_id=device_id,
-            session=STATE.session,
             view=view,
             address=ctypes.addressof(view),
         )
@@ -116,9 +117,10 @@ class Memory:
         alloc = self._device[i]
         return alloc if addr < alloc.base + alloc.size else None
 
-    def free_device(self, alloc: DeviceAllocation) -> None:
+    def free_device(self, alloc: DeviceAllocation, how: str = "freed") -> None:
         """Release a live device block (queued work keeps its own reference to the bytes)."""
         alloc.view = None
+        alloc.freed_by = how
         self.live_device -= 1
         self.device_bytes -= alloc.capacity
 
@@ -154,24 +156,31 @@ class Memory:
         self.live_host -= 1
         self.host_bytes -= alloc.size
 
+    def release_all(self) -> tuple[int, int]:
+        """acl.finalize: release every live block; returns (device, host) blocks released.
+
+        Host blocks stay referenced (never reused) so a stale pointer cannot corrupt the process.
+        """
+        device = [a for a in self._device if a.live]
+        for alloc in device:
+            self.free_device(alloc, "released by acl.finalize")
+        host = list(self._host.values())
+        for block in host:
+            self._released_host.append(block.raw)
+            self.free_host(block)
+        return len(device), len(host)
+
     def resolve(self, addr: int, what: str) -> Span:
-        """Classify `addr` (device / pinned host / other host) or raise 107000 explaining why not."""
+        """Classify `addr` (device, pinned host, other host) or raise 107000 saying why not."""
         if addr >= DEVICE_ADDRESS_BASE:
             alloc = self.device_block(addr)
             if alloc is None:
-                raise AclFailure(
-                    107000, f"{what} 0x{addr:x} is not inside any device allocation"
-                )
+                raise AclFailure(107000, f"{what} 0x{addr:x} is not inside any device allocation")
             if not alloc.live:
                 raise AclFailure(
                     107000,
-                    f"{what} 0x{addr:x} is in device memory 0x{alloc.base:x} that was freed",
-                )
-            if alloc.session != STATE.session:
-                raise AclFailure(
-                    107000,
-                    f"{what} 0x{addr:x} is device memory allocated before acl.finalize; "
-                    "it no longer exists",
+                    f"{what} 0x{addr:x} is in device memory 0x{alloc.base:x} that was "
+                    f"{alloc.freed_by}",
                 )
             offset = addr - alloc.base
             return Span(True, alloc.address + offset, alloc.size - offset, alloc, None, alloc.view)

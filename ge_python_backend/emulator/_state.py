@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ge_python_backend.emulator._models import LoadedModel, ModelDesc
     from ge_python_backend.emulator._streams import Stream
 
 DEVICE_ADDRESS_BASE = 0xD000_0000_0000_0000
@@ -48,6 +49,8 @@ ERROR_NAMES: dict[int, str] = {
     107017: "ACL_ERROR_RT_INVALID_HANDLE",
     145006: "ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID",
     145007: "ACL_ERROR_GE_EXEC_MODEL_ADDR_INVALID",
+    145011: "ACL_ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID",
+    145012: "ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID",
     145013: "ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID",
     145021: "ACL_ERROR_GE_SHAPE_INVALID",
     207000: "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
@@ -124,14 +127,15 @@ class State:
 
     def __init__(self) -> None:
         self.initialized = False
-        self.session = 0  # incremented by every successful acl.init
         self.device_count = DEFAULT_DEVICE_COUNT
-        self.device_memory = DEFAULT_DEVICE_MEMORY
         self.devices: dict[int, Device] = {}
         self.contexts: dict[int, Context] = {}
         self.streams: dict[int, Stream] = {}
         self.data_buffers: dict[int, DataBuffer] = {}
         self.datasets: dict[int, Dataset] = {}
+        self.descs: dict[int, ModelDesc] = {}
+        self.models: dict[int, LoadedModel] = {}
+        self.next_model_id = 1
         self.counters: collections.Counter[str] = collections.Counter()
         self._next_handle = HANDLE_BASE
 

@@ -6,7 +6,7 @@ import collections
 import threading
 from collections.abc import Callable
 
-from ge_python_backend.emulator._state import TLS, AclFailure, Context
+from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Context
 
 Work = Callable[[], None]  # raises AclFailure when the queued operation fails
 
@@ -17,7 +17,6 @@ class Stream:
     def __init__(self, handle: int, context: Context) -> None:
         self.handle = handle
         self.context = context
-        self.live = True
         self._cond = threading.Condition()
         self._queue: collections.deque[tuple[str, Work]] = collections.deque()
         self._submitted = 0
@@ -29,6 +28,8 @@ class Stream:
     def submit(self, api: str, work: Work) -> int:
         """Queue `work` (from call `api`); returns its ticket for `wait_for`."""
         with self._cond:
+            if self._stopping:
+                raise AclFailure(107017, f"stream 0x{self.handle:x} was destroyed")
             self._queue.append((api, work))
             self._submitted += 1
             if self._thread is None:
@@ -81,8 +82,29 @@ class Stream:
                 failure = AclFailure(exc.code, f"queued {api} failed: {exc}")
             except Exception as exc:  # a bug in the emulator must not kill the stream silently
                 failure = AclFailure(507000, f"queued {api} hit an emulator error: {exc!r}")
+            if failure is not None:
+                STATE.count("async_failures")
             with self._cond:
                 self._completed += 1
                 if failure is not None and self._failure is None:
                     self._failure = failure
                 self._cond.notify_all()
+
+
+def stream_in(handle: int, ctx: Context) -> Stream:
+    """Stream `handle` (0: the context's default stream) used under `ctx`; else 107017/107003."""
+    with LOCK:
+        if handle == 0:
+            if ctx.default_stream is None:
+                ctx.default_stream = Stream(STATE.new_handle(), ctx)
+            return ctx.default_stream
+        stream = STATE.streams.get(handle)
+        if stream is None:
+            raise AclFailure(107017, f"0x{handle:x} is not a live stream handle")
+        if stream.context is not ctx:
+            raise AclFailure(
+                107003,
+                f"stream 0x{handle:x} belongs to context 0x{stream.context.handle:x}, but the "
+                f"current context of this thread is 0x{ctx.handle:x}",
+            )
+        return stream

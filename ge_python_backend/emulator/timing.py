@@ -1,4 +1,4 @@
-"""Device timing model: `GE_EMULATOR_TIMING="execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"`.
+"""Timing model: `GE_EMULATOR_TIMING="execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"`.
 
 Each device has three engines (model execution, host-to-device copy, device-to-host copy). An
 engine is a lock held while the work runs and then while sleeping the rest of its modelled time:
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 ENV = "GE_EMULATOR_TIMING"
 FORMAT = (
-    'comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, '
+    "comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, "
     '>= 0) and copy_gbps (GB/s, > 0), e.g. "execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"'
 )
 

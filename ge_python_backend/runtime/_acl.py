@@ -10,17 +10,26 @@ from types import ModuleType
 
 from ge_python_backend.runtime.errors import RuntimeSelectionError, check
 
-__all__ = ["ENV_VAR", "RUNTIMES", "ensure_initialized", "load_acl", "selected_runtime"]
+__all__ = [
+    "ACL_ERROR_UNINITIALIZE",
+    "ENV_VAR",
+    "RUNTIMES",
+    "ensure_initialized",
+    "load_acl",
+    "selected_runtime",
+]
 
 ENV_VAR = "GE_PYTHON_BACKEND_ACL"
 RUNTIMES = ("pyacl", "emulator")
 _MODULES = {"pyacl": "acl", "emulator": "ge_python_backend.emulator.acl"}
 
+ACL_ERROR_UNINITIALIZE = 100001
 ACL_ERROR_REPEAT_INITIALIZE = 100002
 ACL_ERROR_REPEAT_FINALIZE = 100037
 
 _init_lock = threading.Lock()
-_initialized: set[int] = set()  # id() of every acl module initialised by this process
+_initialized: set[int] = set()  # id() of every acl module initialised in this process
+_finalizing: set[int] = set()  # ... and of those this runtime finalizes at exit
 
 
 class _ProcessLifetime:
@@ -67,15 +76,20 @@ def load_acl(runtime: str | None = None) -> ModuleType:
         ) from exc
 
 
-def ensure_initialized(acl: ModuleType) -> None:
-    """Call `acl.init()` once per process; tolerate 100002; `acl.finalize()` at exit if ours."""
+def ensure_initialized(acl: ModuleType, again: bool = False) -> None:
+    """Call `acl.init()` once per process; tolerate 100002; `acl.finalize()` at exit if ours.
+
+    `again` initialises anew after someone else called `acl.finalize`.
+    """
     with _init_lock:
-        if id(acl) in _initialized:
+        if id(acl) in _initialized and not again:
             return
         ret = acl.init()
         if ret != ACL_ERROR_REPEAT_INITIALIZE:  # someone else initialised: they finalise
             check(ret, "acl.init", acl)
-            weakref.finalize(_PROCESS, _finalize, acl)
+            if id(acl) not in _finalizing:
+                weakref.finalize(_PROCESS, _finalize, acl)
+                _finalizing.add(id(acl))
         _initialized.add(id(acl))
 
 

@@ -23,7 +23,10 @@ ACL_ERRORS: dict[int, tuple[str, str]] = {
     0: ("ACL_SUCCESS", "success"),
     # acl_base.h: caller and environment errors
     100000: ("ACL_ERROR_INVALID_PARAM", "a parameter failed ACL's checks"),
-    100001: ("ACL_ERROR_UNINITIALIZE", "acl.init was not called (or a dump/profiling init is missing)"),
+    100001: (
+        "ACL_ERROR_UNINITIALIZE",
+        "acl.init was not called (or a dump/profiling init is missing)",
+    ),
     100002: ("ACL_ERROR_REPEAT_INITIALIZE", "already initialised or loaded"),
     100003: ("ACL_ERROR_INVALID_FILE", "the file is missing or unreadable"),
     100006: ("ACL_ERROR_PARSE_FILE", "the file content could not be parsed"),
@@ -136,7 +139,10 @@ ACL_ERRORS: dict[int, tuple[str, str]] = {
     145006: ("ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID", "the model data size is invalid"),
     145007: ("ACL_ERROR_GE_EXEC_MODEL_ADDR_INVALID", "the model data address is invalid"),
     145009: ("ACL_ERROR_GE_EXEC_LOAD_MODEL_REPEATED", "the model is already loaded"),
-    145011: ("ACL_ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID", "the dynamic-gear input address is invalid"),
+    145011: (
+        "ACL_ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID",
+        "the dynamic-gear input address is invalid",
+    ),
     145012: ("ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID", "the dynamic-gear input size is invalid"),
     145013: ("ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID", "the batch size is not one of the gears"),
     145014: ("ACL_ERROR_GE_AIPP_BATCH_EMPTY", "the AIPP batch is empty"),

@@ -1,0 +1,122 @@
+"""`ge-python-model inspect`: what an `.om` takes and returns, and its gears."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.config import ACL_RUNTIMES
+from ge_python_backend.errors import UserError
+from ge_python_backend.scaffold import open_session
+
+DESCRIPTION = """\
+Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
+.om, read through pyACL (the default) or the CPU emulator. Shapes are the full .om shapes: axis 0
+is included and -1 marks a dynamic axis.
+
+examples:
+  ge-python-model inspect resnet.om
+  ge-python-model inspect resnet.om --runtime emulator --json
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `inspect` subcommand."""
+    parser = subparsers.add_parser(
+        "inspect",
+        help="show the inputs, outputs and gears of an .om",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("om", type=Path, help="the .om file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--runtime",
+        choices=ACL_RUNTIMES,
+        default="pyacl",
+        help="open the .om with real pyACL or the CPU emulator (default: pyacl)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _tensor(spec: Any) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "datatype": spec.triton_dtype,
+        "numpy_dtype": str(spec.dtype),
+        "shape": list(spec.shape),
+        "format": spec.format,
+    }
+
+
+def describe(om: Path, runtime: str) -> dict[str, Any]:
+    """The JSON-ready description of an `.om`."""
+    if not om.is_file():
+        raise UserError(f".om file {om} does not exist")
+    with open_session(om, runtime) as session:
+        gears = session.gears
+        return {
+            "file": str(om),
+            "inputs": [_tensor(spec) for spec in session.inputs],
+            "outputs": [_tensor(spec) for spec in session.outputs],
+            "gears": {
+                "kind": gears.kind,
+                "batched": gears.batched,
+                "batch_gears": list(gears.batch_gears),
+                "hw_gears": [list(gear) for gear in gears.hw_gears],
+                "dims_gears": [[list(shape) for shape in gear] for gear in gears.dims_gears],
+                "max_batch": gears.max_batch,
+            },
+        }
+
+
+def gears_text(gears: dict[str, Any], input_names: Sequence[str]) -> str:
+    """One line describing the gears."""
+    if gears["kind"] == "hw":
+        text = "image sizes (HxW) " + ", ".join(f"{h}x{w}" for h, w in gears["hw_gears"])
+    elif gears["kind"] == "dims":
+        text = "input shapes " + " | ".join(
+            ", ".join(f"{name}={shape}" for name, shape in zip(input_names, gear))
+            for gear in gears["dims_gears"]
+        )
+    elif gears["kind"] == "batch":
+        text = "batch sizes " + ", ".join(map(str, gears["batch_gears"]))
+    else:
+        text = "static"
+    if gears["batched"]:
+        text += f"; axis 0 is the batch axis (max {gears['max_batch']} per execution)"
+    else:
+        text += "; no batch axis"
+    return text
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    header = ("NAME", "TYPE", "NUMPY", "SHAPE", "FORMAT")
+    cells = [
+        (row["name"], row["datatype"], row["numpy_dtype"], str(row["shape"]), row["format"])
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+    return [
+        "  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+        for line in [header, *cells]
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the description of `args.om`."""
+    info = describe(args.om, args.runtime)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{info['file']}")
+    names = [row["name"] for row in info["inputs"]]
+    print(f"gears: {gears_text(info['gears'], names)}")
+    print("inputs:")
+    print("\n".join(_table(info["inputs"])))
+    print("outputs:")
+    print("\n".join(_table(info["outputs"])))
+    return 0

@@ -1,0 +1,171 @@
+"""`ge-python-model scaffold`: write the Triton model directory that serves an `.om`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.config import ACL_RUNTIMES, PIPELINE_DEPTHS
+from ge_python_backend.errors import UserError
+from ge_python_backend.scaffold import scaffold
+
+DESCRIPTION = """\
+Write <repository>/<name>/ for Triton's Python backend:
+  config.pbtxt              inputs/outputs, batching, instances, warmup, the parameters below
+  <version>/model.py        the ge-python-backend model
+  <version>/<file>.om       a copy of the .om (its SHA-256 is checked before every load)
+
+The inputs, outputs and gears are read from the .om (with pyACL, or the emulator with --runtime
+emulator). Where the .om cannot be opened (a real .om on a machine without CANN), declare them with
+--input/--output NAME:TYPE:DIMS, DIMS being the full .om shape with axis 0 and -1 on dynamic axes.
+Declared models are static (max_batch_size 0) unless --max-batch-size B is given: then axis 0 is
+the batch axis (-1 or B) and B is the model's one batch gear.
+
+A batched .om gets max_batch_size = its largest gear (--max-batch-size raises or lowers it; larger
+batches run as several gear executions), dynamic batching that prefers the gears, and one warmup
+per gear (random data for floating-point inputs, zeros for integer ones: ids and masks stay in
+range). Instance k runs on NPU device_ids[k % len(device_ids)].
+
+examples:
+  ge-python-model scaffold resnet.om --repository models
+  ge-python-model scaffold resnet.om --repository models --runtime emulator --instances 2 \\
+      --device-ids 0,1 --dry-run
+  ge-python-model scaffold yolo.om --repository models --name detector --max-batch-size 8 \\
+      --input images:FP16:-1,3,640,640 --output boxes:FP16:-1,25200,85
+"""
+
+
+def _device_ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NPU ids like 0,1; got {text!r}") from None
+    if any(device < 0 for device in ids):
+        raise argparse.ArgumentTypeError(f"NPU ids must be >= 0; got {text!r}")
+    return ids
+
+
+def register(subparsers: Any) -> None:
+    """Add the `scaffold` subcommand."""
+    parser = subparsers.add_parser(
+        "scaffold",
+        help="write a Triton model directory (config.pbtxt, model.py, .om) for an .om",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("om", type=Path, help="the .om file to serve")
+    parser.add_argument(
+        "--repository", "-r", type=Path, required=True, help="the Triton model repository"
+    )
+    parser.add_argument("--name", help="model name (default: the .om file name without .om)")
+    parser.add_argument("--version", type=int, default=1, help="model version (default: 1)")
+    parser.add_argument(
+        "--instances", type=int, default=1, help="model instances (stub processes; default: 1)"
+    )
+    parser.add_argument(
+        "--device-ids",
+        type=_device_ids,
+        default=(0,),
+        metavar="IDS",
+        help="comma-separated NPU ids shared round-robin by the instances (default: 0)",
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        metavar="B",
+        help="Triton max_batch_size (default: the largest batch gear of the .om)",
+    )
+    parser.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        default=100,
+        metavar="US",
+        help="how long the dynamic batcher waits to fill a batch (default: 100)",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=ACL_RUNTIMES,
+        default="pyacl",
+        help="pyACL on an NPU, or the CPU emulator (default: pyacl)",
+    )
+    parser.add_argument(
+        "--pipeline-depth",
+        type=int,
+        choices=PIPELINE_DEPTHS,
+        default=1,
+        help="batches in flight per instance (default: 1)",
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME:TYPE:DIMS",
+        help="declare an input instead of reading the .om (repeat per input)",
+    )
+    parser.add_argument(
+        "--output",
+        action="append",
+        default=[],
+        metavar="NAME:TYPE:DIMS",
+        help="declare an output instead of reading the .om (repeat per output)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the config and the files; write nothing"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing model directory"
+    )
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="leave model_warmup out of config.pbtxt (by default one warmup per batch gear)",
+    )
+    parser.add_argument(
+        "--vendor-runtime",
+        action="store_true",
+        help="copy ge_python_backend into <version>/_ge_vendor so the server needs no install",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Scaffold the model directory, or show it with --dry-run."""
+    if args.instances < 1:
+        raise UserError(f"--instances must be >= 1, got {args.instances}")
+    if args.max_batch_size is not None and args.max_batch_size < 1:
+        raise UserError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
+    result = scaffold(
+        args.om,
+        args.repository,
+        name=args.name,
+        version=args.version,
+        instances=args.instances,
+        device_ids=args.device_ids,
+        max_batch_size=args.max_batch_size,
+        max_queue_delay_us=args.max_queue_delay_us,
+        runtime=args.runtime,
+        pipeline_depth=args.pipeline_depth,
+        inputs=args.input,
+        outputs=args.output,
+        dry_run=args.dry_run,
+        overwrite=args.overwrite,
+        vendor_runtime=args.vendor_runtime,
+        warmup=not args.no_warmup,
+    )
+    planned = [result.config_path, result.model_py_path, result.om_path]
+    if result.vendor_dir is not None:
+        planned.append(result.vendor_dir / "ge_python_backend")
+    if args.dry_run:
+        print(f"# {result.config_path} (dry run: nothing written)")
+        print(result.config_text, end="")
+        print("# would write:")
+        for path in planned:
+            print(f"#   {path}")
+        return 0
+    print(f"wrote model {result.model_dir.name!r} (sha256 {result.om_sha256[:12]}...):")
+    for path in planned:
+        print(f"  {path}")
+    print(f"next: ge-python-model validate {args.repository} --name {result.model_dir.name}")
+    print(f"      ge-python-model serve {args.repository}")
+    return 0

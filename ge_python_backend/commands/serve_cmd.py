@@ -1,0 +1,132 @@
+"""`ge-python-model serve`: run Triton on a model repository until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ge_python_backend.server import MODEL_CONTROL_MODES, ServerError, TritonServer, find_server
+
+DESCRIPTION = """\
+Start Triton Inference Server on a model repository: the server bundled in nvidia-pytriton, or your
+own with --tritonserver (and --backend-directory holding python/ with the Python backend and its
+stub). The server runs this Python interpreter, so model.py imports the installed
+ge_python_backend. It listens on 127.0.0.1 unless --host is given. A model that fails to load stays
+UNAVAILABLE (shown with its reason) while the others serve. Ctrl-C or SIGTERM stops the server
+cleanly; the command exits non-zero if the server dies.
+
+examples:
+  ge-python-model serve models
+  ge-python-model serve models --emulator --http-port 0 --grpc-port 0 --metrics-port 0
+  ge-python-model serve models --model-control-mode explicit --load-model resnet
+  ge-python-model serve models --tritonserver /opt/tritonserver/bin/tritonserver \\
+      --backend-directory /opt/tritonserver/backends
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `serve` subcommand."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="run Triton Inference Server on a model repository",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("repository", type=Path, help="the Triton model repository")
+    parser.add_argument("--http-port", type=int, default=8000, help="0 picks a free port (8000)")
+    parser.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port (8001)")
+    parser.add_argument("--metrics-port", type=int, default=8002, help="0 picks a free port (8002)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--model-control-mode",
+        choices=MODEL_CONTROL_MODES,
+        default="none",
+        help="none: load every model; explicit: only --load-model ones (default: none)",
+    )
+    parser.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --model-control-mode explicit, a model to load at start (repeatable)",
+    )
+    parser.add_argument("--tritonserver", metavar="PATH", help="your own tritonserver binary")
+    parser.add_argument(
+        "--backend-directory", type=Path, metavar="DIR", help="Triton backend directory to use"
+    )
+    parser.add_argument(
+        "--emulator",
+        action="store_true",
+        help="run every model on the CPU emulator of pyACL (GE_PYTHON_BACKEND_ACL=emulator)",
+    )
+    parser.add_argument(
+        "--log-file", type=Path, help="server log (default: a new file in the temp directory)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _print_ready(server: TritonServer) -> None:
+    urls = server.urls
+    print(f"Triton is ready (pid {server.pid}); log: {server.log_path}")
+    print(f"  HTTP     {urls.http}")
+    print(f"  gRPC     {urls.grpc}")
+    print(f"  metrics  {urls.metrics}")
+    index = server.repository_index()
+    print("models:" if index else "models: none loaded")
+    for entry in index:
+        reason = entry.get("reason", "").strip().splitlines()
+        detail = f": {reason[0]}" if reason else ""
+        version = entry.get("version", "-")
+        print(f"  {entry['name']} (version {version}): {entry.get('state', 'UNKNOWN')}{detail}")
+    print("Press Ctrl-C to stop.", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C/SIGTERM (exit 0) or until the server dies (exit 1)."""
+    binary = find_server(args.tritonserver, args.backend_directory)
+    server = TritonServer(
+        args.repository,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        model_control_mode=args.model_control_mode,
+        load_models=args.load_model,
+        env={"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else None,
+        log_path=args.log_file,
+        binary=binary,
+    )
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        server.start()
+        server.wait_ready()
+        _print_ready(server)
+        while (code := server.poll()) is None:
+            time.sleep(0.5)
+        print(
+            f"tritonserver exited with code {code}; log {server.log_path}:\n{server.log_tail()}",
+            file=sys.stderr,
+        )
+        return 1
+    except ServerError as exc:
+        print(f"ge-python-model serve: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stopping Triton...", file=sys.stderr)
+        code = server.stop()
+        print(f"Triton stopped (exit code {code})", file=sys.stderr)
+        return 0
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,54 @@
+"""`ge-python-model validate`: check a model repository before serving it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.config import ACL_RUNTIMES
+from ge_python_backend.validation import validate_repository
+
+DESCRIPTION = """\
+Check every model of a repository (or only --name): config.pbtxt parses and names its directory,
+the parameters are usable, each version has model.py and the .om with the SHA-256 of om_sha256,
+and the config's inputs and outputs fit the .om (opened with the config's acl_runtime, or
+--runtime). Exits 1 when a model has problems; notes (e.g. the .om cannot be opened on this
+machine, so its inputs/outputs were not checked) do not fail.
+
+examples:
+  ge-python-model validate models
+  ge-python-model validate models --name resnet --runtime emulator
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `validate` subcommand."""
+    parser = subparsers.add_parser(
+        "validate",
+        help="check a model repository (config, files, checksum, inputs/outputs vs the .om)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("repository", type=Path, help="the Triton model repository")
+    parser.add_argument("--name", help="check only this model")
+    parser.add_argument(
+        "--runtime",
+        choices=ACL_RUNTIMES,
+        help="open the .om files with this runtime instead of each config's acl_runtime",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one verdict per model; 1 if any has problems."""
+    reports = validate_repository(args.repository, name=args.name, runtime=args.runtime)
+    for report in reports:
+        versions = ", ".join(report.versions) or "none"
+        verdict = "OK" if report.ok else "INVALID"
+        print(f"{report.name}: {verdict} (versions: {versions})")
+        for problem in report.problems:
+            print(f"  problem: {problem}")
+        for note in report.notes:
+            print(f"  note: {note}")
+    return 0 if all(report.ok for report in reports) else 1

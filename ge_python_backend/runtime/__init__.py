@@ -1,0 +1,45 @@
+"""The only layer that talks to ACL (real pyACL or the CPU emulator, chosen explicitly).
+
+Importing this package does not import `acl`; `load_acl` (called by `Session`) does.
+"""
+
+from __future__ import annotations
+
+from ge_python_backend.runtime._acl import ENV_VAR, RUNTIMES, load_acl, selected_runtime
+from ge_python_backend.runtime.batching import Chunk, plan_chunks
+from ge_python_backend.runtime.device import Context, Device, Stream
+from ge_python_backend.runtime.errors import (
+    AclError,
+    InputError,
+    ModelFileError,
+    RuntimeSelectionError,
+    check,
+)
+from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
+from ge_python_backend.runtime.model import Dataset, GearInfo, Model, TensorSpec
+from ge_python_backend.runtime.session import Session, SessionCounters
+
+__all__ = [
+    "ENV_VAR",
+    "RUNTIMES",
+    "AclError",
+    "Chunk",
+    "Context",
+    "Dataset",
+    "Device",
+    "DeviceBuffer",
+    "GearInfo",
+    "HostBuffer",
+    "InputError",
+    "Model",
+    "ModelFileError",
+    "RuntimeSelectionError",
+    "Session",
+    "SessionCounters",
+    "Stream",
+    "TensorSpec",
+    "check",
+    "load_acl",
+    "plan_chunks",
+    "selected_runtime",
+]

@@ -1,0 +1,118 @@
+"""Device, context and stream: the ACL objects every other one lives in."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from types import ModuleType
+
+from ge_python_backend.runtime._acl import ACL_ERROR_UNINITIALIZE, ensure_initialized
+from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime.errors import check
+
+__all__ = ["Context", "Device", "Stream"]
+
+ACL_DEVICE = 0  # aclrtRunMode: the program runs on the device's own CPU (RC mode)
+
+# acl.rt.set_device once per (acl module, device) however many Device objects use it, and
+# acl.rt.reset_device when the last of them closes.
+_devices_lock = threading.Lock()
+_device_users: Counter[tuple[int, int]] = Counter()
+
+
+class Device(Resource):
+    """One NPU, opened with `acl.rt.set_device` (after the process-wide `acl.init`).
+
+    `shares_host_memory` is True in RC mode (`acl.rt.get_run_mode` says ACL_DEVICE): host and
+    device memory are the same, and copies between them are device-to-device.
+    """
+
+    def __init__(self, acl: ModuleType, device_id: int = 0) -> None:
+        if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+            raise ValueError(f"device_id must be a non-negative integer, got {device_id!r}")
+        ensure_initialized(acl)
+        key = (id(acl), device_id)
+        with _devices_lock:
+            if not _device_users[key]:
+                ret = acl.rt.set_device(device_id)
+                if ret == ACL_ERROR_UNINITIALIZE:  # acl.finalize was called behind our back
+                    ensure_initialized(acl, again=True)
+                    ret = acl.rt.set_device(device_id)
+                check(ret, "acl.rt.set_device", acl)
+            _device_users[key] += 1
+        self.acl = acl
+        self.device_id = device_id
+        self._own(_release_device, acl, device_id)
+        try:
+            mode, ret = acl.rt.get_run_mode()
+            check(ret, "acl.rt.get_run_mode", acl)
+        except BaseException:
+            self._abandon()
+            raise
+        self.shares_host_memory = mode == ACL_DEVICE
+
+    def __repr__(self) -> str:
+        return f"Device({self.device_id}{', closed' if self.closed else ''})"
+
+
+def _release_device(acl: ModuleType, device_id: int) -> None:
+    key = (id(acl), device_id)
+    with _devices_lock:
+        _device_users[key] -= 1
+        if _device_users[key]:
+            return
+        del _device_users[key]
+    check(acl.rt.reset_device(device_id), "acl.rt.reset_device", acl)
+
+
+class Context(Resource):
+    """An explicit context on a device; `activate()` makes it current for the calling thread."""
+
+    def __init__(self, device: Device) -> None:
+        acl = device.acl
+        handle, ret = acl.rt.create_context(device.device_id)
+        check(ret, "acl.rt.create_context", acl)
+        self.acl = acl
+        self.device = device
+        self.handle: int = handle
+        self._own(_destroy_context, acl, handle, device)
+        device._adopt(self)
+
+    def activate(self) -> None:
+        """`acl.rt.set_context` for this thread: call it before any device work (cheap)."""
+        if self.closed:
+            raise RuntimeError(f"{self!r} is closed; it cannot be made current")
+        check(self.acl.rt.set_context(self.handle), "acl.rt.set_context", self.acl)
+
+    def __repr__(self) -> str:
+        state = ", closed" if self.closed else ""
+        return f"Context(0x{self.handle:x} on device {self.device.device_id}{state})"
+
+
+def _destroy_context(acl: ModuleType, handle: int, device: Device) -> None:
+    del device  # held only so the device outlives the context
+    check(acl.rt.destroy_context(handle), "acl.rt.destroy_context", acl)
+
+
+class Stream(Resource):
+    """A stream in `context` for queued work (`acl.mdl.execute_async`)."""
+
+    def __init__(self, context: Context) -> None:
+        context.activate()
+        handle, ret = context.acl.rt.create_stream()
+        check(ret, "acl.rt.create_stream", context.acl)
+        self.context = context
+        self.handle: int = handle
+        self._own(_destroy_stream, context, handle)
+        context._adopt(self)
+
+    def synchronize(self) -> None:
+        """Block until all work queued on the stream has finished (releases the GIL)."""
+        self.context.activate()
+        acl = self.context.acl
+        check(acl.rt.synchronize_stream(self.handle), "acl.rt.synchronize_stream", acl)
+
+
+def _destroy_stream(context: Context, handle: int) -> None:
+    context.activate()
+    check(context.acl.rt.destroy_stream(handle), "acl.rt.destroy_stream", context.acl)

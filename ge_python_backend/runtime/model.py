@@ -1,0 +1,364 @@
+"""A loaded `.om`: its description as typed specs and gears, datasets, gear selection, execution."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime.device import Context, Stream
+from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
+from ge_python_backend.runtime.memory import DeviceBuffer
+
+__all__ = [
+    "GEAR_INPUT_NAME",
+    "Dataset",
+    "GearInfo",
+    "Model",
+    "ModelDescription",
+    "TensorInfo",
+    "TensorSpec",
+]
+
+Shape = tuple[int, ...]
+
+# The extra input ATC adds to gear models; the set_* calls fill it, callers never see it.
+GEAR_INPUT_NAME = "ascend_mbatch_shape_data"
+
+# aclDataType -> (numpy dtype, Triton dtype name, ACL name) for every type numpy can hold.
+ACL_DTYPES: dict[int, tuple[np.dtype[Any], str, str]] = {
+    0: (np.dtype(np.float32), "FP32", "ACL_FLOAT"),
+    1: (np.dtype(np.float16), "FP16", "ACL_FLOAT16"),
+    2: (np.dtype(np.int8), "INT8", "ACL_INT8"),
+    3: (np.dtype(np.int32), "INT32", "ACL_INT32"),
+    4: (np.dtype(np.uint8), "UINT8", "ACL_UINT8"),
+    6: (np.dtype(np.int16), "INT16", "ACL_INT16"),
+    7: (np.dtype(np.uint16), "UINT16", "ACL_UINT16"),
+    8: (np.dtype(np.uint32), "UINT32", "ACL_UINT32"),
+    9: (np.dtype(np.int64), "INT64", "ACL_INT64"),
+    10: (np.dtype(np.uint64), "UINT64", "ACL_UINT64"),
+    11: (np.dtype(np.float64), "FP64", "ACL_DOUBLE"),
+    12: (np.dtype(np.bool_), "BOOL", "ACL_BOOL"),
+}
+# aclDataType codes numpy cannot hold, named for the error message.
+_UNSUPPORTED_DTYPES = {
+    -1: "ACL_DT_UNDEFINED",
+    13: "ACL_STRING",
+    16: "ACL_COMPLEX64",
+    17: "ACL_COMPLEX128",
+    27: "ACL_BF16",
+    29: "ACL_INT4",
+    30: "ACL_UINT1",
+    33: "ACL_COMPLEX32",
+}
+# aclFormat (acl_base.h).
+ACL_FORMATS = {
+    -1: "UNDEFINED",
+    0: "NCHW",
+    1: "NHWC",
+    2: "ND",
+    3: "NC1HWC0",
+    4: "FRACTAL_Z",
+    12: "NC1HWC0_C04",
+    16: "HWCN",
+    27: "NDHWC",
+    29: "FRACTAL_NZ",
+    30: "NCDHW",
+    32: "NDC1HWC0",
+    33: "FRACTAL_Z_3D",
+    35: "NC",
+    47: "NCL",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as callers see it."""
+
+    name: str
+    dtype: np.dtype[Any]  # numpy dtype
+    triton_dtype: str  # Triton protocol name: "FP32", "INT64", ...
+    shape: Shape  # full .om shape, batch axis included, -1 on dynamic axes
+    format: str  # "NCHW", "ND", ...
+
+
+@dataclasses.dataclass(frozen=True)
+class GearInfo:
+    """What shapes the model runs.
+
+    `batch_gears` are the row counts one execution takes: the gears of a dynamic-batch model, or
+    the fixed axis 0 of any other batched model. `dims_gears` holds, per gear, every input's full
+    shape.
+    """
+
+    kind: str  # "static" | "batch" | "hw" | "dims"
+    batched: bool  # axis 0 of every input and output is a batch axis
+    batch_gears: tuple[int, ...]
+    hw_gears: tuple[tuple[int, int], ...]
+    dims_gears: tuple[tuple[Shape, ...], ...]
+    max_batch: int  # most rows one execution takes (0 when not batched)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """A spec plus where the model keeps it."""
+
+    index: int  # the model's input or output index
+    spec: TensorSpec
+    size: int  # bytes the description reports (the largest gear's)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDescription:
+    """What `acl.mdl.get_desc` reports, gear input set apart."""
+
+    inputs: tuple[TensorInfo, ...]  # without the gear input
+    outputs: tuple[TensorInfo, ...]  # shapes as get_output_dims reports (largest gear)
+    input_count: int  # including the gear input
+    gear_input: int | None  # index of ascend_mbatch_shape_data
+    gear_input_size: int
+    kind: str  # "static" | "batch" | "hw" | "dims"
+    batch_gears: tuple[int, ...]
+    hw_gears: tuple[tuple[int, int], ...]
+    dims_gears: tuple[tuple[Shape, ...], ...]
+
+
+class Dataset(Resource):
+    """An `aclmdlDataset` over device buffers, one data buffer each, in the given order."""
+
+    def __init__(self, context: Context, buffers: Sequence[DeviceBuffer]) -> None:
+        acl = context.acl
+        handle = check_handle(acl.mdl.create_dataset(), "acl.mdl.create_dataset", acl)
+        data_buffers: list[int] = []
+        self.context = context
+        self.handle = handle
+        self.buffers = tuple(buffers)
+        self._own(_destroy_dataset, acl, handle, data_buffers, self.buffers)
+        context._adopt(self)
+        try:
+            for buffer in self.buffers:
+                data_buffer = check_handle(
+                    acl.create_data_buffer(buffer.ptr, buffer.size), "acl.create_data_buffer", acl
+                )
+                data_buffers.append(data_buffer)
+                _, ret = acl.mdl.add_dataset_buffer(handle, data_buffer)
+                check(ret, "acl.mdl.add_dataset_buffer", acl)
+        except BaseException:
+            self._abandon()
+            raise
+
+
+def _destroy_dataset(
+    acl: ModuleType, handle: int, data_buffers: list[int], buffers: tuple[DeviceBuffer, ...]
+) -> None:
+    del buffers  # held only so the memory outlives its descriptors
+    rets = [(acl.destroy_data_buffer(b), "acl.destroy_data_buffer") for b in data_buffers]
+    rets.append((acl.mdl.destroy_dataset(handle), "acl.mdl.destroy_dataset"))
+    for ret, api in rets:
+        check(ret, api, acl)
+
+
+class Model(Resource):
+    """A model loaded with `acl.mdl.load_from_file`, with its description."""
+
+    def __init__(self, context: Context, path: str | Path) -> None:
+        acl = context.acl
+        context.activate()
+        self.context = context
+        self.path = Path(path)
+        model_id, ret = acl.mdl.load_from_file(str(path))
+        check(ret, "acl.mdl.load_from_file", acl)
+        self.model_id: int = model_id
+        desc_holder: list[int] = []
+        self._own(_unload, context, model_id, desc_holder)
+        context._adopt(self)
+        try:
+            desc = check_handle(acl.mdl.create_desc(), "acl.mdl.create_desc", acl)
+            desc_holder.append(desc)
+            check(acl.mdl.get_desc(desc, model_id), "acl.mdl.get_desc", acl)
+            self.desc = desc
+            self.description = _describe(acl, desc, self.path)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def set_dynamic_batch_size(self, inputs: Dataset, batch: int) -> None:
+        """Select batch gear `batch` for the next execution."""
+        self.context.activate()
+        acl = self.context.acl
+        ret = acl.mdl.set_dynamic_batch_size(
+            self.model_id, inputs.handle, self._gear_input(), batch
+        )
+        check(ret, "acl.mdl.set_dynamic_batch_size", acl)
+
+    def set_dynamic_hw_size(self, inputs: Dataset, height: int, width: int) -> None:
+        """Select HW gear (`height`, `width`) for the next execution."""
+        self.context.activate()
+        acl = self.context.acl
+        ret = acl.mdl.set_dynamic_hw_size(
+            self.model_id, inputs.handle, self._gear_input(), height, width
+        )
+        check(ret, "acl.mdl.set_dynamic_hw_size", acl)
+
+    def set_input_dynamic_dims(self, inputs: Dataset, dims: Sequence[int]) -> None:
+        """Select the dims gear whose inputs' shapes, concatenated, are `dims`."""
+        self.context.activate()
+        acl = self.context.acl
+        gear = {"dimCount": len(dims), "name": "", "dims": list(dims)}
+        ret = acl.mdl.set_input_dynamic_dims(self.model_id, inputs.handle, self._gear_input(), gear)
+        check(ret, "acl.mdl.set_input_dynamic_dims", acl)
+
+    def current_output_shapes(self) -> list[Shape]:
+        """Output shapes of the gear selected last (`acl.mdl.get_cur_output_dims`)."""
+        self.context.activate()
+        acl = self.context.acl
+        shapes = []
+        for output in self.description.outputs:
+            dims, ret = acl.mdl.get_cur_output_dims(self.desc, output.index)
+            check(ret, "acl.mdl.get_cur_output_dims", acl)
+            shapes.append(_dims(dims))
+        return shapes
+
+    def execute(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
+        """Run the model once on `stream` and wait for it."""
+        self.context.activate()
+        acl = self.context.acl
+        ret = acl.mdl.execute_async(self.model_id, inputs.handle, outputs.handle, stream.handle)
+        check(ret, "acl.mdl.execute_async", acl)
+        stream.synchronize()
+
+    def _gear_input(self) -> int:
+        if self.description.gear_input is None:
+            raise RuntimeError(f"{self.path} has no gears to select")
+        return self.description.gear_input
+
+
+def _unload(context: Context, model_id: int, desc_holder: list[int]) -> None:
+    acl = context.acl
+    context.activate()
+    rets = [(acl.mdl.destroy_desc(desc), "acl.mdl.destroy_desc") for desc in desc_holder]
+    rets.append((acl.mdl.unload(model_id), "acl.mdl.unload"))
+    for ret, api in rets:
+        check(ret, api, acl)
+
+
+def _dims(dims: dict[str, Any]) -> Shape:
+    return tuple(int(d) for d in dims["dims"][: dims["dimCount"]])
+
+
+def _dtype(code: int, what: str, path: Path) -> tuple[np.dtype[Any], str]:
+    if code not in ACL_DTYPES:
+        name = _UNSUPPORTED_DTYPES.get(code, f"aclDataType {code}")
+        supported = ", ".join(name for _, _, name in ACL_DTYPES.values())
+        raise ModelFileError(
+            f"{path}: {what} has data type {name}, which this backend cannot serve; "
+            f"supported: {supported}"
+        )
+    dtype, triton, _ = ACL_DTYPES[code]
+    return dtype, triton
+
+
+def _output_name(name: str) -> str:
+    # ATC names outputs "<node>:<index>:<tensor>"; the tensor name is the ONNX output name.
+    return name.rsplit(":", 1)[-1] or name
+
+
+def _describe(acl: ModuleType, desc: int, path: Path) -> ModelDescription:
+    mdl = acl.mdl
+    input_count = mdl.get_num_inputs(desc)
+    gear_index, ret = mdl.get_input_index_by_name(desc, GEAR_INPUT_NAME)
+    gear_input = gear_index if ret == 0 else None  # non-zero: the model has no gears
+
+    inputs = []
+    for index in range(input_count):
+        if index == gear_input:
+            continue
+        dims, ret = mdl.get_input_dims(desc, index)
+        check(ret, "acl.mdl.get_input_dims", acl)
+        name = mdl.get_input_name_by_index(desc, index)
+        dtype, triton = _dtype(mdl.get_input_data_type(desc, index), f"input {name!r}", path)
+        fmt = mdl.get_input_format(desc, index)
+        spec = TensorSpec(name, dtype, triton, _dims(dims), ACL_FORMATS.get(fmt, f"FORMAT_{fmt}"))
+        inputs.append(TensorInfo(index, spec, mdl.get_input_size_by_index(desc, index)))
+
+    outputs = []
+    raw_names = [mdl.get_output_name_by_index(desc, i) for i in range(mdl.get_num_outputs(desc))]
+    short = [_output_name(n) for n in raw_names]
+    names = short if len(set(short)) == len(short) else raw_names
+    for index, name in enumerate(names):
+        dims, ret = mdl.get_output_dims(desc, index)
+        check(ret, "acl.mdl.get_output_dims", acl)
+        dtype, triton = _dtype(mdl.get_output_data_type(desc, index), f"output {name!r}", path)
+        fmt = mdl.get_output_format(desc, index)
+        spec = TensorSpec(name, dtype, triton, _dims(dims), ACL_FORMATS.get(fmt, f"FORMAT_{fmt}"))
+        outputs.append(TensorInfo(index, spec, mdl.get_output_size_by_index(desc, index)))
+
+    kind = "static"
+    batch_gears: tuple[int, ...] = ()
+    hw_gears: tuple[tuple[int, int], ...] = ()
+    dims_gears: tuple[tuple[Shape, ...], ...] = ()
+    if gear_input is not None:
+        kind, batch_gears, hw_gears, dims_gears = _gears(acl, desc, inputs, path)
+    else:
+        dynamic = [i.spec.name for i in inputs if -1 in i.spec.shape]
+        if dynamic:
+            raise ModelFileError(
+                f"{path}: inputs {', '.join(dynamic)} have -1 dims but the model has no gears "
+                "(shape-range models are not supported); compile it with --dynamic_batch_size, "
+                "--dynamic_image_size or --dynamic_dims"
+            )
+    return ModelDescription(
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        input_count=input_count,
+        gear_input=gear_input,
+        gear_input_size=(
+            0 if gear_input is None else mdl.get_input_size_by_index(desc, gear_input)
+        ),
+        kind=kind,
+        batch_gears=batch_gears,
+        hw_gears=hw_gears,
+        dims_gears=dims_gears,
+    )
+
+
+def _gears(
+    acl: ModuleType, desc: int, inputs: Sequence[TensorInfo], path: Path
+) -> tuple[str, tuple[int, ...], tuple[tuple[int, int], ...], tuple[tuple[Shape, ...], ...]]:
+    mdl = acl.mdl
+    batch, ret = mdl.get_dynamic_batch(desc)
+    check(ret, "acl.mdl.get_dynamic_batch", acl)
+    if batch["batchCount"]:
+        return "batch", tuple(int(b) for b in batch["batch"][: batch["batchCount"]]), (), ()
+
+    hw, ret = mdl.get_dynamic_hw(desc, -1)
+    check(ret, "acl.mdl.get_dynamic_hw", acl)
+    if hw["hwCount"]:
+        return "hw", (), tuple((int(h), int(w)) for h, w in hw["hw"][: hw["hwCount"]]), ()
+
+    count, ret = mdl.get_input_dynamic_gear_count(desc, -1)
+    check(ret, "acl.mdl.get_input_dynamic_gear_count", acl)
+    if not count:
+        raise ModelFileError(f"{path}: the model has {GEAR_INPUT_NAME} but reports no gears")
+    gears, ret = mdl.get_input_dynamic_dims(desc, -1, count)
+    check(ret, "acl.mdl.get_input_dynamic_dims", acl)
+    ndims = [len(i.spec.shape) for i in inputs]
+    dims_gears = []
+    for gear in gears:
+        flat = _dims(gear)
+        if len(flat) != sum(ndims):
+            raise ModelFileError(
+                f"{path}: acl.mdl.get_input_dynamic_dims reported a gear of {len(flat)} dims "
+                f"{list(flat)}; expected the {sum(ndims)} dims of all inputs concatenated"
+            )
+        shapes, start = [], 0
+        for n in ndims:
+            shapes.append(flat[start : start + n])
+            start += n
+        dims_gears.append(tuple(shapes))
+    return "dims", (), (), tuple(dims_gears)

@@ -1,0 +1,295 @@
+"""Write a Triton model directory serving one `.om` (`ge-python-model scaffold`).
+
+```
+<repository>/<name>/config.pbtxt
+<repository>/<name>/<version>/model.py       copy of model_templates/model.py
+<repository>/<name>/<version>/<file>.om
+<repository>/<name>/<version>/_ge_vendor/ge_python_backend/   only with vendor_runtime
+```
+The model's inputs, outputs and gears come from the `.om` itself (opened with pyACL or the
+emulator), or from `NAME:TYPE:DIMS` declarations when the `.om` cannot be opened on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.resources
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import ge_python_backend
+from ge_python_backend.config import (
+    ACL_RUNTIMES,
+    GearsLike,
+    ModelConfig,
+    TensorLike,
+    build_model_config,
+    check_model_name,
+    config_data_type,
+    config_text,
+)
+from ge_python_backend.errors import GeBackendError, UserError
+
+if TYPE_CHECKING:
+    from ge_python_backend.runtime import Session
+
+VENDOR_DIR = "_ge_vendor"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredTensor:
+    """A tensor given as `NAME:TYPE:DIMS` (full `.om` shape, -1 on dynamic axes)."""
+
+    name: str
+    triton_dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredGears:
+    """Gears of a declared model: static, or batched with the one gear `max_batch`."""
+
+    kind: str = "static"
+    batched: bool = False
+    batch_gears: tuple[int, ...] = ()
+    hw_gears: tuple[tuple[int, int], ...] = ()
+    dims_gears: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    max_batch: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaffoldResult:
+    """What `scaffold` wrote (or, for a dry run, would write)."""
+
+    model_dir: Path
+    config_path: Path
+    model_py_path: Path
+    om_path: Path  # the copy inside the version directory
+    config: ModelConfig
+    config_text: str
+    om_sha256: str
+    inputs: tuple[TensorLike, ...]
+    outputs: tuple[TensorLike, ...]
+    gears: GearsLike
+    vendor_dir: Path | None = None
+    written: bool = False
+
+
+def parse_tensor_declaration(text: str) -> DeclaredTensor:
+    """`"images:FP32:-1,3,224,224"` -> DeclaredTensor (TYPE is a Triton name, e.g. FP16, INT64)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise UserError(f"tensor {text!r} must be NAME:TYPE:DIMS, e.g. images:FP32:-1,3,224,224")
+    name, dtype, dims = parts
+    dtype = dtype.upper().removeprefix("TYPE_")
+    dtype = "BYTES" if dtype == "STRING" else dtype
+    config_data_type(dtype)  # refuses unknown types
+    try:
+        shape = tuple(int(dim) for dim in dims.split(","))
+    except ValueError:
+        raise UserError(f"tensor {text!r}: DIMS must be comma-separated integers") from None
+    if any(dim == 0 or dim < -1 for dim in shape):
+        raise UserError(f"tensor {text!r}: dims must be positive or -1")
+    return DeclaredTensor(name, dtype, shape)
+
+
+def declared_model(
+    inputs: Sequence[str], outputs: Sequence[str], max_batch_size: int | None
+) -> tuple[tuple[DeclaredTensor, ...], tuple[DeclaredTensor, ...], DeclaredGears]:
+    """Inputs, outputs and gears from `NAME:TYPE:DIMS` declarations.
+
+    Without `max_batch_size` the model is static (no batch axis, full shapes in the config).
+    With it, axis 0 of every tensor is the batch axis (-1 or `max_batch_size`) and the model has
+    the one batch gear `max_batch_size`.
+    """
+    if not inputs or not outputs:
+        raise UserError("declaring the model needs both --input and --output")
+    declared_in = tuple(parse_tensor_declaration(text) for text in inputs)
+    declared_out = tuple(parse_tensor_declaration(text) for text in outputs)
+    if max_batch_size is None:
+        return declared_in, declared_out, DeclaredGears()
+    if max_batch_size < 1:
+        raise UserError(f"--max-batch-size must be >= 1, got {max_batch_size}")
+    for tensor in (*declared_in, *declared_out):
+        if tensor.shape[0] not in (-1, max_batch_size):
+            raise UserError(
+                f"tensor {tensor.name!r}: with --max-batch-size {max_batch_size} axis 0 is the "
+                f"batch axis and must be -1 or {max_batch_size}, got {tensor.shape[0]}"
+            )
+    gears = DeclaredGears("batch", True, (max_batch_size,), max_batch=max_batch_size)
+    return declared_in, declared_out, gears
+
+
+@contextlib.contextmanager
+def open_session(om_path: Path, runtime: str) -> Iterator[Session]:
+    """A runtime `Session` on `om_path`; failures to open it become one-line `UserError`s."""
+    from ge_python_backend.runtime import Session
+
+    try:
+        session = Session(om_path, runtime=runtime)
+    except UserError:
+        raise
+    except GeBackendError as exc:
+        raise UserError(f"cannot open {om_path} with the {runtime} runtime: {exc}") from None
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def describe_om(
+    om_path: Path, runtime: str
+) -> tuple[tuple[TensorLike, ...], tuple[TensorLike, ...], GearsLike]:
+    """Inputs, outputs and gears read from the `.om` by opening a runtime Session."""
+    try:
+        with open_session(om_path, runtime) as session:
+            return tuple(session.inputs), tuple(session.outputs), session.gears
+    except UserError as exc:
+        raise UserError(
+            f"{exc} (where the .om cannot be opened, declare the model with "
+            "--input/--output NAME:TYPE:DIMS)"
+        ) from None
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_template() -> str:
+    """The text of `model_templates/model.py` as packaged (`ge_python_backend/templates`)."""
+    resource = importlib.resources.files("ge_python_backend") / "templates" / "model.py"
+    try:
+        return resource.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"the packaged model.py template is missing: {exc}") from None
+
+
+@contextlib.contextmanager
+def _replacing_directory(target: Path, overwrite: bool) -> Iterator[Path]:
+    """Yield a fresh directory that replaces `target` when the block succeeds."""
+    if target.exists() and not overwrite:
+        raise UserError(f"{target} already exists; pass --overwrite to replace it")
+    build = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    try:
+        yield build
+        if target.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            target.rename(trash / target.name)
+            build.rename(target)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            build.rename(target)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def _vendor_package(destination: Path) -> None:
+    """Copy the installed `ge_python_backend` (no bytecode, no templates) to `destination`."""
+    source = Path(ge_python_backend.__file__).parent
+    shutil.copytree(
+        source,
+        destination,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "templates"),
+    )
+
+
+def scaffold(
+    om_path: str | os.PathLike[str],
+    repository: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    version: int = 1,
+    instances: int = 1,
+    device_ids: Sequence[int] = (0,),
+    max_batch_size: int | None = None,
+    max_queue_delay_us: int = 100,
+    runtime: str = "pyacl",
+    pipeline_depth: int = 1,
+    inputs: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
+    dry_run: bool = False,
+    overwrite: bool = False,
+    vendor_runtime: bool = False,
+    warmup: bool = True,
+) -> ScaffoldResult:
+    """Write `<repository>/<name>/` serving `om_path` (see the module docstring).
+
+    `name` defaults to the `.om` file's stem. The model directory is built next to its final
+    place and renamed in, so a failure leaves nothing half-written; an existing directory is
+    replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
+    write. `warmup=False` leaves out `model_warmup` (when a warmup request fails,
+    Triton 2.51 sometimes crashes with SIGSEGV instead of marking the model UNAVAILABLE).
+    """
+    source = Path(om_path)
+    if not source.is_file():
+        raise UserError(f".om file {source} does not exist")
+    if runtime not in ACL_RUNTIMES:
+        raise UserError(f"runtime must be one of {ACL_RUNTIMES}, got {runtime!r}")
+    if version < 1:
+        raise UserError(f"version must be >= 1, got {version}")
+    model_name = check_model_name(name if name is not None else source.stem)
+    specs_in: Sequence[TensorLike]
+    specs_out: Sequence[TensorLike]
+    gears: GearsLike
+    if inputs or outputs:
+        specs_in, specs_out, gears = declared_model(inputs or (), outputs or (), max_batch_size)
+    else:
+        specs_in, specs_out, gears = describe_om(source, runtime)
+    sha256 = file_sha256(source)
+    config = build_model_config(
+        model_name,
+        specs_in,
+        specs_out,
+        gears,
+        om_file=source.name,
+        om_sha256=sha256,
+        device_ids=device_ids,
+        acl_runtime=runtime,
+        pipeline_depth=pipeline_depth,
+        instances=instances,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=max_queue_delay_us,
+        warmup=warmup,
+    )
+    root = Path(repository)
+    model_dir = root / model_name
+    version_dir = model_dir / str(version)
+    result = ScaffoldResult(
+        model_dir=model_dir,
+        config_path=model_dir / "config.pbtxt",
+        model_py_path=version_dir / "model.py",
+        om_path=version_dir / source.name,
+        config=config,
+        config_text=config_text(config),
+        om_sha256=sha256,
+        inputs=tuple(specs_in),
+        outputs=tuple(specs_out),
+        gears=gears,
+        vendor_dir=version_dir / VENDOR_DIR if vendor_runtime else None,
+    )
+    if dry_run:
+        if model_dir.exists() and not overwrite:
+            raise UserError(f"{model_dir} already exists; pass --overwrite to replace it")
+        return result
+    template = model_template()
+    root.mkdir(parents=True, exist_ok=True)
+    with _replacing_directory(model_dir, overwrite) as build:
+        build_version = build / str(version)
+        build_version.mkdir()
+        (build / "config.pbtxt").write_text(result.config_text, encoding="utf-8")
+        (build_version / "model.py").write_text(template, encoding="utf-8")
+        shutil.copyfile(source, build_version / source.name)
+        if vendor_runtime:
+            _vendor_package(build_version / VENDOR_DIR / "ge_python_backend")
+    return dataclasses.replace(result, written=True)

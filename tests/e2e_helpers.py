@@ -1,0 +1,99 @@
+"""Helpers for end-to-end tests on the real tritonserver (bundled in nvidia-pytriton).
+
+```
+from e2e_helpers import running_server, write_python_model
+
+with running_server(repo, log_path=tmp_path / "triton.log", env={...}) as server:
+    client = tritonclient.http.InferenceServerClient(http_address(server))
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import textwrap
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.server import TritonServer, free_port
+
+__all__ = [
+    "free_port",
+    "grpc_address",
+    "http_address",
+    "model_states",
+    "running_server",
+    "wait_for_state",
+    "write_python_model",
+]
+
+
+@contextlib.contextmanager
+def running_server(
+    repository: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    log_path: str | Path | None = None,
+    ready_timeout: float = 120.0,
+    **options: Any,
+) -> Iterator[TritonServer]:
+    """A started and ready `TritonServer`, stopped on exit.
+
+    `options` go to `TritonServer` (ports, model_control_mode, load_models, ...). If the block
+    fails, the server log tail is printed to stderr (pytest shows it with the failure).
+    """
+    server = TritonServer(repository, env=env, log_path=log_path, **options)
+    server.start()
+    try:
+        server.wait_ready(ready_timeout)
+        yield server
+    except BaseException:
+        print(f"--- tritonserver log ({server.log_path}) ---", file=sys.stderr)
+        print(server.log_tail(80), file=sys.stderr)
+        raise
+    finally:
+        server.stop()
+
+
+def http_address(server: TritonServer) -> str:
+    """`HOST:PORT` of the HTTP endpoint (what `tritonclient.http` takes)."""
+    return server.urls.http.removeprefix("http://")
+
+
+def grpc_address(server: TritonServer) -> str:
+    """`HOST:PORT` of the gRPC endpoint."""
+    return server.urls.grpc
+
+
+def model_states(server: TritonServer) -> dict[str, tuple[str, str]]:
+    """`{name: (state, reason)}` from `POST /v2/repository/index`."""
+    return {
+        entry["name"]: (entry.get("state", ""), entry.get("reason", ""))
+        for entry in server.repository_index()
+    }
+
+
+def wait_for_state(
+    server: TritonServer, name: str, state: str = "READY", timeout: float = 60.0
+) -> tuple[str, str]:
+    """Poll the repository index until model `name` reaches `state`; its (state, reason)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        current = model_states(server).get(name, ("", ""))
+        if current[0] == state:
+            return current
+        if time.monotonic() > deadline:
+            raise AssertionError(f"model {name!r} is {current}, not {state} after {timeout} s")
+        time.sleep(0.2)
+
+
+def write_python_model(repository: Path, name: str, config_pbtxt: str, model_py: str) -> Path:
+    """Write `<repository>/<name>/config.pbtxt` and `1/model.py`; the model directory."""
+    model_dir = repository / name
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(textwrap.dedent(config_pbtxt))
+    (model_dir / "1" / "model.py").write_text(textwrap.dedent(model_py))
+    return model_dir

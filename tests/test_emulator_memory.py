@@ -1,0 +1,268 @@
+"""Emulated pyACL memory: device address space, poison, capacity, memcpy/memset strictness."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+
+import pytest
+
+from ge_python_backend.emulator import acl, set_faults, set_timing
+from ge_python_backend.emulator._state import DEVICE_ADDRESS_BASE
+
+H2H, H2D, D2H, D2D = 0, 1, 2, 3
+
+
+@pytest.fixture(autouse=True)
+def clean_acl() -> Iterator[None]:
+    """Each test starts and ends with acl not initialised and no faults or timing installed
+    (another test module may have left the process-wide acl.init of the runtime layer)."""
+    acl.finalize()
+    set_faults(None)
+    set_timing(None)
+    yield
+    acl.finalize()
+    set_faults(None)
+    set_timing(None)
+
+
+@pytest.fixture
+def ctx() -> int:
+    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    context, ret = acl.rt.get_context()
+    assert ret == 0
+    return int(context)
+
+
+def malloc(size: int) -> int:
+    ptr, ret = acl.rt.malloc(size, 0)
+    assert ret == 0, acl.get_recent_err_msg()
+    return ptr
+
+
+def to_device(data: bytes) -> int:
+    ptr = malloc(len(data))
+    assert acl.rt.memcpy(ptr, len(data), acl.util.bytes_to_ptr(data), len(data), H2D) == 0
+    return ptr
+
+
+def from_device(ptr: int, size: int) -> bytes:
+    out = bytes(size)
+    assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), size, ptr, size, D2H) == 0
+    return out
+
+
+def test_device_pointers_are_aligned_poisoned_and_not_host_addresses(ctx: int) -> None:
+    ptrs = [malloc(size) for size in (1, 100, 4096)]
+    assert all(p >= DEVICE_ADDRESS_BASE and p % 64 == 0 for p in ptrs)
+    assert len(set(ptrs)) == 3
+    assert from_device(ptrs[1], 100) == b"\xa5" * 100
+
+
+def test_malloc_refuses_bad_size_and_policy(ctx: int) -> None:
+    assert acl.rt.malloc(0, 0) == (0, 107000)
+    assert acl.rt.malloc(-5, 0) == (0, 107000)
+    assert acl.rt.malloc(64, 6) == (0, 107000)
+    assert "policy" in acl.get_recent_err_msg()
+    for policy in range(6):
+        ptr, ret = acl.rt.malloc(64, policy)
+        assert ret == 0 and acl.rt.free(ptr) == 0
+
+
+def test_capacity_rounding_and_exhaustion(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GE_EMULATOR_DEVICE_MEMORY", str(1 << 20))
+    assert acl.init() == 0
+    try:
+        assert acl.rt.set_device(0) == 0
+        free, total, ret = acl.rt.get_mem_info(0)
+        assert (free, total, ret) == (1 << 20, 1 << 20, 0)
+        ptr = malloc(1)  # reserves 32 + 32
+        assert acl.rt.get_mem_info(0)[0] == free - 64
+        ptr33 = malloc(33)  # reserves 64 + 32
+        assert acl.rt.get_mem_info(0)[0] == free - 64 - 96
+        remaining = acl.rt.get_mem_info(0)[0]
+        assert acl.rt.malloc(remaining, 0) == (0, 207001)
+        assert "out of memory" in acl.get_recent_err_msg()
+        big = malloc(remaining - 32)
+        assert acl.rt.get_mem_info(0)[0] == 0
+        assert acl.rt.malloc(1, 0) == (0, 207001)
+        for p in (ptr, ptr33, big):
+            assert acl.rt.free(p) == 0
+        assert acl.rt.get_mem_info(0)[0] == 1 << 20
+    finally:
+        acl.finalize()
+
+
+def test_free_refuses_double_free_and_non_allocations(ctx: int) -> None:
+    ptr = malloc(128)
+    assert acl.rt.free(ptr + 64) == 107000
+    assert acl.rt.free(ptr) == 0
+    assert acl.rt.free(ptr) == 107000
+    assert "double free" in acl.get_recent_err_msg()
+    host, _ = acl.rt.malloc_host(64)
+    assert acl.rt.free(host) == 107000
+    assert "free_host" in acl.get_recent_err_msg()
+    assert acl.rt.free_host(malloc(64)) == 107000
+    assert acl.rt.free_host(host) == 0
+    assert acl.rt.free_host(host) == 107000
+
+
+def test_memcpy_copies_in_every_direction(ctx: int) -> None:
+    data = bytes(range(200))
+    dev = to_device(data)
+    dev2 = malloc(200)
+    assert acl.rt.memcpy(dev2, 200, dev, 200, D2D) == 0
+    assert from_device(dev2, 200) == data
+    host, _ = acl.rt.malloc_host(200)
+    assert acl.rt.memcpy(host, 200, dev2, 200, D2H) == 0
+    assert ctypes.string_at(host, 200) == data
+    out = bytes(200)
+    assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), 200, host, 200, H2H) == 0
+    assert out == data
+    assert acl.rt.memcpy(dev + 10, 20, host + 100, 20, H2D) == 0
+    assert from_device(dev, 40)[10:30] == data[100:120]
+
+
+def test_memcpy_checks_sizes_and_bounds(ctx: int) -> None:
+    dev = malloc(100)
+    src = bytes(200)
+    src_ptr = acl.util.bytes_to_ptr(src)
+    assert acl.rt.memcpy(dev, 50, src_ptr, 60, H2D) == 107000
+    assert "dest_max" in acl.get_recent_err_msg()
+    assert acl.rt.memcpy(dev, 101, src_ptr, 100, H2D) == 107000
+    assert "bytes left in the destination" in acl.get_recent_err_msg()
+    assert acl.rt.memcpy(dev + 60, 50, src_ptr, 50, H2D) == 107000
+    assert acl.rt.memcpy(dev + 100, 1, src_ptr, 1, H2D) == 107000
+    out = bytes(200)
+    assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), 200, dev, 101, D2H) == 107000
+    assert "past the end of the source" in acl.get_recent_err_msg()
+    assert acl.rt.memcpy(dev, 100, src_ptr, 0, H2D) == 107000
+    host, _ = acl.rt.malloc_host(64)
+    assert acl.rt.memcpy(host, 65, dev, 64, D2H) == 107000
+    assert acl.rt.memcpy(dev, 100, host, 65, H2D) == 107000
+    assert acl.rt.memcpy(dev, 100, src_ptr, 100, H2D) == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "dst_device", "src_device"),
+    [
+        (H2D, False, False),
+        (H2D, True, True),
+        (D2H, True, True),
+        (D2H, False, False),
+        (D2D, True, False),
+        (D2D, False, True),
+        (H2H, True, False),
+        (H2H, False, True),
+    ],
+)
+def test_memcpy_checks_the_direction(
+    ctx: int, kind: int, dst_device: bool, src_device: bool
+) -> None:
+    host = bytes(64)
+    dst = malloc(64) if dst_device else acl.util.bytes_to_ptr(host)
+    src = malloc(64) if src_device else acl.util.bytes_to_ptr(host)
+    assert acl.rt.memcpy(dst, 64, src, 64, kind) == 107000
+    assert "memory" in acl.get_recent_err_msg()
+
+
+def test_memcpy_refuses_freed_null_handles_and_unknown_kinds(ctx: int) -> None:
+    dev = malloc(64)
+    host = bytes(64)
+    host_ptr = acl.util.bytes_to_ptr(host)
+    assert acl.rt.memcpy(dev, 64, host_ptr, 64, 4) == 107000
+    assert acl.rt.memcpy(0, 64, host_ptr, 64, H2H) == 107000
+    assert acl.rt.memcpy(host_ptr, 64, ctx, 8, H2H) == 107000
+    assert "ACL handle" in acl.get_recent_err_msg()
+    assert acl.rt.free(dev) == 0
+    assert acl.rt.memcpy(dev, 64, host_ptr, 64, H2D) == 107000
+    assert "freed" in acl.get_recent_err_msg()
+    assert acl.rt.memcpy(host_ptr, 64, dev, 64, D2H) == 107000
+
+
+def test_device_memory_does_not_survive_finalize() -> None:
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    dev = malloc(64)
+    assert acl.finalize() == 0
+    assert acl.init() == 0
+    try:
+        assert acl.rt.set_device(0) == 0
+        out = bytes(64)
+        assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), 64, dev, 64, D2H) == 107000
+        assert "released by acl.finalize" in acl.get_recent_err_msg()
+    finally:
+        acl.finalize()
+
+
+def test_malloc_host_is_aligned_poisoned_host_memory(ctx: int) -> None:
+    host, ret = acl.rt.malloc_host(100)
+    assert ret == 0 and host % 64 == 0 and host < DEVICE_ADDRESS_BASE
+    assert ctypes.string_at(host, 100) == b"\xa5" * 100
+    assert acl.rt.malloc_host(0) == (0, 107000)
+    assert acl.rt.free_host(host) == 0
+
+
+def test_memset(ctx: int) -> None:
+    dev = malloc(100)
+    assert acl.rt.memset(dev, 100, 0, 60) == 0
+    assert from_device(dev, 100) == b"\0" * 60 + b"\xa5" * 40
+    assert acl.rt.memset(dev + 50, 50, 7, 50) == 0
+    assert from_device(dev, 100)[50:] == b"\x07" * 50
+    assert acl.rt.memset(dev, 50, 0, 60) == 107000
+    assert acl.rt.memset(dev, 101, 0, 10) == 107000
+    assert acl.rt.memset(dev, 100, 256, 10) == 107000
+    host, _ = acl.rt.malloc_host(64)
+    assert acl.rt.memset(host, 64, 0, 64) == 107000
+    assert "host memory" in acl.get_recent_err_msg()
+
+
+def test_memcpy_async_rules(ctx: int) -> None:
+    stream, ret = acl.rt.create_stream()
+    assert ret == 0
+    dev = malloc(256)
+    host, _ = acl.rt.malloc_host(256)
+    other, _ = acl.rt.malloc_host(256)
+    assert acl.rt.memcpy_async(dev + 8, 200, host, 64, H2D, stream) == 107008
+    assert acl.rt.memcpy_async(dev, 256, host + 8, 64, H2D, stream) == 107008
+    assert "aligned" in acl.get_recent_err_msg()
+    assert acl.rt.memcpy_async(other, 256, host, 64, H2H, stream) == 207000
+    assert acl.rt.memcpy_async(dev, 64, host, 128, H2D, stream) == 107000
+    assert acl.rt.memcpy_async(dev, 256, host, 64, H2D, 0xDEAD) == 107017
+    ctypes.memmove(host, bytes(range(256)), 256)
+    assert acl.rt.memcpy_async(dev, 256, host, 256, H2D, stream) == 0
+    assert acl.rt.memcpy_async(other, 256, dev, 256, D2H, stream) == 0
+    assert acl.rt.synchronize_stream(stream) == 0
+    assert ctypes.string_at(other, 256) == bytes(range(256))
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_memcpy_async_is_queued_for_pinned_memory(ctx: int) -> None:
+    set_timing("copy_gbps=0.000001")  # 100 bytes take 100 ms
+    stream, _ = acl.rt.create_stream()
+    slow_host, _ = acl.rt.malloc_host(100)
+    dev = malloc(64)
+    host, _ = acl.rt.malloc_host(64)
+    ctypes.memset(host, 1, 64)
+    assert acl.rt.memcpy_async(malloc(100), 100, slow_host, 100, H2D, stream) == 0
+    assert acl.rt.memcpy_async(dev, 64, host, 64, H2D, stream) == 0
+    assert acl.rt.memcpy_async(host, 64, dev, 64, D2H, stream) == 0
+    ctypes.memset(host, 2, 64)  # the H2D of `host` waits behind the slow copy
+    assert acl.rt.synchronize_stream(stream) == 0
+    assert ctypes.string_at(host, 64) == b"\x02" * 64
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_memcpy_async_with_pageable_memory_returns_after_the_copy(ctx: int) -> None:
+    set_timing("copy_gbps=0.000001")
+    stream, _ = acl.rt.create_stream()
+    dev = to_device(b"\x03" * 64)
+    out = bytearray(128)
+    address = ctypes.addressof((ctypes.c_char * 128).from_buffer(out))
+    aligned = (address + 63) // 64 * 64
+    assert acl.rt.memcpy_async(aligned, 64, dev, 64, D2H, stream) == 0
+    offset = aligned - address
+    assert bytes(out[offset : offset + 64]) == b"\x03" * 64
+    assert acl.rt.destroy_stream(stream) == 0

@@ -1,0 +1,159 @@
+"""Emulated device timing (`GE_EMULATOR_TIMING` / `set_timing`): engines serialize and overlap.
+
+The machine is shared and noisy: the assertions compare against the serial and the overlapped
+totals with wide margins, never against tight times.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ge_python_backend.emulator import acl, set_faults, set_timing
+
+H2D = 1
+
+
+@pytest.fixture(autouse=True)
+def clean_acl() -> Iterator[None]:
+    """Each test starts and ends with acl not initialised and no faults or timing installed
+    (another test module may have left the process-wide acl.init of the runtime layer)."""
+    acl.finalize()
+    set_faults(None)
+    set_timing(None)
+    yield
+    acl.finalize()
+    set_faults(None)
+    set_timing(None)
+
+
+@pytest.fixture
+def ctx() -> int:
+    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    context, ret = acl.rt.get_context()
+    assert ret == 0
+    return int(context)
+
+
+def malloc(size: int) -> int:
+    ptr, ret = acl.rt.malloc(size, 0)
+    assert ret == 0, acl.get_recent_err_msg()
+    return ptr
+
+
+class Runner:
+    """A model loaded under the current context with device buffers for every input/output."""
+
+    def __init__(self, om: Path) -> None:
+        self.context, _ = acl.rt.get_context()
+        self.model_id, ret = acl.mdl.load_from_file(str(om))
+        assert ret == 0
+        desc = acl.mdl.create_desc()
+        assert acl.mdl.get_desc(desc, self.model_id) == 0
+        self.datasets = []
+        for count, size_of in (
+            (acl.mdl.get_num_inputs(desc), acl.mdl.get_input_size_by_index),
+            (acl.mdl.get_num_outputs(desc), acl.mdl.get_output_size_by_index),
+        ):
+            dataset = acl.mdl.create_dataset()
+            for i in range(count):
+                size = size_of(desc, i)
+                acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(malloc(size), size))
+            self.datasets.append(dataset)
+
+    def execute(self) -> None:
+        assert acl.rt.set_context(self.context) == 0
+        assert acl.mdl.execute(self.model_id, *self.datasets) == 0, acl.get_recent_err_msg()
+
+    def set_batch(self, batch: int) -> None:
+        assert acl.mdl.set_dynamic_batch_size(self.model_id, self.datasets[0], 1, batch) == 0
+
+
+def wall_time(*jobs: Callable[[], None]) -> float:
+    """Run every job in its own thread; seconds until all finished."""
+    threads = [threading.Thread(target=job) for job in jobs]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.monotonic() - start
+
+
+def test_executes_on_one_device_serialize(ctx: int, om_static: Path) -> None:
+    runner = Runner(om_static)
+    runner.execute()  # warm up onnxruntime
+    set_timing("execute_us=300000")
+    assert wall_time(runner.execute, runner.execute) >= 0.55
+
+
+def test_executes_on_two_devices_overlap(ctx: int, om_static: Path) -> None:
+    first = Runner(om_static)
+    assert acl.rt.set_device(1) == 0
+    second = Runner(om_static)
+    first.execute()
+    second.execute()
+    set_timing("execute_us=300000")
+    assert wall_time(first.execute, second.execute) < 0.5
+
+
+def test_an_h2d_copy_overlaps_an_execute_but_not_another_h2d_copy(
+    ctx: int, om_static: Path
+) -> None:
+    runner = Runner(om_static)
+    runner.execute()
+    size = 30_000
+    data = bytes(size)
+    dev = malloc(size)
+
+    def copy() -> None:
+        assert acl.rt.set_context(ctx) == 0
+        assert acl.rt.memcpy(dev, size, acl.util.bytes_to_ptr(data), size, H2D) == 0
+
+    set_timing("execute_us=300000,copy_gbps=0.0001")  # the copy takes 300 ms
+    assert wall_time(runner.execute, copy) < 0.5
+    assert wall_time(copy, copy) >= 0.55
+
+
+def test_execute_time_grows_with_the_rows_of_the_gear(ctx: int, om_dynamic_batch: Path) -> None:
+    runner = Runner(om_dynamic_batch)
+    runner.set_batch(1)
+    runner.execute()
+    set_timing("execute_us=0,execute_us_per_row=50000")
+    one = wall_time(runner.execute)
+    runner.set_batch(8)
+    eight = wall_time(runner.execute)
+    assert one >= 0.045 and eight >= 0.38
+    assert eight > one + 0.2
+
+
+def test_async_executes_on_two_streams_of_one_device_serialize(ctx: int, om_static: Path) -> None:
+    runner = Runner(om_static)
+    runner.execute()
+    streams = [acl.rt.create_stream()[0] for _ in range(2)]
+    set_timing("execute_us=250000")
+    start = time.monotonic()
+    for stream in streams:
+        inputs, outputs = runner.datasets
+        assert acl.mdl.execute_async(runner.model_id, inputs, outputs, stream) == 0
+    assert time.monotonic() - start < 0.2  # queued, not run
+    for stream in streams:
+        assert acl.rt.synchronize_stream(stream) == 0
+    assert time.monotonic() - start >= 0.45
+    for stream in streams:
+        assert acl.rt.destroy_stream(stream) == 0
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["execute_us", "execute_us=-1", "copy_gbps=0", "speed=3", "execute_us=1,execute_us=2"],
+)
+def test_bad_timing_specs_raise_value_error(spec: str) -> None:
+    with pytest.raises(ValueError, match="GE_EMULATOR_TIMING: bad entry"):
+        set_timing(spec)

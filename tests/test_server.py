@@ -1,0 +1,364 @@
+"""`ge_python_backend.server`: shm sizing, backend directory, and the REAL tritonserver (e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from e2e_helpers import (
+    grpc_address,
+    http_address,
+    model_states,
+    running_server,
+    write_python_model,
+)
+from tritonclient.utils import InferenceServerException
+
+from ge_python_backend.cli import main
+from ge_python_backend.errors import UserError
+from ge_python_backend.scaffold import scaffold
+from ge_python_backend.server import (
+    MIB,
+    SHM_DEFAULT_CAP_BYTES,
+    SHM_GROWTH_CAP_BYTES,
+    ServerError,
+    TritonServer,
+    bundled_server_root,
+    find_server,
+    prepare_backend_directory,
+    shm_sizes_for_repository,
+)
+
+ADD_CONFIG = """\
+name: "add_one"
+backend: "python"
+max_batch_size: 8
+input { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }
+dynamic_batching { preferred_batch_size: [ 1, 8 ] max_queue_delay_microseconds: 100 }
+model_warmup {
+  name: "w8" batch_size: 8
+  inputs { key: "X" value { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } }
+}
+"""
+
+ADD_MODEL = """\
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import ge_python_backend  # the launching venv's packages are importable
+
+        with open(os.environ["PROBE_FILE"], "w") as handle:
+            json.dump({"prefix": sys.prefix, "version": sys.version,
+                       "package": ge_python_backend.__file__}, handle)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            y = pb_utils.Tensor("Y", (x + 1).astype(np.float32))
+            responses.append(pb_utils.InferenceResponse([y]))
+        return responses
+"""
+
+BROKEN_CONFIG = """\
+name: "broken"
+backend: "python"
+max_batch_size: 8
+input { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }
+"""
+
+BROKEN_MODEL = """\
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("deliberately broken model")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def _config(repo: Path, name: str, text: str) -> None:
+    (repo / name).mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(text)
+
+
+# --- shared-memory sizing -------------------------------------------------------------------
+
+
+def test_shm_sizes_default_to_tritons_floor_for_small_models(tmp_path: Path) -> None:
+    _config(tmp_path, "small", ADD_CONFIG)
+    sizes = shm_sizes_for_repository(tmp_path)
+    assert (sizes.default_bytes, sizes.growth_bytes) == (MIB, MIB)
+
+
+def test_shm_sizes_fit_the_largest_batch(tmp_path: Path) -> None:
+    # 32 rows x (3x224x224 FP32 in + 1000 FP16 out) = 19,332,096 bytes per exchange.
+    _config(
+        tmp_path,
+        "big",
+        'max_batch_size: 32 input { name: "x" data_type: TYPE_FP32 dims: [3, 224, 224] } '
+        'output { name: "y" data_type: TYPE_FP16 dims: [1000] }',
+    )
+    _config(tmp_path, "small", ADD_CONFIG)
+    _config(tmp_path, "unparsable", "max_batch_size: [")
+    exchange = 32 * (3 * 224 * 224 * 4 + 1000 * 2)
+    sizes = shm_sizes_for_repository(tmp_path)
+    assert sizes.default_bytes == -(-2 * exchange // MIB) * MIB
+    assert sizes.growth_bytes == -(-exchange // MIB) * MIB
+    assert sizes.default_bytes % MIB == 0 and sizes.default_bytes >= 2 * exchange
+
+
+def test_shm_sizes_use_warmup_dims_for_dynamic_axes_and_are_capped(tmp_path: Path) -> None:
+    _config(
+        tmp_path,
+        "hw",
+        'max_batch_size: 0 input { name: "x" data_type: TYPE_FP32 dims: [1, 3, -1, -1] } '
+        'output { name: "y" data_type: TYPE_FP32 dims: [1, 8] } '
+        'model_warmup { batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
+        "dims: [1, 3, 512, 512] random_data: true } } }",
+    )
+    exchange = 3 * 512 * 512 * 4 + 8 * 4
+    assert shm_sizes_for_repository(tmp_path).growth_bytes == -(-exchange // MIB) * MIB
+    _config(
+        tmp_path,
+        "huge",
+        'max_batch_size: 64 input { name: "x" data_type: TYPE_FP32 dims: [3, 1024, 1024] }',
+    )
+    sizes = shm_sizes_for_repository(tmp_path)
+    assert (sizes.default_bytes, sizes.growth_bytes) == (
+        SHM_DEFAULT_CAP_BYTES,
+        SHM_GROWTH_CAP_BYTES,
+    )
+
+
+# --- locating the server and building the backend directory --------------------------------
+
+
+def test_backend_directory_is_built_once_and_rebuilt_when_incomplete(tmp_path: Path) -> None:
+    root = bundled_server_root()
+    backend = prepare_backend_directory(root, tmp_path)
+    stub = backend / "python" / "triton_python_backend_stub"
+    assert (backend / "python" / "libtriton_python.so").is_file()
+    assert os.access(stub, os.X_OK)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    source = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    assert stub.read_bytes() == source.read_bytes()
+    mtime = stub.stat().st_mtime_ns
+    assert prepare_backend_directory(root, tmp_path) == backend  # reused
+    assert stub.stat().st_mtime_ns == mtime
+    stub.write_bytes(b"truncated")
+    assert prepare_backend_directory(root, tmp_path) == backend  # rebuilt in place
+    assert stub.read_bytes() == source.read_bytes()
+    leftovers = [path.name for path in backend.parent.iterdir() if path.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_find_server_refuses_missing_user_binary(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found"):
+        find_server(tmp_path / "no-such-tritonserver")
+    with pytest.raises(UserError, match="does not exist"):
+        find_server(backend_directory=tmp_path / "missing")
+
+
+def test_server_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not a directory"):
+        TritonServer(tmp_path / "missing")
+    with pytest.raises(UserError, match="explicit"):
+        TritonServer(tmp_path, load_models=["a"])
+    with pytest.raises(UserError, match="model control mode"):
+        TritonServer(tmp_path, model_control_mode="poll")
+
+
+# --- the real server -------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "models"
+    write_python_model(repo, "add_one", ADD_CONFIG, ADD_MODEL)
+    write_python_model(repo, "broken", BROKEN_CONFIG, BROKEN_MODEL)
+    return repo
+
+
+@pytest.mark.e2e
+def test_real_server_serves_while_a_broken_model_stays_unavailable(
+    repository: Path, tmp_path: Path
+) -> None:
+    probe = tmp_path / "probe.json"
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with running_server(
+        repository, env={"PROBE_FILE": str(probe)}, log_path=tmp_path / "triton.log"
+    ) as server:
+        ready = urllib.request.urlopen(server.urls.http + "/v2/health/ready", timeout=5)
+        assert ready.status == 200
+        states = model_states(server)
+        assert states["add_one"][0] == "READY"
+        assert states["broken"][0] == "UNAVAILABLE"
+        assert "deliberately broken model" in states["broken"][1]
+
+        http = httpclient.InferenceServerClient(http_address(server))
+        request = httpclient.InferInput("X", [3, 4], "FP32")
+        request.set_data_from_numpy(data)
+        np.testing.assert_array_equal(http.infer("add_one", [request]).as_numpy("Y"), data + 1)
+        with pytest.raises(InferenceServerException):
+            http.infer("broken", [request])
+        http.close()
+
+        grpc = grpcclient.InferenceServerClient(grpc_address(server))
+        request = grpcclient.InferInput("X", [3, 4], "FP32")
+        request.set_data_from_numpy(data)
+        np.testing.assert_array_equal(grpc.infer("add_one", [request]).as_numpy("Y"), data + 1)
+        grpc.close()
+
+        metrics = urllib.request.urlopen(server.urls.metrics, timeout=5).read().decode()
+        assert 'nv_inference_request_success{model="add_one"' in metrics
+        assert server.urls.http.startswith("http://127.0.0.1:")
+
+    # model.py ran on this interpreter, in this virtual environment.
+    seen = json.loads(probe.read_text())
+    assert seen["prefix"] == sys.prefix
+    assert seen["version"] == sys.version
+    import ge_python_backend
+
+    assert seen["package"] == ge_python_backend.__file__
+    assert server.poll() == 0  # stopped cleanly by SIGINT
+    with pytest.raises(OSError):
+        urllib.request.urlopen(server.urls.http + "/v2/health/live", timeout=2)
+
+
+@pytest.mark.e2e
+def test_explicit_mode_loads_only_the_named_model(repository: Path, tmp_path: Path) -> None:
+    with running_server(
+        repository,
+        env={"PROBE_FILE": str(tmp_path / "probe.json")},
+        log_path=tmp_path / "triton.log",
+        model_control_mode="explicit",
+        load_models=["add_one"],
+    ) as server:
+        states = model_states(server)
+        assert states["add_one"][0] == "READY"
+        assert states["broken"][0] != "READY"
+
+
+@pytest.mark.e2e
+def test_wait_ready_reports_a_server_that_exits(repository: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = TritonServer(repository, http_port=port, log_path=tmp_path / "triton.log")
+        server.start()
+        try:
+            with pytest.raises(ServerError, match="exited with code") as failure:
+                server.wait_ready(60)
+        finally:
+            server.stop()
+    assert "HTTP" in str(failure.value)  # the log tail names what failed
+
+
+@pytest.mark.e2e
+def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, PROBE_FILE=str(tmp_path / "probe.json"))
+    command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
+    command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    command += ["--log-file", str(tmp_path / "serve.log")]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        lines = []
+        assert process.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("Press Ctrl-C"):
+                break
+        text = "".join(lines)
+        assert "Press Ctrl-C" in text, text + (process.stderr.read() if process.stderr else "")
+        assert "add_one (version 1): READY" in text
+        assert "broken (version 1): UNAVAILABLE: " in text
+        http_url = next(line.split()[1] for line in lines if line.strip().startswith("HTTP"))
+        grpc_url = next(line.split()[1] for line in lines if line.strip().startswith("gRPC"))
+
+        for protocol, url in (("http", http_url), ("grpc", grpc_url)):
+            code = main(["infer", "--url", url, "--protocol", protocol, "--model", "add_one"])
+            assert code == 0
+        code = main(["infer", "--url", http_url, "--model", "add_one", "--shape", "X:2,4"])
+        assert code == 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert "Triton stopped (exit code 0)" in stderr
+
+
+@pytest.mark.e2e
+def test_infer_command_output(
+    repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    array = tmp_path / "x.npy"
+    np.save(array, np.full((2, 4), 0.5, dtype=np.float64))  # cast to FP32 (same kind)
+    with running_server(
+        repository, env={"PROBE_FILE": str(tmp_path / "p.json")}, log_path=tmp_path / "t.log"
+    ) as server:
+        url = http_address(server)
+        assert main(["infer", "--url", url, "--model", "add_one", "--input", f"X={array}"]) == 0
+        out = capsys.readouterr().out
+        assert "Y  FP32  [2, 4]  min 1.5  max 1.5  mean 1.5  first [1.5, 1.5, 1.5" in out
+
+        assert main(["infer", "--url", url, "--model", "add_one", "--shape", "X:2,5"]) == 2
+        err = capsys.readouterr().err
+        assert "--shape for 'X' is [2, 5] but the model takes [-1, 4]" in err
+        assert "Traceback" not in err
+        assert main(["infer", "--url", url, "--model", "nope"]) == 2
+        assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_scaffolded_model_serves_from_its_vendored_runtime(
+    om_dynamic_batch: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "models"
+    result = scaffold(om_dynamic_batch, repo, name="mlp", runtime="emulator", vendor_runtime=True)
+    assert result.vendor_dir is not None
+    marker = tmp_path / "vendored.txt"
+    vendored_init = result.vendor_dir / "ge_python_backend" / "__init__.py"
+    with vendored_init.open("a") as handle:  # prove the stub imports this copy, not the venv's
+        handle.write(
+            "\nimport os as _os\nopen(_os.environ['VENDOR_MARKER'], 'w').write(__file__)\n"
+        )
+    with running_server(
+        repo, env={"VENDOR_MARKER": str(marker)}, log_path=tmp_path / "triton.log"
+    ) as server:
+        assert model_states(server)["mlp"][0] == "READY"
+        client = httpclient.InferenceServerClient(http_address(server))
+        request = httpclient.InferInput("x", [5, 16], "FP32")
+        request.set_data_from_numpy(np.ones((5, 16), np.float32))
+        response = client.infer("mlp", [request])
+        assert response.as_numpy("y").shape == (5, 8)
+        assert response.as_numpy("z").shape == (5, 1)
+        client.close()
+    assert marker.read_text() == str(vendored_init)
