@@ -290,15 +290,20 @@ def server_environment(
 
 
 def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> int:
-    """SIGINT (Triton's clean shutdown), then SIGKILL for the whole group after `timeout`."""
+    """SIGINT (Triton's clean shutdown), SIGKILL after `timeout`; then end the process group.
+
+    The Python backend's stub processes share the server's process group; after a crash they
+    are left behind, so whatever remains of the group is killed once the server is gone.
+    """
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            process.kill()
             process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     return int(process.returncode)
 
 

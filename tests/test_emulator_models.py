@@ -15,7 +15,7 @@ import onnxruntime
 import pytest
 
 from ge_python_backend.emulator import acl, set_faults, set_timing
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, MAGIC
+from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, MAGIC, compile_onnx
 
 H2D, D2H = 1, 2
 MBATCH = "ascend_mbatch_shape_data"
@@ -540,3 +540,34 @@ def test_threads_sharing_a_context_execute_concurrently(ctx: int, om_static: Pat
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_sizes_cover_every_gear_when_inputs_do_not_grow_together(ctx: int, tmp_path: Path) -> None:
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["a2"]), helper.make_node("Add", ["b", "b"], ["b2"])],
+        "two",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "S"]) for n in ("a", "b")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "S"]) for n in ("a2", "b2")],
+    )
+    onnx_path = tmp_path / "two.onnx"
+    save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        onnx_path,
+    )
+    om = compile_onnx(
+        onnx_path, tmp_path / "two", input_shape="a:1,-1;b:1,-1", dynamic_dims="8,32;16,8"
+    )
+    model = Model(om)
+    assert model.in_sizes == [16 * 4, 32 * 4, 2 * 8]
+    assert model.out_sizes == [16 * 4, 32 * 4]
+    for sa, sb in ((8, 32), (16, 8)):
+        a = np.arange(sa, dtype=np.float32).reshape(1, sa)
+        b = np.arange(sb, dtype=np.float32).reshape(1, sb)
+        assert select(model, "dims", (sa, sb), [1, sa, 1, sb]) == 0
+        model.feed([a, b])
+        assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
+        got = model.fetch()
+        np.testing.assert_array_equal(got[0], 2 * a)
+        np.testing.assert_array_equal(got[1], 2 * b)

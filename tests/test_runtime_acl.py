@@ -23,10 +23,9 @@ from ge_python_backend.runtime import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a fresh interpreter (this repository importable)."""
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter (this repository importable, no runtime override)."""
     environment = {key: value for key, value in os.environ.items() if key != ENV_VAR}
-    environment.update(env or {})
     environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

@@ -276,8 +276,8 @@ def test_wait_ready_reports_a_server_that_exits(repository: Path, tmp_path: Path
     assert "HTTP" in str(failure.value)  # the log tail names what failed
 
 
-@pytest.mark.e2e
-def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
+def start_serve(repository: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """`ge-python-model serve` in a child process, read up to its "Press Ctrl-C" line."""
     env = dict(os.environ, PROBE_FILE=str(tmp_path / "probe.json"))
     command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
     command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
@@ -285,34 +285,62 @@ def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (lines and lines[-1].startswith("Press Ctrl-C")):
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+    if not lines or not lines[-1].startswith("Press Ctrl-C"):
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail("serve did not become ready:\n" + "".join(lines) + stderr)
+    return process, lines
+
+
+@pytest.mark.e2e
+def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
+    process, lines = start_serve(repository, tmp_path)
     try:
-        lines = []
-        assert process.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("Press Ctrl-C"):
-                break
         text = "".join(lines)
-        assert "Press Ctrl-C" in text, text + (process.stderr.read() if process.stderr else "")
         assert "add_one (version 1): READY" in text
         assert "broken (version 1): UNAVAILABLE: " in text
         http_url = next(line.split()[1] for line in lines if line.strip().startswith("HTTP"))
         grpc_url = next(line.split()[1] for line in lines if line.strip().startswith("gRPC"))
-
         for protocol, url in (("http", http_url), ("grpc", grpc_url)):
             code = main(["infer", "--url", url, "--protocol", protocol, "--model", "add_one"])
             assert code == 0
-        code = main(["infer", "--url", http_url, "--model", "add_one", "--shape", "X:2,4"])
-        assert code == 0
     finally:
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     assert "Triton stopped (exit code 0)" in stderr
+
+
+@pytest.mark.e2e
+def test_serve_exits_non_zero_when_the_server_dies(repository: Path, tmp_path: Path) -> None:
+    process, lines = start_serve(repository, tmp_path)
+    pid = int(lines[0].split("(pid ")[1].split(")")[0])
+    os.kill(pid, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert "tritonserver exited with code -9" in stderr
+    assert process_group_members(pid) == []  # its orphaned stub processes were ended too
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Pids of live processes in process group `pgid` (from /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 @pytest.mark.e2e

@@ -41,7 +41,9 @@ def register(subparsers: Any) -> None:
         "--url", help="server HOST:PORT (default: 127.0.0.1:8000 for http, :8001 for grpc)"
     )
     parser.add_argument("--model", required=True, help="model name")
-    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    parser.add_argument(
+        "--protocol", choices=("http", "grpc"), default="http", help="(default: http)"
+    )
     parser.add_argument(
         "--shape",
         action="append",

@@ -38,9 +38,14 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("repository", type=Path, help="the Triton model repository")
-    parser.add_argument("--http-port", type=int, default=8000, help="0 picks a free port (8000)")
-    parser.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port (8001)")
-    parser.add_argument("--metrics-port", type=int, default=8002, help="0 picks a free port (8002)")
+    for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
+        parser.add_argument(
+            f"--{protocol}-port",
+            type=int,
+            default=port,
+            metavar="PORT",
+            help=f"{protocol} port (default: {port}; 0 picks a free port)",
+        )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
     )

@@ -24,7 +24,7 @@ from ge_python_backend.emulator._state import (
     DataBuffer,
     Dataset,
 )
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmModel
+from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmModel, OmTensor
 
 MBATCH_NAME = "ascend_mbatch_shape_data"
 ACL_INT64 = 9
@@ -61,6 +61,10 @@ def _nbytes(acl_dtype: int, shape: tuple[int, ...]) -> int:
     return math.prod(shape) * ACL_DTYPE_TO_NUMPY[acl_dtype].itemsize
 
 
+def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int:
+    return max(_nbytes(tensor.acl_dtype, shapes[index]) for shapes in per_gear)
+
+
 class LoadedModel:
     """A model id's state: the OM, the loading context and the gear last selected by set_*."""
 
@@ -74,11 +78,14 @@ class LoadedModel:
         self.gears = desc.gears
         self.largest = desc.largest_gear()
         self.current_gear = self.largest
-        in_shapes = desc.input_shapes(self.largest)
-        out_shapes = desc.output_shapes(self.largest)
+        # Sizes are the largest gear's; taking the maximum over gears per tensor gives the same
+        # for every model whose tensors grow together, and is never too small for any gear.
+        gears: tuple[Gear | None, ...] = desc.gears or (None,)
+        in_shapes = [desc.input_shapes(g) for g in gears]
+        out_shapes = [desc.output_shapes(g) for g in gears]
         inputs = [
-            IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _nbytes(t.acl_dtype, shape))
-            for t, shape in zip(desc.inputs, in_shapes)
+            IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _max_nbytes(t, i, in_shapes))
+            for i, t in enumerate(desc.inputs)
         ]
         self.mbatch_index: int | None = None
         self.mbatch_count = 0
@@ -93,8 +100,8 @@ class LoadedModel:
             )
         self.inputs = tuple(inputs)
         self.outputs = tuple(
-            IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _nbytes(t.acl_dtype, shape))
-            for t, shape in zip(desc.outputs, out_shapes)
+            IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _max_nbytes(t, i, out_shapes))
+            for i, t in enumerate(desc.outputs)
         )
 
     def check_live(self) -> None:
@@ -159,13 +166,10 @@ class Execution:
             span.check_live(f"buffer {i}")
         gear = self.read_gear()
         desc = model.om.description
-        arrays = [
-            np.frombuffer(
-                ctypes.string_at(span.address, _nbytes(t.acl_dtype, shape)),
-                ACL_DTYPE_TO_NUMPY[t.acl_dtype],
-            ).reshape(shape)
-            for t, span, shape in zip(desc.inputs, self.inputs, desc.input_shapes(gear))
-        ]
+        arrays = []  # buffers hold every gear: prepare() checked them against IoTensor.size
+        for t, span, shape in zip(desc.inputs, self.inputs, desc.input_shapes(gear)):
+            data = ctypes.string_at(span.address, _nbytes(t.acl_dtype, shape))
+            arrays.append(np.frombuffer(data, ACL_DTYPE_TO_NUMPY[t.acl_dtype]).reshape(shape))
         seconds = timing.current().execute_seconds(model.rows(gear))
         with timing.engine(model.context.device.id, "execute", seconds):
             try:

@@ -62,7 +62,7 @@ class Stream:
             self._stopping = True
             self._cond.notify_all()
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None:
             thread.join()
 
     def _run(self) -> None:
