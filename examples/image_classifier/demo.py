@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -42,11 +42,21 @@ def wait_until_ready(client: httpclient.InferenceServerClient, server: subproces
     raise SystemExit("the model did not become ready within 120 s")
 
 
-def classify(client: httpclient.InferenceServerClient, images: np.ndarray) -> np.ndarray:
+def _inputs(images: np.ndarray) -> list[httpclient.InferInput]:
     request = httpclient.InferInput("input", list(images.shape), "FP32")
     request.set_data_from_numpy(images)
-    result = client.infer(MODEL, [request], outputs=[httpclient.InferRequestedOutput("logits")])
+    return [request]
+
+
+def classify(client: httpclient.InferenceServerClient, images: np.ndarray) -> np.ndarray:
+    """One blocking request: the logits of each image."""
+    result = client.infer(MODEL, _inputs(images))
     return result.as_numpy("logits")
+
+
+def send(client: httpclient.InferenceServerClient, images: np.ndarray) -> Any:
+    """One request in flight; `.get_result()` waits for it."""
+    return client.async_infer(MODEL, _inputs(images))
 
 
 def main() -> None:
@@ -98,8 +108,8 @@ def main() -> None:
     ]
     print("$", " ".join(command), flush=True)
     server = subprocess.Popen(command)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{HTTP_PORT}", concurrency=8)
     try:
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{HTTP_PORT}", concurrency=8)
         wait_until_ready(client, server)
         image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
         logits = classify(client, image)[0]
@@ -112,8 +122,8 @@ def main() -> None:
         batches = [
             rng.random((int(n), 3, 224, 224), dtype=np.float32) for n in rng.integers(1, 4, size=16)
         ]
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda b: classify(client, b), batches))
+        pending = [send(client, b) for b in batches]
+        answers = [p.get_result().as_numpy("logits") for p in pending]
         print("  predicted classes:", [a.argmax(axis=1).tolist() for a in answers])
         stats = client.get_inference_statistics(MODEL)["model_stats"][0]
         print(
@@ -121,6 +131,7 @@ def main() -> None:
             f"{stats['execution_count']} executions"
         )
     finally:
+        client.close()  # open keep-alive connections would hold up the server's shutdown
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
         print("server stopped")
