@@ -13,7 +13,11 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.config import compare_config_with_session, read_parameters
+from ge_python_backend.config import (
+    PIPELINE_DEPTHS,
+    compare_config_with_session,
+    read_parameters,
+)
 from ge_python_backend.runtime import AclError, InputError, Session
 from ge_python_backend.triton.metrics import MetricsPublisher
 from ge_python_backend.triton.requests import (
@@ -22,8 +26,6 @@ from ge_python_backend.triton.requests import (
     error_response,
     parse_request,
 )
-
-SUPPORTED_PIPELINE_DEPTHS = ("1",)
 
 
 def instance_index(instance_name: str) -> int:
@@ -62,11 +64,8 @@ class ModelInstance:
             om_path = Path(args["model_repository"]) / args["model_version"] / params["om_file"]
             device_id = pick_device(params.get("device_ids", "0"), args["model_instance_name"])
             depth = params.get("pipeline_depth", "1")
-            if depth not in SUPPORTED_PIPELINE_DEPTHS:
-                raise ValueError(
-                    f"pipeline_depth {depth!r} is not supported; "
-                    f"use one of {', '.join(SUPPORTED_PIPELINE_DEPTHS)}"
-                )
+            if depth not in map(str, PIPELINE_DEPTHS):
+                raise ValueError(f"pipeline_depth must be one of {PIPELINE_DEPTHS}, got {depth!r}")
         except (KeyError, ValueError) as exc:
             raise pb_utils.TritonModelException(
                 f"model {args['model_name']!r}: bad config.pbtxt parameters: {exc}"
