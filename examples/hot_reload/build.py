@@ -1,0 +1,180 @@
+"""Build version N of a small classifier and add it to the model repository (hot-reload example).
+
+    python examples/hot_reload/build.py models --version 1    # a new model directory
+    python examples/hot_reload/build.py models --version 2    # adds 2/ next to 1/
+
+Each version is the same network (`features` FP32 [N,64] -> `scores` FP32 [N,10], two dense
+layers) with different random weights (seed = version), compiled with `ge-python-model emulator
+compile` (batch gears 1,2,4,8; the `atc` equivalent is printed) and scaffolded with
+`ge-python-model scaffold --version N`. The config gets `version_policy` latest with
+`num_versions: 1` (Triton's default, written out): Triton serves the highest version present.
+
+Version 1 creates `<repository>/<name>/`. A later version is scaffolded into a staging
+repository next to it; its `N/` directory is moved into the model directory and then
+`config.pbtxt` is replaced in one rename, because the config names the new `.om`'s SHA-256 (the
+`om_sha256` parameter is model-wide). Nothing changes for the server until someone asks it to
+load the model again (`tritonclient`'s `load_model`, or `POST /v2/repository/models/<name>/load`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ge_python_backend.config import load_model_config, write_model_config
+
+FEATURES, HIDDEN, CLASSES = 64, 32, 10
+BATCH_GEARS = "1,2,4,8"
+INPUT_NAME, OUTPUT_NAME = "features", "scores"
+
+
+def build_onnx(path: Path, seed: int) -> Path:
+    """`features` FP32 [N,64] -> relu(dense 32) -> dense 10 -> `scores` FP32 [N,10]."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w1": rng.normal(0, np.sqrt(2 / FEATURES), (FEATURES, HIDDEN)),
+        "b1": rng.normal(0, 0.1, HIDDEN),
+        "w2": rng.normal(0, np.sqrt(1 / HIDDEN), (HIDDEN, CLASSES)),
+        "b2": rng.normal(0, 0.1, CLASSES),
+    }
+    nodes = [
+        helper.make_node("MatMul", [INPUT_NAME, "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "w2"], ["s0"]),
+        helper.make_node("Add", ["s0", "b2"], [OUTPUT_NAME]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        f"tiny_classifier_seed{seed}",
+        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["N", CLASSES])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what onnxruntime accepts for opset 17
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def cli() -> str:
+    """The `ge-python-model` of this interpreter's environment (else the one on PATH)."""
+    local = Path(sys.executable).parent / "ge-python-model"
+    found = str(local) if local.is_file() else shutil.which("ge-python-model")
+    if found is None:
+        raise SystemExit("ge-python-model not found: install the project (make setup)")
+    return found
+
+
+def run(*command: str) -> None:
+    print("$", shlex.join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
+def scaffold(om: Path, repository: Path, name: str, version: int, runtime: str) -> None:
+    run(
+        cli(),
+        "scaffold",
+        str(om),
+        "--repository",
+        str(repository),
+        "--name",
+        name,
+        "--version",
+        str(version),
+        "--runtime",
+        runtime,
+        "--overwrite",
+    )
+    config_path = repository / name / "config.pbtxt"
+    config = load_model_config(config_path)
+    config.version_policy.latest.num_versions = 1
+    write_model_config(config, config_path)
+
+
+def add_version(om: Path, repository: Path, name: str, version: int, runtime: str) -> None:
+    """Put version `version` next to the existing ones and switch the config to its `.om`."""
+    model_dir = repository / name
+    if (model_dir / str(version)).exists():
+        raise SystemExit(f"{model_dir / str(version)} already exists")
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-v{version}-", dir=repository.parent))
+    try:
+        scaffold(om, staging, name, version, runtime)
+        (staging / name / str(version)).rename(model_dir / str(version))
+        new_config = model_dir / f".config.pbtxt.v{version}"
+        shutil.copyfile(staging / name / "config.pbtxt", new_config)
+        os.replace(new_config, model_dir / "config.pbtxt")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    versions = sorted(int(p.name) for p in model_dir.iterdir() if p.name.isdigit())
+    print(f"{model_dir}: versions {versions}; config.pbtxt now serves version {version}")
+
+
+def compile_version(workdir: Path, name: str, version: int) -> Path:
+    """Build version `version`'s ONNX and compile it for the emulator; the `.om` path."""
+    onnx_path = build_onnx(workdir / f"{name}.onnx", seed=version)
+    print(f"wrote {onnx_path} (version {version}: random weights, seed {version})")
+    run(
+        cli(),
+        "emulator",
+        "compile",
+        "--model",
+        str(onnx_path),
+        "--framework",
+        "5",
+        "--output",
+        str(workdir / name),
+        "--input_shape",
+        f"{INPUT_NAME}:-1,{FEATURES}",
+        "--dynamic_batch_size",
+        BATCH_GEARS,
+        "--input_format",
+        "ND",
+        "--soc_version",
+        "Ascend310P3",
+    )
+    return workdir / f"{name}.om"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("repository", type=Path, help="Triton model repository")
+    parser.add_argument("--version", type=int, default=1, help="version to build (default 1)")
+    parser.add_argument("--name", default="tiny_classifier", help="model name")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("build/hot_reload"), help="where the .onnx/.om go"
+    )
+    parser.add_argument(
+        "--om", type=Path, help="use this .om (e.g. from ATC) instead of building and compiling one"
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=("emulator", "pyacl"),
+        default="emulator",
+        help="runtime written into the config (pyacl for a real .om on an Ascend host)",
+    )
+    args = parser.parse_args()
+    if args.version < 1:
+        raise SystemExit("--version must be >= 1")
+    om = args.om or compile_version(args.workdir / f"v{args.version}", args.name, args.version)
+    args.repository.mkdir(parents=True, exist_ok=True)
+    if (args.repository / args.name).exists() and args.version > 1:
+        add_version(om, args.repository, args.name, args.version, args.runtime)
+    else:
+        scaffold(om, args.repository, args.name, args.version, args.runtime)
+
+
+if __name__ == "__main__":
+    main()

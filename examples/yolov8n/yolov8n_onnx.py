@@ -1,0 +1,156 @@
+"""A YOLOv8n-style object detector in ONNX, built locally with random weights (no downloads).
+
+Input `images` FP32 [N, 3, 640, 640] (RGB scaled to 0..1). A backbone of stride-2 3x3 convolutions
+with SiLU (16, 32, 64, 128, 256 channels at `width` 16, YOLOv8n's widths) gives feature maps at
+strides 8, 16 and 32 (80x80, 40x40, 20x20 cells: 8400 anchor points). An anchor-free decoupled head
+on each predicts four distances (left, top, right, bottom) and 80 class logits per cell, decoded
+in the graph into three outputs:
+
+* `boxes`  FP32  [N, 8400, 4]  x1, y1, x2, y2 in pixels of the 640x640 input;
+* `scores` FP32  [N, 8400]     the best class probability of each anchor (sigmoid);
+* `labels` INT64 [N, 8400]     that class (COCO's 80 classes).
+
+Confidence filtering and non-maximum suppression are left to the client, as with YOLOv8 exports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IMAGE_SIZE = 640
+NUM_CLASSES = 80
+STRIDES = (8, 16, 32)
+NUM_ANCHORS = sum((IMAGE_SIZE // s) ** 2 for s in STRIDES)  # 8400
+INPUT_NAME = "images"
+OUTPUT_NAMES = ("boxes", "scores", "labels")
+# Class bias for a prior probability of 1 % (as YOLO initialises it): few confident anchors.
+CLASS_PRIOR_BIAS = float(-np.log((1 - 0.01) / 0.01))
+
+
+class _Graph:
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._count = 0
+
+    def name(self, kind: str) -> str:
+        self._count += 1
+        return f"{kind}_{self._count}"
+
+    def constant(self, values: np.ndarray, kind: str = "const") -> str:
+        name = self.name(kind)
+        self.initializers.append(numpy_helper.from_array(values, name))
+        return name
+
+    def node(self, op_type: str, inputs: list[str], outputs: int = 1, **attrs: object) -> str:
+        names = [self.name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, names, **attrs))
+        return names[0]
+
+    def conv(
+        self,
+        x: str,
+        c_in: int,
+        c_out: int,
+        kernel: int,
+        stride: int = 1,
+        bias: float = 0.0,
+        gain: float = 2.0,
+    ) -> str:
+        fan_in = c_in * kernel * kernel
+        weight = self.rng.normal(0.0, np.sqrt(gain / fan_in), (c_out, c_in, kernel, kernel))
+        return self.node(
+            "Conv",
+            [
+                x,
+                self.constant(weight.astype(np.float32), "conv_w"),
+                self.constant(np.full(c_out, bias, np.float32), "conv_b"),
+            ],
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[kernel // 2] * 4,
+        )
+
+    def silu(self, x: str) -> str:
+        return self.node("Mul", [x, self.node("Sigmoid", [x])])
+
+
+def anchor_points() -> tuple[np.ndarray, np.ndarray]:
+    """Cell centres in pixels, FP32 [8400, 2] (x, y), and each anchor's stride, FP32 [8400, 1]."""
+    centres, strides = [], []
+    for stride in STRIDES:
+        cells = IMAGE_SIZE // stride
+        ys, xs = np.meshgrid(np.arange(cells), np.arange(cells), indexing="ij")
+        centres.append((np.stack([xs, ys], axis=-1).reshape(-1, 2) + 0.5) * stride)
+        strides.append(np.full((cells * cells, 1), stride))
+    return (
+        np.concatenate(centres).astype(np.float32),
+        np.concatenate(strides).astype(np.float32),
+    )
+
+
+def build_yolov8n(path: str | Path, width: int = 16, seed: int = 0) -> Path:
+    """Write the detector to `path` (see the module docstring) and return the path."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    g = _Graph(seed)
+    channels = [width * 2**i for i in range(5)]  # 16, 32, 64, 128, 256 at width 16
+    x, c_in, features = INPUT_NAME, 3, []
+    for level, c_out in enumerate(channels):  # strides 2, 4, 8, 16, 32
+        x = g.silu(g.conv(x, c_in, c_out, 3, 2))
+        c_in = c_out
+        if level >= 2:
+            features.append((x, c_out))
+
+    heads = []
+    flat = g.constant(np.array([0, 4 + NUM_CLASSES, -1], np.int64), "shape")
+    for feature, c in features:
+        box = g.conv(g.silu(g.conv(feature, c, c, 3)), c, 4, 1)
+        cls = g.silu(g.conv(feature, c, c, 3))
+        # A large gain on the class layer: with random weights some anchors still pass 0.25.
+        cls = g.conv(cls, c, NUM_CLASSES, 1, bias=CLASS_PRIOR_BIAS, gain=16.0)
+        heads.append(g.node("Reshape", [g.node("Concat", [box, cls], axis=1), flat]))
+    raw = g.node("Transpose", [g.node("Concat", heads, axis=2)], perm=[0, 2, 1])  # [N,8400,84]
+
+    splits = g.constant(np.array([2, 2, NUM_CLASSES], np.int64), "split")
+    near, far, logits = (f"{name}_part" for name in ("near", "far", "logits"))
+    g.nodes.append(helper.make_node("Split", [raw, splits], [near, far, logits], axis=2))
+    centres, strides = anchor_points()
+    # Distances in units of 4 cells: boxes of a few cells, so that NMS has overlaps to merge.
+    anchors, scale = g.constant(centres, "anchors"), g.constant(4 * strides, "strides")
+    top_left = g.node("Sub", [anchors, g.node("Mul", [g.node("Softplus", [near]), scale])])
+    bottom_right = g.node("Add", [anchors, g.node("Mul", [g.node("Softplus", [far]), scale])])
+    corners = g.node("Concat", [top_left, bottom_right], axis=2)
+    low, high = g.constant(np.float32(0.0), "low"), g.constant(np.float32(IMAGE_SIZE), "high")
+    g.nodes.append(helper.make_node("Clip", [corners, low, high], ["boxes"]))
+    probabilities = g.node("Sigmoid", [logits])
+    g.nodes.append(helper.make_node("ReduceMax", [probabilities], ["scores"], axes=[2], keepdims=0))
+    g.nodes.append(helper.make_node("ArgMax", [probabilities], ["labels"], axis=2, keepdims=0))
+
+    graph = helper.make_graph(
+        g.nodes,
+        f"yolov8n_style_width{width}",
+        [
+            helper.make_tensor_value_info(
+                INPUT_NAME, TensorProto.FLOAT, ["N", 3, IMAGE_SIZE, IMAGE_SIZE]
+            )
+        ],
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["N", NUM_ANCHORS, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", NUM_ANCHORS]),
+            helper.make_tensor_value_info("labels", TensorProto.INT64, ["N", NUM_ANCHORS]),
+        ],
+        g.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what onnxruntime accepts for opset 17
+    onnx.checker.check_model(model, full_check=True)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(target))
+    return target
