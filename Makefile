@@ -19,18 +19,28 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed ## Create .venv and install the project with every extra
 
 lint: setup ## ruff and mypy
-	$(VENV)/bin/ruff check ge_python_backend model_templates tests examples
-	$(VENV)/bin/ruff format --check ge_python_backend model_templates tests examples
+	$(VENV)/bin/ruff check ge_python_backend model_templates tests examples benchmarks
+	$(VENV)/bin/ruff format --check ge_python_backend model_templates tests examples benchmarks
 	$(VENV)/bin/mypy
 
 format: setup ## Apply ruff's formatting and import order
-	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples
-	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples
+	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples benchmarks
+	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples benchmarks
 
 test: setup lint ## Lint, type-check and run every test, end-to-end tests on the real tritonserver included
 	$(VENV)/bin/pytest -q
 
 .PHONY: help setup lint format test
+
+soak: setup ## Longer soak (200,000 requests at concurrency 16) and 100 reload cycles; prints figures
+	GE_SOAK_REQUESTS=200000 GE_RELOAD_CYCLES=100 $(VENV)/bin/pytest -q -s tests/test_soak.py tests/test_reliability_reload.py
+
+.PHONY: soak
+
+bench: setup ## Run every benchmark (about 10 minutes) and rewrite BENCHMARKS.md
+	$(PY) benchmarks/run.py --output BENCHMARKS.md
+
+.PHONY: bench
 
 demo: setup ## Build an example classifier, compile it for the emulator, serve it on Triton and query it
 	$(PY) examples/image_classifier/demo.py demo-work

@@ -17,6 +17,10 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.serve_cmd",
     "ge_python_backend.commands.infer_cmd",
     "ge_python_backend.commands.emulator_cmd",
+    "ge_python_backend.commands.bench_cmd",
+    "ge_python_backend.commands.compare_cmd",
+    "ge_python_backend.commands.k8s_cmd",
+    "ge_python_backend.commands.doctor_cmd",
 )
 
 DESCRIPTION = """\

@@ -25,6 +25,16 @@ PIPELINE_DEPTHS = (1,)  # batches in flight per instance; depth 2 comes with pip
 # masks and indices, where random values would be out of range).
 RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")
 REQUIRED_PARAMETERS = ("om_file", "om_sha256", "device_ids", "acl_runtime", "pipeline_depth")
+# Characters a shell interprets in an unquoted word. Triton 2.51's Python backend starts every stub
+# with `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, paths unquoted, so
+# model names and repository paths must not contain any of them.
+SHELL_UNSAFE_CHARACTERS = frozenset(" \t\n\r|&;()<>\\'\"$`*?[]#~{}!")
+
+
+def shell_unsafe_characters(text: str) -> str:
+    """The characters of `text` a shell would interpret (control characters included), in order."""
+    found = dict.fromkeys(c for c in text if c in SHELL_UNSAFE_CHARACTERS or ord(c) < 32)
+    return "".join(found)
 
 
 class ConfigError(UserError, ValueError):
@@ -87,6 +97,13 @@ def check_model_name(name: str) -> str:
         )
     if any(ord(char) < 32 for char in name):
         raise ConfigError(f"model name {name!r} contains control characters")
+    unsafe = shell_unsafe_characters(name)
+    if unsafe:
+        raise ConfigError(
+            f"model name {name!r} contains {unsafe!r}: Triton's Python backend starts the model "
+            "through a shell command line holding its path, where these characters would be "
+            "interpreted; use letters, digits, '_', '-' and '.'"
+        )
     return name
 
 

@@ -18,6 +18,7 @@ import hashlib
 import importlib.resources
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -194,6 +195,18 @@ def _replacing_directory(target: Path, overwrite: bool) -> Iterator[Path]:
         shutil.rmtree(build, ignore_errors=True)
 
 
+def _ordinary_permissions(root: Path, dir_mode: int) -> None:
+    """Directories `dir_mode`, files the same without execute bits; never group/world-writable.
+
+    `dir_mode` is what the umask left of rwxr-xr-x on a directory just made (the build directory
+    itself comes from mkdtemp, which makes it private).
+    """
+    dir_mode &= 0o755
+    root.chmod(dir_mode)
+    for path in root.rglob("*"):
+        path.chmod(dir_mode if path.is_dir() else dir_mode & 0o644)
+
+
 def _vendor_package(destination: Path) -> None:
     """Copy the installed `ge_python_backend` (no bytecode, no templates) to `destination`."""
     source = Path(ge_python_backend.__file__).parent
@@ -234,6 +247,11 @@ def scaffold(
     source = Path(om_path)
     if not source.is_file():
         raise UserError(f".om file {source} does not exist")
+    try:
+        with open(source, "rb"):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot read .om file {source}: {exc.strerror or exc}") from None
     if runtime not in ACL_RUNTIMES:
         raise UserError(f"runtime must be one of {ACL_RUNTIMES}, got {runtime!r}")
     if version < 1:
@@ -264,6 +282,11 @@ def scaffold(
     )
     root = Path(repository)
     model_dir = root / model_name
+    if model_dir.is_symlink():
+        raise UserError(
+            f"{model_dir} is a symbolic link; refusing to write through or replace it "
+            "(remove the link or choose another --name)"
+        )
     version_dir = model_dir / str(version)
     result = ScaffoldResult(
         model_dir=model_dir,
@@ -283,13 +306,14 @@ def scaffold(
             raise UserError(f"{model_dir} already exists; pass --overwrite to replace it")
         return result
     template = model_template()
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
     with _replacing_directory(model_dir, overwrite) as build:
         build_version = build / str(version)
-        build_version.mkdir()
+        build_version.mkdir(mode=0o755)
         (build / "config.pbtxt").write_text(result.config_text, encoding="utf-8")
         (build_version / "model.py").write_text(template, encoding="utf-8")
         shutil.copyfile(source, build_version / source.name)
         if vendor_runtime:
             _vendor_package(build_version / VENDOR_DIR / "ge_python_backend")
+        _ordinary_permissions(build, stat.S_IMODE(build_version.stat().st_mode))
     return dataclasses.replace(result, written=True)

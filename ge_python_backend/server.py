@@ -38,7 +38,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.config import ConfigError, load_model_config
+from ge_python_backend.config import ConfigError, load_model_config, shell_unsafe_characters
 from ge_python_backend.errors import GeBackendError, UserError
 
 MIB = 1024 * 1024
@@ -270,6 +270,27 @@ def shm_sizes_for_repository(repository: str | os.PathLike[str]) -> ShmSizes:
     return ShmSizes(default, growth)
 
 
+def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:
+    """Refuse paths Triton's Python backend would hand to a shell that interprets them.
+
+    The backend runs its stub through `system()` and starts each model instance with
+    `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, the paths unquoted: a
+    space breaks the stub's arguments (the model never loads) and `$(...)` or `;` run commands.
+    """
+    paths = [("model repository", repository)]
+    paths += [("model directory", path) for path in sorted(repository.iterdir()) if path.is_dir()]
+    if binary.backend_directory is not None:
+        paths.append(("backend directory", binary.backend_directory.resolve()))
+    for what, path in paths:
+        unsafe = shell_unsafe_characters(str(path))
+        if unsafe:
+            raise UserError(
+                f"{what} {str(path)!r} contains {unsafe!r}: Triton's Python backend starts "
+                "each model through a shell command line holding this path, unquoted, where "
+                "these characters would be interpreted; rename or move it"
+            )
+
+
 def server_environment(
     binary: ServerBinary, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -428,6 +449,7 @@ class TritonServer:
             raise ServerError("the server was already started")
         if self.binary is None:
             self.binary = find_server()
+        check_shell_safe_paths(self.repository, self.binary)
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
         http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)

@@ -18,13 +18,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar, Union
+from typing import Any, NamedTuple, TypeVar, Union
 
 import numpy as np
 
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource
-from ge_python_backend.runtime.batching import normalize_gears, plan_chunks
+from ge_python_backend.runtime.batching import Chunk, normalize_gears, plan_chunks
 from ge_python_backend.runtime.device import Context, Device, Stream
 from ge_python_backend.runtime.errors import InputError, ModelFileError
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
@@ -43,10 +43,13 @@ Shape = tuple[int, ...]
 Feeds = Mapping[str, np.ndarray]
 PathLike = Union[str, "os.PathLike[str]"]
 _T = TypeVar("_T", bound=Resource)
+_Signature = tuple[tuple[str, np.dtype[Any], Shape], ...]
 
 _TRITON_NAMES = {dtype: triton for dtype, triton, _ in ACL_DTYPES.values()}
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _KIND_LABELS = {"batch": "batch", "hw": "HW", "dims": "dims", "static": "static"}
+_MATCH_CACHE_SIZE = 256  # request signatures (input names, dtypes, shapes) remembered as valid
+_PLAN_CACHE_SIZE = 256  # row counts whose chunk plan is remembered
 
 
 @dataclasses.dataclass
@@ -82,8 +85,7 @@ class _Slot:
     device: DeviceBuffer
 
 
-@dataclasses.dataclass(frozen=True)
-class _Piece:
+class _Piece(NamedTuple):
     """Rows [src, src + rows) of request `part` are rows [dst, dst + rows) of an execution."""
 
     part: int
@@ -127,6 +129,8 @@ class Session(Resource):
             _verify_sha256(self.path, sha256)
         acl = load_acl(self.runtime)
         self._lock = threading.Lock()
+        self._matched: dict[_Signature, tuple[int, int]] = {}
+        self._plans: dict[int, list[Chunk]] = {}
         self._counters_lock = threading.Lock()
         self._counters = SessionCounters()
         self._resources: list[Resource] = []
@@ -288,7 +292,22 @@ class Session(Resource):
     # -- validation ------------------------------------------------------------------------
 
     def _match(self, feeds: Feeds) -> tuple[int, int]:
-        """(index in the gear table, rows) of a request; InputError if it does not fit."""
+        """(index in the gear table, rows) of a request; InputError if it does not fit.
+
+        A signature (names, dtypes, shapes of numpy arrays) that fitted once is looked up.
+        """
+        key = _signature(feeds)
+        if key is None:
+            return self._check(feeds)
+        found = self._matched.get(key)
+        if found is None:
+            found = self._check(feeds)
+            if len(self._matched) < _MATCH_CACHE_SIZE:
+                self._matched[key] = found
+        return found
+
+    def _check(self, feeds: Feeds) -> tuple[int, int]:
+        """`_match` without the lookup: every check, with the message of the first failure."""
         if not isinstance(feeds, Mapping):
             raise InputError(
                 f"expected a mapping of input name to numpy array, got {type(feeds).__name__}"
@@ -360,7 +379,7 @@ class Session(Resource):
         """Run requests `parts` ((index, rows) of one gear) as planned batch chunks."""
         queue = list(parts)
         taken = 0  # rows of queue[0] already placed
-        for chunk in plan_chunks(sum(rows for _, rows in parts), self.gears.batch_gears):
+        for chunk in self._plan(sum(rows for _, rows in parts)):
             pieces, filled = [], 0
             while filled < chunk.rows:
                 part, rows = queue[0]
@@ -372,6 +391,15 @@ class Session(Resource):
                     queue.pop(0)
                     taken = 0
             self._execute(feeds_list, results, gear, chunk.gear, chunk.rows, pieces)
+
+    def _plan(self, rows: int) -> list[Chunk]:
+        """`plan_chunks` for this model's gears, remembered per row count."""
+        plan = self._plans.get(rows)
+        if plan is None:
+            plan = plan_chunks(rows, self.gears.batch_gears)
+            if len(self._plans) < _PLAN_CACHE_SIZE:
+                self._plans[rows] = plan
+        return plan
 
     def _execute(
         self,
@@ -420,13 +448,18 @@ class Session(Resource):
             d2h_bytes += view.nbytes
             name = slot.spec.name
             for piece in pieces:
+                outputs = results[piece.part]
                 if not batched:
-                    results[piece.part][name] = view.copy()
+                    outputs[name] = view.copy()
                     continue
-                if name not in results[piece.part]:
+                output = outputs.get(name)
+                if output is None:
                     total = len(feeds_list[piece.part][self.inputs[0].name])
-                    results[piece.part][name] = np.empty((total, *shape[1:]), slot.spec.dtype)
-                results[piece.part][name][piece.in_part] = view[piece.in_execution]
+                    if piece.rows == total:  # the whole request ran in this execution
+                        outputs[name] = view[piece.in_execution].copy()
+                        continue
+                    output = outputs[name] = np.empty((total, *shape[1:]), slot.spec.dtype)
+                output[piece.in_part] = view[piece.in_execution]
 
         with self._counters_lock:
             counters = self._counters
@@ -448,6 +481,18 @@ class Session(Resource):
             self._model.set_dynamic_hw_size(self._inputs_ds, height, width)
         else:
             self._model.set_input_dynamic_dims(self._inputs_ds, self._gear_table[gear].values)
+
+
+def _signature(feeds: Feeds) -> _Signature | None:
+    """(name, dtype, shape) of each input when `feeds` is a dict of numpy arrays, else None."""
+    if not isinstance(feeds, dict):
+        return None
+    signature = []
+    for name, array in feeds.items():
+        if not isinstance(array, np.ndarray):
+            return None
+        signature.append((name, array.dtype, array.shape))
+    return tuple(signature)
 
 
 def _close_in_order(resources: list[Resource]) -> None:

@@ -112,7 +112,8 @@ class ModelInstance:
                 accepted.append(parsed)
         if accepted:
             self._run(accepted, responses)
-        self._metrics.flush(self.session.counters)
+        if self._metrics.due():
+            self._metrics.flush(self.session.counters)
         return responses
 
     def _run(self, accepted: list[ParsedRequest], responses: list[Any]) -> None:

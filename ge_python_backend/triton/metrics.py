@@ -2,11 +2,14 @@
 
 Triton 2.51 crashes when a metric is touched from a background thread, so `MetricsPublisher.flush`
 must only be called from the thread that runs `initialize` or `execute`. It publishes the change in
-the session's cumulative counters since the previous flush.
+the session's cumulative counters since the previous flush. Each metric update is a round trip to
+the Triton process, so `execute` flushes only when `due()`: at most every `FLUSH_INTERVAL_S`
+(counts of the last executions before an idle spell show with the next execution).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,7 @@ COUNTERS = (
     _CounterMetric("ge_d2h_duration_us", "Device-to-host copy time (us)", "d2h_seconds", 1e6),
 )
 DEVICE_MEMORY_GAUGE = "ge_device_memory_bytes"
+FLUSH_INTERVAL_S = 0.1
 
 
 class MetricsPublisher:
@@ -55,7 +59,13 @@ class MetricsPublisher:
         )
         self._memory = self._memory_family.Metric(labels=labels)
         self._published = {spec.field: 0.0 for spec in COUNTERS}
+        self._memory_published: float | None = None
+        self._next_flush = 0.0
         self.flush(counters)
+
+    def due(self) -> bool:
+        """Whether `FLUSH_INTERVAL_S` has passed since the last flush."""
+        return time.monotonic() >= self._next_flush
 
     def flush(self, counters: SessionCounters) -> None:
         """Publish what the counters gained since the last flush."""
@@ -65,7 +75,11 @@ class MetricsPublisher:
             if delta > 0:
                 metric.increment(delta * spec.scale)
                 self._published[spec.field] = value
-        self._memory.set(float(counters.device_bytes_held))
+        memory = float(counters.device_bytes_held)
+        if memory != self._memory_published:
+            self._memory.set(memory)
+            self._memory_published = memory
+        self._next_flush = time.monotonic() + FLUSH_INTERVAL_S
 
     def close(self) -> None:
         """Drop metrics before their families, as the Python backend requires."""

@@ -1,0 +1,183 @@
+"""Model files run in this process, without Triton, through a stand-in for `pb_utils`.
+
+`triton_python_backend_utils` exists only inside the Python backend's stub. `load_model(path)`
+imports a `model.py` with `StandInUtils` in its place, so the emulator's counters and the time of
+`execute` can be read per batch with nothing else in the process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.config import load_model_config
+
+
+class StandInUtils(ModuleType):
+    """The parts of `triton_python_backend_utils` that the benchmarked models use."""
+
+    class TritonError:
+        INTERNAL, INVALID_ARG = 13, 3
+
+        def __init__(self, message: str, code: int = 13) -> None:
+            self._message, self.code = message, code
+
+        def message(self) -> str:
+            return self._message
+
+    class TritonModelException(Exception):
+        pass
+
+    class Tensor:
+        def __init__(self, name: str, array: np.ndarray) -> None:
+            self._name = name
+            self._array = np.array(array)  # the real one copies into shared memory
+
+        def name(self) -> str:
+            return self._name
+
+        def as_numpy(self) -> np.ndarray:
+            return self._array
+
+    class InferenceResponse:
+        def __init__(self, output_tensors: Sequence[Any], error: Any = None) -> None:
+            self.output_tensors, self.error = list(output_tensors), error
+
+    class InferenceRequest:
+        def __init__(self, tensors: Sequence[Any], requested: Sequence[str] = ()) -> None:
+            self._tensors, self._requested = list(tensors), list(requested)
+
+        def inputs(self) -> list[Any]:
+            return self._tensors
+
+        def requested_output_names(self) -> list[str]:
+            return self._requested
+
+    class MetricFamily:
+        COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+
+        def __init__(self, name: str, description: str, kind: int) -> None:
+            self.name = name
+
+        def Metric(self, labels: Mapping[str, str]) -> Any:  # noqa: N802 (Triton's name)
+            return StandInUtils.Metric()
+
+    class Metric:
+        def __init__(self) -> None:
+            self.value = 0.0
+
+        def increment(self, value: float) -> None:
+            self.value += value
+
+        def set(self, value: float) -> None:
+            self.value = value
+
+    def __init__(self) -> None:
+        super().__init__("triton_python_backend_utils")
+
+    @staticmethod
+    def get_input_tensor_by_name(request: Any, name: str) -> Any:
+        return next((t for t in request.inputs() if t.name() == name), None)
+
+
+def load_model(model_dir: Path, version: str = "1") -> Any:
+    """`TritonPythonModel()` of `<model_dir>/<version>/model.py`, initialized as Triton would."""
+    sys.modules["triton_python_backend_utils"] = StandInUtils()
+    path = model_dir / version / "model.py"
+    spec = importlib.util.spec_from_file_location(f"bench_model_{model_dir.name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = load_model_config(model_dir / "config.pbtxt")
+    from google.protobuf import json_format
+
+    args = {
+        "model_config": json.dumps(
+            json_format.MessageToDict(config, preserving_proto_field_name=True)
+        ),
+        "model_instance_kind": "CPU",
+        "model_instance_name": f"{model_dir.name}_0_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(model_dir),
+        "model_version": version,
+        "model_name": model_dir.name,
+    }
+    model = module.TritonPythonModel()
+    if hasattr(model, "initialize"):
+        model.initialize(args)
+    return model
+
+
+def requests_of(feeds: Sequence[Mapping[str, np.ndarray]]) -> list[Any]:
+    """Stand-in requests carrying `feeds` (one request per mapping)."""
+    return [
+        StandInUtils.InferenceRequest([StandInUtils.Tensor(n, a) for n, a in f.items()])
+        for f in feeds
+    ]
+
+
+def measure_counters(model_dir: Path, requests: int, batches: int) -> dict[str, Any]:
+    """Emulator counters and wall time per `execute` of `requests` one-row requests."""
+    from ge_python_backend import emulator
+
+    config = load_model_config(model_dir / "config.pbtxt")
+    width = int(config.input[0].dims[-1])
+    rng = np.random.default_rng(0)
+    batch = requests_of(
+        [{config.input[0].name: rng.standard_normal((1, width), np.float32)}] * requests
+    )
+    model = load_model(model_dir)
+    for _ in range(20):
+        model.execute(batch)
+    before = emulator.stats()
+    started = time.perf_counter()
+    for _ in range(batches):
+        responses = model.execute(batch)
+    seconds = time.perf_counter() - started
+    after = emulator.stats()
+    failed = [r.error.message() for r in responses if r.error is not None]
+    if failed:
+        raise RuntimeError(f"{model_dir.name}: {failed[0]}")
+    if hasattr(model, "finalize"):
+        model.finalize()
+    per_batch = {key: (after[key] - before[key]) / batches for key in after}
+    return {"per_batch": per_batch, "us_per_batch": seconds / batches * 1e6}
+
+
+def measure_session(om_path: Path, rows: int, seconds: float) -> dict[str, Any]:
+    """Rows per second of `Session.infer` on batches of `rows` random rows, for `seconds`."""
+    from ge_python_backend.runtime import Session
+
+    with Session(om_path, runtime="emulator") as session:
+        spec = session.inputs[0]
+        shape = (rows, *spec.shape[1:])
+        feeds = {spec.name: np.random.default_rng(0).random(shape, dtype=np.float32)}
+        session.infer(feeds)
+        calls, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            session.infer(feeds)
+            calls += 1
+        elapsed = time.perf_counter() - started
+    return {"rows": rows, "calls": calls, "seconds": elapsed, "rows_per_s": calls * rows / elapsed}
+
+
+def main() -> None:
+    """`counters MODEL_DIR N BATCHES` or `session OM ROWS SECONDS`: one JSON line on stdout."""
+    kind, path, first, second = sys.argv[1:5]
+    if kind == "counters":
+        result = measure_counters(Path(path), int(first), int(second))
+    else:
+        result = measure_session(Path(path), int(first), float(second))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

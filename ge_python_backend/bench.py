@@ -1,0 +1,445 @@
+"""Closed-loop load generator for a model served by Triton (`ge-python-model bench`).
+
+Like perf_analyzer's concurrency mode: at concurrency C, C workers each keep exactly one request
+in flight, sending the next as soon as the previous one answers. Each worker is a thread with a
+client of its own (`tritonclient.http` clients are gevent based and must not be shared between
+threads). Per level the result holds every request that completed in the measured window:
+failures are counted (with their first messages), never dropped, and latency percentiles are
+taken over the successful requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from ge_python_backend.errors import UserError
+
+PROTOCOLS = ("http", "grpc")
+KEPT_ERROR_MESSAGES = 5
+CONNECT_TIMEOUT_S = 60.0  # also the longest a request may take before it counts as failed
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to load: a model at `url`, the request to send and how many rows one request holds."""
+
+    url: str  # HOST:PORT
+    protocol: str  # "http" | "grpc"
+    model: str
+    inputs: Mapping[str, tuple[np.ndarray, str]]  # name -> (array, Triton data type)
+    outputs: Sequence[str]
+    rows_per_request: int = 1
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level: counts over the measured window and latencies of the successes."""
+
+    concurrency: int
+    requests: int  # completed in the window: successes and failures
+    errors: int
+    seconds: float  # from the start of the window to the last completion
+    rows: int  # rows of the successful requests
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    error_messages: list[str] = field(default_factory=list)
+
+    @property
+    def throughput_rps(self) -> float:
+        """Successful requests per second."""
+        return (self.requests - self.errors) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def rows_per_s(self) -> float:
+        """Rows of the successful requests per second."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` entry of this level."""
+        return {
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "errors": self.errors,
+            "throughput_rps": round(self.throughput_rps, 3),
+            "rows_per_s": round(self.rows_per_s, 3),
+            "p50_ms": _rounded(self.p50_ms),
+            "p90_ms": _rounded(self.p90_ms),
+            "p99_ms": _rounded(self.p99_ms),
+            "seconds": round(self.seconds, 4),
+            "rows": self.rows,
+            "error_messages": list(self.error_messages),
+        }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (the smallest value with at least p% of values at or below it)."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summarize(
+    concurrency: int,
+    latencies_s: Sequence[float],
+    errors: int,
+    seconds: float,
+    rows_per_request: int,
+    error_messages: Sequence[str] = (),
+) -> LevelResult:
+    """A `LevelResult` from the successful latencies (seconds) and the error count."""
+    ordered = sorted(latencies_s)
+    p50, p90, p99 = (percentile(ordered, p) * 1e3 if ordered else None for p in (50, 90, 99))
+    return LevelResult(
+        concurrency=concurrency,
+        requests=len(ordered) + errors,
+        errors=errors,
+        seconds=seconds,
+        rows=len(ordered) * rows_per_request,
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+        error_messages=list(error_messages),
+    )
+
+
+class _Phase:
+    """One closed-loop run: a budget of requests or a deadline, shared by the workers.
+
+    `ready` is passed by every worker and the main thread; the last to arrive starts the clock.
+    """
+
+    def __init__(self, parties: int, requests: int | None, duration: float | None) -> None:
+        self._lock = threading.Lock()
+        self._left = requests
+        self._duration = duration
+        self.started = 0.0
+        self.deadline = math.inf
+        self.ready = threading.Barrier(parties, action=self._start)
+
+    def _start(self) -> None:
+        self.started = time.perf_counter()
+        if self._duration is not None:
+            self.deadline = self.started + self._duration
+
+    def take(self) -> bool:
+        """Whether a worker may send one more request."""
+        if self._left is None:
+            return time.perf_counter() < self.deadline
+        with self._lock:
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+
+class _Worker:
+    """A thread with its own client; per phase its latencies, errors and last completion."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.messages: list[str] = []
+        self.finished = 0.0
+        self.failure: BaseException | None = None
+
+    def reset(self) -> None:
+        self.latencies, self.errors, self.messages, self.finished = [], 0, [], 0.0
+
+    def run(self, phases: Sequence[_Phase], done: threading.Barrier) -> None:
+        try:
+            with _client(self.target) as send:
+                for phase in phases:
+                    phase.ready.wait()
+                    self._loop(phase, send)
+                    done.wait()  # the main thread reads and resets the counts after this
+        except threading.BrokenBarrierError:
+            pass
+        except BaseException as exc:
+            self.failure = exc
+            for barrier in (*(p.ready for p in phases), done):
+                barrier.abort()
+
+    def _loop(self, phase: _Phase, send: Callable[[], None]) -> None:
+        clock = time.perf_counter
+        while phase.take():
+            start = clock()
+            try:
+                send()
+            except Exception as exc:
+                self.errors += 1
+                if len(self.messages) < KEPT_ERROR_MESSAGES:
+                    self.messages.append(_message(exc))
+            else:
+                self.latencies.append(clock() - start)
+            self.finished = clock()
+
+
+def _message(exc: BaseException) -> str:
+    text = getattr(exc, "message", None)
+    text = text() if callable(text) else text
+    return str(text or exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _client(target: Target) -> Iterator[Callable[[], None]]:
+    """A function sending the target's request once (raising on failure) over a fresh client."""
+    module = importlib.import_module(f"tritonclient.{target.protocol}")
+    if target.protocol == "http":
+        client = module.InferenceServerClient(
+            target.url, connection_timeout=CONNECT_TIMEOUT_S, network_timeout=CONNECT_TIMEOUT_S
+        )
+        outputs = [module.InferRequestedOutput(name, binary_data=True) for name in target.outputs]
+    else:
+        client = module.InferenceServerClient(target.url)
+        outputs = [module.InferRequestedOutput(name) for name in target.outputs]
+    options = {} if target.protocol == "http" else {"client_timeout": CONNECT_TIMEOUT_S}
+    inputs = []
+    for name, (array, datatype) in target.inputs.items():
+        tensor = module.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+
+    def send() -> None:
+        client.infer(target.model, inputs, outputs=outputs, **options)
+
+    try:
+        yield send
+    finally:
+        client.close()
+
+
+class _Progress:
+    """Request counts on stderr while a level runs: redrawn on a terminal, a line every 5 s else."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self.stream = stream
+        self.tty = bool(stream and stream.isatty())
+
+    @contextlib.contextmanager
+    def showing(self, label: str, workers: Sequence[_Worker], planned: str) -> Iterator[None]:
+        if self.stream is None:
+            yield
+            return
+        done = threading.Event()
+        started = time.monotonic()
+
+        def line() -> str:
+            count = sum(len(w.latencies) + w.errors for w in workers)
+            errors = sum(w.errors for w in workers)
+            elapsed = time.monotonic() - started
+            return f"  {label}: {count} requests, {errors} errors, {elapsed:.1f} s ({planned})"
+
+        def show() -> None:
+            while not done.wait(0.5 if self.tty else 5.0):
+                self._write(line())
+
+        thread = threading.Thread(target=show, name="bench-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+            self._write(line(), final=True)
+
+    def _write(self, text: str, final: bool = False) -> None:
+        assert self.stream is not None
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def run_level(
+    target: Target,
+    concurrency: int,
+    *,
+    requests: int | None = None,
+    duration: float | None = None,
+    warmup: int = 0,
+    progress: TextIO | None = None,
+) -> LevelResult:
+    """Run `warmup` requests, then measure `requests` requests or `duration` seconds."""
+    if concurrency < 1:
+        raise UserError(f"concurrency must be >= 1, got {concurrency}")
+    if (requests is None) == (duration is None):
+        raise UserError("give either a number of requests or a duration per level")
+    if (requests is not None and requests < 1) or (duration is not None and duration <= 0):
+        raise UserError("the requests per level and the duration must be positive")
+    parties = concurrency + 1  # the workers and this thread
+    phases = [_Phase(parties, warmup, None)] if warmup > 0 else []
+    measured = _Phase(parties, requests, duration)
+    phases.append(measured)
+    done = threading.Barrier(parties)
+    workers = [_Worker(target) for _ in range(concurrency)]
+    threads = [
+        threading.Thread(target=w.run, args=(phases, done), name=f"bench-{i}", daemon=True)
+        for i, w in enumerate(workers)
+    ]
+    for thread in threads:
+        thread.start()
+    planned = f"{requests} requests" if requests is not None else f"{duration:g} s"
+    show = _Progress(progress)
+    try:
+        for phase in phases:
+            warming = phase is not measured
+            label = f"concurrency {concurrency}" + (" (warmup)" if warming else "")
+            _wait(phase.ready, workers, CONNECT_TIMEOUT_S)
+            with show.showing(label, workers, f"{warmup} requests" if warming else planned):
+                _wait(done, workers, None)
+            if warming:
+                for worker in workers:
+                    worker.reset()
+    finally:
+        for barrier in (*(p.ready for p in phases), done):
+            barrier.abort()
+        for thread in threads:
+            thread.join()
+    latencies = [t for w in workers for t in w.latencies]
+    errors = sum(w.errors for w in workers)
+    messages = [m for w in workers for m in w.messages][:KEPT_ERROR_MESSAGES]
+    finished = max((w.finished for w in workers), default=measured.started)
+    return summarize(
+        concurrency,
+        latencies,
+        errors,
+        max(finished - measured.started, 0.0),
+        target.rows_per_request,
+        messages,
+    )
+
+
+def _wait(barrier: threading.Barrier, workers: Sequence[_Worker], timeout: float | None) -> None:
+    """Wait at the barrier; re-raise a worker's failure (e.g. it could not connect)."""
+    try:
+        barrier.wait(timeout)
+    except threading.BrokenBarrierError:
+        failure = next((w.failure for w in workers if w.failure is not None), None)
+        if failure is not None:
+            raise UserError(f"a load worker failed: {_message(failure)}") from failure
+        raise UserError(f"the load workers were not ready within {timeout} s") from None
+
+
+def run_benchmark(
+    target: Target,
+    levels: Sequence[int],
+    *,
+    requests: int | None = None,
+    duration: float | None = None,
+    warmup: int = 0,
+    progress: TextIO | None = None,
+) -> list[LevelResult]:
+    """`run_level` for each concurrency level, in order; progress lines go to `progress`."""
+    return [
+        run_level(
+            target, level, requests=requests, duration=duration, warmup=warmup, progress=progress
+        )
+        for level in levels
+    ]
+
+
+def results_document(model: str, results: Sequence[LevelResult]) -> dict[str, Any]:
+    """What `--json` writes."""
+    return {"model": model, "results": [r.as_dict() for r in results]}
+
+
+def write_json(path: str | Path, model: str, results: Sequence[LevelResult]) -> Path:
+    """Write `results_document` to `path`."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(results_document(model, results), indent=2) + "\n")
+    return target
+
+
+def format_table(results: Sequence[LevelResult]) -> str:
+    """A plain-text table, one line per level."""
+    header = (
+        f"{'concurrency':>11} {'requests':>9} {'errors':>7} {'req/s':>10} {'rows/s':>10} "
+        f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}"
+    )
+    lines = [header]
+    for r in results:
+        cells = [_ms(r.p50_ms), _ms(r.p90_ms), _ms(r.p99_ms)]
+        lines.append(
+            f"{r.concurrency:>11} {r.requests:>9} {r.errors:>7} {r.throughput_rps:>10.1f} "
+            f"{r.rows_per_s:>10.1f} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8}"
+        )
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def plot(
+    series: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Throughput and p99 latency against concurrency, one line per series, side by side.
+
+    Each series is (label, `--json` result entries).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    for label, entries in series:
+        levels = [e["concurrency"] for e in entries]
+        rps = [e["throughput_rps"] for e in entries]
+        p99 = [e["p99_ms"] if e["p99_ms"] is not None else math.nan for e in entries]
+        for axis, values, text in ((left, rps, "{:,.0f}"), (right, p99, "{:.1f}")):
+            axis.plot(levels, values, marker="o", label=label)
+            for x, y in zip(levels, values):
+                if not math.isnan(y):
+                    axis.annotate(
+                        text.format(y),
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(0, 6),
+                        ha="center",
+                        fontsize=8,
+                    )
+    every = sorted({e["concurrency"] for _, entries in series for e in entries})
+    for axis, ylabel, heading in (
+        (left, "requests / s", "Throughput (higher is better)"),
+        (right, "p99 latency (ms)", "p99 latency (lower is better)"),
+    ):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(every, [str(c) for c in every])
+        axis.minorticks_off()
+        axis.set_xlabel("concurrency (requests in flight)")
+        axis.set_ylabel(ylabel)
+        axis.set_title(heading)
+        axis.set_ylim(0, axis.get_ylim()[1] * 1.12)  # room for the value labels
+        axis.grid(True, alpha=0.3)
+        if len(series) > 1:
+            axis.legend(fontsize=8, loc="upper left")
+    if title:
+        fig.suptitle(title)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target

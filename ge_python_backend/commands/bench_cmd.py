@@ -1,0 +1,152 @@
+"""`ge-python-model bench`: closed-loop load on a served model (perf_analyzer concurrency mode)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import sys
+from typing import Any
+
+from ge_python_backend.bench import PROTOCOLS, Target, format_table, plot, run_benchmark, write_json
+from ge_python_backend.commands.infer_cmd import DEFAULT_URLS, parse_shapes, request_arrays
+from ge_python_backend.errors import UserError
+
+DEFAULT_DURATION_S = 5.0
+
+DESCRIPTION = """\
+Measure a served model under closed-loop load: at concurrency C, C clients each keep one request
+in flight and send the next as soon as the answer arrives (perf_analyzer's concurrency mode).
+Per level it prints requests, errors, throughput (requests/s and rows/s) and p50/p90/p99 latency
+of the successful requests; a failed request is counted as an error, never dropped. Requests hold
+random data shaped from the model metadata (batch 1 unless --shape says otherwise). Progress goes
+to stderr, the table to stdout.
+
+examples:
+  ge-python-model bench --model resnet --concurrency 1,4,16 --duration 10
+  ge-python-model bench --url 127.0.0.1:8001 --protocol grpc --model resnet \\
+      --shape input:4,3,224,224 --requests 500 --json bench.json --plot bench.png
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `bench` subcommand."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="closed-loop load at several concurrency levels: throughput and p50/p90/p99",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--url", help="server HOST:PORT (default: 127.0.0.1:8000 for http, :8001 for grpc)"
+    )
+    parser.add_argument("--model", required=True, help="model name")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="http", help="(default: http)")
+    parser.add_argument(
+        "--concurrency",
+        default="1,4,16",
+        metavar="C1,C2,...",
+        help="requests in flight at each level (default: 1,4,16)",
+    )
+    amount = parser.add_mutually_exclusive_group()
+    amount.add_argument("--requests", type=int, metavar="N", help="measured requests per level")
+    amount.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help=f"measured seconds per level (default: {DEFAULT_DURATION_S:g})",
+    )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D0,D1,...",
+        help="full request shape of an input, batch axis included (repeatable; default batch 1)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        metavar="N",
+        help="unmeasured requests before each level (default: 10)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
+    parser.add_argument("--seed", type=int, default=0, help="random data seed (default: 0)")
+    parser.set_defaults(func=run)
+
+
+def parse_levels(text: str) -> list[int]:
+    """`"1,4,16"` -> `[1, 4, 16]`."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise UserError(f"--concurrency {text!r} must be positive integers, e.g. 1,4,16")
+    return levels
+
+
+def describe_target(
+    url: str, protocol: str, model: str, shapes: dict[str, tuple[int, ...]], seed: int
+) -> Target:
+    """The request to send, shaped from the served model's metadata."""
+    from tritonclient.utils import InferenceServerException
+
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    try:
+        with contextlib.closing(module.InferenceServerClient(url)) as client:
+            if protocol == "grpc":
+                metadata = client.get_model_metadata(model, as_json=True)
+                config = client.get_model_config(model, as_json=True)["config"]
+            else:
+                metadata = client.get_model_metadata(model)
+                config = client.get_model_config(model)
+    except InferenceServerException as exc:
+        raise UserError(f"{protocol}://{url}: {exc.message() or exc}") from None
+    except OSError as exc:
+        raise UserError(f"cannot reach Triton at {protocol}://{url}: {exc}") from None
+    batched = int(config.get("max_batch_size", 0)) > 0
+    arrays = request_arrays(metadata, batched, shapes, {}, seed)
+    first = next(iter(arrays.values()), None)
+    rows = int(first[0].shape[0]) if batched and first is not None and first[0].ndim else 1
+    outputs = [item["name"] for item in metadata.get("outputs", [])]
+    return Target(url, protocol, model, arrays, outputs, rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every level, print the table, write --json and --plot."""
+    levels = parse_levels(args.concurrency)
+    if args.warmup < 0:
+        raise UserError(f"--warmup must be >= 0, got {args.warmup}")
+    url = (args.url or DEFAULT_URLS[args.protocol]).removeprefix("http://")
+    target = describe_target(url, args.protocol, args.model, parse_shapes(args.shape), args.seed)
+    duration = None
+    if args.requests is None:
+        duration = DEFAULT_DURATION_S if args.duration is None else args.duration
+    shapes = ", ".join(f"{n} {list(a.shape)}" for n, (a, _) in target.inputs.items())
+    amount = f"{args.requests} requests" if args.requests is not None else f"{duration:g} s"
+    print(
+        f"model {args.model!r} at {args.protocol}://{url}: {shapes}; {amount} per level, "
+        f"{args.warmup} warmup",
+        file=sys.stderr,
+    )
+    results = run_benchmark(
+        target,
+        levels,
+        requests=args.requests,
+        duration=duration,
+        warmup=args.warmup,
+        progress=sys.stderr,
+    )
+    print(format_table(results))
+    for result in results:
+        for message in result.error_messages:
+            print(f"concurrency {result.concurrency}: error: {message}", file=sys.stderr)
+    if args.json:
+        print(f"wrote {write_json(args.json, args.model, results)}", file=sys.stderr)
+    if args.plot:
+        entries = [r.as_dict() for r in results]
+        path = plot([(args.model, entries)], args.plot, title=f"{args.model} ({args.protocol})")
+        print(f"wrote {path}", file=sys.stderr)
+    return 0

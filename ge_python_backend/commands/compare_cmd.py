@@ -1,0 +1,143 @@
+"""`ge-python-model compare`: an `.om` (and a served model) against its golden ONNX."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.commands.infer_cmd import parse_files, parse_shapes
+from ge_python_backend.compare import CompareReport, OutputComparison, Thresholds, compare
+from ge_python_backend.config import ACL_RUNTIMES
+from ge_python_backend.errors import UserError
+
+DEFAULTS = Thresholds()
+
+DESCRIPTION = f"""\
+Send the same inputs to an .om (run here through pyACL or the CPU emulator), to the ONNX it was
+compiled from (onnxruntime on the CPU) and, with --url and --model, to the model served by Triton,
+then report per output the max absolute error, the max relative error (over elements whose ONNX
+value exceeds --atol in magnitude) and the cosine similarity against the ONNX output.
+
+Inputs are random (floats ~ N(0,1), integers in 0..31, booleans) in the shapes of the model's
+first gear, or --shape, or .npy files with --input. An output passes when every element satisfies
+|x - onnx| <= atol + rtol * |onnx| and its cosine similarity is at least --min-cosine. Exits 0
+when every output passes, 1 when one does not.
+
+examples:
+  ge-python-model compare --om resnet.om --onnx resnet.onnx
+  ge-python-model compare --om bert.om --onnx bert.onnx --shape input_ids:1,128 \\
+      --shape attention_mask:1,128 --min-cosine 0.999
+  ge-python-model compare --om resnet.om --onnx resnet.onnx --input images=cat.npy \\
+      --url 127.0.0.1:8000 --model resnet
+
+defaults: --atol {DEFAULTS.atol:g} --rtol {DEFAULTS.rtol:g} --min-cosine {DEFAULTS.min_cosine:g}
+(an NPU computing in float16 against a float32 ONNX)
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `compare` subcommand."""
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare an .om (and a served model) with its ONNX on the same inputs",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--om", type=Path, required=True, help="the .om file")
+    parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
+    parser.add_argument(
+        "--runtime",
+        choices=ACL_RUNTIMES,
+        default="pyacl",
+        help="run the .om with real pyACL or the CPU emulator (default: pyacl)",
+    )
+    parser.add_argument("--device-id", type=int, default=0, help="NPU id (default: 0)")
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D0,D1,...",
+        help="full shape of an input, batch axis included (repeatable; default: first gear)",
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="use this array instead of random data (repeatable)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random data seed (default: 0)")
+    parser.add_argument("--atol", type=float, default=DEFAULTS.atol, help="absolute tolerance")
+    parser.add_argument("--rtol", type=float, default=DEFAULTS.rtol, help="relative tolerance")
+    parser.add_argument(
+        "--min-cosine", type=float, default=DEFAULTS.min_cosine, help="lowest cosine similarity"
+    )
+    parser.add_argument("--url", help="also query this Triton server, HOST:PORT")
+    parser.add_argument("--model", help="the served model's name (with --url)")
+    parser.add_argument(
+        "--protocol", choices=("http", "grpc"), default="http", help="(default: http)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _number(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.4g}"
+
+
+def _row(item: OutputComparison) -> str:
+    verdict = "ok" if item.passed else "FAIL"
+    if item.problem:
+        return f"  {item.target:<7} {item.name:<20} {verdict}: {item.problem}"
+    cosine = "-" if math.isnan(item.cosine) else f"{item.cosine:.6f}"
+    text = (
+        f"  {item.target:<7} {item.name:<20} {str(list(item.shape)):<16} "
+        f"{_number(item.max_abs):>10} {_number(item.max_rel):>10} {cosine:>9}  {verdict}"
+    )
+    if item.mismatched:
+        text += f" ({item.mismatched} elements outside atol + rtol*|onnx|)"
+    return text
+
+
+def print_report(report: CompareReport) -> None:
+    """The inputs, one line per output comparison, and the verdict."""
+    print("inputs:")
+    for name, array in report.inputs.items():
+        print(f"  {name}  {array.dtype}  {list(array.shape)}")
+    print(
+        f"  {'target':<7} {'output':<20} {'shape':<16} {'max_abs':>10} {'max_rel':>10} "
+        f"{'cosine':>9}"
+    )
+    for item in report.comparisons:
+        print(_row(item))
+    limits = report.thresholds
+    rule = f"atol {limits.atol:g}, rtol {limits.rtol:g}, cosine >= {limits.min_cosine:g}"
+    if report.passed:
+        print(f"PASS: every output is within {rule}")
+    else:
+        failed = sum(not item.passed for item in report.comparisons)
+        print(f"FAIL: {failed} of {len(report.comparisons)} outputs are not within {rule}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compare, print the report; 0 when every output passes, else 1."""
+    if args.atol < 0 or args.rtol < 0:
+        raise UserError("--atol and --rtol must be >= 0")
+    if not -1.0 <= args.min_cosine <= 1.0:
+        raise UserError(f"--min-cosine must be between -1 and 1, got {args.min_cosine}")
+    report = compare(
+        args.om,
+        args.onnx,
+        runtime=args.runtime,
+        device_id=args.device_id,
+        shapes=parse_shapes(args.shape),
+        files=parse_files(args.input),
+        seed=args.seed,
+        thresholds=Thresholds(args.atol, args.rtol, args.min_cosine),
+        url=args.url,
+        model=args.model,
+        protocol=args.protocol,
+    )
+    print_report(report)
+    return 0 if report.passed else 1

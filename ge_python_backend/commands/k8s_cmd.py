@@ -1,0 +1,135 @@
+"""`ge-python-model k8s`: print Kubernetes manifests serving a model repository on Ascend nodes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.errors import UserError
+from ge_python_backend.k8s import (
+    DEFAULT_CANN_ENV,
+    DEFAULT_DRIVER_PATH,
+    DEFAULT_IMAGE,
+    DEFAULT_NPU_RESOURCE,
+    MIB,
+    MODELS_PATH,
+    K8sOptions,
+    build_manifests,
+    to_yaml,
+)
+
+DESCRIPTION = f"""\
+Print YAML for serving repository R on Ascend nodes: a Deployment running tritonserver with the
+Python backend (NPUs requested from the Ascend device plugin, a memory-backed /dev/shm sized for
+R's models, probes on Triton's health endpoints), a Service for HTTP 8000, gRPC 8001 and metrics
+8002, and a Prometheus-operator ServiceMonitor for the metrics port.
+
+R is read here to size /dev/shm and the Python backend's shared memory; the pod mounts the same
+repository at {MODELS_PATH} from a PersistentVolumeClaim (default <name>-models) or --host-path.
+The image needs tritonserver, CANN and ge-python-backend installed into the Python that the
+Python backend's stub runs (see docs/DEPLOYING.md). Warnings about R go to stderr.
+
+examples:
+  ge-python-model k8s models --name resnet > resnet.yaml
+  ge-python-model k8s models --name resnet --image registry.example.com/ge-triton:1.0 \\
+      --npu-resource huawei.com/Ascend310P --replicas 2 --monitor-label release=prometheus
+"""
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def register(subparsers: Any) -> None:
+    """Add the `k8s` subcommand."""
+    parser = subparsers.add_parser(
+        "k8s",
+        help="print Kubernetes manifests (Deployment, Service, ServiceMonitor) for Ascend nodes",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("repository", type=Path, help="the Triton model repository")
+    parser.add_argument("--name", required=True, help="name of the Deployment, Service, ...")
+    parser.add_argument("--namespace", help="namespace of every object (default: none set)")
+    parser.add_argument(
+        "--image", default=DEFAULT_IMAGE, help=f"server image (default: {DEFAULT_IMAGE})"
+    )
+    parser.add_argument(
+        "--npu-resource",
+        default=DEFAULT_NPU_RESOURCE,
+        help=f"the device plugin's resource (default: {DEFAULT_NPU_RESOURCE})",
+    )
+    parser.add_argument("--npus", type=int, default=1, help="NPUs per pod (default: 1)")
+    parser.add_argument("--replicas", type=int, default=1, help="pods (default: 1)")
+    parser.add_argument(
+        "--pvc", help="PersistentVolumeClaim holding the repository (default: <name>-models)"
+    )
+    parser.add_argument("--host-path", help="node directory holding the repository, not a PVC")
+    parser.add_argument(
+        "--cann-env",
+        default=DEFAULT_CANN_ENV,
+        help=f"script sourced before tritonserver (default: {DEFAULT_CANN_ENV}; '' for none)",
+    )
+    parser.add_argument(
+        "--driver-path",
+        default=DEFAULT_DRIVER_PATH,
+        help=f"host NPU driver mounted read-only (default: {DEFAULT_DRIVER_PATH}; '' for none)",
+    )
+    parser.add_argument(
+        "--ready-model", metavar="MODEL", help="readiness on this model instead of the server"
+    )
+    parser.add_argument(
+        "--node-selector",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="schedule only on nodes with this label (repeatable), e.g. "
+        "accelerator=huawei-Ascend910",
+    )
+    parser.add_argument(
+        "--monitor-label",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="label the ServiceMonitor so Prometheus selects it (repeatable)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the manifests on stdout, warnings on stderr."""
+    if not args.repository.is_dir():
+        raise UserError(f"model repository {args.repository} is not a directory")
+    options = K8sOptions(
+        name=args.name,
+        image=args.image,
+        npu_resource=args.npu_resource,
+        npus=args.npus,
+        replicas=args.replicas,
+        namespace=args.namespace,
+        pvc=args.pvc,
+        host_path=args.host_path,
+        cann_env=args.cann_env,
+        driver_path=args.driver_path,
+        ready_model=args.ready_model,
+        node_selector=dict(args.node_selector),
+        monitor_labels=dict(args.monitor_label),
+    )
+    manifests = build_manifests(args.repository, options)
+    sizes = manifests.shm_sizes
+    print(
+        f"# ge-python-model k8s {args.repository} --name {args.name}: /dev/shm "
+        f"{manifests.shm_limit_bytes // MIB} MiB; Python backend shm-default-byte-size "
+        f"{sizes.default_bytes}, shm-growth-byte-size {sizes.growth_bytes}"
+    )
+    print(to_yaml(manifests.documents), end="")
+    for warning in manifests.warnings:
+        print(f"ge-python-model k8s: warning: {warning}", file=sys.stderr)
+    return 0

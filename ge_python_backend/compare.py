@@ -1,0 +1,352 @@
+"""Check an `.om` against its golden ONNX (and a served model) on the same inputs.
+
+The `.om` runs through a runtime `Session` (pyACL or the emulator), the ONNX through onnxruntime
+on the CPU, the served model through tritonclient. Every output is compared with the ONNX output:
+max absolute error, max relative error (over elements whose reference magnitude exceeds `atol`)
+and cosine similarity. An output passes when every element satisfies
+`|x - ref| <= atol + rtol * |ref|` (numpy's `isclose` rule) and its cosine similarity is at least
+`min_cosine`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
+
+# Random integer inputs lie in [0, INT_HIGH): valid token ids, class ids and indices for nearly
+# any model (embedding tables have more rows than that).
+INT_HIGH = 32
+
+_ONNX_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
+    "tensor(bool)": np.bool_,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """When an output passes: every element within `atol + rtol * |ref|`, cosine >= min_cosine.
+
+    The defaults suit an NPU computing in float16 against a float32 ONNX.
+    """
+
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    min_cosine: float = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputComparison:
+    """One output of one target (`om` or `served`) against the ONNX output."""
+
+    target: str
+    name: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    cosine: float
+    mismatched: int  # elements outside atol + rtol * |ref|
+    passed: bool
+    problem: str = ""  # shape mismatch or missing output
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareReport:
+    """The inputs sent and every output comparison."""
+
+    inputs: dict[str, np.ndarray]
+    comparisons: list[OutputComparison]
+    thresholds: Thresholds
+
+    @property
+    def passed(self) -> bool:
+        return all(item.passed for item in self.comparisons)
+
+
+def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine of the angle between two flattened arrays; 1.0 when both are all zeros."""
+    x = a.reshape(-1).astype(np.float64)
+    y = b.reshape(-1).astype(np.float64)
+    norms = float(np.linalg.norm(x)) * float(np.linalg.norm(y))
+    if norms == 0.0:
+        return 1.0 if not x.any() and not y.any() else 0.0
+    return float(np.dot(x, y) / norms)
+
+
+def compare_arrays(
+    target: str, name: str, value: np.ndarray, reference: np.ndarray, thresholds: Thresholds
+) -> OutputComparison:
+    """Errors of `value` against `reference` (statistics over the elements finite in both)."""
+    if value.shape != reference.shape:
+        return OutputComparison(
+            target,
+            name,
+            tuple(value.shape),
+            math.nan,
+            math.nan,
+            math.nan,
+            int(reference.size),
+            False,
+            f"shape {list(value.shape)} but the ONNX output is {list(reference.shape)}",
+        )
+    x = value.astype(np.float64)
+    ref = reference.astype(np.float64)
+    mismatched = int(
+        np.count_nonzero(
+            ~np.isclose(x, ref, rtol=thresholds.rtol, atol=thresholds.atol, equal_nan=True)
+        )
+    )
+    finite = np.isfinite(x) & np.isfinite(ref)
+    diff = np.abs(x[finite] - ref[finite])
+    magnitude = np.abs(ref[finite])
+    large = magnitude > thresholds.atol
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff[large] / magnitude[large]).max()) if large.any() else 0.0
+    cosine = cosine_similarity(x[finite], ref[finite])
+    passed = mismatched == 0 and cosine >= thresholds.min_cosine
+    return OutputComparison(
+        target, name, tuple(value.shape), max_abs, max_rel, cosine, mismatched, passed
+    )
+
+
+def default_shapes(
+    inputs: Sequence[TensorSpec], gears: GearInfo
+) -> dict[str, tuple[int, ...] | None]:
+    """Input shapes of the model's first gear (a static model's own shapes); None for an input
+    left with a dynamic axis."""
+    if gears.kind == "dims" and gears.dims_gears:
+        return {spec.name: tuple(shape) for spec, shape in zip(inputs, gears.dims_gears[0])}
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for spec in inputs:
+        shape = list(spec.shape)
+        if gears.kind == "batch" and gears.batch_gears and shape and shape[0] < 0:
+            shape[0] = gears.batch_gears[0]
+        if gears.kind == "hw" and gears.hw_gears:
+            free = [axis for axis, dim in enumerate(shape) if dim < 0]
+            for axis, size in zip(free[-2:], gears.hw_gears[0]):
+                shape[axis] = size
+        shapes[spec.name] = None if any(dim < 0 for dim in shape) else tuple(shape)
+    return shapes
+
+
+def random_input(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Random data: floats ~ N(0, 1), integers in [0, INT_HIGH), booleans half true."""
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, INT_HIGH, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def make_inputs(
+    inputs: Sequence[TensorSpec],
+    gears: GearInfo,
+    shapes: Mapping[str, tuple[int, ...]],
+    files: Mapping[str, Path],
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """One array per model input: from `files`, else random of `shapes` or the first gear.
+
+    In a batched model, inputs left to the defaults take the rows of the inputs given.
+    """
+    from ge_python_backend.commands.infer_cmd import load_array
+
+    names = [spec.name for spec in inputs]
+    unknown = sorted((set(shapes) | set(files)) - set(names))
+    if unknown:
+        raise UserError(f"the .om has no input {', '.join(unknown)} (inputs: {', '.join(names)})")
+    defaults = default_shapes(inputs, gears)
+    arrays = {
+        name: load_array(name, path, next(s for s in inputs if s.name == name).triton_dtype)
+        for name, path in files.items()
+    }
+    given = [*shapes.values(), *(array.shape for array in arrays.values())]
+    rng = np.random.default_rng(seed)
+    for spec in inputs:
+        if spec.name in arrays:
+            continue
+        shape = shapes.get(spec.name) or defaults[spec.name]
+        if shape is not None and gears.batched and given and given[0]:
+            shape = (given[0][0], *shape[1:])  # the rows of the inputs that were given
+        if shape is None:
+            example = ",".join("1" if dim < 0 else str(dim) for dim in spec.shape)
+            raise UserError(
+                f"input {spec.name!r} has dynamic axes {list(spec.shape)}; give its shape, "
+                f"e.g. --shape {spec.name}:{example}"
+            )
+        arrays[spec.name] = random_input(spec.dtype, shape, rng)
+    return arrays
+
+
+def run_onnx(onnx_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of the ONNX model on the CPU; inputs are cast to the ONNX input types."""
+    import onnxruntime
+
+    try:
+        session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for bad files
+        raise UserError(f"onnxruntime cannot load {onnx_path}: {exc}") from None
+    onnx_inputs = {item.name: item.type for item in session.get_inputs()}
+    if set(onnx_inputs) != set(feeds):
+        raise UserError(
+            f"{onnx_path} takes inputs {sorted(onnx_inputs)} but the .om takes {sorted(feeds)}"
+        )
+    cast = {
+        name: array.astype(_ONNX_DTYPES.get(onnx_inputs[name], array.dtype), copy=False)
+        for name, array in feeds.items()
+    }
+    names = [item.name for item in session.get_outputs()]
+    try:
+        values = session.run(names, cast)
+    except Exception as exc:
+        raise UserError(f"onnxruntime failed on {onnx_path}: {exc}") from None
+    return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
+def run_om(
+    om_path: Path,
+    runtime: str,
+    device_id: int,
+    shapes: Mapping[str, tuple[int, ...]],
+    files: Mapping[str, Path],
+    seed: int,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(inputs, outputs) of one run of the `.om` through a runtime `Session`."""
+    from ge_python_backend.runtime import Session
+
+    if not om_path.is_file():
+        raise UserError(f".om file {om_path} does not exist")
+    try:
+        session = Session(om_path, device_id=device_id, runtime=runtime)
+    except UserError:
+        raise
+    except GeBackendError as exc:
+        raise UserError(f"cannot open {om_path} with the {runtime} runtime: {exc}") from None
+    with contextlib.closing(session):
+        feeds = make_inputs(session.inputs, session.gears, shapes, files, seed)
+        try:
+            outputs = session.infer(feeds)
+        except InputError as exc:
+            raise UserError(f"the inputs do not fit {om_path.name}: {exc}") from None
+    return feeds, outputs
+
+
+def run_served(
+    url: str, protocol: str, model: str, feeds: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Outputs of a model served by Triton for one request carrying `feeds`."""
+    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    url = url.removeprefix("http://").removeprefix("https://")
+    try:
+        with contextlib.closing(module.InferenceServerClient(url)) as client:
+            if protocol == "grpc":
+                metadata = client.get_model_metadata(model, as_json=True)
+            else:
+                metadata = client.get_model_metadata(model)
+            request = []
+            for name, array in feeds.items():
+                tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                tensor.set_data_from_numpy(array)
+                request.append(tensor)
+            names = [item["name"] for item in metadata.get("outputs", [])]
+            wanted = [module.InferRequestedOutput(name) for name in names]
+            result = client.infer(model, request, outputs=wanted)
+    except InferenceServerException as exc:
+        raise UserError(f"{protocol}://{url} model {model!r}: {exc.message() or exc}") from None
+    except OSError as exc:
+        raise UserError(f"cannot reach Triton at {protocol}://{url}: {exc}") from None
+    return {name: result.as_numpy(name) for name in names}
+
+
+def match_outputs(names: Sequence[str], reference_names: Sequence[str]) -> dict[str, str]:
+    """For each output name, the ONNX output it is: the same name, else the last part of ATC's
+    `node:index:tensor` form, else the ONNX output at the same position."""
+    matched: dict[str, str] = {}
+    for position, name in enumerate(names):
+        tail = name.rsplit(":", 1)[-1]
+        if name in reference_names:
+            matched[name] = name
+        elif tail in reference_names:
+            matched[name] = tail
+        elif len(names) == len(reference_names):
+            matched[name] = reference_names[position]
+    return matched
+
+
+def compare_outputs(
+    target: str,
+    outputs: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    thresholds: Thresholds,
+) -> list[OutputComparison]:
+    """One comparison per output of `target`; an output without an ONNX match fails."""
+    matched = match_outputs(list(outputs), list(reference))
+    results = []
+    for name, array in outputs.items():
+        if name not in matched:
+            results.append(
+                OutputComparison(
+                    target,
+                    name,
+                    tuple(array.shape),
+                    math.nan,
+                    math.nan,
+                    math.nan,
+                    int(array.size),
+                    False,
+                    f"no ONNX output matches (ONNX outputs: {', '.join(reference)})",
+                )
+            )
+            continue
+        results.append(compare_arrays(target, name, array, reference[matched[name]], thresholds))
+    return results
+
+
+def compare(
+    om_path: Path,
+    onnx_path: Path,
+    *,
+    runtime: str = "pyacl",
+    device_id: int = 0,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    files: Mapping[str, Path] | None = None,
+    seed: int = 0,
+    thresholds: Thresholds | None = None,
+    url: str | None = None,
+    model: str | None = None,
+    protocol: str = "http",
+) -> CompareReport:
+    """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs."""
+    if (url is None) != (model is None):
+        raise UserError("--url and --model go together (the served model to compare)")
+    if not onnx_path.is_file():
+        raise UserError(f"ONNX file {onnx_path} does not exist")
+    limits = thresholds or Thresholds()
+    feeds, om_outputs = run_om(om_path, runtime, device_id, shapes or {}, files or {}, seed)
+    reference = run_onnx(onnx_path, feeds)
+    comparisons = compare_outputs("om", om_outputs, reference, limits)
+    if url is not None and model is not None:
+        served = run_served(url, protocol, model, feeds)
+        comparisons += compare_outputs("served", served, reference, limits)
+    return CompareReport(feeds, comparisons, limits)

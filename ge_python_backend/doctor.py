@@ -1,0 +1,411 @@
+"""Checks of a host before deploying (`ge-python-model doctor`).
+
+Each check is a function returning a `CheckResult`: what was found, and what to do when it
+failed. A failed check that is `required` for the chosen runtime makes the host not ready; with
+the emulator runtime the pyACL, CANN and NPU checks still run but are not required.
+
+The pyACL check imports `acl` by name: it probes the installation the way the Python backend's
+stub will, and is the one place outside `ge_python_backend.runtime` that does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import re
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+from ge_python_backend.errors import GeBackendError
+from ge_python_backend.runtime import ENV_VAR, selected_runtime
+from ge_python_backend.runtime.errors import describe_code
+from ge_python_backend.server import ServerBinary, TritonServer, find_server
+
+OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
+MIB = 1024 * 1024
+# Below this /dev/shm is suspicious even without a repository to size it (Docker gives 64 MiB).
+RECOMMENDED_SHM_BYTES = 256 * MIB
+DEFAULT_BACKENDS = Path("/opt/tritonserver/backends")  # tritonserver's own default
+SET_ENV_SCRIPTS = (
+    Path("/usr/local/Ascend/ascend-toolkit/set_env.sh"),
+    Path("/usr/local/Ascend/nnrt/set_env.sh"),
+    Path.home() / "Ascend" / "ascend-toolkit" / "set_env.sh",
+)
+ACL_ERROR_REPEAT_INITIALIZE = 100002
+TESTED_TRITON = "2.51"
+_LIBPYTHON = re.compile(rb"libpython(\d+\.\d+)")
+_CPYTHON_TAG = re.compile(r"cpython-(\d)(\d+)")
+
+NO_NPU_FIX = (
+    "run on an Ascend host: the driver creates /dev/davinci<N> and `npu-smi info` lists the "
+    "NPUs. In a container pass --device /dev/davinci0 --device /dev/davinci_manager "
+    "--device /dev/devmm_svm --device /dev/hisi_hdc and mount /usr/local/Ascend/driver (or use "
+    "the Ascend Docker runtime); in Kubernetes request the device plugin's resource "
+    "(`ge-python-model k8s` does). Without an NPU, serve emulator .om files: --runtime emulator"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One check: its status (OK, WARN, FAIL, SKIP), what was found and the fix."""
+
+    name: str
+    title: str
+    status: str
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+    @property
+    def blocking(self) -> bool:
+        """A required check that failed."""
+        return self.status == FAIL and self.required
+
+
+def _python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def check_python() -> CheckResult:
+    """The interpreter ge_python_backend runs on (the one the stub must embed)."""
+    import ge_python_backend
+
+    location = Path(ge_python_backend.__file__).parent
+    return CheckResult(
+        "python",
+        "Python and ge_python_backend",
+        OK,
+        f"Python {sys.version.split()[0]} ({sys.executable}); ge_python_backend "
+        f"{getattr(ge_python_backend, '__version__', '?')} at {location}",
+    )
+
+
+def check_runtime_override(environ: Mapping[str, str], runtime: str) -> CheckResult:
+    """Whether $GE_PYTHON_BACKEND_ACL overrides every model's acl_runtime."""
+    value = environ.get(ENV_VAR, "").strip()
+    title = f"${ENV_VAR}"
+    if not value:
+        return CheckResult(
+            "runtime_override", title, OK, "not set: each model's acl_runtime parameter decides"
+        )
+    if value != runtime:
+        return CheckResult(
+            "runtime_override",
+            title,
+            WARN,
+            f"{ENV_VAR}={value} overrides every model's acl_runtime: models run on {value}",
+            f"unset {ENV_VAR} in the server's environment to use each config's acl_runtime",
+        )
+    return CheckResult("runtime_override", title, OK, f"{ENV_VAR}={value}: models run on {value}")
+
+
+def check_cann_environment(
+    environ: Mapping[str, str],
+    required: bool = True,
+    scripts: Sequence[Path] = SET_ENV_SCRIPTS,
+) -> CheckResult:
+    """CANN's `set_env.sh` was sourced: toolkit home and operator path set and present."""
+    home_var = next((v for v in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if environ.get(v)), "")
+    home = environ.get(home_var, "") if home_var else ""
+    opp = environ.get("ASCEND_OPP_PATH", "")
+    problems = []
+    if not home:
+        problems.append("ASCEND_TOOLKIT_HOME and ASCEND_HOME_PATH are not set")
+    elif not Path(home).is_dir():
+        problems.append(f"{home_var}={home} does not exist")
+    if not opp:
+        problems.append("ASCEND_OPP_PATH is not set")
+    elif not Path(opp).is_dir():
+        problems.append(f"ASCEND_OPP_PATH={opp} does not exist")
+    title = "CANN environment (set_env.sh)"
+    if not problems:
+        return CheckResult(
+            "cann_env", title, OK, f"{home_var}={home}, ASCEND_OPP_PATH={opp}", required=required
+        )
+    found = [script for script in scripts if script.is_file()]
+    if found:
+        fix = (
+            f"run `source {found[0]}` in the shell or container entrypoint that starts "
+            "tritonserver (the stub inherits its environment)"
+        )
+    else:
+        fix = (
+            "no CANN set_env.sh found: install the CANN toolkit (or nnrt) for your NPU, then "
+            f"`source {scripts[0]}` (or <install dir>/set_env.sh) before starting tritonserver"
+        )
+    return CheckResult("cann_env", title, FAIL, "; ".join(problems), fix, required)
+
+
+def import_pyacl() -> tuple[ModuleType | None, str]:
+    """Real pyACL's `acl` module, or None and why it could not be imported."""
+    try:
+        return importlib.import_module("acl"), ""
+    except Exception as exc:  # ImportError, or OSError/SystemError from a broken extension
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def check_pyacl(acl: ModuleType | None, error: str, required: bool = True) -> CheckResult:
+    """pyACL imports in this interpreter."""
+    title = "pyACL importable"
+    if acl is not None:
+        version = ""
+        get_version = getattr(acl, "get_version", None)
+        if get_version is not None:
+            major, minor, patch, ret = get_version()
+            version = f", ACL {major}.{minor}.{patch}" if ret == 0 else ""
+        return CheckResult(
+            "pyacl",
+            title,
+            OK,
+            f"{getattr(acl, '__file__', 'acl')} imports in Python {_python_version()}{version}",
+            required=required,
+        )
+    return CheckResult(
+        "pyacl",
+        title,
+        FAIL,
+        f"cannot import pyACL (`acl`): {error}",
+        "source CANN's set_env.sh: it puts <toolkit>/python/site-packages (where acl lives) on "
+        f"PYTHONPATH. If acl is found but fails to load, Python {_python_version()} is not one "
+        "your CANN release supports: install ge-python-backend into a Python it supports, and "
+        "run tritonserver's Python backend stub with the same version",
+        required,
+    )
+
+
+def _count_devices(acl: ModuleType) -> tuple[int | None, str]:
+    """Device count through `acl.rt.get_device_count` (init/finalize around it when needed)."""
+    init_ret = acl.init()
+    if init_ret not in (0, ACL_ERROR_REPEAT_INITIALIZE):
+        name, explanation = describe_code(init_ret)
+        return None, f"acl.init returned {init_ret} {name} ({explanation})"
+    try:
+        count, ret = acl.rt.get_device_count()
+    finally:
+        if init_ret == 0:  # initialised here; 100002: someone else did and will finalize
+            acl.finalize()
+    if ret != 0:
+        name, explanation = describe_code(ret)
+        return None, f"acl.rt.get_device_count returned {ret} {name} ({explanation})"
+    return int(count), ""
+
+
+def check_npu_devices(
+    acl: ModuleType | None, dev_dir: Path = Path("/dev"), required: bool = True
+) -> CheckResult:
+    """NPUs present: /dev/davinci<N> nodes and the count pyACL reports."""
+    nodes = sorted(
+        (p.name for p in dev_dir.glob("davinci*") if p.name[len("davinci") :].isdigit()),
+        key=lambda name: int(name[len("davinci") :]),
+    )
+    title = "NPU devices"
+    shown = ", ".join(nodes) or "none"
+    if acl is None:
+        if nodes:
+            detail = f"device nodes {shown} exist, but pyACL cannot be imported to use them"
+        else:
+            detail = (
+                f"no NPU present: no {dev_dir}/davinci<N> device nodes, and pyACL is not importable"
+            )
+        return CheckResult("npu", title, FAIL, detail, NO_NPU_FIX, required)
+    count, error = _count_devices(acl)
+    if count:
+        detail = f"{count} NPU(s) visible to pyACL; device nodes: {shown}"
+        return CheckResult("npu", title, OK, detail, required=required)
+    detail = error or "pyACL reports 0 devices"
+    return CheckResult("npu", title, FAIL, f"no NPU usable: {detail}", NO_NPU_FIX, required)
+
+
+def check_emulator(required: bool = False) -> CheckResult:
+    """The CPU emulator of pyACL (and onnxruntime, which runs emulator `.om` files) works."""
+    title = "CPU emulator of pyACL"
+    try:
+        acl = importlib.import_module("ge_python_backend.emulator.acl")
+        importlib.import_module("onnxruntime")
+    except ImportError as exc:
+        return CheckResult(
+            "emulator",
+            title,
+            FAIL,
+            f"cannot import the emulator: {exc}",
+            "pip install 'ge-python-backend[emulator]'",
+            required,
+        )
+    try:
+        count, error = _count_devices(acl)
+    except ValueError as exc:  # a bad GE_EMULATOR_* setting
+        count, error = None, str(exc)
+    if not count:
+        return CheckResult(
+            "emulator",
+            title,
+            FAIL,
+            error or "0 emulated devices",
+            "set GE_EMULATOR_DEVICE_COUNT to a number >= 1 (default 8)",
+            required,
+        )
+    return CheckResult(
+        "emulator",
+        title,
+        OK,
+        f"{count} emulated device(s); runs emulator .om files only",
+        "",
+        required,
+    )
+
+
+def stub_python_version(stub: Path) -> str | None:
+    """The Python version (`"3.10"`) a `triton_python_backend_stub` links, from its libpython."""
+    match = _LIBPYTHON.search(stub.read_bytes())
+    return match.group(1).decode() if match else None
+
+
+def check_stub_python(
+    binary: ServerBinary | None, error: str, acl_file: str | None = None
+) -> CheckResult:
+    """The Python backend stub embeds the Python that ge_python_backend and pyACL are for."""
+    title = "Python of Triton's Python backend stub"
+    if binary is None:
+        return CheckResult("stub_python", title, FAIL, error, _SERVER_FIX)
+    stub = (binary.backend_directory or DEFAULT_BACKENDS) / "python" / "triton_python_backend_stub"
+    if not stub.is_file():
+        return CheckResult(
+            "stub_python",
+            title,
+            FAIL,
+            f"{stub} does not exist",
+            "pass --backend-directory DIR where DIR/python holds the Python backend and its stub",
+        )
+    stub_version = stub_python_version(stub)
+    here = _python_version()
+    tag = _CPYTHON_TAG.search(Path(acl_file).name) if acl_file else None
+    acl_version = f"{tag.group(1)}.{tag.group(2)}" if tag else None
+    if stub_version is None:
+        return CheckResult(
+            "stub_python", title, WARN, f"cannot tell which Python {stub} embeds (no libpython)"
+        )
+    if stub_version != here or (acl_version and acl_version != stub_version):
+        pyacl = f"; pyACL is built for Python {acl_version}" if acl_version else ""
+        return CheckResult(
+            "stub_python",
+            title,
+            FAIL,
+            f"{stub} embeds Python {stub_version} but ge_python_backend runs on Python {here} "
+            f"({sys.executable}){pyacl}: model.py would import packages built for another Python",
+            f"install ge-python-backend (and numpy) into a Python {stub_version} environment whose "
+            "pyACL imports, and start tritonserver with that environment first on PATH; or build "
+            f"the stub for Python {here} (python_backend's custom stub build) and place it in "
+            "each model directory; or use the bundled server (`ge-python-model serve` without "
+            "--tritonserver), which has stubs for Python 3.8-3.13",
+        )
+    return CheckResult(
+        "stub_python", title, OK, f"{stub} embeds Python {stub_version}, the same as this one"
+    )
+
+
+def check_shm(path: Path = Path("/dev/shm"), need_bytes: int | None = None) -> CheckResult:
+    """`/dev/shm` has room for the Python backend's shared memory (`need_bytes` if known)."""
+    title = "/dev/shm size"
+    fix = (
+        "give the container more shared memory: docker run --shm-size=1g (Docker's default is "
+        "64 MiB); in Kubernetes mount an emptyDir with medium: Memory at /dev/shm "
+        "(`ge-python-model k8s` sizes it for a repository)"
+    )
+    try:
+        stat = os.statvfs(path)
+    except OSError as exc:
+        return CheckResult("shm", title, FAIL, f"cannot read {path}: {exc}", fix)
+    total = stat.f_blocks * stat.f_frsize
+    free = stat.f_bavail * stat.f_frsize
+    detail = f"{path}: {total // MIB} MiB, {free // MIB} MiB free"
+    if need_bytes is not None:
+        detail += f"; the repository needs about {need_bytes // MIB} MiB"
+        status = OK if free >= need_bytes else FAIL
+    else:
+        status = OK if total >= RECOMMENDED_SHM_BYTES else WARN
+        if status == WARN:
+            detail += f" (less than {RECOMMENDED_SHM_BYTES // MIB} MiB)"
+    return CheckResult("shm", title, status, detail, "" if status == OK else fix)
+
+
+_SERVER_FIX = (
+    "pip install 'ge-python-backend[server]' for the bundled Triton 2.51, or pass --tritonserver "
+    "PATH and --backend-directory DIR of your Triton install (in NVIDIA's container: "
+    "/opt/tritonserver/bin/tritonserver and /opt/tritonserver/backends)"
+)
+
+
+def check_tritonserver(binary: ServerBinary | None, error: str) -> CheckResult:
+    """tritonserver starts (on an empty repository) and reports its version on `GET /v2`."""
+    title = "tritonserver"
+    if binary is None:
+        return CheckResult("tritonserver", title, FAIL, error, _SERVER_FIX)
+    with tempfile.TemporaryDirectory(prefix="ge-doctor-") as work:
+        repository = Path(work) / "models"
+        repository.mkdir()
+        server = TritonServer(repository, binary=binary, log_path=Path(work) / "triton.log")
+        try:
+            with server, urllib.request.urlopen(server.urls.http + "/v2", timeout=5) as reply:
+                metadata = json.loads(reply.read())
+        except (GeBackendError, OSError, ValueError) as exc:
+            return CheckResult(
+                "tritonserver",
+                title,
+                FAIL,
+                f"{binary.executable} did not start: {str(exc).splitlines()[0]}",
+                _SERVER_FIX,
+            )
+    version = str(metadata.get("version", "?"))
+    detail = f"Triton {version} ({binary.executable}) started and answered"
+    if not version.startswith(TESTED_TRITON + "."):
+        detail += f"; ge-python-backend is tested with {TESTED_TRITON}"
+    return CheckResult("tritonserver", title, OK if version != "?" else WARN, detail)
+
+
+def run_checks(
+    runtime: str | None = None,
+    *,
+    repository: Path | None = None,
+    tritonserver: str | None = None,
+    backend_directory: str | None = None,
+    start_server: bool = True,
+    environ: Mapping[str, str] | None = None,
+    dev_dir: Path = Path("/dev"),
+) -> list[CheckResult]:
+    """Every check, in the order they are printed."""
+    env = os.environ if environ is None else environ
+    chosen = selected_runtime(runtime)
+    on_npu = chosen == "pyacl"
+    acl, acl_error = import_pyacl()
+    try:
+        binary: ServerBinary | None = find_server(tritonserver, backend_directory)
+        server_error = ""
+    except GeBackendError as exc:
+        binary, server_error = None, str(exc)
+    need = None
+    if repository is not None:
+        from ge_python_backend.k8s import repository_models, shm_limit_bytes
+        from ge_python_backend.server import shm_sizes_for_repository
+
+        need = shm_limit_bytes(repository_models(repository), shm_sizes_for_repository(repository))
+    results = [
+        check_python(),
+        check_runtime_override(env, chosen),
+        check_cann_environment(env, required=on_npu),
+        check_pyacl(acl, acl_error, required=on_npu),
+        check_npu_devices(acl, dev_dir, required=on_npu),
+        check_emulator(required=not on_npu),
+        check_stub_python(binary, server_error, getattr(acl, "__file__", None)),
+        check_shm(need_bytes=need),
+    ]
+    if start_server:
+        results.append(check_tritonserver(binary, server_error))
+    else:
+        results.append(CheckResult("tritonserver", "tritonserver", SKIP, "--no-server given"))
+    return results

@@ -1,0 +1,164 @@
+"""`ge-python-model doctor`: each check on real inputs, and the command on this host."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from ge_python_backend.cli import main
+from ge_python_backend.doctor import (
+    FAIL,
+    OK,
+    WARN,
+    check_cann_environment,
+    check_emulator,
+    check_npu_devices,
+    check_pyacl,
+    check_runtime_override,
+    check_shm,
+    check_stub_python,
+    check_tritonserver,
+    import_pyacl,
+    run_checks,
+    stub_python_version,
+)
+from ge_python_backend.emulator import acl as emulator_acl
+from ge_python_backend.server import ServerBinary, bundled_server_root, find_server
+
+HAS_PYACL = importlib.util.find_spec("acl") is not None
+no_pyacl_here = pytest.mark.skipif(HAS_PYACL, reason="pyACL is installed on this host")
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@no_pyacl_here
+def test_this_host_reports_honestly_that_no_npu_is_present() -> None:
+    results = {r.name: r for r in run_checks("pyacl", start_server=False, environ={})}
+    for name in ("cann_env", "pyacl", "npu"):
+        assert results[name].status == FAIL and results[name].blocking, results[name]
+    assert "no NPU present" in results["npu"].detail
+    assert "set_env.sh" in results["pyacl"].fix and "set_env.sh" in results["cann_env"].fix
+    assert "--runtime emulator" in results["npu"].fix
+    assert results["emulator"].status == OK and not results["emulator"].required
+    emulated = {r.name: r for r in run_checks("emulator", start_server=False, environ={})}
+    assert not any(r.blocking for r in emulated.values())
+    assert emulated["npu"].status == FAIL and not emulated["npu"].required
+
+
+@no_pyacl_here
+def test_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--runtime", "pyacl", "--no-server"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] NPU devices: no NPU present" in out
+    assert "NOT READY for the pyacl runtime: 3 required check(s) failed" in out
+    assert "no NPU is present on this host" in out
+    assert out.count("fix: ") >= 3
+
+    assert main(["doctor", "--runtime", "emulator"]) == 0
+    out = capsys.readouterr().out
+    assert "[OK  ] tritonserver: Triton 2.51.0" in out
+    assert "[WARN] NPU devices" in out and "(not required)" in out
+    assert "ready for the emulator runtime" in out
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "models").mkdir()
+    args = ["doctor", "--runtime", "emulator", "--no-server", "--json"]
+    assert main([*args, "--repository", str(tmp_path / "models")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["runtime"] == "emulator"
+    checks = {row["name"]: row for row in report["checks"]}
+    assert checks["tritonserver"]["status"] == "SKIP"
+    assert "the repository needs about 256 MiB" in checks["shm"]["detail"]
+    assert main([*args, "--repository", str(tmp_path / "missing")]) == 2
+
+
+def test_cann_environment(tmp_path: Path) -> None:
+    home, opp = tmp_path / "latest", tmp_path / "latest" / "opp"
+    opp.mkdir(parents=True)
+    good = check_cann_environment({"ASCEND_TOOLKIT_HOME": str(home), "ASCEND_OPP_PATH": str(opp)})
+    assert good.status == OK and str(home) in good.detail
+    script = tmp_path / "set_env.sh"
+    script.write_text("export ASCEND_TOOLKIT_HOME=...\n")
+    stale = check_cann_environment(
+        {"ASCEND_HOME_PATH": str(tmp_path / "gone"), "ASCEND_OPP_PATH": str(opp)},
+        scripts=[tmp_path / "absent.sh", script],
+    )
+    assert stale.status == FAIL and "does not exist" in stale.detail
+    assert f"source {script}" in stale.fix
+    unset = check_cann_environment({}, required=False, scripts=[tmp_path / "absent.sh"])
+    assert unset.status == FAIL and not unset.blocking and "not set" in unset.detail
+
+
+def test_pyacl_check_with_an_acl_module() -> None:
+    passed = check_pyacl(emulator_acl, "")
+    assert passed.status == OK and "ACL 8.0.0" in passed.detail
+    module, error = import_pyacl()
+    if module is None:
+        failed = check_pyacl(None, error)
+        assert failed.status == FAIL and "No module named 'acl'" in failed.detail
+
+
+def test_npu_devices(tmp_path: Path) -> None:
+    for name in ("davinci0", "davinci1", "davinci_manager", "devmm_svm"):
+        (tmp_path / name).touch()
+    counted = check_npu_devices(emulator_acl, tmp_path)
+    assert counted.status == OK and "device nodes: davinci0, davinci1" in counted.detail
+    uncounted = check_npu_devices(None, tmp_path)
+    assert uncounted.status == FAIL and "cannot be imported" in uncounted.detail
+    (tmp_path / "empty").mkdir()
+    nothing = check_npu_devices(None, tmp_path / "empty")
+    assert nothing.status == FAIL and nothing.detail.startswith("no NPU present")
+
+
+def test_emulator_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert check_emulator(required=True).status == OK
+    if not emulator_acl.rt.get_device_count()[1]:  # initialised elsewhere: setting unread
+        return
+    monkeypatch.setenv("GE_EMULATOR_DEVICE_COUNT", "0")
+    broken = check_emulator(required=True)
+    assert broken.blocking and "GE_EMULATOR_DEVICE_COUNT" in broken.detail
+
+
+def test_stub_python_versions(tmp_path: Path) -> None:
+    bundled = find_server()
+    assert check_stub_python(bundled, "").status == OK
+    other = "3.8" if HERE != "3.8" else "3.9"
+    stub = bundled_server_root() / "python_backend_stubs" / other / "triton_python_backend_stub"
+    assert stub_python_version(stub) == other
+    (tmp_path / "python").mkdir()
+    shutil.copy(stub, tmp_path / "python" / "triton_python_backend_stub")
+    mismatch = check_stub_python(ServerBinary(bundled.executable, tmp_path, ()), "")
+    assert mismatch.status == FAIL
+    assert f"embeds Python {other} but ge_python_backend runs on Python {HERE}" in mismatch.detail
+    assert f"Python {other} environment" in mismatch.fix
+    acl_for_other = f"/x/acl.cpython-{other.replace('.', '')}-x86_64-linux-gnu.so"
+    assert check_stub_python(bundled, "", acl_for_other).status == FAIL
+    missing = check_stub_python(ServerBinary(bundled.executable, tmp_path / "none", ()), "")
+    assert missing.status == FAIL and "does not exist" in missing.detail
+    assert check_stub_python(None, "no server").detail == "no server"
+
+
+def test_shm(tmp_path: Path) -> None:
+    assert check_shm(need_bytes=1).status == OK
+    short = check_shm(need_bytes=2**60)
+    assert short.status == FAIL and "--shm-size" in short.fix
+    assert check_shm(tmp_path / "missing").status == FAIL
+    assert check_shm().status in (OK, WARN)
+
+
+def test_tritonserver_failures(tmp_path: Path) -> None:
+    missing = check_tritonserver(None, "tritonserver 'x' not found")
+    assert missing.status == FAIL and "ge-python-backend[server]" in missing.fix
+    broken = check_tritonserver(ServerBinary(Path(shutil.which("false") or "false"), None, ()), "")
+    assert broken.status == FAIL and "did not start" in broken.detail
+
+
+def test_runtime_override() -> None:
+    assert check_runtime_override({}, "pyacl").status == OK
+    override = check_runtime_override({"GE_PYTHON_BACKEND_ACL": "emulator"}, "pyacl")
+    assert override.status == WARN and "unset GE_PYTHON_BACKEND_ACL" in override.fix

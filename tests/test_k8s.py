@@ -1,0 +1,241 @@
+"""`ge-python-model k8s`: manifests checked against the Kubernetes schemas and run for real.
+
+Deployment and Service are validated with kubernetes-validate, which ships the official JSON
+schemas (strict variant: unknown fields are errors) for Kubernetes 1.25 onwards. The
+ServiceMonitor is a prometheus-operator CRD: it is validated with the pydantic models that
+cloudcoil-models-prometheus-operator generates from that CRD's schema; they ignore unknown
+fields, so the test also requires that nothing is dropped when the parsed object is dumped back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shlex
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from e2e_helpers import free_port
+
+from ge_python_backend.cli import main
+from ge_python_backend.k8s import (
+    SHM_MIN_BYTES,
+    K8sOptions,
+    build_manifests,
+    repository_models,
+    shm_limit_bytes,
+    to_yaml,
+)
+from ge_python_backend.scaffold import scaffold
+from ge_python_backend.server import find_server, server_environment, shm_sizes_for_repository
+
+KUBERNETES_VERSIONS = ("1.27", kubernetes_validate.utils.latest_version())
+
+
+@pytest.fixture
+def repository(
+    tmp_path: Path, om_dynamic_batch: Path, om_hw: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Two models configured for pyACL (described here through the emulator)."""
+    monkeypatch.setenv("GE_PYTHON_BACKEND_ACL", "emulator")
+    repo = tmp_path / "models"
+    scaffold(om_dynamic_batch, repo, name="mlp", runtime="pyacl", instances=2)
+    scaffold(om_hw, repo, name="conv", runtime="pyacl")
+    monkeypatch.delenv("GE_PYTHON_BACKEND_ACL")
+    return repo
+
+
+def validate_core(document: dict[str, Any]) -> None:
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def validate_service_monitor(document: dict[str, Any]) -> None:
+    monitoring = pytest.importorskip("cloudcoil.models.prometheus_operator.v1")
+    parsed = monitoring.ServiceMonitor.model_validate(document)
+    dumped = parsed.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert dumped == document, "fields unknown to the ServiceMonitor CRD were dropped"
+
+
+def documents_of(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def test_manifests_pass_the_kubernetes_schemas(repository: Path) -> None:
+    manifests = build_manifests(
+        repository,
+        K8sOptions(
+            name="resnet",
+            namespace="inference",
+            npu_resource="huawei.com/Ascend310P",
+            npus=2,
+            replicas=3,
+            node_selector={"accelerator": "huawei-Ascend310P"},
+            monitor_labels={"release": "prometheus"},
+            ready_model="mlp",
+        ),
+    )
+    deployment, service, monitor = documents_of(to_yaml(manifests.documents))
+    assert [deployment, service, monitor] == manifests.documents  # the YAML is faithful
+    validate_core(deployment)
+    validate_core(service)
+    validate_service_monitor(monitor)
+    assert manifests.warnings == []
+
+
+def test_validators_reject_broken_manifests(repository: Path) -> None:
+    deployment, service, monitor = build_manifests(repository, K8sOptions(name="m")).documents
+    typo = copy.deepcopy(deployment)
+    container = typo["spec"]["template"]["spec"]["containers"][0]
+    container["readinesProbe"] = container.pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError, match="readinesProbe"):
+        validate_core(typo)
+    wrong_type = copy.deepcopy(service)
+    wrong_type["spec"]["ports"][0]["port"] = "8000"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_core(wrong_type)
+    unknown = copy.deepcopy(monitor)
+    unknown["spec"]["endpoints"][0]["prot"] = "metrics"
+    with pytest.raises(AssertionError, match="dropped"):
+        validate_service_monitor(unknown)
+    bad_interval = copy.deepcopy(monitor)
+    bad_interval["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    with pytest.raises(ValueError, match="interval"):
+        validate_service_monitor(bad_interval)
+
+
+def test_deployment_contents(repository: Path) -> None:
+    manifests = build_manifests(repository, K8sOptions(name="mlp", npus=2))
+    deployment, service, monitor = manifests.documents
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"] == {"huawei.com/Ascend910": 2}
+    assert container["resources"]["requests"] == {"huawei.com/Ascend910": 2}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    sizes = shm_sizes_for_repository(repository)
+    models = repository_models(repository)
+    assert sum(model.instances for model in models) == 3
+    limit = shm_limit_bytes(models, sizes)
+    assert limit >= max(3 * (sizes.default_bytes + sizes.growth_bytes), SHM_MIN_BYTES)
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["sizeLimit"] == f"{limit // 2**20}Mi"
+    assert volumes[mounts["/models"]]["persistentVolumeClaim"]["claimName"] == "mlp-models"
+    assert mounts["/usr/local/Ascend/driver"] == "ascend-driver"
+    shell = container["command"][2]
+    assert shell.startswith("source /usr/local/Ascend/ascend-toolkit/set_env.sh && exec ")
+    args = shlex.split(shell.split(" && exec ", 1)[1])
+    assert "--http-address=0.0.0.0" in args and "--model-repository=/models" in args
+    assert f"--backend-config=python,shm-default-byte-size={sizes.default_bytes}" in args
+    assert f"--backend-config=python,shm-growth-byte-size={sizes.growth_bytes}" in args
+    assert [port["name"] for port in service["spec"]["ports"]] == ["http", "grpc", "metrics"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["metadata"]["labels"]
+
+
+def test_options_change_volumes_and_command(repository: Path) -> None:
+    options = K8sOptions(name="mlp", host_path="/srv/models", cann_env="", driver_path="")
+    deployment = build_manifests(repository, options).documents[0]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][0] == "tritonserver"
+    assert {volume["name"] for volume in pod["volumes"]} == {"models", "dshm"}
+    assert pod["volumes"][0]["hostPath"] == {"path": "/srv/models", "type": "Directory"}
+    validate_core(deployment)
+
+
+def test_repository_warnings(tmp_path: Path, om_dynamic_batch: Path) -> None:
+    repo = tmp_path / "models"
+    scaffold(om_dynamic_batch, repo, name="mlp", runtime="emulator", device_ids=(0, 3))
+    warnings = build_manifests(repo, K8sOptions(name="mlp", npus=2)).warnings
+    assert any("acl_runtime 'emulator'" in warning for warning in warnings)
+    assert any("device_ids 0,3" in warning and "0..1" in warning for warning in warnings)
+
+
+def test_cli_prints_valid_yaml(repository: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["k8s", str(repository), "--name", "mlp", "--replicas", "2", "--node-selector", "a=b"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0 and captured.err == ""
+    deployment, service, monitor = documents_of(captured.out)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"a": "b"}
+    validate_core(deployment)
+    validate_core(service)
+    validate_service_monitor(monitor)
+
+
+def test_cli_user_mistakes_exit_2(
+    repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["k8s", str(repository), "--name", "Bad_Name"]) == 2
+    assert "DNS label" in capsys.readouterr().err
+    assert main(["k8s", str(repository), "--name", "m", "--npu-resource", "Ascend910"]) == 2
+    assert "extended resource" in capsys.readouterr().err
+    assert main(["k8s", str(repository), "--name", "m", "--ready-model", "nope"]) == 2
+    assert main(["k8s", str(tmp_path / "missing"), "--name", "m"]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["k8s", str(tmp_path / "empty"), "--name", "m"]) == 2
+    assert "no */config.pbtxt" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_the_pod_command_line_serves_the_repository(repository: Path, tmp_path: Path) -> None:
+    """The container's tritonserver flags, run here: only paths, ports and addresses differ."""
+    deployment = build_manifests(repository, K8sOptions(name="mlp", cann_env="")).documents[0]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    binary = find_server()
+    http = free_port()
+    local = {
+        "--model-repository": str(repository),
+        "--http-port": str(http),
+        "--grpc-port": str(free_port()),
+        "--metrics-port": str(free_port()),
+        "--http-address": "127.0.0.1",
+        "--grpc-address": "127.0.0.1",
+        "--metrics-address": "127.0.0.1",
+    }
+    command = [str(binary.executable), f"--backend-directory={binary.backend_directory}"]
+    for arg in args[1:]:
+        flag, _, value = arg.partition("=")
+        command.append(f"{flag}={local.get(flag, value)}")
+    env = server_environment(binary, {"GE_PYTHON_BACKEND_ACL": "emulator"})
+    with open(tmp_path / "triton.log", "wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready(f"http://127.0.0.1:{http}/v2/health/ready"):
+            assert process.poll() is None, (tmp_path / "triton.log").read_text()
+            assert time.monotonic() < deadline, "not ready in 120 s"
+            time.sleep(0.2)
+        for model in ("mlp", "conv"):
+            assert ready(f"http://127.0.0.1:{http}/v2/models/{model}/ready")
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        finally:  # the model stubs share the server's process group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

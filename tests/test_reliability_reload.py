@@ -1,0 +1,141 @@
+"""Reloading with `--model-control-mode explicit` through Triton's model control API.
+
+The same model is unloaded and loaded `GE_RELOAD_CYCLES` times (20 in the suite), then a new
+version is scaffolded over it and loaded while clients send requests without a pause. Every stub
+process the cycles started must release everything (its emulator stats file), and no request may
+fail during the version switch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from e2e_helpers import grpc_address, model_states, running_server
+from reliability_helpers import (
+    emulator_reports,
+    grpc_inputs,
+    live_resources,
+    stub_processes,
+    wait_for_exit,
+)
+from tritonclient.utils import InferenceServerException
+
+from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.scaffold import scaffold
+from ge_python_backend.server import TritonServer
+
+pytestmark = pytest.mark.e2e
+
+CYCLES = int(os.environ.get("GE_RELOAD_CYCLES", "20"))
+SENDERS = 4
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, om_dynamic_batch: Path
+) -> Iterator[tuple[TritonServer, Path, Path]]:
+    root = tmp_path_factory.mktemp("reload")
+    repository = root / "models"
+    scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator")
+    stats_dir = root / "stats"
+    with running_server(
+        repository,
+        env={"GE_EMULATOR_STATS_DIR": str(stats_dir)},
+        log_path=root / "triton.log",
+        model_control_mode="explicit",
+        load_models=["mlp"],
+    ) as server:
+        yield server, repository, stats_dir
+
+
+def stub_pids(server: TritonServer) -> set[int]:
+    return {stub.pid for stub in stub_processes(server)}
+
+
+def assert_released(stats_dir: Path, pids: set[int]) -> None:
+    """Every process in `pids` has exited and its stats file shows nothing held."""
+    for pid in pids:
+        wait_for_exit(pid)
+    reports = emulator_reports(stats_dir)
+    assert pids <= set(reports), sorted(pids - set(reports))
+    for pid in pids:
+        assert reports[pid]["model_loads"] == reports[pid]["model_unloads"] == 1, reports[pid]
+        assert live_resources(reports[pid]) == {}, (pid, reports[pid])
+
+
+def test_unload_and_load_again_many_times(served: tuple[TritonServer, Path, Path]) -> None:
+    server, _, stats_dir = served
+    x = np.ones((2, 16), np.float32)
+    seen: set[int] = set()
+    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+        expected = client.infer("mlp", grpc_inputs({"x": x})).as_numpy("y")
+        for _ in range(CYCLES):
+            seen |= stub_pids(server)
+            client.unload_model("mlp")
+            client.load_model("mlp")
+            assert client.is_model_ready("mlp")
+            np.testing.assert_array_equal(
+                client.infer("mlp", grpc_inputs({"x": x})).as_numpy("y"), expected
+            )
+    current = stub_pids(server)
+    assert len(seen) == CYCLES and not seen & current  # a new stub process per load
+    assert_released(stats_dir, seen)
+    print(f"\nreload: {CYCLES} unload/load cycles, {len(seen)} stub processes, none leaked")
+
+
+def test_a_new_version_loads_while_clients_send(
+    served: tuple[TritonServer, Path, Path], tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    server, repository, stats_dir = served
+    old = stub_pids(server)
+    # Version 2: the same network compiled with other gears, so a different .om.
+    onnx_path = Path(str(om_dynamic_batch).removesuffix(".om") + ".onnx")
+    new_om = compile_onnx(
+        onnx_path, tmp_path / "mlp_v2", input_shape="x:-1,16", dynamic_batch_size="1,4,8"
+    )
+    stop = threading.Event()
+    versions: list[tuple[float, str]] = []  # (sent at, version that answered)
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def send() -> None:
+        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+            while not stop.is_set():
+                sent = time.monotonic()
+                try:
+                    result = client.infer("mlp", grpc_inputs({"x": np.ones((1, 16), np.float32)}))
+                except InferenceServerException as exc:
+                    with lock:
+                        errors.append(str(exc))
+                    continue
+                with lock:
+                    versions.append((sent, result.get_response().model_version))
+
+    senders = [threading.Thread(target=send) for _ in range(SENDERS)]
+    for sender in senders:
+        sender.start()
+    try:
+        time.sleep(0.5)
+        scaffold(new_om, repository, name="mlp", runtime="emulator", version=2, overwrite=True)
+        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+            client.load_model("mlp")
+        switched = time.monotonic()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join()
+    assert errors == [], errors[:3]
+    assert versions[0][1] == "1" and versions[-1][1] == "2"
+    after = {version for sent, version in versions if sent > switched}
+    assert after == {"2"}, "requests sent after load_model returned went to version 1"
+    assert model_states(server)["mlp"][0] == "READY"
+    assert_released(stats_dir, old)
+    print(f"\nversion switch: {len(versions)} requests from {SENDERS} clients, 0 failed")
