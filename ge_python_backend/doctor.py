@@ -23,9 +23,15 @@ from pathlib import Path
 from types import ModuleType
 
 from ge_python_backend.errors import GeBackendError
+from ge_python_backend.k8s import repository_models, shm_limit_bytes
 from ge_python_backend.runtime import ENV_VAR, selected_runtime
 from ge_python_backend.runtime.errors import describe_code
-from ge_python_backend.server import ServerBinary, TritonServer, find_server
+from ge_python_backend.server import (
+    ServerBinary,
+    TritonServer,
+    find_server,
+    shm_sizes_for_repository,
+)
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
 MIB = 1024 * 1024
@@ -255,8 +261,7 @@ def check_emulator(required: bool = False) -> CheckResult:
         title,
         OK,
         f"{count} emulated device(s); runs emulator .om files only",
-        "",
-        required,
+        required=required,
     )
 
 
@@ -390,9 +395,6 @@ def run_checks(
         binary, server_error = None, str(exc)
     need = None
     if repository is not None:
-        from ge_python_backend.k8s import repository_models, shm_limit_bytes
-        from ge_python_backend.server import shm_sizes_for_repository
-
         need = shm_limit_bytes(repository_models(repository), shm_sizes_for_repository(repository))
     results = [
         check_python(),

@@ -40,7 +40,6 @@ MODELS = ("mlp", "add_mul", "mixed", "hw", "dims", "wide")
 @dataclasses.dataclass(frozen=True)
 class Served:
     server: TritonServer
-    root: Path
     repository: Path
     stub_pids: frozenset[int]
     oms: dict[str, Path]
@@ -79,7 +78,7 @@ def served(
         )
     with running_server(repository, log_path=root / "triton.log") as server:
         pids = frozenset(stub.pid for stub in stub_processes(server))
-        yield Served(server, root, repository, pids, oms)
+        yield Served(server, repository, pids, oms)
 
 
 def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -91,7 +90,9 @@ def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 Tensor = tuple[str, np.ndarray, str]  # name, data, Triton data type
 
 
-def http_infer(server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple = ()) -> Any:
+def http_infer(
+    server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple[str, ...] = ()
+) -> Any:
     inputs = []
     for name, data, dtype in tensors:
         tensor = httpclient.InferInput(name, list(data.shape), dtype)
@@ -102,7 +103,9 @@ def http_infer(server: TritonServer, model: str, tensors: list[Tensor], outputs:
         return client.infer(model, inputs, outputs=requested)
 
 
-def grpc_infer(server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple = ()) -> Any:
+def grpc_infer(
+    server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple[str, ...] = ()
+) -> Any:
     inputs = []
     for name, data, dtype in tensors:
         tensor = grpcclient.InferInput(name, list(data.shape), dtype)
@@ -117,10 +120,11 @@ def f32(*shape: int) -> np.ndarray:
     return np.ones(shape, np.float32)
 
 
-def ids(length: int, rows: int = 1) -> list[Tensor]:
+def ids(length: int) -> list[Tensor]:
+    """One sequence of `length` token ids (vocabulary of 32) and its attention mask."""
     return [
-        ("input_ids", np.arange(rows * length, dtype=np.int64).reshape(rows, length) % 32, "INT64"),
-        ("attention_mask", np.ones((rows, length), np.int64), "INT64"),
+        ("input_ids", np.arange(length, dtype=np.int64).reshape(1, length) % 32, "INT64"),
+        ("attention_mask", np.ones((1, length), np.int64), "INT64"),
     ]
 
 

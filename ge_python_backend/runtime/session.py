@@ -131,6 +131,7 @@ class Session(Resource):
         self._lock = threading.Lock()
         self._matched: dict[_Signature, tuple[int, int]] = {}
         self._plans: dict[int, list[Chunk]] = {}
+        self._views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
         self._counters_lock = threading.Lock()
         self._counters = SessionCounters()
         self._resources: list[Resource] = []
@@ -416,8 +417,8 @@ class Session(Resource):
         """
         batched = self.gears.batched
         h2d_bytes, h2d_seconds = 0, 0.0
-        for slot, shape in zip(self._input_slots, self._gear_table[gear].shapes):
-            view = _view(slot.host, slot.spec.dtype, _concrete(shape, batch))
+        key = (gear, batch if self._kind == "batch" else 0)
+        for slot, view in zip(self._input_slots, self._staging(True, gear, batch)):
             for piece in pieces:
                 source = feeds_list[piece.part][slot.spec.name]
                 if batched:
@@ -431,7 +432,6 @@ class Session(Resource):
             h2d_seconds += time.perf_counter() - started
             h2d_bytes += view.nbytes
 
-        key = (gear, batch if self._kind == "batch" else 0)
         if self._kind != "static":
             self._select(*key)
         started = time.perf_counter()
@@ -439,9 +439,10 @@ class Session(Resource):
         execute_seconds = time.perf_counter() - started
 
         d2h_bytes, d2h_seconds = 0, 0.0
-        for slot, shape in zip(self._output_slots, self._output_shapes[key]):
-            used = (rows, *shape[1:]) if batched else shape
-            view = _view(slot.host, slot.spec.dtype, used)
+        for slot, whole, shape in zip(
+            self._output_slots, self._staging(False, *key), self._output_shapes[key]
+        ):
+            view = whole[:rows] if batched else whole
             started = time.perf_counter()
             slot.device.copy_to_host(slot.host, view.nbytes)
             d2h_seconds += time.perf_counter() - started
@@ -471,6 +472,24 @@ class Session(Resource):
             counters.h2d_seconds += h2d_seconds
             counters.d2h_bytes += d2h_bytes
             counters.d2h_seconds += d2h_seconds
+
+    def _staging(self, inputs: bool, gear: int, batch: int) -> list[np.ndarray]:
+        """Typed views of the pinned buffers of the inputs (or outputs) for a gear, made once.
+
+        Inputs: `batch` is the execution's batch gear (0: unbatched). Outputs: the key of
+        `_output_shapes`.
+        """
+        key = (inputs, gear, batch)
+        views = self._views.get(key)
+        if views is None:
+            if inputs:
+                shapes = [_concrete(s, batch) for s in self._gear_table[gear].shapes]
+                slots = self._input_slots
+            else:
+                shapes, slots = self._output_shapes[(gear, batch)], self._output_slots
+            views = [_view(s.host, s.spec.dtype, shape) for s, shape in zip(slots, shapes)]
+            self._views[key] = views
+        return views
 
     def _select(self, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
