@@ -7,11 +7,13 @@ imports a `model.py` with `StandInUtils` in its place, so the emulator's counter
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -146,10 +148,60 @@ def measure_counters(model_dir: Path, requests: int, batches: int) -> dict[str, 
     failed = [r.error.message() for r in responses if r.error is not None]
     if failed:
         raise RuntimeError(f"{model_dir.name}: {failed[0]}")
+    with acl_clock() as inside:
+        started = time.perf_counter()
+        for _ in range(batches):
+            model.execute(batch)
+        timed = time.perf_counter() - started
     if hasattr(model, "finalize"):
         model.finalize()
     per_batch = {key: (after[key] - before[key]) / batches for key in after}
-    return {"per_batch": per_batch, "us_per_batch": seconds / batches * 1e6}
+    return {
+        "per_batch": per_batch,
+        "us_per_batch": seconds / batches * 1e6,
+        "acl_share": inside[0] / timed,  # of the wall time of `execute`, inside pyACL calls
+    }
+
+
+@contextlib.contextmanager
+def acl_clock() -> Iterator[list[float]]:
+    """Seconds spent inside the emulator's pyACL functions while the block runs (outermost calls).
+
+    Every function of `acl`, `acl.rt`, `acl.mdl` and `acl.util` is wrapped for the block; the
+    models look them up on the module at each call, so they call the wrappers.
+    """
+    from ge_python_backend.emulator import acl
+
+    spent = [0.0]
+    depth = threading.local()
+
+    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any) -> Any:
+            if getattr(depth, "value", 0):
+                return function(*args)
+            depth.value = 1
+            started = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                spent[0] += time.perf_counter() - started
+                depth.value = 0
+
+        return wrapper
+
+    originals = [
+        (module, name, value)
+        for module in (acl, acl.rt, acl.mdl, acl.util)
+        for name, value in vars(module).items()
+        if hasattr(value, "__wrapped__")  # the emulator's `api` functions
+    ]
+    for module, name, value in originals:
+        setattr(module, name, timed(value))
+    try:
+        yield spent
+    finally:
+        for module, name, value in originals:
+            setattr(module, name, value)
 
 
 def measure_session(om_path: Path, rows: int, seconds: float) -> dict[str, Any]:

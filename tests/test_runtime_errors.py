@@ -20,7 +20,8 @@ from ge_python_backend.runtime.errors import (
     describe_code,
 )
 
-REFERENCE = Path("/work/shared/reference/pyacl-api.md")
+# The project's shared references sit beside the checkout (../shared), in CI as in a session.
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "pyacl-api.md"
 
 # Every code of pyacl-api.md §5 with its name (ranges expanded), as the table must have them.
 EXPECTED = {
