@@ -12,12 +12,20 @@ it was compiled from (to compare with onnxruntime). Models are in `tests/onnx_mo
 * `om_dims`: dims model (`input_ids`, `attention_mask` INT64[1,-1] -> `hidden` FLOAT[1,-1,4]),
   input format ND, dims gears (8,8), (16,16), (32,32): one value per -1 dim, so S is 8, 16
   or 32 for both inputs.
+
+And two fixtures of the emulated pyACL's process-wide state, for the tests that call `acl`
+directly (helpers for them are in `tests/emulator_helpers.py`):
+
+* `clean_acl`: the test starts and ends with acl not initialised and no faults or timing
+  installed; a module uses it for every test with
+  `pytestmark = pytest.mark.usefixtures("clean_acl")`.
+* `ctx`: acl.init + set_device(0); the default context (`clean_acl` finalizes).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import onnx_models  # noqa: E402  (needs the sys.path entry above)
 
+from ge_python_backend.emulator import acl, set_faults, set_timing  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
 
 
@@ -99,3 +108,26 @@ def om_dims(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dynamic_dims="8,8;16,16;32,32",
         input_format="ND",
     )
+
+
+@pytest.fixture
+def clean_acl() -> Iterator[None]:
+    """Each test starts and ends with acl not initialised and no faults or timing installed
+    (another test module may have left the process-wide acl.init of the runtime layer)."""
+    acl.finalize()
+    set_faults(None)
+    set_timing(None)
+    yield
+    acl.finalize()
+    set_faults(None)
+    set_timing(None)
+
+
+@pytest.fixture
+def ctx(clean_acl: None) -> int:
+    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    context, ret = acl.rt.get_context()
+    assert ret == 0
+    return int(context)

@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from ge_python_backend.emulator import acl, set_faults, set_timing
+from ge_python_backend.emulator import acl
 from ge_python_backend.emulator._state import DEVICE_ADDRESS_BASE
 
-
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-@pytest.fixture
-def ctx() -> int:
-    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    context, ret = acl.rt.get_context()
-    assert ret == 0
-    return int(context)
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 def test_init_twice_and_finalize_twice_return_the_repeat_codes() -> None:

@@ -3,54 +3,15 @@
 from __future__ import annotations
 
 import ctypes
-import threading
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from emulator_helpers import D2D, D2H, H2D, in_thread, malloc
 
-from ge_python_backend.emulator import acl, set_faults, set_timing
+from ge_python_backend.emulator import acl, set_timing
 
-H2D, D2H, D2D = 1, 2, 3
-
-
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-@pytest.fixture
-def ctx() -> int:
-    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    context, ret = acl.rt.get_context()
-    assert ret == 0
-    return int(context)
-
-
-def in_thread(func: Callable[[], Any]) -> Any:
-    """Run `func` in a new thread and return its result."""
-    result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(func()))
-    thread.start()
-    thread.join()
-    return result[0]
-
-
-def malloc(size: int) -> int:
-    ptr, ret = acl.rt.malloc(size, 0)
-    assert ret == 0, acl.get_recent_err_msg()
-    return ptr
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 def test_set_device_checks_the_id(ctx: int) -> None:

@@ -7,43 +7,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from emulator_helpers import D2H, H2D, malloc, model_datasets
 
 from ge_python_backend.emulator import acl, set_faults, set_timing, stats
 
-H2D, D2H = 1, 2
-
-
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-@pytest.fixture
-def ctx() -> int:
-    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    context, ret = acl.rt.get_context()
-    assert ret == 0
-    return int(context)
-
-
-def malloc(size: int) -> int:
-    ptr, ret = acl.rt.malloc(size, 0)
-    assert ret == 0, acl.get_recent_err_msg()
-    return ptr
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 def test_a_fault_hits_the_nth_call_only_and_has_no_side_effects(ctx: int) -> None:
@@ -94,17 +66,7 @@ def _execute(ctx: int, om: Path, stream: int | None = None) -> int:
     model_id, _ = acl.mdl.load_from_file(str(om))
     desc = acl.mdl.create_desc()
     acl.mdl.get_desc(desc, model_id)
-    datasets = []
-    for count, size_of in (
-        (acl.mdl.get_num_inputs(desc), acl.mdl.get_input_size_by_index),
-        (acl.mdl.get_num_outputs(desc), acl.mdl.get_output_size_by_index),
-    ):
-        dataset = acl.mdl.create_dataset()
-        for i in range(count):
-            size = size_of(desc, i)
-            acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(malloc(size), size))
-        datasets.append(dataset)
-    inputs, outputs = datasets
+    inputs, outputs = model_datasets(desc)
     if stream is None:
         return int(acl.mdl.execute(model_id, inputs, outputs))
     return int(acl.mdl.execute_async(model_id, inputs, outputs, stream))

@@ -3,55 +3,14 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
 
 import pytest
+from emulator_helpers import D2D, D2H, H2D, H2H, from_device, malloc, to_device
 
-from ge_python_backend.emulator import acl, set_faults, set_timing
+from ge_python_backend.emulator import acl, set_timing
 from ge_python_backend.emulator._state import DEVICE_ADDRESS_BASE
 
-H2H, H2D, D2H, D2D = 0, 1, 2, 3
-
-
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-@pytest.fixture
-def ctx() -> int:
-    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    context, ret = acl.rt.get_context()
-    assert ret == 0
-    return int(context)
-
-
-def malloc(size: int) -> int:
-    ptr, ret = acl.rt.malloc(size, 0)
-    assert ret == 0, acl.get_recent_err_msg()
-    return ptr
-
-
-def to_device(data: bytes) -> int:
-    ptr = malloc(len(data))
-    assert acl.rt.memcpy(ptr, len(data), acl.util.bytes_to_ptr(data), len(data), H2D) == 0
-    return ptr
-
-
-def from_device(ptr: int, size: int) -> bytes:
-    out = bytes(size)
-    assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), size, ptr, size, D2H) == 0
-    return out
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 def test_device_pointers_are_aligned_poisoned_and_not_host_addresses(ctx: int) -> None:

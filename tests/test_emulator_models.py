@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,51 +12,15 @@ import numpy as np
 import onnx_models
 import onnxruntime
 import pytest
+from emulator_helpers import D2H, H2D, dataset_of, malloc
 
-from ge_python_backend.emulator import acl, set_faults, set_timing
+from ge_python_backend.emulator import acl, set_timing
 from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, MAGIC, compile_onnx
 
-H2D, D2H = 1, 2
 MBATCH = "ascend_mbatch_shape_data"
 
 
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-@pytest.fixture
-def ctx() -> int:
-    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    context, ret = acl.rt.get_context()
-    assert ret == 0
-    return int(context)
-
-
-def malloc(size: int) -> int:
-    ptr, ret = acl.rt.malloc(size, 0)
-    assert ret == 0, acl.get_recent_err_msg()
-    return ptr
-
-
-def dataset_of(ptrs_and_sizes: list[tuple[int, int]]) -> int:
-    dataset = acl.mdl.create_dataset()
-    for ptr, size in ptrs_and_sizes:
-        assert acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(ptr, size)) == (
-            dataset,
-            0,
-        )
-    return dataset
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 class Model:

@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from emulator_helpers import delta
 
-from ge_python_backend.emulator import acl, set_faults, set_timing, stats
+from ge_python_backend.emulator import acl, stats
 
 REQUIRED = {
     "live_device_allocations",
@@ -34,21 +34,7 @@ REQUIRED = {
 }
 
 
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 def test_stats_count_live_resources_and_calls(om_static: Path) -> None:

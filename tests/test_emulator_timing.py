@@ -8,43 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from emulator_helpers import H2D, malloc, model_datasets
 
-from ge_python_backend.emulator import acl, set_faults, set_timing
+from ge_python_backend.emulator import acl, set_timing
 
-H2D = 1
-
-
-@pytest.fixture(autouse=True)
-def clean_acl() -> Iterator[None]:
-    """Each test starts and ends with acl not initialised and no faults or timing installed
-    (another test module may have left the process-wide acl.init of the runtime layer)."""
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-    yield
-    acl.finalize()
-    set_faults(None)
-    set_timing(None)
-
-
-@pytest.fixture
-def ctx() -> int:
-    """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    context, ret = acl.rt.get_context()
-    assert ret == 0
-    return int(context)
-
-
-def malloc(size: int) -> int:
-    ptr, ret = acl.rt.malloc(size, 0)
-    assert ret == 0, acl.get_recent_err_msg()
-    return ptr
+pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 class Runner:
@@ -56,16 +28,7 @@ class Runner:
         assert ret == 0
         desc = acl.mdl.create_desc()
         assert acl.mdl.get_desc(desc, self.model_id) == 0
-        self.datasets = []
-        for count, size_of in (
-            (acl.mdl.get_num_inputs(desc), acl.mdl.get_input_size_by_index),
-            (acl.mdl.get_num_outputs(desc), acl.mdl.get_output_size_by_index),
-        ):
-            dataset = acl.mdl.create_dataset()
-            for i in range(count):
-                size = size_of(desc, i)
-                acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(malloc(size), size))
-            self.datasets.append(dataset)
+        self.datasets = model_datasets(desc)
 
     def execute(self) -> None:
         assert acl.rt.set_context(self.context) == 0

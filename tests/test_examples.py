@@ -313,13 +313,9 @@ def test_ensemble_decodes_image_bytes_and_classifies(served: Served) -> None:
 # -------------------------------------------------------------------------------- hot_reload
 
 
-def test_hot_reload_switches_to_version_2_without_failed_requests(served: Served) -> None:
-    build(served, "hot_reload", "--version", "1")
-    load(served, "tiny_classifier")
-    model_dir = served.repository / "tiny_classifier"
-    assert load_model_config(model_dir / "config.pbtxt").version_policy.latest.num_versions == 1
-
-    printed = run_script(
+def run_hot_reload_client(served: Served, *args: str) -> str:
+    """examples/hot_reload/client.py against the served repository (HTTP control, gRPC infer)."""
+    return run_script(
         "hot_reload",
         "client.py",
         "--url",
@@ -330,11 +326,17 @@ def test_hot_reload_switches_to_version_2_without_failed_requests(served: Served
         str(served.repository),
         "--workdir",
         str(served.workdir / "hot_reload"),
-        "--before",
-        "1",
-        "--after",
-        "1",
+        *args,
     )
+
+
+def test_hot_reload_switches_to_version_2_without_failed_requests(served: Served) -> None:
+    build(served, "hot_reload", "--version", "1")
+    load(served, "tiny_classifier")
+    model_dir = served.repository / "tiny_classifier"
+    assert load_model_config(model_dir / "config.pbtxt").version_policy.latest.num_versions == 1
+
+    printed = run_hot_reload_client(served, "--before", "1", "--after", "1")
     assert re.search(r"\d+ requests from 2 threads, 0 failed", printed), printed
     answered = dict(re.findall(r"version (\d+): (\d+) answers", printed))
     assert set(answered) == {"1", "2"} and min(map(int, answered.values())) > 10, printed
@@ -354,23 +356,7 @@ def test_hot_reload_switches_to_version_2_without_failed_requests(served: Served
     assert not np.allclose(v1, v2, atol=1e-2)
 
     # unload_model then load_model: the model is gone in between and those requests fail.
-    printed = run_script(
-        "hot_reload",
-        "client.py",
-        "--url",
-        served.url,
-        "--grpc-url",
-        grpc_address(served.server),
-        "--repository",
-        str(served.repository),
-        "--workdir",
-        str(served.workdir / "hot_reload"),
-        "--before",
-        "0.5",
-        "--after",
-        "0.5",
-        "--unload-first",
-    )
+    printed = run_hot_reload_client(served, "--before", "0.5", "--after", "0.5", "--unload-first")
     failed = int(re.search(r"requests from 2 threads, (\d+) failed", printed).group(1))  # type: ignore[union-attr]
     assert failed > 0 and "has no available versions" in printed, printed
     assert "version 3: READY" in printed

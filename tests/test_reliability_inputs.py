@@ -90,30 +90,30 @@ def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 Tensor = tuple[str, np.ndarray, str]  # name, data, Triton data type
 
 
+def _infer(
+    protocol: Any, address: str, model: str, tensors: list[Tensor], outputs: tuple[str, ...]
+) -> Any:
+    """One request through `protocol` (`tritonclient.http` or `tritonclient.grpc`)."""
+    inputs = []
+    for name, data, dtype in tensors:
+        tensor = protocol.InferInput(name, list(data.shape), dtype)
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    requested = [protocol.InferRequestedOutput(name) for name in outputs] or None
+    with protocol.InferenceServerClient(address) as client:
+        return client.infer(model, inputs, outputs=requested)
+
+
 def http_infer(
     server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple[str, ...] = ()
 ) -> Any:
-    inputs = []
-    for name, data, dtype in tensors:
-        tensor = httpclient.InferInput(name, list(data.shape), dtype)
-        tensor.set_data_from_numpy(data)
-        inputs.append(tensor)
-    requested = [httpclient.InferRequestedOutput(name) for name in outputs] or None
-    with httpclient.InferenceServerClient(http_address(server)) as client:
-        return client.infer(model, inputs, outputs=requested)
+    return _infer(httpclient, http_address(server), model, tensors, outputs)
 
 
 def grpc_infer(
     server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple[str, ...] = ()
 ) -> Any:
-    inputs = []
-    for name, data, dtype in tensors:
-        tensor = grpcclient.InferInput(name, list(data.shape), dtype)
-        tensor.set_data_from_numpy(data)
-        inputs.append(tensor)
-    requested = [grpcclient.InferRequestedOutput(name) for name in outputs] or None
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
-        return client.infer(model, inputs, outputs=requested)
+    return _infer(grpcclient, grpc_address(server), model, tensors, outputs)
 
 
 def f32(*shape: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from emulator_helpers import live
 
 from ge_python_backend import emulator
 from ge_python_backend.runtime import (
@@ -26,22 +27,6 @@ from ge_python_backend.runtime import (
 
 # A failing release in a finalizer would otherwise only be printed.
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-
-LIVE_KEYS = (
-    "live_device_allocations",
-    "live_host_allocations",
-    "live_data_buffers",
-    "live_datasets",
-    "live_model_descs",
-    "loaded_models",
-    "live_streams",
-    "live_contexts",
-)
-
-
-def live() -> dict[str, int]:
-    stats = emulator.stats()
-    return {key: stats[key] for key in LIVE_KEYS}
 
 
 @pytest.fixture()

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnxruntime
 import pytest
+from emulator_helpers import LIVE_KEYS, delta, live
 from onnx_models import build_dims_model, onnx_path_of
 
 from ge_python_backend import emulator
@@ -27,17 +28,6 @@ from ge_python_backend.runtime import (
 
 # A failing release in a finalizer would otherwise only be printed.
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-
-LIVE_KEYS = (
-    "live_device_allocations",
-    "live_host_allocations",
-    "live_data_buffers",
-    "live_datasets",
-    "live_model_descs",
-    "loaded_models",
-    "live_streams",
-    "live_contexts",
-)
 
 
 @pytest.fixture(autouse=True)
@@ -63,14 +53,6 @@ def assert_outputs_equal(got: Mapping[str, np.ndarray], want: Mapping[str, np.nd
         assert got[name].dtype == expected.dtype, name
         assert got[name].shape == expected.shape, name
         np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
-
-
-def live(stats: Mapping[str, int]) -> dict[str, int]:
-    return {key: stats[key] for key in LIVE_KEYS}
-
-
-def delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
-    return {key: after[key] - before[key] for key in after if after[key] != before[key]}
 
 
 def mlp_rows(rows: int, seed: int = 0) -> dict[str, np.ndarray]:

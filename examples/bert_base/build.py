@@ -16,30 +16,15 @@ Steps (each command is printed as it runs):
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from bert_onnx import INPUT_NAMES, build_bert
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+from example_tools import build_parser, compile_om, scaffold  # noqa: E402
+
 SEQUENCE_GEARS = (32, 64, 128)
-
-
-def cli() -> str:
-    """The `ge-python-model` of this interpreter's environment (else the one on PATH)."""
-    local = Path(sys.executable).parent / "ge-python-model"
-    found = str(local) if local.is_file() else shutil.which("ge-python-model")
-    if found is None:
-        raise SystemExit("ge-python-model not found: install the project (make setup)")
-    return found
-
-
-def run(*command: str) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
 
 
 def dims_flags(gears: list[int]) -> tuple[str, str]:
@@ -50,12 +35,7 @@ def dims_flags(gears: list[int]) -> tuple[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repository", type=Path, help="Triton model repository to write into")
-    parser.add_argument("--name", default="bert_base", help="model name (default: bert_base)")
-    parser.add_argument(
-        "--workdir", type=Path, default=Path("build/bert_base"), help="where the .onnx/.om go"
-    )
+    parser = build_parser(__doc__.splitlines()[0], "bert_base")
     parser.add_argument("--hidden", type=int, default=128, help="hidden size (BERT-base: 768)")
     parser.add_argument("--layers", type=int, default=2, help="encoder layers (BERT-base: 12)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (BERT-base: 12)")
@@ -75,37 +55,14 @@ def main() -> None:
         f"{args.heads} heads, random weights)"
     )
     input_shape, dynamic_dims = dims_flags([int(g) for g in args.gears.split(",")])
-    run(
-        cli(),
-        "emulator",
-        "compile",
-        "--model",
-        str(onnx_path),
-        "--framework",
-        "5",
-        "--output",
-        str(args.workdir / args.name),
-        "--input_shape",
-        input_shape,
-        "--dynamic_dims",
-        dynamic_dims,
-        "--input_format",
-        "ND",
-        "--soc_version",
-        "Ascend310P3",
+    om = compile_om(
+        onnx_path,
+        args.workdir / args.name,
+        input_shape=input_shape,
+        dynamic_dims=dynamic_dims,
+        input_format="ND",
     )
-    run(
-        cli(),
-        "scaffold",
-        str(args.workdir / f"{args.name}.om"),
-        "--repository",
-        str(args.repository),
-        "--name",
-        args.name,
-        "--runtime",
-        "emulator",
-        "--overwrite",
-    )
+    scaffold(om, args.repository, args.name)
 
 
 if __name__ == "__main__":

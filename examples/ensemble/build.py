@@ -20,16 +20,17 @@ protobuf's text_format.
 from __future__ import annotations
 
 import argparse
-import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "resnet50"))
+EXAMPLES = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(EXAMPLES / "resnet50"))
+sys.path.insert(0, str(EXAMPLES))  # example_tools
+from example_tools import compile_om, scaffold  # noqa: E402
 from resnet50_onnx import INPUT_NAME, NUM_CLASSES, OUTPUT_NAME, build_resnet50  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -37,20 +38,6 @@ CLASSIFIER, PREPROCESS, ENSEMBLE = "classifier", "preprocess", "classify_image"
 BATCH_GEARS = "1,2,4,8"
 MAX_BATCH = 8  # no more than the classifier's largest gear and the preprocessing's batch
 IMAGE_SIZE = 224
-
-
-def cli() -> str:
-    """The `ge-python-model` of this interpreter's environment (else the one on PATH)."""
-    local = Path(sys.executable).parent / "ge-python-model"
-    found = str(local) if local.is_file() else shutil.which("ge-python-model")
-    if found is None:
-        raise SystemExit("ge-python-model not found: install the project (make setup)")
-    return found
-
-
-def run(*command: str) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
 
 
 def preprocess_config() -> model_config_pb2.ModelConfig:
@@ -106,35 +93,13 @@ def main() -> None:
 
     onnx_path = build_resnet50(args.workdir / f"{CLASSIFIER}.onnx", args.width, args.seed)
     print(f"wrote {onnx_path} (ResNet-50 topology, width {args.width}, random weights)")
-    run(
-        cli(),
-        "emulator",
-        "compile",
-        "--model",
-        str(onnx_path),
-        "--framework",
-        "5",
-        "--output",
-        str(args.workdir / CLASSIFIER),
-        "--input_shape",
-        f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
-        "--dynamic_batch_size",
-        BATCH_GEARS,
-        "--soc_version",
-        "Ascend310P3",
+    om = compile_om(
+        onnx_path,
+        args.workdir / CLASSIFIER,
+        input_shape=f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
+        dynamic_batch_size=BATCH_GEARS,
     )
-    run(
-        cli(),
-        "scaffold",
-        str(args.workdir / f"{CLASSIFIER}.om"),
-        "--repository",
-        str(args.repository),
-        "--name",
-        CLASSIFIER,
-        "--runtime",
-        "emulator",
-        "--overwrite",
-    )
+    scaffold(om, args.repository, CLASSIFIER)
     preprocess_dir = write_model(args.repository, preprocess_config())
     shutil.copyfile(HERE / "preprocess_model.py", preprocess_dir / "1" / "model.py")
     print(f"wrote model {PREPROCESS!r}: {preprocess_dir}/config.pbtxt, 1/model.py")

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import tritonclient.http as httpclient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+from example_tools import infer, top5  # noqa: E402
 
 
 def synthetic_image(seed: int, image_format: str, size: tuple[int, int] = (320, 240)) -> bytes:
@@ -40,19 +43,7 @@ def synthetic_image(seed: int, image_format: str, size: tuple[int, int] = (320, 
 def classify_bytes(url: str, model: str, encoded: Sequence[bytes]) -> np.ndarray:
     """One request: every encoded image as a row of a BYTES [N,1] tensor; logits FP32 [N,1000]."""
     rows = np.array([[data] for data in encoded], dtype=np.object_)
-    with httpclient.InferenceServerClient(url) as client:
-        request = httpclient.InferInput("image", list(rows.shape), "BYTES")
-        request.set_data_from_numpy(rows)
-        result = client.infer(model, [request])
-    return result.as_numpy("logits")
-
-
-def top5(logits: np.ndarray) -> list[tuple[int, float]]:
-    """(class, softmax probability) of the five most likely classes."""
-    shifted = np.exp(logits - logits.max())
-    probabilities = shifted / shifted.sum()
-    best = np.argsort(probabilities)[::-1][:5]
-    return [(int(c), float(probabilities[c])) for c in best]
+    return infer(url, model, "image", rows, "BYTES").as_numpy("logits")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

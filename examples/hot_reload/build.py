@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +30,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ge_python_backend.config import load_model_config, write_model_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+import example_tools  # noqa: E402
 
 FEATURES, HIDDEN, CLASSES = 64, 32, 10
 BATCH_GEARS = "1,2,4,8"
@@ -69,35 +70,8 @@ def build_onnx(path: Path, seed: int) -> Path:
     return path
 
 
-def cli() -> str:
-    """The `ge-python-model` of this interpreter's environment (else the one on PATH)."""
-    local = Path(sys.executable).parent / "ge-python-model"
-    found = str(local) if local.is_file() else shutil.which("ge-python-model")
-    if found is None:
-        raise SystemExit("ge-python-model not found: install the project (make setup)")
-    return found
-
-
-def run(*command: str) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
-
-
 def scaffold(om: Path, repository: Path, name: str, version: int, runtime: str) -> None:
-    run(
-        cli(),
-        "scaffold",
-        str(om),
-        "--repository",
-        str(repository),
-        "--name",
-        name,
-        "--version",
-        str(version),
-        "--runtime",
-        runtime,
-        "--overwrite",
-    )
+    example_tools.scaffold(om, repository, name, version=version, runtime=runtime)
     config_path = repository / name / "config.pbtxt"
     config = load_model_config(config_path)
     config.version_policy.latest.num_versions = 1
@@ -126,26 +100,13 @@ def compile_version(workdir: Path, name: str, version: int) -> Path:
     """Build version `version`'s ONNX and compile it for the emulator; the `.om` path."""
     onnx_path = build_onnx(workdir / f"{name}.onnx", seed=version)
     print(f"wrote {onnx_path} (version {version}: random weights, seed {version})")
-    run(
-        cli(),
-        "emulator",
-        "compile",
-        "--model",
-        str(onnx_path),
-        "--framework",
-        "5",
-        "--output",
-        str(workdir / name),
-        "--input_shape",
-        f"{INPUT_NAME}:-1,{FEATURES}",
-        "--dynamic_batch_size",
-        BATCH_GEARS,
-        "--input_format",
-        "ND",
-        "--soc_version",
-        "Ascend310P3",
+    return example_tools.compile_om(
+        onnx_path,
+        workdir / name,
+        input_shape=f"{INPUT_NAME}:-1,{FEATURES}",
+        dynamic_batch_size=BATCH_GEARS,
+        input_format="ND",
     )
-    return workdir / f"{name}.om"
 
 
 def main() -> None:

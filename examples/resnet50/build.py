@@ -12,39 +12,19 @@ Steps (each command is printed as it runs):
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from resnet50_onnx import IMAGE_SIZE, INPUT_NAME, build_resnet50
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+from example_tools import build_parser, compile_om, scaffold  # noqa: E402
+
 BATCH_GEARS = "1,2,4,8,16"
 
 
-def cli() -> str:
-    """The `ge-python-model` of this interpreter's environment (else the one on PATH)."""
-    local = Path(sys.executable).parent / "ge-python-model"
-    found = str(local) if local.is_file() else shutil.which("ge-python-model")
-    if found is None:
-        raise SystemExit("ge-python-model not found: install the project (make setup)")
-    return found
-
-
-def run(*command: str) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repository", type=Path, help="Triton model repository to write into")
-    parser.add_argument("--name", default="resnet50", help="model name (default: resnet50)")
-    parser.add_argument(
-        "--workdir", type=Path, default=Path("build/resnet50"), help="where the .onnx/.om go"
-    )
+    parser = build_parser(__doc__.splitlines()[0], "resnet50")
     parser.add_argument(
         "--width", type=int, default=16, help="stem channels; 64 is the real ResNet-50 (default 16)"
     )
@@ -54,35 +34,13 @@ def main() -> None:
 
     onnx_path = build_resnet50(args.workdir / f"{args.name}.onnx", args.width, args.seed)
     print(f"wrote {onnx_path} (ResNet-50 topology, width {args.width}, random weights)")
-    run(
-        cli(),
-        "emulator",
-        "compile",
-        "--model",
-        str(onnx_path),
-        "--framework",
-        "5",
-        "--output",
-        str(args.workdir / args.name),
-        "--input_shape",
-        f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
-        "--dynamic_batch_size",
-        args.gears,
-        "--soc_version",
-        "Ascend310P3",
+    om = compile_om(
+        onnx_path,
+        args.workdir / args.name,
+        input_shape=f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
+        dynamic_batch_size=args.gears,
     )
-    run(
-        cli(),
-        "scaffold",
-        str(args.workdir / f"{args.name}.om"),
-        "--repository",
-        str(args.repository),
-        "--name",
-        args.name,
-        "--runtime",
-        "emulator",
-        "--overwrite",
-    )
+    scaffold(om, args.repository, args.name)
 
 
 if __name__ == "__main__":

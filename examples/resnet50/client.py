@@ -12,11 +12,14 @@ one padded row). The weights are random, so the classes are only indices.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import tritonclient.http as httpclient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+from example_tools import infer, top5  # noqa: E402
 
 IMAGE_SIZE = 224
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -43,19 +46,7 @@ def synthetic_images(count: int, seed: int = 0) -> np.ndarray:
 
 def classify(url: str, model: str, images: np.ndarray) -> np.ndarray:
     """One request with every image; the logits, FP32 [N, 1000]."""
-    with httpclient.InferenceServerClient(url) as client:
-        request = httpclient.InferInput("input", list(images.shape), "FP32")
-        request.set_data_from_numpy(images)
-        result = client.infer(model, [request])
-    return result.as_numpy("logits")
-
-
-def top5(logits: np.ndarray) -> list[tuple[int, float]]:
-    """(class, softmax probability) of the five most likely classes."""
-    shifted = np.exp(logits - logits.max())
-    probabilities = shifted / shifted.sum()
-    best = np.argsort(probabilities)[::-1][:5]
-    return [(int(c), float(probabilities[c])) for c in best]
+    return infer(url, model, "input", images, "FP32").as_numpy("logits")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -13,39 +13,19 @@ Steps (each command is printed as it runs):
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from yolov8n_onnx import IMAGE_SIZE, INPUT_NAME, build_yolov8n
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+from example_tools import build_parser, compile_om, scaffold  # noqa: E402
+
 BATCH_GEARS = "1,2,4"
 
 
-def cli() -> str:
-    """The `ge-python-model` of this interpreter's environment (else the one on PATH)."""
-    local = Path(sys.executable).parent / "ge-python-model"
-    found = str(local) if local.is_file() else shutil.which("ge-python-model")
-    if found is None:
-        raise SystemExit("ge-python-model not found: install the project (make setup)")
-    return found
-
-
-def run(*command: str) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repository", type=Path, help="Triton model repository to write into")
-    parser.add_argument("--name", default="yolov8n", help="model name (default: yolov8n)")
-    parser.add_argument(
-        "--workdir", type=Path, default=Path("build/yolov8n"), help="where the .onnx/.om go"
-    )
+    parser = build_parser(__doc__.splitlines()[0], "yolov8n")
     parser.add_argument(
         "--width", type=int, default=16, help="first conv's channels (default 16, as YOLOv8n)"
     )
@@ -55,35 +35,13 @@ def main() -> None:
 
     onnx_path = build_yolov8n(args.workdir / f"{args.name}.onnx", args.width, args.seed)
     print(f"wrote {onnx_path} (YOLOv8n-style detector, width {args.width}, random weights)")
-    run(
-        cli(),
-        "emulator",
-        "compile",
-        "--model",
-        str(onnx_path),
-        "--framework",
-        "5",
-        "--output",
-        str(args.workdir / args.name),
-        "--input_shape",
-        f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
-        "--dynamic_batch_size",
-        args.gears,
-        "--soc_version",
-        "Ascend310P3",
+    om = compile_om(
+        onnx_path,
+        args.workdir / args.name,
+        input_shape=f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
+        dynamic_batch_size=args.gears,
     )
-    run(
-        cli(),
-        "scaffold",
-        str(args.workdir / f"{args.name}.om"),
-        "--repository",
-        str(args.repository),
-        "--name",
-        args.name,
-        "--runtime",
-        "emulator",
-        "--overwrite",
-    )
+    scaffold(om, args.repository, args.name)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ real objects.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tritonclient.http as httpclient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
+from example_tools import infer  # noqa: E402
 
 IMAGE_SIZE = 640
 OUTPUTS = ("boxes", "scores", "labels")
@@ -149,11 +152,7 @@ def synthetic_scene(seed: int) -> np.ndarray:
 
 def detect_raw(url: str, model: str, images: np.ndarray) -> dict[str, np.ndarray]:
     """One request with every image; the model's three outputs."""
-    with httpclient.InferenceServerClient(url) as client:
-        request = httpclient.InferInput("images", list(images.shape), "FP32")
-        request.set_data_from_numpy(images)
-        requested = [httpclient.InferRequestedOutput(name) for name in OUTPUTS]
-        result = client.infer(model, [request], outputs=requested)
+    result = infer(url, model, "images", images, "FP32", OUTPUTS)
     return {name: result.as_numpy(name) for name in OUTPUTS}
 
 
