@@ -405,19 +405,27 @@ def plot(
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    lines = []
     for label, entries in series:
         levels = [e["concurrency"] for e in entries]
         rps = [e["throughput_rps"] for e in entries]
         p99 = [e["p99_ms"] if e["p99_ms"] is not None else math.nan for e in entries]
-        for axis, values, text in ((left, rps, "{:,.0f}"), (right, p99, "{:.1f}")):
-            axis.plot(levels, values, marker="o", label=label)
-            for x, y in zip(levels, values):
-                if not math.isnan(y):
+        lines.append((levels, rps, p99))
+        left.plot(levels, rps, marker="o", label=label)
+        right.plot(levels, p99, marker="o", label=label)
+    if len(series) <= 2:  # value labels: the higher point's above, the lower one's below
+        for axis, index, text in ((left, 1, "{:,.0f}"), (right, 2, "{:.1f}")):
+            for line in lines:
+                others = [dict(zip(o[0], o[index])) for o in lines if o is not line]
+                for x, y in zip(line[0], line[index]):
+                    if math.isnan(y):
+                        continue
+                    below = any(other.get(x, -math.inf) > y for other in others)
                     axis.annotate(
                         text.format(y),
                         (x, y),
                         textcoords="offset points",
-                        xytext=(0, 6),
+                        xytext=(0, -13 if below else 6),
                         ha="center",
                         fontsize=8,
                     )
