@@ -21,7 +21,14 @@ from ge_python_backend.runtime.errors import (
 )
 
 # The project's shared references sit beside the checkout (../shared), in CI as in a session.
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "pyacl-api.md"
+REFERENCE = next(
+    (
+        root / "shared" / "reference" / "pyacl-api.md"
+        for root in (Path(__file__).resolve().parents[2], Path("/work"))
+        if (root / "shared" / "reference" / "pyacl-api.md").exists()
+    ),
+    Path("../shared/reference/pyacl-api.md"),
+)
 
 # Every code of pyacl-api.md §5 with its name (ranges expanded), as the table must have them.
 EXPECTED = {
