@@ -20,7 +20,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from ge_python_backend.errors import UserError
 
 ACL_RUNTIMES = ("pyacl", "emulator")
-PIPELINE_DEPTHS = (1,)  # batches in flight per instance; depth 2 comes with pipelined execution
+PIPELINE_DEPTHS = (1, 2)  # batches in flight per instance (2: two lanes, see docs/DESIGN.md)
 # Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
 # masks and indices, where random values would be out of range).
 RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")

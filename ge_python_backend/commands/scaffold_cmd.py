@@ -94,7 +94,8 @@ def register(subparsers: Any) -> None:
         type=int,
         choices=PIPELINE_DEPTHS,
         default=1,
-        help="batches in flight per instance (default: 1)",
+        help="batches in flight per instance: 2 overlaps copies and execution of consecutive "
+        "batches on two streams, loading the .om twice (default: 1)",
     )
     parser.add_argument(
         "--input",

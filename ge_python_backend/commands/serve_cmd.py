@@ -112,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
         log_path=args.log_file,
         binary=binary,
     )
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGINT too: a process started in the background inherits SIGINT ignored, and Python then
+    # installs no Ctrl-C handler of its own.
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    previous = [signal.signal(signum, _raise_interrupt) for signum in stop_signals]
     try:
         server.start()
         server.wait_ready()
@@ -134,4 +137,5 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in zip(stop_signals, previous):
+            signal.signal(signum, handler)

@@ -6,6 +6,9 @@ work on one engine serializes, the three engines overlap. Execution takes
 `execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
 dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds. Without a
 spec nothing sleeps, but the engine locks still serialize work on a device.
+
+`start_trace()` / `stop_trace()` record when each engine was held (device, engine, start, end in
+`time.perf_counter` seconds), in this process: the benchmarks draw stream timelines from them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Timing:
 _lock = threading.Lock()
 _timing = Timing()
 _engines: dict[tuple[int, str], threading.Lock] = {}
+_trace: list[tuple[int, str, float, float]] | None = None
 
 
 def parse(spec: str) -> Timing:
@@ -79,6 +83,21 @@ def load_from_env() -> None:
     set_timing(os.environ.get(ENV))
 
 
+def start_trace() -> None:
+    """Start recording engine spans (forgets an earlier recording)."""
+    global _trace
+    with _lock:
+        _trace = []
+
+
+def stop_trace() -> list[tuple[int, str, float, float]]:
+    """Stop recording; the (device, engine, start, end) spans since `start_trace`, by start."""
+    global _trace
+    with _lock:
+        spans, _trace = _trace or [], None
+    return sorted(spans, key=lambda span: span[2])
+
+
 def current() -> Timing:
     """The installed timing model."""
     return _timing
@@ -91,7 +110,11 @@ def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
         lock = _engines.setdefault((device_id, name), threading.Lock())
     with lock:
         start = time.monotonic()
+        traced = time.perf_counter()
         yield
         remaining = seconds - (time.monotonic() - start)
         if remaining > 0:
             time.sleep(remaining)
+        trace = _trace
+        if trace is not None:
+            trace.append((device_id, name, traced, time.perf_counter()))

@@ -17,7 +17,7 @@ from ge_python_backend.runtime.errors import (
 )
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, GearInfo, Model, TensorSpec
-from ge_python_backend.runtime.session import Session, SessionCounters
+from ge_python_backend.runtime.session import PendingBatch, Session, SessionCounters
 
 __all__ = [
     "ENV_VAR",
@@ -33,6 +33,7 @@ __all__ = [
     "InputError",
     "Model",
     "ModelFileError",
+    "PendingBatch",
     "RuntimeSelectionError",
     "Session",
     "SessionCounters",

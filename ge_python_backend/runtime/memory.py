@@ -7,7 +7,7 @@ import ctypes
 import numpy as np
 
 from ge_python_backend.runtime._resource import Resource
-from ge_python_backend.runtime.device import Context
+from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import check
 
 __all__ = ["DeviceBuffer", "HostBuffer"]
@@ -82,6 +82,26 @@ class DeviceBuffer(Resource):
         self.context.activate()
         acl = self.context.acl
         check(acl.rt.memcpy(host.ptr, host.size, self.ptr, nbytes, kind), "acl.rt.memcpy", acl)
+
+    def copy_from_host_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
+        """Queue a copy of the first `nbytes` of `host` to this buffer on `stream`.
+
+        Both buffers start 64-byte aligned and `host` is page-locked, so `acl.rt.memcpy_async`
+        returns at once; `host` must not change until the stream is synchronized.
+        """
+        kind = self._check_copy(host, nbytes, ACL_MEMCPY_HOST_TO_DEVICE)
+        self.context.activate()
+        acl = self.context.acl
+        ret = acl.rt.memcpy_async(self.ptr, self.size, host.ptr, nbytes, kind, stream.handle)
+        check(ret, "acl.rt.memcpy_async", acl)
+
+    def copy_to_host_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
+        """Queue a copy of the first `nbytes` of this buffer to `host` on `stream`."""
+        kind = self._check_copy(host, nbytes, ACL_MEMCPY_DEVICE_TO_HOST)
+        self.context.activate()
+        acl = self.context.acl
+        ret = acl.rt.memcpy_async(host.ptr, host.size, self.ptr, nbytes, kind, stream.handle)
+        check(ret, "acl.rt.memcpy_async", acl)
 
     def _check_copy(self, host: HostBuffer, nbytes: int, kind: int) -> int:
         """The memcpy kind to use; ValueError unless `nbytes` fits both buffers."""

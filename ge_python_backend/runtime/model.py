@@ -232,6 +232,17 @@ class Model(Resource):
         check(ret, "acl.mdl.execute_async", acl)
         stream.synchronize()
 
+    def execute_async(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
+        """Queue one run of the model on `stream` (results after `stream.synchronize()`).
+
+        One model id must not run on several streams at once: a pipelined session loads the
+        `.om` once per stream.
+        """
+        self.context.activate()
+        acl = self.context.acl
+        ret = acl.mdl.execute_async(self.model_id, inputs.handle, outputs.handle, stream.handle)
+        check(ret, "acl.mdl.execute_async", acl)
+
     def _gear_input(self) -> int:
         if self.description.gear_input is None:
             raise RuntimeError(f"{self.path} has no gears to select")

@@ -8,6 +8,7 @@ bytes in use to the device, selects the gear, executes, and copies the bytes in 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -26,7 +27,7 @@ from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.batching import Chunk, normalize_gears, plan_chunks
 from ge_python_backend.runtime.device import Context, Device, Stream
-from ge_python_backend.runtime.errors import InputError, ModelFileError
+from ge_python_backend.runtime.errors import AclError, InputError, ModelFileError
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import (
     ACL_DTYPES,
@@ -37,7 +38,7 @@ from ge_python_backend.runtime.model import (
     TensorSpec,
 )
 
-__all__ = ["Session", "SessionCounters"]
+__all__ = ["PendingBatch", "Session", "SessionCounters"]
 
 Shape = tuple[int, ...]
 Feeds = Mapping[str, np.ndarray]
@@ -102,6 +103,75 @@ class _Piece(NamedTuple):
         return slice(self.dst, self.dst + self.rows)
 
 
+class _Lane:
+    """One pipeline lane: its own loaded model (model id), stream, pinned and device buffers."""
+
+    def __init__(
+        self,
+        model: Model,
+        stream: Stream,
+        input_slots: list[_Slot],
+        output_slots: list[_Slot],
+        inputs_ds: Dataset,
+        outputs_ds: Dataset,
+    ) -> None:
+        self.model = model
+        self.stream = stream
+        self.input_slots = input_slots
+        self.output_slots = output_slots
+        self.inputs_ds = inputs_ds
+        self.outputs_ds = outputs_ds
+        self.views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
+        self.lock = threading.Lock()  # held while staging into or harvesting from the lane
+        self.job: _Job | None = None  # the execution queued on the stream, not yet harvested
+
+
+@dataclasses.dataclass
+class _Job:
+    """One execution queued on a lane for a `PendingBatch`."""
+
+    batch: PendingBatch
+    lane: _Lane
+    gear: int
+    size: int  # the batch gear (0: unbatched model)
+    rows: int
+    pieces: list[_Piece]
+    h2d_bytes: int = 0
+    queued: float = 0.0  # perf_counter when its first copy was queued
+    done: bool = False
+
+
+class PendingBatch:
+    """A batch submitted with `Session.submit`; `result()` waits for it.
+
+    `times` holds (lane, queued, finished) perf_counter stamps per execution, once harvested.
+    """
+
+    def __init__(self, session: Session, feeds_list: Sequence[Feeds]) -> None:
+        self._session = session
+        self._feeds_list = feeds_list
+        self._results: list[dict[str, np.ndarray]] = [{} for _ in feeds_list]
+        self._jobs: list[_Job] = []
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()  # two lanes may scatter into one request's outputs
+        self.times: list[tuple[int, float, float]] = []
+
+    def done(self) -> bool:
+        """Whether every execution of the batch was harvested (result() will not block)."""
+        return all(job.done for job in self._jobs)
+
+    def result(self) -> list[dict[str, np.ndarray]]:
+        """Wait for the batch; its outputs per request, in order. Raises AclError if it failed.
+
+        Callable from any thread (the context is made current in the calling thread first).
+        """
+        for job in self._jobs:
+            self._session._settle(job)  # waits for a harvest under way in another thread
+        if self._error is not None:
+            raise self._error
+        return self._results
+
+
 class Session(Resource):
     """Serve one `.om` on one device: `infer` any batch size, `infer_many` for request batches.
 
@@ -119,7 +189,15 @@ class Session(Resource):
         device_id: int = 0,
         runtime: str | None = None,
         sha256: str | None = None,
+        pipeline_depth: int = 1,
     ) -> None:
+        if (
+            isinstance(pipeline_depth, bool)
+            or not isinstance(pipeline_depth, int)
+            or pipeline_depth < 1
+        ):
+            raise ValueError(f"pipeline_depth must be a positive integer, got {pipeline_depth!r}")
+        self.pipeline_depth = pipeline_depth
         self.path = Path(om_path)
         self.device_id = device_id
         self.runtime = selected_runtime(runtime)
@@ -135,6 +213,8 @@ class Session(Resource):
         self._counters_lock = threading.Lock()
         self._counters = SessionCounters()
         self._resources: list[Resource] = []
+        self._lanes: list[_Lane] = []
+        self._next_lane = 0
         self._own(_close_in_order, self._resources)
         try:
             self._open(acl)
@@ -185,9 +265,56 @@ class Session(Resource):
                         self._execute(feeds_list, results, gear, 0, 1, [_Piece(part, 0, 0, 1)])
         return results
 
-    def close(self) -> None:
-        """Release model, datasets, buffers, stream, context and device (idempotent)."""
+    def submit(self, feeds_list: Sequence[Feeds]) -> PendingBatch:
+        """Queue a batch of requests on the next lane and return without waiting for it.
+
+        The lane's previous batch is harvested first (at most `pipeline_depth` batches are on
+        the device): copy in, gear selection, execution and copy out are queued on the lane's
+        stream, so they overlap the other lanes' work. Raises InputError before any work if a
+        request does not fit; device failures surface from `PendingBatch.result()` and fail
+        exactly that batch. Batches of several executions (more rows than the largest gear, or
+        several HW/dims gears) run their executions through the lanes in turn.
+        """
+        self._check_open()
+        matched = [self._match(feeds) for feeds in feeds_list]
+        batch = PendingBatch(self, feeds_list)
+        executions: list[tuple[int, int, int, list[_Piece]]] = []
+        groups: dict[int, list[int]] = {}
+        for part, (gear, _) in enumerate(matched):
+            groups.setdefault(gear, []).append(part)
+        for gear, parts in groups.items():
+            if self.gears.batched:
+                parts_rows = [(part, matched[part][1]) for part in parts]
+                for size, count, pieces in self._pieces(parts_rows):
+                    executions.append((gear, size, count, pieces))
+            else:
+                executions += [(gear, 0, 1, [_Piece(part, 0, 0, 1)]) for part in parts]
         with self._lock:
+            self._check_open()
+            self._context.activate()
+            for gear, size, rows, pieces in executions:
+                lane = self._lanes[self._next_lane]
+                self._next_lane = (self._next_lane + 1) % len(self._lanes)
+                with lane.lock:
+                    self._finish(lane)  # backpressure: the lane's previous batch completes
+                    if batch._error is not None:
+                        break
+                    self._enqueue(batch, lane, gear, size, rows, pieces)
+        return batch
+
+    def infer_async(self, feeds: Feeds) -> PendingBatch:
+        """`submit` of one request: `.result()[0]` is its outputs."""
+        return self.submit([feeds])
+
+    def close(self) -> None:
+        """Wait for submitted batches, then release model(s), datasets, buffers, stream(s),
+        context and device (idempotent)."""
+        with self._lock:
+            for lane in self._lanes:
+                with lane.lock, contextlib.suppress(Exception):
+                    if not self.closed:
+                        self._context.activate()
+                        self._finish(lane)
             super().close()
 
     def _check_open(self) -> None:
@@ -259,8 +386,40 @@ class Session(Resource):
             )
             for n, info in enumerate(desc.outputs)
         )
+        self._open_lanes(desc)
         held = sum(r.size for r in self._resources if isinstance(r, DeviceBuffer))
         self._counters.device_bytes_held = held
+
+    def _open_lanes(self, desc: ModelDescription) -> None:
+        """Lane 0 is the session's own model, stream and buffers; each further lane loads the
+        `.om` again (a model id must not run on two streams at once) with buffers of its own."""
+        self._lanes.append(
+            _Lane(
+                self._model,
+                self._stream,
+                self._input_slots,
+                self._output_slots,
+                self._inputs_ds,
+                self._outputs_ds,
+            )
+        )
+        for _ in range(self.pipeline_depth - 1):
+            stream = self._keep(Stream(self._context))
+            model = self._keep(Model(self._context, self.path))
+            buffers: dict[int, DeviceBuffer] = {}
+            inputs = []
+            for info, first in zip(desc.inputs, self._input_slots):
+                slot = self._slot(info.spec, first.host.size)
+                buffers[info.index] = slot.device
+                inputs.append(slot)
+            if desc.gear_input is not None:
+                gear = DeviceBuffer(self._context, desc.gear_input_size)
+                buffers[desc.gear_input] = self._keep(gear)
+            ordered = [buffers[index] for index in range(desc.input_count)]
+            inputs_ds = self._keep(Dataset(self._context, ordered))
+            outputs = [self._slot(s.spec, s.host.size) for s in self._output_slots]
+            outputs_ds = self._keep(Dataset(self._context, [s.device for s in outputs]))
+            self._lanes.append(_Lane(model, stream, inputs, outputs, inputs_ds, outputs_ds))
 
     def _slot(self, spec: TensorSpec, size: int) -> _Slot:
         host = self._keep(HostBuffer(self._context, size))
@@ -378,6 +537,12 @@ class Session(Resource):
         parts: list[tuple[int, int]],
     ) -> None:
         """Run requests `parts` ((index, rows) of one gear) as planned batch chunks."""
+        for size, rows, pieces in self._pieces(parts):
+            self._execute(feeds_list, results, gear, size, rows, pieces)
+
+    def _pieces(self, parts: list[tuple[int, int]]) -> list[tuple[int, int, list[_Piece]]]:
+        """(batch gear, rows, pieces) of each planned chunk for requests `parts`."""
+        chunks = []
         queue = list(parts)
         taken = 0  # rows of queue[0] already placed
         for chunk in self._plan(sum(rows for _, rows in parts)):
@@ -391,7 +556,8 @@ class Session(Resource):
                 if taken == rows:
                     queue.pop(0)
                     taken = 0
-            self._execute(feeds_list, results, gear, chunk.gear, chunk.rows, pieces)
+            chunks.append((chunk.gear, chunk.rows, pieces))
+        return chunks
 
     def _plan(self, rows: int) -> list[Chunk]:
         """`plan_chunks` for this model's gears, remembered per row count."""
@@ -493,13 +659,140 @@ class Session(Resource):
 
     def _select(self, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
+        self._select_on(self._model, self._inputs_ds, gear, batch)
+
+    def _select_on(self, model: Model, inputs: Dataset, gear: int, batch: int) -> None:
         if self._kind == "batch":
-            self._model.set_dynamic_batch_size(self._inputs_ds, batch)
+            model.set_dynamic_batch_size(inputs, batch)
         elif self._kind == "hw":
             height, width = self._gear_table[gear].values
-            self._model.set_dynamic_hw_size(self._inputs_ds, height, width)
+            model.set_dynamic_hw_size(inputs, height, width)
         else:
-            self._model.set_input_dynamic_dims(self._inputs_ds, self._gear_table[gear].values)
+            model.set_input_dynamic_dims(inputs, self._gear_table[gear].values)
+
+    # -- pipelined execution (submit) -------------------------------------------------------
+
+    def _lane_staging(self, lane: _Lane, inputs: bool, gear: int, batch: int) -> list[np.ndarray]:
+        """`_staging` for a lane's own pinned buffers."""
+        key = (inputs, gear, batch)
+        views = lane.views.get(key)
+        if views is None:
+            if inputs:
+                shapes = [_concrete(s, batch) for s in self._gear_table[gear].shapes]
+                slots = lane.input_slots
+            else:
+                shapes, slots = self._output_shapes[(gear, batch)], lane.output_slots
+            views = [_view(s.host, s.spec.dtype, shape) for s, shape in zip(slots, shapes)]
+            lane.views[key] = views
+        return views
+
+    def _enqueue(
+        self,
+        batch: PendingBatch,
+        lane: _Lane,
+        gear: int,
+        size: int,
+        rows: int,
+        pieces: list[_Piece],
+    ) -> None:
+        """Stage `pieces` in the (free) lane and queue copy in, execute, copy out on its stream.
+
+        Called with the session lock and `lane.lock` held. A failing call fails the batch; the
+        work already queued is waited for so the lane is free again.
+        """
+        job = _Job(batch, lane, gear, size, rows, pieces, queued=time.perf_counter())
+        batch._jobs.append(job)
+        batched = self.gears.batched
+        key = (gear, size if self._kind == "batch" else 0)
+        try:
+            for slot, view in zip(lane.input_slots, self._lane_staging(lane, True, gear, size)):
+                for piece in pieces:
+                    source = batch._feeds_list[piece.part][slot.spec.name]
+                    if batched:
+                        view[piece.in_execution] = source[piece.in_part]
+                    else:
+                        view[...] = source
+                if size > rows:
+                    view[rows:] = 0
+                slot.device.copy_from_host_async(slot.host, view.nbytes, lane.stream)
+                job.h2d_bytes += view.nbytes
+            if self._kind != "static":
+                self._select_on(lane.model, lane.inputs_ds, *key)
+            lane.model.execute_async(lane.inputs_ds, lane.outputs_ds, lane.stream)
+            for slot, whole in zip(lane.output_slots, self._lane_staging(lane, False, *key)):
+                view = whole[:rows] if batched else whole
+                slot.device.copy_to_host_async(slot.host, view.nbytes, lane.stream)
+        except AclError as exc:
+            batch._error = exc
+            job.done = True
+            with contextlib.suppress(AclError):
+                lane.stream.synchronize()  # let what was queued finish before the lane is reused
+            return
+        lane.job = job
+
+    def _settle(self, job: _Job) -> None:
+        """Harvest `job` unless that happened already (from `PendingBatch.result`)."""
+        with job.lane.lock:
+            if job.lane.job is job:
+                self._context.activate()
+                self._finish(job.lane)
+
+    def _finish(self, lane: _Lane) -> None:
+        """Wait for the lane's queued execution and scatter its outputs (lane lock held)."""
+        job, lane.job = lane.job, None
+        if job is None:
+            return
+        batch = job.batch
+        try:
+            lane.stream.synchronize()
+        except AclError as exc:
+            if batch._error is None:
+                batch._error = exc
+            with contextlib.suppress(AclError):
+                lane.stream.synchronize()  # make sure nothing is still running on the lane
+        finished = time.perf_counter()
+        with batch._lock:
+            self._scatter(lane, job, finished)
+        job.done = True
+
+    def _scatter(self, lane: _Lane, job: _Job, finished: float) -> None:
+        """Copy a harvested execution's outputs into its batch's results (batch lock held)."""
+        batch = job.batch
+        batch.times.append((self._lanes.index(lane), job.queued, finished))
+        if batch._error is not None:
+            return
+        batched = self.gears.batched
+        key = (job.gear, job.size if self._kind == "batch" else 0)
+        d2h_bytes = 0
+        for slot, whole, shape in zip(
+            lane.output_slots, self._lane_staging(lane, False, *key), self._output_shapes[key]
+        ):
+            view = whole[: job.rows] if batched else whole
+            d2h_bytes += view.nbytes
+            name = slot.spec.name
+            for piece in job.pieces:
+                outputs = batch._results[piece.part]
+                if not batched:
+                    outputs[name] = view.copy()
+                    continue
+                output = outputs.get(name)
+                if output is None:
+                    total = len(batch._feeds_list[piece.part][self.inputs[0].name])
+                    if piece.rows == total:
+                        outputs[name] = view[piece.in_execution].copy()
+                        continue
+                    output = outputs[name] = np.empty((total, *shape[1:]), slot.spec.dtype)
+                output[piece.in_part] = view[piece.in_execution]
+        with self._counters_lock:
+            counters = self._counters
+            counters.executions += 1
+            counters.rows += job.rows
+            counters.padded_rows += max(job.size - job.rows, 0)
+            # Queued work is not timed call by call: the execution's span covers copy in,
+            # execute and copy out on the lane's stream.
+            counters.execute_seconds += finished - job.queued
+            counters.h2d_bytes += job.h2d_bytes
+            counters.d2h_bytes += d2h_bytes
 
 
 def _signature(feeds: Feeds) -> _Signature | None:

@@ -6,7 +6,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,7 @@ class ModelInstance:
                 device_id=device_id,
                 runtime=params.get("acl_runtime"),
                 sha256=params.get("om_sha256") or None,
+                pipeline_depth=int(depth),
             )
         except Exception as exc:
             raise pb_utils.TritonModelException(
@@ -97,9 +101,27 @@ class ModelInstance:
             "device": str(device_id),
         }
         self._metrics = MetricsPublisher(pb_utils, labels, self.session.counters)
+        self._completions: queue.Queue[Any] | None = None
+        self._completer: threading.Thread | None = None
+        if int(depth) > 1:
+            # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
+            self._completions = queue.Queue(maxsize=int(depth))
+            self._completer = threading.Thread(
+                target=self._complete, name="ge-completions", daemon=True
+            )
+            self._completer.start()
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """Validate each request alone, run the good ones together, answer every request."""
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        """Validate each request alone, run the good ones together, answer every request.
+
+        At pipeline depth 2 the batch is submitted and `None` returned: responses go out through
+        each request's response sender from the completion thread when the batch completes.
+        """
+        if self._completions is not None:
+            self._submit(requests)
+            if self._metrics.due():
+                self._metrics.flush(self.session.counters)
+            return None
         responses: list[Any] = [None] * len(requests)
         accepted: list[ParsedRequest] = []
         for index, request in enumerate(requests):
@@ -128,7 +150,64 @@ class ModelInstance:
                 self._pb_utils, outputs, parsed.requested_outputs
             )
 
+    def _submit(self, requests: list[Any]) -> None:
+        """Depth 2: answer bad requests now, queue the good ones on the next lane."""
+        pb_utils = self._pb_utils
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        accepted: list[tuple[ParsedRequest, Any]] = []
+        for index, request in enumerate(requests):
+            sender = request.get_response_sender()
+            try:
+                parsed = parse_request(request, index, self._output_names)
+                self.session.validate(parsed.feeds)
+            except InputError as exc:
+                sender.send(error_response(pb_utils, str(exc), "INVALID_ARG"), flags=final)
+            else:
+                accepted.append((parsed, sender))
+        if not accepted:
+            return
+        assert self._completions is not None
+        try:
+            pending = self.session.submit([parsed.feeds for parsed, _ in accepted])
+        except Exception as exc:  # not expected after validation; never leave a request hanging
+            for _, sender in accepted:
+                sender.send(error_response(pb_utils, str(exc), "INTERNAL"), flags=final)
+            return
+        self._completions.put((pending, accepted))  # blocks while the queue is full
+
+    def _complete(self) -> None:
+        """Completion thread: wait for each batch in order and send its responses."""
+        assert self._completions is not None
+        pb_utils = self._pb_utils
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        while True:
+            item = self._completions.get()
+            if item is None:
+                return
+            pending, accepted = item
+            try:
+                results = pending.result()  # activates the context in this thread first
+            except Exception as exc:
+                for _, sender in accepted:
+                    with contextlib.suppress(Exception):
+                        sender.send(error_response(pb_utils, str(exc), "INTERNAL"), flags=final)
+                continue
+            for (parsed, sender), outputs in zip(accepted, results):
+                try:
+                    response = build_response(pb_utils, outputs, parsed.requested_outputs)
+                except Exception as exc:
+                    response = error_response(pb_utils, str(exc), "INTERNAL")
+                with contextlib.suppress(Exception):  # e.g. the client went away
+                    sender.send(response, flags=final)
+
     def close(self) -> None:
-        """Release the session's device resources (Triton calls finalize once)."""
+        """Release the session's device resources (Triton calls finalize once).
+
+        At depth 2 the batches in flight are answered first.
+        """
+        if self._completions is not None and self._completer is not None:
+            self._completions.put(None)
+            self._completer.join()
+            self._completions = None
         self._metrics.close()
         self.session.close()

@@ -1,0 +1,302 @@
+"""Pipelined execution (`pipeline_depth` 2): `Session.submit` and the Triton instance at depth 2.
+
+Session level on the emulator: results equal depth 1 and onnxruntime, chunked batches, faults on
+`execute_async` and `synchronize_stream` fail exactly their batch, nothing live after close, and
+the two lanes' executions overlap under the timing model (a structural check, not a timed one).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime
+import pytest
+import tritonclient.grpc as grpcclient
+from e2e_helpers import grpc_address, running_server
+from emulator_helpers import live
+from onnx_models import onnx_path_of
+from tritonclient.utils import InferenceServerException
+
+from ge_python_backend import emulator
+from ge_python_backend.runtime import AclError, Session
+from ge_python_backend.scaffold import scaffold
+
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture(autouse=True)
+def _emulator_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("GE_PYTHON_BACKEND_ACL", raising=False)
+    emulator.set_faults(None)
+    emulator.set_timing(None)
+    yield
+    emulator.set_faults(None)
+    emulator.set_timing(None)
+
+
+def reference(om: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    session = onnxruntime.InferenceSession(
+        str(onnx_path_of(om)), providers=["CPUExecutionProvider"]
+    )
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds))))
+
+
+def mlp_rows(rows: int, seed: int) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal((rows, 16)).astype(np.float32)}
+
+
+def assert_same(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> None:
+    assert got.keys() == want.keys()
+    for name, expected in want.items():
+        assert got[name].shape == expected.shape, name
+        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_depth_2_matches_depth_1_and_onnxruntime(om_dynamic_batch: Path) -> None:
+    batches = [
+        [mlp_rows(rows, seed=10 * b + i) for i, rows in enumerate(sizes)]
+        for b, sizes in enumerate([(1,), (3, 2), (8,), (5, 7), (20,), (1, 1, 1), (2,), (9, 3)])
+    ]
+    before = live()
+    with Session(om_dynamic_batch, runtime="emulator") as one:
+        expected = [one.infer_many(batch) for batch in batches]
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as two:
+        pending = [two.submit(batch) for batch in batches]  # many in flight, interleaved
+        got = [p.result() for p in pending]
+        assert all(p.done() for p in pending)
+        assert two.infer_many(batches[1])[1]["y"].shape == (2, 8)  # still usable synchronously
+        assert two.counters.executions > len(batches)  # chunked batches ran several executions
+    assert live() == before
+    for batch, want, have in zip(batches, expected, got):
+        for feeds, w, h in zip(batch, want, have):
+            assert_same(h, w)
+            assert_same(h, reference(om_dynamic_batch, feeds))
+
+
+def test_results_harvested_from_another_thread_while_submitting(om_dynamic_batch: Path) -> None:
+    """The Triton pattern: one thread submits, a completion thread calls result(); requests
+    split across two executions on two lanes are scattered by both threads."""
+    emulator.set_timing("execute_us=300")
+    batches = [[mlp_rows(5, seed=2 * k), mlp_rows(6, seed=2 * k + 1)] for k in range(30)]
+    handed: queue.Queue[Any] = queue.Queue(maxsize=2)
+    got: list[list[dict[str, np.ndarray]]] = []
+
+    def complete() -> None:
+        while (pending := handed.get()) is not None:
+            got.append(pending.result())
+
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
+        worker = threading.Thread(target=complete)
+        worker.start()
+        for batch in batches:
+            handed.put(session.submit(batch))
+        handed.put(None)
+        worker.join()
+    for batch, outputs in zip(batches, got, strict=True):
+        for feeds, have in zip(batch, outputs):
+            assert_same(have, reference(om_dynamic_batch, feeds))
+
+
+def test_depth_2_loads_the_model_twice(om_dynamic_batch: Path) -> None:
+    before = emulator.stats()["loaded_models"]
+    with Session(om_dynamic_batch, runtime="emulator") as one:
+        held_one = one.counters.device_bytes_held
+        with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as two:
+            assert emulator.stats()["loaded_models"] == before + 3
+            assert two.counters.device_bytes_held > held_one  # a second buffer set
+    with pytest.raises(ValueError, match="pipeline_depth"):
+        Session(om_dynamic_batch, runtime="emulator", pipeline_depth=0)
+
+
+@pytest.mark.parametrize("call", ["mdl.execute_async", "rt.synchronize_stream"])
+def test_a_fault_fails_exactly_its_batch(om_dynamic_batch: Path, call: str) -> None:
+    before = live()
+    batches = [[mlp_rows(4, seed=k)] for k in range(4)]
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
+        session.submit(batches[0]).result()  # warm: the fault counts from here
+        emulator.set_faults(f"{call}:507011:2")
+        pending = [session.submit(batch) for batch in batches]
+        outcomes = []
+        for p in pending:
+            try:
+                outcomes.append(p.result())
+            except AclError as exc:
+                outcomes.append(exc)
+        failed = [i for i, o in enumerate(outcomes) if isinstance(o, AclError)]
+        assert len(failed) == 1, outcomes
+        assert outcomes[failed[0]].code == 507011  # type: ignore[union-attr]
+        for i, outcome in enumerate(outcomes):
+            if i not in failed:
+                assert_same(outcome[0], reference(om_dynamic_batch, batches[i][0]))  # type: ignore[index]
+        emulator.set_faults(None)
+        again = session.submit(batches[failed[0]]).result()
+        assert_same(again[0], reference(om_dynamic_batch, batches[failed[0]][0]))
+    assert live() == before
+
+
+def test_close_drains_in_flight_batches(om_dynamic_batch: Path) -> None:
+    before = live()
+    emulator.set_timing("execute_us=2000")
+    session = Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2)
+    pending = [session.submit([mlp_rows(2, seed=k)]) for k in range(3)]
+    session.close()
+    for k, p in enumerate(pending):
+        assert p.done()
+        assert_same(p.result()[0], reference(om_dynamic_batch, mlp_rows(2, seed=k)))
+    assert live() == before
+    with pytest.raises(RuntimeError, match="closed"):
+        session.submit([mlp_rows(1, seed=0)])
+
+
+def test_lanes_overlap_under_the_timing_model(om_dynamic_batch: Path) -> None:
+    emulator.set_timing("execute_us=20000,copy_gbps=0.5")
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
+        pending = [session.submit([mlp_rows(8, seed=k)]) for k in range(4)]
+        for p in pending:
+            p.result()
+    spans = [p.times[0] for p in pending]
+    assert [lane for lane, _, _ in spans] == [0, 1, 0, 1]
+    # Batch k+1 was queued before batch k finished: the two lanes had work at the same time.
+    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+        assert start < end
+
+
+# -- end to end: depth 2 on the real tritonserver ---------------------------------------------
+
+
+def _infer_grpc(
+    client: grpcclient.InferenceServerClient, model: str, x: np.ndarray, name: str = "x"
+) -> Any:
+    tensor = grpcclient.InferInput(name, list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    try:
+        return client.infer(model, [tensor])
+    except InferenceServerException as exc:
+        return exc
+
+
+def _assert_nothing_live(stats_dir: Path) -> None:
+    reports = [json.loads(path.read_text()) for path in sorted(stats_dir.glob("*.json"))]
+    assert any(r["stats"]["execute_async_calls"] for r in reports), reports
+    for report in reports:
+        left = {k: v for k, v in report["stats"].items() if k.startswith("live_") and v}
+        assert not left, f"process {report['pid']} left {left}"
+        assert report["stats"]["loaded_models"] == 0
+
+
+@pytest.mark.e2e
+def test_depth_2_serves_concurrent_batches_and_isolates_bad_requests(
+    tmp_path: Path, om_dynamic_batch: Path, om_hw: Path
+) -> None:
+    repository = tmp_path / "models"
+    scaffold(
+        om_dynamic_batch,
+        repository,
+        name="mlp2",
+        runtime="emulator",
+        pipeline_depth=2,
+        max_queue_delay_us=2000,
+    )
+    scaffold(
+        om_hw,
+        repository,
+        name="conv2",
+        runtime="emulator",
+        pipeline_depth=2,
+        max_batch_size=4,
+        max_queue_delay_us=20000,
+    )
+    stats_dir = tmp_path / "stats"
+    stats_dir.mkdir()
+    rng = np.random.default_rng(7)
+    batches = [rng.standard_normal((1 + i % 8, 16), dtype=np.float32) for i in range(48)]
+    images = [rng.standard_normal((1, 3, 16, 16), dtype=np.float32) for _ in range(6)]
+    bad = rng.standard_normal((1, 3, 20, 20), dtype=np.float32)  # no such HW gear
+    env = {"GE_EMULATOR_STATS_DIR": str(stats_dir), "GE_EMULATOR_TIMING": "execute_us=1000"}
+    with (
+        running_server(repository, env=env, log_path=tmp_path / "triton.log") as server,
+        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+        ThreadPoolExecutor(12) as pool,
+    ):
+        results = list(pool.map(lambda x: _infer_grpc(client, "mlp2", x), batches))
+        answers = list(
+            pool.map(
+                lambda x: _infer_grpc(client, "conv2", x, "image"), [*images[:3], bad, *images[3:]]
+            )
+        )
+        # Metrics are flushed from execute (never from the completion thread), at most every
+        # 0.1 s: one more request after a pause publishes what the batches above counted.
+        time.sleep(0.2)
+        assert not isinstance(_infer_grpc(client, "mlp2", batches[0]), Exception)
+        text = urllib.request.urlopen(server.urls.metrics, timeout=10).read().decode()
+    executions = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ge_executions_total{") and 'model="mlp2"' in line
+    ]
+    assert executions and executions[0] > 0, text[:2000]
+    failure = answers.pop(3)
+    assert isinstance(failure, InferenceServerException), failure
+    assert "(1, 3, 20, 20)" in str(failure) and "16x16" in str(failure)
+    for image, answer in zip(images, answers):
+        assert not isinstance(answer, Exception), str(answer)
+        expected = reference(om_hw, {"image": image})["features"]
+        np.testing.assert_allclose(answer.as_numpy("features"), expected, rtol=1e-5, atol=1e-6)
+    for x, result in zip(batches, results):
+        assert not isinstance(result, Exception), str(result)
+        expected = reference(om_dynamic_batch, {"x": x})
+        for name in ("y", "z"):
+            np.testing.assert_allclose(result.as_numpy(name), expected[name], rtol=1e-5, atol=1e-6)
+    _assert_nothing_live(stats_dir)
+
+
+@pytest.mark.e2e
+def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    repository = tmp_path / "models"
+    for depth in (1, 2):
+        scaffold(
+            om_dynamic_batch,
+            repository,
+            name=f"depth{depth}",
+            runtime="emulator",
+            pipeline_depth=depth,
+            warmup=False,  # so the n-th call below is the n-th request
+        )
+    stats_dir = tmp_path / "stats"
+    stats_dir.mkdir()
+    env = {
+        "GE_EMULATOR_STATS_DIR": str(stats_dir),
+        "GE_EMULATOR_FAULTS": "mdl.execute_async:507011:3,rt.synchronize_stream:507011:6",
+    }
+    rng = np.random.default_rng(8)
+    batches = [rng.standard_normal((1 + i % 4, 16), dtype=np.float32) for i in range(8)]
+    with (
+        running_server(repository, env=env, log_path=tmp_path / "triton.log") as server,
+        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+    ):
+        for depth in (1, 2):
+            results = [_infer_grpc(client, f"depth{depth}", x) for x in batches]  # one by one
+            failed = [i for i, r in enumerate(results) if isinstance(r, Exception)]
+            # The 6th synchronize_stream: depth 2 also waits on the lane after the failed
+            # execute_async (request 3), depth 1 does not synchronize then.
+            sync_failure = 5 if depth == 2 else 6
+            assert failed == [2, sync_failure], (depth, [str(r) for r in results])
+            assert "507011" in str(results[2]) and "execute_async" in str(results[2])
+            assert "synchronize_stream" in str(results[sync_failure])
+            for i, (x, result) in enumerate(zip(batches, results)):
+                if i not in failed:
+                    expected = reference(om_dynamic_batch, {"x": x})["y"]
+                    np.testing.assert_allclose(result.as_numpy("y"), expected, rtol=1e-5, atol=1e-6)
+    _assert_nothing_live(stats_dir)
