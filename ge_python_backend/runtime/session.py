@@ -209,7 +209,6 @@ class Session(Resource):
         self._lock = threading.Lock()
         self._matched: dict[_Signature, tuple[int, int]] = {}
         self._plans: dict[int, list[Chunk]] = {}
-        self._views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
         self._counters_lock = threading.Lock()
         self._counters = SessionCounters()
         self._resources: list[Resource] = []
@@ -584,7 +583,7 @@ class Session(Resource):
         batched = self.gears.batched
         h2d_bytes, h2d_seconds = 0, 0.0
         key = (gear, batch if self._kind == "batch" else 0)
-        for slot, view in zip(self._input_slots, self._staging(True, gear, batch)):
+        for slot, view in zip(self._input_slots, self._staging(self._lanes[0], True, gear, batch)):
             for piece in pieces:
                 source = feeds_list[piece.part][slot.spec.name]
                 if batched:
@@ -606,7 +605,9 @@ class Session(Resource):
 
         d2h_bytes, d2h_seconds = 0, 0.0
         for slot, whole, shape in zip(
-            self._output_slots, self._staging(False, *key), self._output_shapes[key]
+            self._output_slots,
+            self._staging(self._lanes[0], False, *key),
+            self._output_shapes[key],
         ):
             view = whole[:rows] if batched else whole
             started = time.perf_counter()
@@ -639,24 +640,6 @@ class Session(Resource):
             counters.d2h_bytes += d2h_bytes
             counters.d2h_seconds += d2h_seconds
 
-    def _staging(self, inputs: bool, gear: int, batch: int) -> list[np.ndarray]:
-        """Typed views of the pinned buffers of the inputs (or outputs) for a gear, made once.
-
-        Inputs: `batch` is the execution's batch gear (0: unbatched). Outputs: the key of
-        `_output_shapes`.
-        """
-        key = (inputs, gear, batch)
-        views = self._views.get(key)
-        if views is None:
-            if inputs:
-                shapes = [_concrete(s, batch) for s in self._gear_table[gear].shapes]
-                slots = self._input_slots
-            else:
-                shapes, slots = self._output_shapes[(gear, batch)], self._output_slots
-            views = [_view(s.host, s.spec.dtype, shape) for s, shape in zip(slots, shapes)]
-            self._views[key] = views
-        return views
-
     def _select(self, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
         self._select_on(self._model, self._inputs_ds, gear, batch)
@@ -672,8 +655,12 @@ class Session(Resource):
 
     # -- pipelined execution (submit) -------------------------------------------------------
 
-    def _lane_staging(self, lane: _Lane, inputs: bool, gear: int, batch: int) -> list[np.ndarray]:
-        """`_staging` for a lane's own pinned buffers."""
+    def _staging(self, lane: _Lane, inputs: bool, gear: int, batch: int) -> list[np.ndarray]:
+        """Typed views of a lane's pinned buffers of the inputs (or outputs) for a gear, made once.
+
+        Inputs: `batch` is the execution's batch gear (0: unbatched). Outputs: the key of
+        `_output_shapes`.
+        """
         key = (inputs, gear, batch)
         views = lane.views.get(key)
         if views is None:
@@ -705,7 +692,7 @@ class Session(Resource):
         batched = self.gears.batched
         key = (gear, size if self._kind == "batch" else 0)
         try:
-            for slot, view in zip(lane.input_slots, self._lane_staging(lane, True, gear, size)):
+            for slot, view in zip(lane.input_slots, self._staging(lane, True, gear, size)):
                 for piece in pieces:
                     source = batch._feeds_list[piece.part][slot.spec.name]
                     if batched:
@@ -719,7 +706,7 @@ class Session(Resource):
             if self._kind != "static":
                 self._select_on(lane.model, lane.inputs_ds, *key)
             lane.model.execute_async(lane.inputs_ds, lane.outputs_ds, lane.stream)
-            for slot, whole in zip(lane.output_slots, self._lane_staging(lane, False, *key)):
+            for slot, whole in zip(lane.output_slots, self._staging(lane, False, *key)):
                 view = whole[:rows] if batched else whole
                 slot.device.copy_to_host_async(slot.host, view.nbytes, lane.stream)
         except AclError as exc:
@@ -765,7 +752,7 @@ class Session(Resource):
         key = (job.gear, job.size if self._kind == "batch" else 0)
         d2h_bytes = 0
         for slot, whole, shape in zip(
-            lane.output_slots, self._lane_staging(lane, False, *key), self._output_shapes[key]
+            lane.output_slots, self._staging(lane, False, *key), self._output_shapes[key]
         ):
             view = whole[: job.rows] if batched else whole
             d2h_bytes += view.nbytes
