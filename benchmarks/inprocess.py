@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.config import load_model_config
+from ge_python_backend.repository.config import load_model_config
 
 
 class StandInUtils(ModuleType):

@@ -40,11 +40,11 @@ sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
 
 from build_model import build_classifier  # noqa: E402
 
-from ge_python_backend.bench import plot  # noqa: E402
-from ge_python_backend.config import load_model_config, write_model_config  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
-from ge_python_backend.scaffold import scaffold  # noqa: E402
+from ge_python_backend.repository.config import load_model_config, write_model_config  # noqa: E402
+from ge_python_backend.repository.scaffold import scaffold  # noqa: E402
 from ge_python_backend.server import TritonServer  # noqa: E402
+from ge_python_backend.tools.bench import plot  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("ge-python-model"))
 PROTOCOL = "grpc"

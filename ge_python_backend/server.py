@@ -38,8 +38,12 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.config import ConfigError, load_model_config, shell_unsafe_characters
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.config import (
+    ConfigError,
+    load_model_config,
+    shell_unsafe_characters,
+)
 
 MIB = 1024 * 1024
 # Triton's own default for both shm-default-byte-size and shm-growth-byte-size.

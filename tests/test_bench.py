@@ -15,9 +15,9 @@ import pytest
 from e2e_helpers import grpc_address, http_address, running_server, write_python_model
 
 from ge_python_backend import cli
-from ge_python_backend.bench import LevelResult, percentile, plot, results_document, summarize
 from ge_python_backend.commands.bench_cmd import parse_levels
 from ge_python_backend.errors import UserError
+from ge_python_backend.tools.bench import LevelResult, percentile, plot, results_document, summarize
 
 SLEEP_MS = 4
 FAIL_EVERY = 3

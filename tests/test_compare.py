@@ -12,7 +12,9 @@ from onnx import numpy_helper
 from onnx_models import build_add_mul, onnx_path_of
 
 from ge_python_backend.cli import main
-from ge_python_backend.compare import (
+from ge_python_backend.errors import UserError
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.tools.compare import (
     INT_HIGH,
     Thresholds,
     compare,
@@ -20,8 +22,6 @@ from ge_python_backend.compare import (
     cosine_similarity,
     match_outputs,
 )
-from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import scaffold
 
 # Every fixture model and the input shapes of its first gear.
 FIRST_GEAR = {

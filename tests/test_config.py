@@ -14,7 +14,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from ge_python_backend.cli import main
-from ge_python_backend.config import (
+from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import (
     ConfigError,
     build_model_config,
     check_model_name,
@@ -24,14 +25,13 @@ from ge_python_backend.config import (
     read_parameters,
     write_model_config,
 )
-from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import (
+from ge_python_backend.repository.scaffold import (
     ScaffoldResult,
     model_template,
     parse_tensor_declaration,
     scaffold,
 )
-from ge_python_backend.validation import validate_repository
+from ge_python_backend.repository.validation import validate_repository
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from ge_python_backend.cli import main
-from ge_python_backend.doctor import (
+from ge_python_backend.emulator import acl as emulator_acl
+from ge_python_backend.server import ServerBinary, bundled_server_root, find_server
+from ge_python_backend.tools.doctor import (
     FAIL,
     OK,
     WARN,
@@ -27,8 +29,6 @@ from ge_python_backend.doctor import (
     run_checks,
     stub_python_version,
 )
-from ge_python_backend.emulator import acl as emulator_acl
-from ge_python_backend.server import ServerBinary, bundled_server_root, find_server
 
 HAS_PYACL = importlib.util.find_spec("acl") is not None
 no_pyacl_here = pytest.mark.skipif(HAS_PYACL, reason="pyACL is installed on this host")

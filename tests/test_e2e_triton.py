@@ -23,7 +23,7 @@ from e2e_helpers import grpc_address, http_address, model_states, running_server
 from onnx_models import onnx_path_of
 from tritonclient.utils import InferenceServerException
 
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e

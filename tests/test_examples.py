@@ -26,7 +26,7 @@ import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
 from tritonclient.utils import InferenceServerException
 
-from ge_python_backend.config import load_model_config
+from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.server import MIB, ShmSizes, TritonServer
 
 pytestmark = pytest.mark.e2e

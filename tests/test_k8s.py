@@ -26,7 +26,9 @@ import yaml
 from e2e_helpers import free_port
 
 from ge_python_backend.cli import main
-from ge_python_backend.k8s import (
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.server import find_server, server_environment, shm_sizes_for_repository
+from ge_python_backend.tools.k8s import (
     SHM_MIN_BYTES,
     K8sOptions,
     build_manifests,
@@ -34,8 +36,6 @@ from ge_python_backend.k8s import (
     shm_limit_bytes,
     to_yaml,
 )
-from ge_python_backend.scaffold import scaffold
-from ge_python_backend.server import find_server, server_environment, shm_sizes_for_repository
 
 KUBERNETES_VERSIONS = ("1.27", kubernetes_validate.utils.latest_version())
 

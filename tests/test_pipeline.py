@@ -27,8 +27,8 @@ from onnx_models import onnx_path_of
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import AclError, Session
-from ge_python_backend.scaffold import scaffold
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 

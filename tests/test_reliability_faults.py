@@ -31,8 +31,8 @@ from reliability_helpers import (
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
-from ge_python_backend.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e

@@ -27,7 +27,7 @@ from onnx_models import onnx_path_of
 from reliability_helpers import MIB, compile_scale, stub_processes
 from tritonclient.utils import InferenceServerException
 
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer, shm_sizes_for_repository
 
 pytestmark = pytest.mark.e2e

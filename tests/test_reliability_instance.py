@@ -18,9 +18,9 @@ import pytest
 from google.protobuf import json_format
 
 from ge_python_backend import emulator
-from ge_python_backend.config import load_model_config
+from ge_python_backend.repository.config import load_model_config
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
-from ge_python_backend.scaffold import scaffold
 from ge_python_backend.triton import ModelInstance
 
 

@@ -28,7 +28,7 @@ from reliability_helpers import (
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.emulator.omfile import compile_onnx
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e

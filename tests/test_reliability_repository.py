@@ -17,8 +17,8 @@ from e2e_helpers import grpc_address, model_states, running_server
 from reliability_helpers import grpc_inputs
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.config import load_model_config, write_model_config
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.config import load_model_config, write_model_config
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e

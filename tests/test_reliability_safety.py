@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 import ge_python_backend
 from ge_python_backend.cli import build_parser, main
 from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import MIB, TritonServer, shm_sizes_for_repository
 
 SHELL_BAIT = "$(touch PWNED)"

@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import (
     MIB,
     SHM_DEFAULT_CAP_BYTES,

@@ -20,8 +20,8 @@ from reliability_helpers import emulator_reports, run_load, stub_processes
 from tritonclient.grpc import InferResult
 
 from ge_python_backend import emulator
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
-from ge_python_backend.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e

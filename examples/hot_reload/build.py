@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ge_python_backend.config import load_model_config, write_model_config
+from ge_python_backend.repository.config import load_model_config, write_model_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: example_tools
 import example_tools  # noqa: E402

@@ -8,9 +8,16 @@ import importlib
 import sys
 from typing import Any
 
-from ge_python_backend.bench import PROTOCOLS, Target, format_table, plot, run_benchmark, write_json
 from ge_python_backend.commands.infer_cmd import DEFAULT_URLS, parse_shapes, request_arrays
 from ge_python_backend.errors import UserError
+from ge_python_backend.tools.bench import (
+    PROTOCOLS,
+    Target,
+    format_table,
+    plot,
+    run_benchmark,
+    write_json,
+)
 
 DEFAULT_DURATION_S = 5.0
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.commands.infer_cmd import parse_files, parse_shapes
-from ge_python_backend.compare import CompareReport, OutputComparison, Thresholds, compare
-from ge_python_backend.config import ACL_RUNTIMES
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import ACL_RUNTIMES
+from ge_python_backend.tools.compare import CompareReport, OutputComparison, Thresholds, compare
 
 DEFAULTS = Thresholds()
 

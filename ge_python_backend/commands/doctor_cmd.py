@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.config import ACL_RUNTIMES
-from ge_python_backend.doctor import FAIL, CheckResult, run_checks
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import ACL_RUNTIMES
 from ge_python_backend.runtime import selected_runtime
+from ge_python_backend.tools.doctor import FAIL, CheckResult, run_checks
 
 DESCRIPTION = """\
 Check this host before serving .om models: Python and ge_python_backend, $GE_PYTHON_BACKEND_ACL,

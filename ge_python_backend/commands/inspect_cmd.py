@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.config import ACL_RUNTIMES
 from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import open_session
+from ge_python_backend.repository.config import ACL_RUNTIMES
+from ge_python_backend.repository.scaffold import open_session
 
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an

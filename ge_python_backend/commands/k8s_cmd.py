@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.k8s import (
+from ge_python_backend.tools.k8s import (
     DEFAULT_CANN_ENV,
     DEFAULT_DRIVER_PATH,
     DEFAULT_IMAGE,

@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.config import ACL_RUNTIMES, PIPELINE_DEPTHS
 from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import scaffold
+from ge_python_backend.repository.config import ACL_RUNTIMES, PIPELINE_DEPTHS
+from ge_python_backend.repository.scaffold import scaffold
 
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:

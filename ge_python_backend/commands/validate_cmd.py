@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.config import ACL_RUNTIMES
-from ge_python_backend.validation import validate_repository
+from ge_python_backend.repository.config import ACL_RUNTIMES
+from ge_python_backend.repository.validation import validate_repository
 
 DESCRIPTION = """\
 Check every model of a repository (or only --name): config.pbtxt parses and names its directory,

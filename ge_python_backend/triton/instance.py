@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.config import (
+from ge_python_backend.repository.config import (
     PIPELINE_DEPTHS,
     compare_config_with_session,
     read_parameters,

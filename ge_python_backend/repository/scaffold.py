@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ge_python_backend
-from ge_python_backend.config import (
+from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.config import (
     ACL_RUNTIMES,
     GearsLike,
     ModelConfig,
@@ -35,7 +36,6 @@ from ge_python_backend.config import (
     config_data_type,
     config_text,
 )
-from ge_python_backend.errors import GeBackendError, UserError
 
 if TYPE_CHECKING:
     from ge_python_backend.runtime import Session
@@ -168,8 +168,9 @@ def file_sha256(path: Path) -> str:
 
 
 def model_template() -> str:
-    """The text of `model_templates/model.py` as packaged (`ge_python_backend/templates`)."""
-    resource = importlib.resources.files("ge_python_backend") / "templates" / "model.py"
+    """The text of `model_templates/model.py`, shipped as package data of
+    `ge_python_backend.templates`."""
+    resource = importlib.resources.files("ge_python_backend.templates") / "model.py"
     try:
         return resource.read_text(encoding="utf-8")
     except OSError as exc:

@@ -23,7 +23,6 @@ from pathlib import Path
 from types import ModuleType
 
 from ge_python_backend.errors import GeBackendError
-from ge_python_backend.k8s import repository_models, shm_limit_bytes
 from ge_python_backend.runtime import ENV_VAR, selected_runtime
 from ge_python_backend.runtime.errors import describe_code
 from ge_python_backend.server import (
@@ -32,6 +31,7 @@ from ge_python_backend.server import (
     find_server,
     shm_sizes_for_repository,
 )
+from ge_python_backend.tools.k8s import repository_models, shm_limit_bytes
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
 MIB = 1024 * 1024

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.config import ConfigError, load_model_config, read_parameters
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import ConfigError, load_model_config, read_parameters
 from ge_python_backend.server import ShmSizes, shm_sizes_for_repository
 
 MIB = 1024 * 1024

@@ -12,7 +12,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ge_python_backend.config import (
+from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import (
     ACL_RUNTIMES,
     PIPELINE_DEPTHS,
     REQUIRED_PARAMETERS,
@@ -23,8 +24,7 @@ from ge_python_backend.config import (
     load_model_config,
     read_parameters,
 )
-from ge_python_backend.errors import UserError
-from ge_python_backend.scaffold import file_sha256, model_template, open_session
+from ge_python_backend.repository.scaffold import file_sha256, model_template, open_session
 
 
 @dataclasses.dataclass

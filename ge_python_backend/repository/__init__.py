@@ -1,0 +1,1 @@
+"""Model repositories: config.pbtxt built from an .om, scaffolding, validation."""

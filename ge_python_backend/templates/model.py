@@ -1,1 +1,0 @@
-../../model_templates/model.py

@@ -1,0 +1,1 @@
+"""Operator tools: doctor, Kubernetes manifests, compare, the load generator."""
