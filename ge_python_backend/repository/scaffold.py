@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib.resources
 import os
 import shutil
@@ -36,6 +35,7 @@ from ge_python_backend.repository.config import (
     config_data_type,
     config_text,
 )
+from ge_python_backend.runtime.checksum import file_sha256
 
 if TYPE_CHECKING:
     from ge_python_backend.runtime import Session
@@ -156,15 +156,6 @@ def describe_om(
             f"{exc} (where the .om cannot be opened, declare the model with "
             "--input/--output NAME:TYPE:DIMS)"
         ) from None
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_template() -> str:

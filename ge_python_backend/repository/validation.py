@@ -24,7 +24,8 @@ from ge_python_backend.repository.config import (
     load_model_config,
     read_parameters,
 )
-from ge_python_backend.repository.scaffold import file_sha256, model_template, open_session
+from ge_python_backend.repository.scaffold import model_template, open_session
+from ge_python_backend.runtime.checksum import file_sha256
 
 
 @dataclasses.dataclass
