@@ -6,6 +6,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -136,6 +137,8 @@ def test_an_injected_synchronize_fault_waits_for_the_queued_work_first(ctx: int)
         "acl.rt.malloc:207001:1",
         "rt.no_such_call:207001:1",
         "rt.malloc:207001:1,garbage",
+        "rt.malloc:hang:1",
+        "mdl.execute_async:hangs:1",
     ],
 )
 def test_bad_specs_raise_value_error_naming_the_entry(spec: str) -> None:
@@ -166,3 +169,132 @@ def test_the_environment_spec_is_read_at_import() -> None:
     result = _run(code, GE_EMULATOR_FAULTS="rt.malloc:oops")
     assert result.returncode != 0
     assert "GE_EMULATOR_FAULTS: bad entry 'rt.malloc:oops'" in result.stderr
+
+
+# ----------------------------------------------------------------------------- hang faults
+
+
+def _loaded(om: Path) -> tuple[int, list[int]]:
+    """(model id, [inputs, outputs] datasets) of `om` loaded in the current context."""
+    model_id, ret = acl.mdl.load_from_file(str(om))
+    assert ret == 0
+    desc = acl.mdl.create_desc()
+    assert acl.mdl.get_desc(desc, model_id) == 0
+    return model_id, model_datasets(desc)
+
+
+def test_a_hang_fault_hangs_only_that_execution_until_its_stream_is_destroyed(
+    ctx: int, om_static: Path
+) -> None:
+    model_id, (inputs, outputs) = _loaded(om_static)
+    stream, _ = acl.rt.create_stream()
+    set_faults("mdl.execute_async:hang:2")
+    assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0
+    assert acl.rt.synchronize_stream_with_timeout(stream, 5000) == 0
+    assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0  # the call succeeds
+    start = time.monotonic()
+    assert acl.rt.synchronize_stream_with_timeout(stream, 200) == 507046
+    assert 0.19 <= time.monotonic() - start < 2.0
+    message = acl.get_recent_err_msg()
+    assert "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT (507046)" in message
+    assert "did not finish within 200 ms" in message
+    assert "acl.mdl.execute_async never completes (injected fault mdl.execute_async:hang" in message
+    assert acl.rt.synchronize_stream_with_timeout(stream, 100) == 507046  # still hung
+    start = time.monotonic()
+    assert acl.rt.destroy_stream(stream) == 0
+    assert time.monotonic() - start < 1.0
+    fresh, _ = acl.rt.create_stream()
+    assert acl.mdl.execute_async(model_id, inputs, outputs, fresh) == 0  # call #3 runs
+    assert acl.rt.synchronize_stream_with_timeout(fresh, 5000) == 0
+    assert acl.rt.destroy_stream(fresh) == 0
+    assert stats()["faults_injected"] >= 1
+
+
+def test_synchronize_stream_blocks_on_a_hang_until_another_thread_destroys_the_stream(
+    ctx: int, om_static: Path
+) -> None:
+    model_id, (inputs, outputs) = _loaded(om_static)
+    stream, _ = acl.rt.create_stream()
+    set_faults("mdl.execute_async:hang:*")
+    assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0
+    result: list[int] = []
+
+    def waiter() -> None:
+        assert acl.rt.set_context(ctx) == 0
+        result.append(acl.rt.synchronize_stream(stream))
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive() and not result  # blocked, as on a hung NPU
+    assert acl.rt.destroy_stream(stream) == 0
+    thread.join(5)
+    assert result == [107017]  # UNCONFIRMED: what real ACL returns to a waiter then
+
+
+def test_a_slow_execution_times_out_and_then_completes(ctx: int, om_static: Path) -> None:
+    model_id, (inputs, outputs) = _loaded(om_static)
+    stream, _ = acl.rt.create_stream()
+    set_timing("execute_us=300000")
+    assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0
+    assert acl.rt.synchronize_stream_with_timeout(stream, 50) == 507046
+    assert acl.rt.synchronize_stream_with_timeout(stream, -1) == 0  # -1: no limit
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_synchronize_stream_with_timeout_checks_its_arguments(ctx: int) -> None:
+    stream, _ = acl.rt.create_stream()
+    assert acl.rt.synchronize_stream_with_timeout(stream, 1) == 0
+    assert acl.rt.synchronize_stream_with_timeout(stream, -2) == 107000
+    assert "timeout must be -1 (no limit) or > 0 ms, got -2" in acl.get_recent_err_msg()
+    assert acl.rt.synchronize_stream_with_timeout(stream, 0) == 107000
+    for bad in ((stream,), (stream, 1.5), (stream, "1")):
+        with pytest.raises(TypeError, match="synchronize_stream_with_timeout> args parse failed"):
+            acl.rt.synchronize_stream_with_timeout(*bad)
+    with pytest.raises(OverflowError):
+        acl.rt.synchronize_stream_with_timeout(stream, 2**31)
+    set_faults("rt.synchronize_stream_with_timeout:507000:1")
+    assert acl.rt.synchronize_stream_with_timeout(stream, 10) == 507000
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_a_hung_copy_hangs_its_stream(ctx: int) -> None:
+    stream, _ = acl.rt.create_stream()
+    host, _ = acl.rt.malloc_host(64)
+    set_faults("rt.memcpy_async:hang:1")
+    assert acl.rt.memcpy_async(malloc(64), 64, host, 64, H2D, stream) == 0
+    assert acl.rt.synchronize_stream_with_timeout(stream, 100) == 507046
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_finalize_and_process_exit_are_not_blocked_by_a_hang(om_static: Path) -> None:
+    code = (
+        "import sys, threading\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from emulator_helpers import model_datasets\n"
+        "from ge_python_backend.emulator import acl\n"
+        "acl.init(); acl.rt.set_device(0)\n"
+        "ctx, _ = acl.rt.get_context()\n"
+        f"model_id, _ = acl.mdl.load_from_file({str(om_static)!r})\n"
+        "desc = acl.mdl.create_desc(); acl.mdl.get_desc(desc, model_id)\n"
+        "inputs, outputs = model_datasets(desc)\n"
+        "stream, _ = acl.rt.create_stream()\n"
+        "acl.mdl.execute_async(model_id, inputs, outputs, stream)\n"
+        "def wait():\n"
+        "    acl.rt.set_context(ctx); acl.rt.synchronize_stream(stream)\n"
+        "threading.Thread(target=wait, daemon=True).start()\n"
+        "print(acl.rt.synchronize_stream_with_timeout(stream, 100), flush=True)\n"
+        "if sys.argv[1] == 'finalize':\n"
+        "    print(acl.finalize(), flush=True)\n"
+    )
+    for how in ("finalize", "exit"):
+        result = subprocess.run(
+            [sys.executable, "-c", code, how],
+            env={**os.environ, "GE_EMULATOR_FAULTS": "mdl.execute_async:hang:*"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        expected = ["507046", "0"] if how == "finalize" else ["507046"]
+        assert result.stdout.split() == expected

@@ -47,13 +47,17 @@ def api(
     optional: int = 0,
     fail: Failure = ret,
     fault: str = "before",
+    hangable: bool = False,
 ) -> Callable[[F], F]:
     """Declare pyACL function `name` taking arguments of `types` (the last `optional` may be
     omitted). `fault` is "before" (an injected fault replaces the call), "after" (the call runs,
-    then the fault replaces its result) or "none" (not injectable)."""
+    then the fault replaces its result) or "none" (not injectable). A `hangable` call queues work
+    on a stream; under a hang fault it runs, and the work it queues never completes."""
     call = name.removeprefix("acl.")
     if fault != "none":
         faults.INJECTABLE.add(call)
+    if hangable:
+        faults.HANGABLE.add(call)
 
     def decorate(impl: F) -> F:
         @functools.wraps(impl)
@@ -65,13 +69,19 @@ def api(
             ):
                 raise TypeError(f"<{name}> args parse failed")
             TLS.api = name
-            injected = faults.take(call) if fault == "before" else None
-            if injected is not None:
-                return fail(_injected(injected), args)
+            before = faults.take(call) if fault == "before" else None
+            if before is not None:
+                if not before.hang:
+                    return fail(_injected(before), args)
+                STATE.count("faults_injected")
+                faults.set_hanging(before)
             try:
                 result = impl(*args)
             except AclFailure as exc:
                 result = fail(record(exc.code, str(exc)), args)
+            finally:
+                if before is not None:
+                    faults.set_hanging(None)
             injected = faults.take(call) if fault == "after" else None
             if injected is not None:
                 return fail(_injected(injected), args)

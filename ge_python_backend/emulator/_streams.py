@@ -1,4 +1,8 @@
-"""Streams: one worker thread per stream runs the queued work in submission order."""
+"""Streams: one worker thread per stream runs the queued work in submission order.
+
+Work queued under a hang fault (`faults.hanging()`) never completes: the worker stops there
+(daemon thread, so the process still exits) until the stream is stopped, and waiters block until
+their timeout or until the stream is destroyed."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import collections
 import threading
 from collections.abc import Callable
 
+from ge_python_backend.emulator import faults
 from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Context
 
 Work = Callable[[], None]  # raises AclFailure when the queued operation fails
@@ -18,19 +23,20 @@ class Stream:
         self.handle = handle
         self.context = context
         self._cond = threading.Condition()
-        self._queue: collections.deque[tuple[str, Work]] = collections.deque()
+        self._queue: collections.deque[tuple[str, Work, faults.Fault | None]] = collections.deque()
         self._submitted = 0
         self._completed = 0
         self._failure: AclFailure | None = None  # first failure since the last `wait`
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._hung = ""  # what the worker is stuck on (a hang fault), "" while it is not
 
     def submit(self, api: str, work: Work) -> int:
         """Queue `work` (from call `api`); returns its ticket for `wait_for`."""
         with self._cond:
             if self._stopping:
                 raise AclFailure(107017, f"stream 0x{self.handle:x} was destroyed")
-            self._queue.append((api, work))
+            self._queue.append((api, work, faults.hanging()))
             self._submitted += 1
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -41,24 +47,41 @@ class Stream:
             return self._submitted
 
     def wait_for(self, ticket: int) -> None:
-        """Block until the work with `ticket` (and everything before it) has run."""
+        """Block until the work with `ticket` (and everything before it) has run, or the stream
+        is stopped."""
         with self._cond:
-            while self._completed < ticket:
-                self._cond.wait()
+            self._cond.wait_for(lambda: self._completed >= ticket or self._stopping)
 
-    def wait(self) -> AclFailure | None:
-        """Block until everything queued so far has run; return and forget the first failure."""
+    def wait(self, timeout_ms: int = -1) -> AclFailure | None:
+        """Block until everything queued so far has run (at most `timeout_ms`, -1: no limit);
+        return and forget the first failure. Past the timeout: 507046 (the work keeps running);
+        a stream destroyed while its work hangs: 107017."""
         with self._cond:
             target = self._submitted
-            while self._completed < target:
-                self._cond.wait()
+            done = self._cond.wait_for(
+                lambda: self._completed >= target or self._stopping,
+                None if timeout_ms < 0 else timeout_ms / 1000,
+            )
+            if not done:
+                hung = f"; {self._hung}" if self._hung else ""
+                return AclFailure(
+                    507046,
+                    f"stream 0x{self.handle:x}: the queued work did not finish within "
+                    f"{timeout_ms} ms{hung}",
+                )
+            if self._completed < target:
+                return AclFailure(
+                    107017, f"stream 0x{self.handle:x} was destroyed while its work hung"
+                )
             failure, self._failure = self._failure, None
             return failure
 
     def stop(self) -> None:
-        """Wait for the queued work, then end the worker thread."""
-        self.wait()
+        """Wait for the queued work (up to work that hangs, which is abandoned with everything
+        queued after it), then end the worker thread."""
         with self._cond:
+            target = self._submitted
+            self._cond.wait_for(lambda: self._completed >= target or bool(self._hung))
             self._stopping = True
             self._cond.notify_all()
             thread = self._thread
@@ -73,7 +96,16 @@ class Stream:
                     self._cond.wait()
                 if not self._queue:
                     return
-                api, work = self._queue.popleft()
+                api, work, hang = self._queue.popleft()
+                if hang is not None:
+                    nth = "every call" if hang.nth is None else f"call #{hang.nth}"
+                    self._hung = (
+                        f"queued {api} never completes (injected fault {hang.call}:hang, {nth}, "
+                        f"{faults.ENV})"
+                    )
+                    self._cond.notify_all()
+                    self._cond.wait_for(lambda: self._stopping)
+                    return
             TLS.api = api
             failure = None
             try:

@@ -2,8 +2,11 @@
 
 Each entry is `<call>:<code>:<n>` (the call's pyACL name without `acl.`): the call returns `code`
 on its n-th call (1-based, counted from when the spec was installed) or on every call with `*`.
-A failing call has no side effects. The spec is read when the emulator is imported;
-`set_faults` replaces it (and restarts the call counts).
+A failing call has no side effects. `<call>:hang:<n>` (calls that queue work on a stream, e.g.
+`mdl.execute_async:hang:3`) makes the call succeed but the work it queues never complete, like a
+hung NPU: `synchronize_stream` blocks, `synchronize_stream_with_timeout` times out, and only
+destroying the stream releases it. The spec is read when the emulator is imported; `set_faults`
+replaces it (and restarts the call counts).
 """
 
 from __future__ import annotations
@@ -15,27 +18,36 @@ from dataclasses import dataclass
 
 ENV = "GE_EMULATOR_FAULTS"
 FORMAT = (
-    '<call>:<code>:<n>|* separated by ",", e.g. "mdl.execute:507011:3,rt.malloc:207001:*" '
-    "(call without the acl. prefix, code a positive ACL error code, n the 1-based call number "
-    "or * for every call)"
+    '<call>:<code>|hang:<n>|* separated by ",", e.g. "mdl.execute:507011:3,rt.malloc:207001:*" '
+    "(call without the acl. prefix, code a positive ACL error code or hang for a call that "
+    "queues work on a stream, n the 1-based call number or * for every call)"
 )
+HANG = "hang"
 
-# Calls that can be made to fail; the `acl` modules register theirs when imported.
+# Calls that can be made to fail, and those that queue work on a stream (can hang); the `acl`
+# modules register theirs when imported.
 INJECTABLE: set[str] = set()
+HANGABLE: set[str] = set()
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Return `code` from `call` on its `nth` call (every call if `nth` is None)."""
+    """Return `code` from `call` on its `nth` call (every call if `nth` is None); code 0 is a
+    hang: the call succeeds and the work it queues never completes."""
 
     call: str
     code: int
     nth: int | None
 
+    @property
+    def hang(self) -> bool:
+        return self.code == 0
+
 
 _lock = threading.Lock()
 _faults: dict[str, list[Fault]] = {}
 _calls: collections.Counter[str] = collections.Counter()
+_hanging = threading.local()  # .fault: the hang fault of the call this thread is running
 
 
 def parse(spec: str) -> list[Fault]:
@@ -53,6 +65,11 @@ def parse(spec: str) -> list[Fault]:
                 f"{ENV}: bad entry {entry.strip()!r}: {fault.call!r} is not a call the emulator "
                 f"can fail; use one of {', '.join(sorted(INJECTABLE))}; expected {FORMAT}"
             )
+        if fault.hang and fault.call not in HANGABLE:
+            raise ValueError(
+                f"{ENV}: bad entry {entry.strip()!r}: {fault.call!r} queues no work on a stream, "
+                f"so it cannot hang; hang one of {', '.join(sorted(HANGABLE))}; expected {FORMAT}"
+            )
         faults.append(fault)
     return faults
 
@@ -61,13 +78,17 @@ def _parse_entry(parts: list[str]) -> Fault | None:
     if len(parts) != 3 or not parts[0]:
         return None
     call, code_text, nth_text = parts
-    if not code_text.isdigit() or int(code_text) == 0:
+    if code_text == HANG:
+        code = 0
+    elif code_text.isdigit() and int(code_text) != 0:
+        code = int(code_text)
+    else:
         return None
     if nth_text == "*":
-        return Fault(call, int(code_text), None)
+        return Fault(call, code, None)
     if not nth_text.isdigit() or int(nth_text) == 0:
         return None
-    return Fault(call, int(code_text), int(nth_text))
+    return Fault(call, code, int(nth_text))
 
 
 def set_faults(spec: str | None) -> None:
@@ -94,3 +115,14 @@ def take(call: str) -> Fault | None:
             if fault.nth is None or fault.nth == number:
                 return fault
     return None
+
+
+def set_hanging(fault: Fault | None) -> None:
+    """Mark (or, with None, unmark) the calling thread as running the call of hang `fault`."""
+    _hanging.fault = fault
+
+
+def hanging() -> Fault | None:
+    """The hang fault of the call this thread is running: the work it queues must never run."""
+    fault: Fault | None = getattr(_hanging, "fault", None)
+    return fault

@@ -393,7 +393,7 @@ def execute(model_id: int, input: int, output: int) -> int:
     return 0
 
 
-@api("acl.mdl.execute_async", int, int, int, int)
+@api("acl.mdl.execute_async", int, int, int, int, hangable=True)
 def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
     """Validate now, run on the stream's worker; results after synchronize_stream."""
     ctx = current_context()

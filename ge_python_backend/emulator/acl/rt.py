@@ -209,6 +209,23 @@ def synchronize_stream(stream: int) -> int:
     return 0
 
 
+@api("acl.rt.synchronize_stream_with_timeout", int, int, fault="after")
+def synchronize_stream_with_timeout(stream: int, timeout: int) -> int:
+    """synchronize_stream waiting at most `timeout` ms (-1: no limit); 507046
+    (ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) when the work has not finished by then."""
+    if not -(2**31) <= timeout < 2**31:  # parsed as a C int ("i"), as pyACL does
+        side = "greater than maximum" if timeout > 0 else "less than minimum"
+        raise OverflowError(f"signed integer is {side}")
+    if timeout < -1 or timeout == 0:
+        # ACL refuses < -1 with 107000; 0 is refused too (stricter reading: the documented
+        # values are -1 and > 0).
+        raise AclFailure(107000, f"timeout must be -1 (no limit) or > 0 ms, got {timeout}")
+    failure = stream_in(stream, current_context()).wait(timeout)
+    if failure is not None:
+        raise failure
+    return 0
+
+
 # ----------------------------------------------------------------------------- memory
 
 
@@ -336,7 +353,7 @@ def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> int:
     return 0
 
 
-@api("acl.rt.memcpy_async", int, int, int, int, int, int)
+@api("acl.rt.memcpy_async", int, int, int, int, int, int, hangable=True)
 def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, stream: int) -> int:
     """Queue the copy on `stream`; src and dst must be 64-byte aligned; no host-to-host."""
     target = stream_in(stream, current_context())
