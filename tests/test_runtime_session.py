@@ -232,15 +232,21 @@ def test_padded_chunk_copies_the_gear_in_and_the_real_rows_out(om_dynamic_batch:
     assert "malloc_calls" not in changed and "dataset_creations" not in changed
 
 
-def test_padded_rows_are_zeroed_before_the_copy(om_add_mul: Path) -> None:
+@pytest.mark.parametrize("depth", [1, 2])
+def test_padded_rows_are_zeroed_before_the_copy(om_add_mul: Path, depth: int) -> None:
     # Rows of a previous, larger request stay in the reused pinned buffer unless zeroed; the
     # model is elementwise, so a stale row could only show up if it was copied to the device.
-    with Session(om_add_mul, runtime="emulator") as session:
-        session.infer({"a": np.full((4, 4), 7, np.float32), "b": np.full((4, 4), 7, np.float32)})
-        host = session._input_slots[0].host.array
-        session.infer({"a": np.ones((3, 4), np.float32), "b": np.ones((3, 4), np.float32)})
-        padded_row = host[3 * 4 * 4 : 4 * 4 * 4].view(np.float32)
-        assert (padded_row == 0).all()
+    with Session(om_add_mul, runtime="emulator", pipeline_depth=depth) as session:
+        full = np.full((4, 4), 7, np.float32)
+        for _ in range(depth):  # every lane runs the larger request once
+            session.infer({"a": full, "b": full})
+        ones = np.ones((3, 4), np.float32)
+        pending = [session.infer_async({"a": ones, "b": ones}) for _ in range(depth)]
+        for batch in pending:
+            batch.result()
+        for lane in session._lanes:
+            padded_row = lane.input_slots[0].host.array[3 * 4 * 4 : 4 * 4 * 4].view(np.float32)
+            assert (padded_row == 0).all()
 
 
 def test_counters_report_device_bytes_held(om_dynamic_batch: Path) -> None:
@@ -399,8 +405,10 @@ def test_a_failure_reported_at_synchronize_is_raised(om_dynamic_batch: Path) -> 
 
 def test_a_copy_failure_is_raised(om_dynamic_batch: Path) -> None:
     with Session(om_dynamic_batch, runtime="emulator") as session:
-        emulator.set_faults("rt.memcpy:507013:2")  # the D2H of `y`
-        with pytest.raises(AclError, match="acl.rt.memcpy failed with 507013 ACL_ERROR_RT_SYS_DMA"):
+        emulator.set_faults("rt.memcpy_async:507013:2")  # the D2H of `y`
+        with pytest.raises(
+            AclError, match="acl.rt.memcpy_async failed with 507013 ACL_ERROR_RT_SYS_DMA"
+        ):
             session.infer(mlp_rows(2))
 
 

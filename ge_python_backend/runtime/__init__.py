@@ -10,6 +10,7 @@ from ge_python_backend.runtime.batching import Chunk, plan_chunks
 from ge_python_backend.runtime.device import Context, Device, Stream
 from ge_python_backend.runtime.errors import (
     AclError,
+    ExecuteTimeoutError,
     InputError,
     ModelFileError,
     RuntimeSelectionError,
@@ -17,16 +18,23 @@ from ge_python_backend.runtime.errors import (
 )
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, GearInfo, Model, TensorSpec
-from ge_python_backend.runtime.session import PendingBatch, Session, SessionCounters
+from ge_python_backend.runtime.session import (
+    PIPELINE_DEPTHS,
+    PendingBatch,
+    Session,
+    SessionCounters,
+)
 
 __all__ = [
     "ENV_VAR",
     "RUNTIMES",
+    "PIPELINE_DEPTHS",
     "AclError",
     "Chunk",
     "Context",
     "Dataset",
     "Device",
+    "ExecuteTimeoutError",
     "DeviceBuffer",
     "GearInfo",
     "HostBuffer",

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["Chunk", "normalize_gears", "plan_chunks"]
+__all__ = ["Chunk", "Execution", "ExecutionPlanner", "Piece", "normalize_gears", "plan_chunks"]
+
+_PLAN_CACHE_SIZE = 256  # row counts whose chunk plan is remembered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,3 +88,81 @@ def plan_chunks(rows: int, gears: Sequence[int]) -> list[Chunk]:
         chunks.append(Chunk(gear, used))
         left -= used
     return chunks
+
+
+class Piece(NamedTuple):
+    """Rows [src, src + rows) of request `part` are rows [dst, dst + rows) of an execution."""
+
+    part: int
+    src: int
+    dst: int
+    rows: int
+
+    @property
+    def in_part(self) -> slice:
+        return slice(self.src, self.src + self.rows)
+
+    @property
+    def in_execution(self) -> slice:
+        return slice(self.dst, self.dst + self.rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """One run of the model: gear `gear` of the gear table with `batch` rows (0: unbatched),
+    of which the first `rows` are real and come from `pieces`."""
+
+    gear: int
+    batch: int
+    rows: int
+    pieces: tuple[Piece, ...]
+
+
+class ExecutionPlanner:
+    """Turns matched requests into executions: requests of one gear share executions (batched
+    models, planned by `plan_chunks`); an unbatched model runs each request alone."""
+
+    def __init__(self, batch_gears: Sequence[int]) -> None:
+        self.batch_gears = tuple(batch_gears)
+        self._plans: dict[int, list[Chunk]] = {}
+
+    def plan(self, matched: Sequence[tuple[int, int]]) -> list[Execution]:
+        """Executions for requests whose (gear, rows) are `matched`, in request order per gear."""
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for part, (gear, rows) in enumerate(matched):
+            groups.setdefault(gear, []).append((part, rows))
+        executions: list[Execution] = []
+        for gear, parts in groups.items():
+            if not self.batch_gears:
+                executions += [Execution(gear, 0, 1, (Piece(part, 0, 0, 1),)) for part, _ in parts]
+            else:
+                executions += self._fill(gear, parts)
+        return executions
+
+    def _fill(self, gear: int, parts: list[tuple[int, int]]) -> list[Execution]:
+        """Requests' rows laid into the planned chunks in order; a request may span chunks."""
+        executions = []
+        queue = list(parts)
+        taken = 0  # rows of queue[0] already placed
+        for chunk in self._chunks(sum(rows for _, rows in parts)):
+            pieces, filled = [], 0
+            while filled < chunk.rows:
+                part, rows = queue[0]
+                count = min(rows - taken, chunk.rows - filled)
+                pieces.append(Piece(part, taken, filled, count))
+                filled += count
+                taken += count
+                if taken == rows:
+                    queue.pop(0)
+                    taken = 0
+            executions.append(Execution(gear, chunk.gear, chunk.rows, tuple(pieces)))
+        return executions
+
+    def _chunks(self, rows: int) -> list[Chunk]:
+        """`plan_chunks` for the gears, remembered per row count."""
+        plan = self._plans.get(rows)
+        if plan is None:
+            plan = plan_chunks(rows, self.batch_gears)
+            if len(self._plans) < _PLAN_CACHE_SIZE:
+                self._plans[rows] = plan
+        return plan

@@ -10,7 +10,7 @@ from ge_python_backend.runtime._acl import ACL_ERROR_UNINITIALIZE, ensure_initia
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.errors import check
 
-__all__ = ["Context", "Device", "Stream"]
+__all__ = ["Context", "Device", "Event", "Stream"]
 
 ACL_DEVICE = 0  # aclrtRunMode: the program runs on the device's own CPU (RC mode)
 
@@ -106,13 +106,51 @@ class Stream(Resource):
         self._own(_destroy_stream, context, handle)
         context._adopt(self)
 
-    def synchronize(self) -> None:
-        """Block until all work queued on the stream has finished (releases the GIL)."""
+    def synchronize(self, timeout_ms: int = 0) -> None:
+        """Block until all work queued on the stream has finished (releases the GIL).
+
+        With `timeout_ms` > 0 it waits at most that long (`synchronize_stream_with_timeout`);
+        a stream still busy then raises AclError with ACL's timeout code.
+        """
         self.context.activate()
         acl = self.context.acl
-        check(acl.rt.synchronize_stream(self.handle), "acl.rt.synchronize_stream", acl)
+        if timeout_ms > 0:
+            ret = acl.rt.synchronize_stream_with_timeout(self.handle, timeout_ms)
+            check(ret, "acl.rt.synchronize_stream_with_timeout", acl)
+        else:
+            check(acl.rt.synchronize_stream(self.handle), "acl.rt.synchronize_stream", acl)
 
 
 def _destroy_stream(context: Context, handle: int) -> None:
     context.activate()
     check(context.acl.rt.destroy_stream(handle), "acl.rt.destroy_stream", context.acl)
+
+
+class Event(Resource):
+    """An event in `context`: recorded on a stream, it marks a point of the stream's work."""
+
+    def __init__(self, context: Context) -> None:
+        context.activate()
+        handle, ret = context.acl.rt.create_event()
+        check(ret, "acl.rt.create_event", context.acl)
+        self.context = context
+        self.handle: int = handle
+        self._own(_destroy_event, context, handle)
+        context._adopt(self)
+
+    def record(self, stream: Stream) -> None:
+        """Queue the event on `stream`; it completes when the work queued before it has run."""
+        acl = self.context.acl
+        check(acl.rt.record_event(self.handle, stream.handle), "acl.rt.record_event", acl)
+
+    def seconds_since(self, start: Event) -> float:
+        """Device time from `start` to this event (both completed), in seconds."""
+        acl = self.context.acl
+        ms, ret = acl.rt.event_elapsed_time(start.handle, self.handle)
+        check(ret, "acl.rt.event_elapsed_time", acl)
+        return float(ms) / 1000.0
+
+
+def _destroy_event(context: Context, handle: int) -> None:
+    context.activate()
+    check(context.acl.rt.destroy_event(handle), "acl.rt.destroy_event", context.acl)

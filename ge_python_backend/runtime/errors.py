@@ -10,6 +10,7 @@ from ge_python_backend.errors import GeBackendError, UserError
 __all__ = [
     "ACL_ERRORS",
     "AclError",
+    "ExecuteTimeoutError",
     "InputError",
     "ModelFileError",
     "RuntimeSelectionError",
@@ -123,6 +124,7 @@ ACL_ERRORS: dict[int, tuple[str, str]] = {
     507034: ("ACL_ERROR_RT_VECTOR_CORE_TIMEOUT", "vector core timed out"),
     507035: ("ACL_ERROR_RT_VECTOR_CORE_EXCEPTION", "vector core exception"),
     507036: ("ACL_ERROR_RT_VECTOR_CORE_TRAP_EXCEPTION", "vector core trap exception"),
+    507046: ("ACL_ERROR_RT_STREAM_SYNC_TIMEOUT", "waiting for the stream timed out"),
     507053: ("ACL_ERROR_RT_DEVICE_MEM_ERROR", "device memory error"),
     507054: ("ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR", "HBM multi-bit ECC error"),
     507055: ("ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR", "suspected device memory error"),
@@ -205,6 +207,22 @@ class AclError(GeBackendError):
         if recent:
             message += f"; ACL says: {recent}"
         super().__init__(message)
+
+
+class ExecuteTimeoutError(AclError):
+    """An execution did not finish within the session's `execute_timeout_ms`."""
+
+    CODE = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT from synchronize_stream_with_timeout
+
+    def __init__(self, cause: AclError, timeout_ms: int) -> None:
+        super().__init__(
+            cause.code,
+            cause.api,
+            f"the execution timed out: it did not finish within execute_timeout_ms="
+            f"{timeout_ms} ms; the lane's stream was replaced",
+            cause.recent,
+        )
+        self.timeout_ms = timeout_ms
 
 
 class InputError(GeBackendError, ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -125,7 +126,8 @@ class ModelDescription:
     kind: str  # "static" | "batch" | "hw" | "dims"
     batch_gears: tuple[int, ...]
     hw_gears: tuple[tuple[int, int], ...]
-    dims_gears: tuple[tuple[Shape, ...], ...]
+    dims_gears: tuple[tuple[Shape, ...], ...]  # per gear, every input's full shape (input order)
+    dims_values: tuple[tuple[int, ...], ...] = ()  # per gear, the dims as ACL lists them
 
 
 class Dataset(Resource):
@@ -164,9 +166,15 @@ def _destroy_dataset(
 
 
 class Model(Resource):
-    """A model loaded with `acl.mdl.load_from_file`, with its description."""
+    """A model loaded with `acl.mdl.load_from_file`, with its description.
 
-    def __init__(self, context: Context, path: str | Path) -> None:
+    `input_shape_order` (input names in ATC's `--input_shape` order) is needed only for a
+    dynamic-dims model whose gears do not reveal that order (see `_split_dims_gears`).
+    """
+
+    def __init__(
+        self, context: Context, path: str | Path, input_shape_order: Sequence[str] | None = None
+    ) -> None:
         acl = context.acl
         context.activate()
         self.context = context
@@ -182,7 +190,7 @@ class Model(Resource):
             desc_holder.append(desc)
             check(acl.mdl.get_desc(desc, model_id), "acl.mdl.get_desc", acl)
             self.desc = desc
-            self.description = _describe(acl, desc, self.path)
+            self.description = _describe(acl, desc, self.path, input_shape_order)
         except BaseException:
             self._abandon()
             raise
@@ -279,7 +287,9 @@ def _output_name(name: str) -> str:
     return name.rsplit(":", 1)[-1] or name
 
 
-def _describe(acl: ModuleType, desc: int, path: Path) -> ModelDescription:
+def _describe(
+    acl: ModuleType, desc: int, path: Path, input_shape_order: Sequence[str] | None
+) -> ModelDescription:
     mdl = acl.mdl
     input_count = mdl.get_num_inputs(desc)
     gear_index, ret = mdl.get_input_index_by_name(desc, GEAR_INPUT_NAME)
@@ -313,8 +323,11 @@ def _describe(acl: ModuleType, desc: int, path: Path) -> ModelDescription:
     batch_gears: tuple[int, ...] = ()
     hw_gears: tuple[tuple[int, int], ...] = ()
     dims_gears: tuple[tuple[Shape, ...], ...] = ()
+    dims_values: tuple[tuple[int, ...], ...] = ()
     if gear_input is not None:
-        kind, batch_gears, hw_gears, dims_gears = _gears(acl, desc, inputs, path)
+        kind, batch_gears, hw_gears, dims_values = _gears(acl, desc, path)
+        if kind == "dims":
+            dims_gears = _split_dims_gears(dims_values, inputs, path, input_shape_order)
     else:
         dynamic = [i.spec.name for i in inputs if -1 in i.spec.shape]
         if dynamic:
@@ -335,12 +348,14 @@ def _describe(acl: ModuleType, desc: int, path: Path) -> ModelDescription:
         batch_gears=batch_gears,
         hw_gears=hw_gears,
         dims_gears=dims_gears,
+        dims_values=dims_values,
     )
 
 
 def _gears(
-    acl: ModuleType, desc: int, inputs: Sequence[TensorInfo], path: Path
-) -> tuple[str, tuple[int, ...], tuple[tuple[int, int], ...], tuple[tuple[Shape, ...], ...]]:
+    acl: ModuleType, desc: int, path: Path
+) -> tuple[str, tuple[int, ...], tuple[tuple[int, int], ...], tuple[tuple[int, ...], ...]]:
+    """(kind, batch gears, HW gears, dims gears as ACL lists them)."""
     mdl = acl.mdl
     batch, ret = mdl.get_dynamic_batch(desc)
     check(ret, "acl.mdl.get_dynamic_batch", acl)
@@ -358,18 +373,90 @@ def _gears(
         raise ModelFileError(f"{path}: the model has {GEAR_INPUT_NAME} but reports no gears")
     gears, ret = mdl.get_input_dynamic_dims(desc, -1, count)
     check(ret, "acl.mdl.get_input_dynamic_dims", acl)
-    ndims = [len(i.spec.shape) for i in inputs]
-    dims_gears = []
-    for gear in gears:
-        flat = _dims(gear)
-        if len(flat) != sum(ndims):
+    return "dims", (), (), tuple(_dims(gear) for gear in gears)
+
+
+def _split_dims_gears(
+    gears: Sequence[tuple[int, ...]],
+    inputs: Sequence[TensorInfo],
+    path: Path,
+    input_shape_order: Sequence[str] | None,
+) -> tuple[tuple[Shape, ...], ...]:
+    """Every input's full shape per dims gear, in the model's input order.
+
+    ACL lists each gear as the full dims of the inputs named in ATC's `--input_shape`, in that
+    order (GE's user-designate order, which no ACL call reports; inputs not named there keep
+    their dims). The order is `input_shape_order` when given; otherwise it is found as the only
+    order of inputs whose dims fit every gear (static dims equal, dynamic dims anywhere). Orders
+    that fit but disagree (e.g. two inputs (1, -1) with different values) need the caller's order.
+    """
+    names = [info.spec.name for info in inputs]
+    templates = {info.spec.name: info.spec.shape for info in inputs}
+    if input_shape_order is not None:
+        unknown = [name for name in input_shape_order if name not in templates]
+        if unknown:
             raise ModelFileError(
-                f"{path}: acl.mdl.get_input_dynamic_dims reported a gear of {len(flat)} dims "
-                f"{list(flat)}; expected the {sum(ndims)} dims of all inputs concatenated"
+                f"{path}: input_shape_order names {', '.join(unknown)}, which the model does "
+                f"not have; its inputs are {', '.join(names)}"
             )
-        shapes, start = [], 0
-        for n in ndims:
-            shapes.append(flat[start : start + n])
-            start += n
-        dims_gears.append(tuple(shapes))
-    return "dims", (), (), tuple(dims_gears)
+        orders = [tuple(input_shape_order)] if _fits(input_shape_order, templates, gears) else []
+    else:
+        orders = _fitting_orders(templates, gears)
+    splits = {_split(order, templates, gears) for order in orders}
+    if not splits:
+        described = ", ".join(f"{name} {list(templates[name])}" for name in names)
+        given = f" in the given input_shape_order {list(input_shape_order or ())}"
+        raise ModelFileError(
+            f"{path}: acl.mdl.get_input_dynamic_dims reported gears {[list(g) for g in gears]}, "
+            f"which fit no order of the inputs {described}{given if input_shape_order else ''}"
+        )
+    if len(splits) > 1:
+        raise ModelFileError(
+            f"{path}: the dims gears {[list(g) for g in gears]} fit several orders of the inputs "
+            f"{', '.join(names)} (ACL lists them in ATC's --input_shape order, which it does not "
+            "report); give that order as input_shape_order (e.g. the parameter input_shape_order "
+            "in config.pbtxt)"
+        )
+    return splits.pop()
+
+
+def _fitting_orders(
+    templates: dict[str, Shape], gears: Sequence[tuple[int, ...]]
+) -> list[tuple[str, ...]]:
+    """Orders of inputs (every dynamic input, any static ones) whose dims fit every gear."""
+    names = list(templates)
+    dynamic = [n for n in names if -1 in templates[n]]
+    static = [n for n in names if n not in dynamic]
+    found = []
+    for extra in range(len(static) + 1):
+        for chosen in itertools.combinations(static, extra):
+            for order in itertools.permutations(dynamic + list(chosen)):
+                if _fits(order, templates, gears):
+                    found.append(order)
+    return found
+
+
+def _fits(
+    order: Sequence[str], templates: dict[str, Shape], gears: Sequence[tuple[int, ...]]
+) -> bool:
+    if any(-1 in shape for name, shape in templates.items() if name not in order):
+        return False
+    flat = [d for name in order for d in templates[name]]
+    return all(
+        len(gear) == len(flat) and all(t in (-1, g) and g > 0 for t, g in zip(flat, gear))
+        for gear in gears
+    )
+
+
+def _split(
+    order: Sequence[str], templates: dict[str, Shape], gears: Sequence[tuple[int, ...]]
+) -> tuple[tuple[Shape, ...], ...]:
+    result = []
+    for gear in gears:
+        shapes = dict(templates)
+        start = 0
+        for name in order:
+            shapes[name] = tuple(gear[start : start + len(templates[name])])
+            start += len(templates[name])
+        result.append(tuple(shapes.values()))
+    return tuple(result)

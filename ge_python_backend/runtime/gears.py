@@ -1,0 +1,177 @@
+"""The gear table: every input configuration a model runs, how to select it, what it outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.runtime.batching import normalize_gears
+from ge_python_backend.runtime.errors import ModelFileError
+from ge_python_backend.runtime.model import Dataset, GearInfo, Model, ModelDescription
+
+__all__ = ["Gear", "GearTable"]
+
+Shape = tuple[int, ...]
+OutputKey = tuple[int, int]  # (index in the gear table, batch gear or 0)
+
+KIND_LABELS = {"batch": "batch", "hw": "HW", "dims": "dims", "static": "static"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Gear:
+    """One input configuration the model runs: a gear, or the static shapes."""
+
+    shapes: tuple[Shape, ...]  # every input's full shape; dynamic batch keeps -1 on axis 0
+    label: str  # how error messages name it
+    values: tuple[int, ...] = ()  # for the set_* call: (h, w), or the dims in the model's order
+
+
+class GearTable:
+    """The gears of a model, its output shapes per gear, and the set_* call for each.
+
+    Output shapes are read once per gear with `acl.mdl.get_cur_output_dims` after selecting it
+    (`read_outputs`), so they are what the device will produce.
+    """
+
+    def __init__(self, desc: ModelDescription, path: Path) -> None:
+        self.kind = desc.kind
+        self.gears = _gears(desc, path)
+        self.batch_sizes = desc.batch_gears  # the dynamic batch gears (empty otherwise)
+        self.output_shapes: dict[OutputKey, list[Shape]] = {}
+        self._desc = desc
+        self._path = path
+
+    def read_outputs(self, model: Model, inputs: Dataset) -> GearInfo:
+        """Read every gear's output shapes (selecting it on `model` and `inputs`); the gear info.
+
+        Call once, before any execution: the buffers are sized from these shapes.
+        """
+        desc = self._desc
+        for number in range(len(self.gears)):
+            for batch in desc.batch_gears or (0,):
+                if desc.kind == "static":
+                    shapes = [info.spec.shape for info in desc.outputs]
+                else:
+                    self.select(model, inputs, number, batch)
+                    shapes = model.current_output_shapes()
+                self.output_shapes[(number, batch)] = shapes
+        self.info = self._gear_info(desc, self._path)
+        return self.info
+
+    def select(self, model: Model, inputs: Dataset, gear: int, batch: int) -> None:
+        """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
+        if self.kind == "batch":
+            model.set_dynamic_batch_size(inputs, batch)
+        elif self.kind == "hw":
+            height, width = self.gears[gear].values
+            model.set_dynamic_hw_size(inputs, height, width)
+        elif self.kind == "dims":
+            model.set_input_dynamic_dims(inputs, self.gears[gear].values)
+
+    def output_key(self, gear: int, batch: int) -> OutputKey:
+        """The key of `output_shapes` for an execution of `gear` with `batch` rows run."""
+        return (gear, batch if self.kind == "batch" else 0)
+
+    def input_shapes(self, gear: int, batch: int) -> list[Shape]:
+        """Concrete input shapes of an execution (`batch` 0: as the gear says)."""
+        return [_with_batch(shape, batch) for shape in self.gears[gear].shapes]
+
+    def input_bytes(self, number: int, dtype: np.dtype[Any]) -> int:
+        """Bytes input `number` needs in the largest execution of any gear."""
+        largest = max(self.batch_sizes, default=0)
+        return max(
+            math.prod(_with_batch(g.shapes[number], largest)) * dtype.itemsize for g in self.gears
+        )
+
+    def output_bytes(self, number: int, dtype: np.dtype[Any]) -> int:
+        """Bytes output `number` needs in the largest execution of any gear."""
+        every = [shapes[number] for shapes in self.output_shapes.values()]
+        return max(math.prod(shape) * dtype.itemsize for shape in every)
+
+    def merged_output_shape(self, number: int) -> Shape:
+        """One shape for output `number` across gears: -1 on axes where gears differ."""
+        every = [shapes[number] for shapes in self.output_shapes.values()]
+        return tuple(dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*every))
+
+    def labels(self) -> str:
+        return "; ".join(gear.label for gear in self.gears)
+
+    def _gear_info(self, desc: ModelDescription, path: Path) -> GearInfo:
+        if desc.kind == "batch":
+            for (_, batch), shapes in self.output_shapes.items():
+                for info, shape in zip(desc.outputs, shapes):
+                    if not shape or shape[0] != batch:
+                        raise ModelFileError(
+                            f"{path}: output {info.spec.name!r} has shape {shape} at batch "
+                            f"gear {batch}; expected the batch on axis 0"
+                        )
+            batch_gears = normalize_gears(desc.batch_gears)
+        else:
+            every = [s for g in self.gears for s in g.shapes]
+            every += [s for shapes in self.output_shapes.values() for s in shapes]
+            heads = {shape[0] if shape else 0 for shape in every}
+            batch_gears = (heads.pop(),) if len(heads) == 1 and min(heads) > 0 else ()
+        return GearInfo(
+            kind=desc.kind,
+            batched=bool(batch_gears),
+            batch_gears=batch_gears,
+            hw_gears=desc.hw_gears,
+            dims_gears=desc.dims_gears,
+            max_batch=max(batch_gears, default=0),
+        )
+
+
+def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
+    """The input configurations the model runs, with every input's full shape."""
+    shapes = tuple(info.spec.shape for info in desc.inputs)
+    names = [info.spec.name for info in desc.inputs]
+    if desc.kind == "static":
+        return [Gear(shapes, "static shapes " + ", ".join(map(str, shapes)))]
+    if desc.kind == "batch":
+        for name, shape in zip(names, shapes):
+            if not shape or shape[0] != -1 or -1 in shape[1:]:
+                raise ModelFileError(
+                    f"{path}: dynamic-batch input {name!r} has dims {list(shape)}; expected -1 "
+                    "on axis 0 only"
+                )
+        return [Gear(shapes, ", ".join(map(str, normalize_gears(desc.batch_gears))))]
+    if desc.kind == "hw":
+        for name, shape in zip(names, shapes):
+            if shape.count(-1) not in (0, 2):
+                raise ModelFileError(
+                    f"{path}: dynamic-HW input {name!r} has dims {list(shape)}; expected -1 on "
+                    "exactly the H and W axes"
+                )
+        return [
+            Gear(tuple(_fill(shape, (h, w)) for shape in shapes), f"{h}x{w}", (h, w))
+            for h, w in desc.hw_gears
+        ]
+    table = []
+    for gear, values in zip(desc.dims_gears, desc.dims_values):
+        for name, shape, concrete in zip(names, shapes, gear):
+            if len(shape) != len(concrete) or not all(
+                s in (-1, c) for s, c in zip(shape, concrete)
+            ):
+                raise ModelFileError(
+                    f"{path}: dims gear {[list(s) for s in gear]} gives input {name!r} the shape "
+                    f"{list(concrete)}, which does not fit its dims {list(shape)}"
+                )
+        label = ", ".join(f"{name} {shape}" for name, shape in zip(names, gear))
+        table.append(Gear(gear, label, values))
+    return table
+
+
+def _fill(shape: Shape, values: Sequence[int]) -> Shape:
+    """`shape` with its -1 dims replaced by `values`, in order."""
+    remaining = iter(values)
+    return tuple(next(remaining) if d == -1 else d for d in shape)
+
+
+def _with_batch(shape: Shape, batch: int) -> Shape:
+    """`shape` with axis 0 set to `batch` (unless `batch` is 0)."""
+    return (batch, *shape[1:]) if batch else shape

@@ -1,0 +1,276 @@
+"""A lane: one loaded model id with its stream, pinned host and device buffers, datasets, events.
+
+A `Session` runs every execution on a lane: stage the rows in the lane's pinned buffers, queue
+copy in, gear selection, execute and copy out on its stream (`launch`), wait (`finish`), read the
+outputs from the pinned buffers. One model id never runs on two streams (GE refuses it), so each
+lane loads the `.om` itself. Four events per lane time the copies and the execution on the
+device; they are created once with the lane, never per execution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime.batching import Execution
+from ge_python_backend.runtime.device import Context, Event, Stream
+from ge_python_backend.runtime.errors import AclError
+from ge_python_backend.runtime.gears import GearTable
+from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
+from ge_python_backend.runtime.model import Dataset, Model, TensorSpec
+
+__all__ = ["DeviceTimes", "Lane"]
+
+logger = logging.getLogger(__name__)
+
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """An input or output with its pinned host buffer and device buffer."""
+
+    spec: TensorSpec
+    host: HostBuffer
+    device: DeviceBuffer
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceTimes:
+    """Seconds one execution spent on the device: copy in, execute, copy out."""
+
+    h2d: float
+    execute: float
+    d2h: float
+
+
+class Lane(Resource):
+    """One model id, its stream and buffer set; `index` is its place in the session."""
+
+    def __init__(
+        self,
+        index: int,
+        context: Context,
+        model: Model,
+        input_sizes: Sequence[int],
+    ) -> None:
+        self.index = index
+        self.context = context
+        self.model = model
+        self._parts: list[Resource] = [model]
+        self._own(_close_parts, self._parts)
+        try:
+            self.stream = self._keep(Stream(context))
+            self.events = [self._keep(Event(context)) for _ in range(4)]
+            desc = model.description
+            buffers: dict[int, DeviceBuffer] = {}
+            self.input_slots: list[Slot] = []
+            for info, size in zip(desc.inputs, input_sizes):
+                slot = self._slot(info.spec, size)
+                buffers[info.index] = slot.device
+                self.input_slots.append(slot)
+            if desc.gear_input is not None:
+                gear_buffer = DeviceBuffer(context, desc.gear_input_size)
+                buffers[desc.gear_input] = self._keep(gear_buffer)
+            ordered = [buffers[index] for index in range(desc.input_count)]
+            self.inputs = self._keep(Dataset(context, ordered))
+            self.output_slots: list[Slot] = []
+            self.outputs: Dataset | None = None
+        except BaseException:
+            self._abandon()
+            raise
+        self._views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
+        self.lock = threading.Lock()  # held while staging into, or finishing, the lane
+        self.job: Any = None  # the session's execution launched here and not yet finished
+        self._launched = 0.0
+        self._events_work = True
+
+    @classmethod
+    def load(
+        cls,
+        index: int,
+        context: Context,
+        path: Path,
+        input_shape_order: Sequence[str] | None,
+        like: Lane,
+    ) -> Lane:
+        """A further lane: the `.om` loaded again, with buffers sized like those of `like`."""
+        model = Model(context, path, input_shape_order)
+        try:
+            lane = cls(index, context, model, [slot.host.size for slot in like.input_slots])
+        except BaseException:
+            model.close()
+            raise
+        try:
+            lane.open_outputs([slot.host.size for slot in like.output_slots])
+        except BaseException:
+            lane.close()
+            raise
+        return lane
+
+    def open_outputs(self, sizes: Sequence[int]) -> None:
+        """The output buffers and dataset (sizes are known once the gears were read)."""
+        desc = self.model.description
+        self.output_slots = [self._slot(info.spec, n) for info, n in zip(desc.outputs, sizes)]
+        self.outputs = self._keep(Dataset(self.context, [s.device for s in self.output_slots]))
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory held by the lane's buffers (not the model's weights and work space)."""
+        return sum(p.size for p in self._parts if isinstance(p, DeviceBuffer))
+
+    def stage(self, table: GearTable, execution: Execution, feeds_list: Sequence[Any]) -> int:
+        """Write the execution's rows into the pinned input buffers, zero the padding rows;
+        the bytes to copy in."""
+        nbytes = 0
+        batched = execution.batch > 0
+        views = self._input_views(table, execution.gear, execution.batch)
+        for slot, view in zip(self.input_slots, views):
+            for piece in execution.pieces:
+                source = feeds_list[piece.part][slot.spec.name]
+                if batched:
+                    view[piece.in_execution] = source[piece.in_part]
+                else:
+                    view[...] = source
+            if execution.batch > execution.rows:
+                view[execution.rows :] = 0
+            nbytes += view.nbytes
+        return nbytes
+
+    def launch(self, table: GearTable, execution: Execution) -> int:
+        """Queue copy in, gear selection, execute and copy out on the stream; the bytes to copy
+        out. The inputs must have been staged."""
+        assert self.outputs is not None
+        start, executing, executed, end = self.events
+        self.context.activate()
+        self._launched = time.perf_counter()
+        start.record(self.stream)
+        for slot, view in zip(
+            self.input_slots, self._input_views(table, execution.gear, execution.batch)
+        ):
+            slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
+        if table.kind != "static":
+            table.select(self.model, self.inputs, execution.gear, execution.batch)
+        executing.record(self.stream)
+        self.model.execute_async(self.inputs, self.outputs, self.stream)
+        executed.record(self.stream)
+        nbytes = 0
+        for slot, view in zip(self.output_slots, self.output_views(table, execution)):
+            slot.device.copy_to_host_async(slot.host, view.nbytes, self.stream)
+            nbytes += view.nbytes
+        end.record(self.stream)
+        return nbytes
+
+    def finish(self, timeout_ms: int = 0) -> DeviceTimes:
+        """Wait for the launched work (at most `timeout_ms` when > 0); its device times."""
+        self.stream.synchronize(timeout_ms)
+        return self._times()
+
+    def settle(self) -> None:
+        """After a failure: wait until nothing of the lane's work still runs (errors logged)."""
+        try:
+            self.stream.synchronize()
+        except AclError as exc:
+            logger.debug("lane %d: synchronize after a failure reported %s", self.index, exc)
+
+    def replace_stream(self) -> None:
+        """A stream that timed out may never finish: destroy it and its events, make new ones.
+
+        The buffers and the model are kept.
+        """
+        self.context.activate()
+        old = [self.stream, *self.events]
+        self.stream = self._keep(Stream(self.context))
+        self.events = [self._keep(Event(self.context)) for _ in range(4)]
+        for resource in old:
+            self._parts.remove(resource)
+            try:
+                resource.close()
+            except AclError as exc:
+                logger.warning("lane %d: releasing the timed-out stream: %s", self.index, exc)
+
+    def output_views(self, table: GearTable, execution: Execution) -> list[np.ndarray]:
+        """The pinned output buffers of an execution as arrays (trimmed to its real rows)."""
+        key = table.output_key(execution.gear, execution.batch)
+        views = self._views.get((False, *key))
+        if views is None:
+            shapes = table.output_shapes[key]
+            views = [
+                _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.output_slots, shapes)
+            ]
+            self._views[(False, *key)] = views
+        if execution.batch:
+            return [view[: execution.rows] for view in views]
+        return views
+
+    def _input_views(self, table: GearTable, gear: int, batch: int) -> list[np.ndarray]:
+        views = self._views.get((True, gear, batch))
+        if views is None:
+            shapes = table.input_shapes(gear, batch)
+            views = [
+                _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.input_slots, shapes)
+            ]
+            self._views[(True, gear, batch)] = views
+        return views
+
+    def _times(self) -> DeviceTimes:
+        """Device times from the events; the host's wall time if events cannot be timed."""
+        start, executing, executed, end = self.events
+        if self._events_work:
+            try:
+                return DeviceTimes(
+                    executing.seconds_since(start),
+                    executed.seconds_since(executing),
+                    end.seconds_since(executed),
+                )
+            except AclError as exc:
+                # UNCONFIRMED on hardware: whether default events can be timed on every CANN.
+                self._events_work = False
+                logger.warning(
+                    "lane %d: device timing with events failed (%s); execute time is measured "
+                    "on the host from now on",
+                    self.index,
+                    exc,
+                )
+        return DeviceTimes(0.0, time.perf_counter() - self._launched, 0.0)
+
+    def _slot(self, spec: TensorSpec, size: int) -> Slot:
+        host = self._keep(HostBuffer(self.context, size))
+        return Slot(spec, host, self._keep(DeviceBuffer(self.context, size)))
+
+    def _keep(self, resource: Any) -> Any:
+        self._parts.append(resource)
+        return resource
+
+    def __repr__(self) -> str:
+        return f"Lane({self.index}, model {self.model.model_id}{', closed' if self.closed else ''})"
+
+
+def _close_parts(parts: list[Resource]) -> None:
+    """Model first (it uses the rest), then datasets, buffers, events, stream (newest first)."""
+    ordered: list[Resource] = [p for p in parts if isinstance(p, Model)]
+    ordered += [p for p in reversed(parts) if not isinstance(p, Model)]
+    first: BaseException | None = None
+    for part in ordered:
+        try:
+            part.close()
+        except Exception as exc:
+            first = first or exc
+    parts.clear()
+    if first is not None:
+        raise first
+
+
+def _view(host: HostBuffer, dtype: np.dtype[Any], shape: Shape) -> np.ndarray:
+    """A typed view of the start of a pinned buffer."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    return host.array[:nbytes].view(dtype).reshape(shape)
