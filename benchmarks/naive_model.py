@@ -4,9 +4,9 @@ Per request, one at a time (requests of a batch are never concatenated): allocat
 for every input, the gear input and every output, wrap it in data buffers and two datasets, copy
 the input bytes to the device, select the batch gear, `acl.mdl.execute`, copy every output buffer
 back through pinned host memory (`malloc_host` + `ptr_to_bytes`), then free it all. This is what
-the ResNet-50 sample's `AclModel` and acllite do for each inference. It reads `om_file` and
-`acl_runtime` from the same config.pbtxt as `model.py`, and gets pyACL or the emulator through the
-runtime's `load_acl`.
+the ResNet-50 sample's `AclModel` and acllite do for each inference. It reads the same
+config.pbtxt parameters as `model.py` (`ModelParameters`: `om_file`, `acl_runtime`, the first of
+`device_ids`), and gets pyACL or the emulator through the runtime's `load_acl`.
 """
 
 import json
@@ -15,6 +15,8 @@ import os
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from ge_python_backend.repository.config import model_config_from_json
+from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.runtime import load_acl
 
 ACL_MEM_MALLOC_HUGE_FIRST = 0
@@ -47,16 +49,16 @@ class TritonPythonModel:
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        params = ModelParameters.from_config(model_config_from_json(args["model_config"]))
         self.input_names = [item["name"] for item in config["input"]]
         self.output_names = [item["name"] for item in config["output"]]
-        self.acl = acl = load_acl(params.get("acl_runtime"))
-        self.device_id = int(params.get("device_ids", "0").split(",")[0])
+        self.acl = acl = load_acl(params.acl_runtime)
+        self.device_id = params.device_ids[0]
         check(acl.init(), "acl.init")
         check(acl.rt.set_device(self.device_id), "acl.rt.set_device")
         self.context, ret = acl.rt.create_context(self.device_id)
         check(ret, "acl.rt.create_context")
-        path = os.path.join(args["model_repository"], args["model_version"], params["om_file"])
+        path = os.path.join(args["model_repository"], args["model_version"], params.om_file)
         self.model_id, ret = acl.mdl.load_from_file(path)
         check(ret, "acl.mdl.load_from_file")
         self.desc = acl.mdl.create_desc()

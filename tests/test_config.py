@@ -22,9 +22,9 @@ from ge_python_backend.repository.config import (
     compare_config_with_session,
     config_text,
     load_model_config,
-    read_parameters,
     write_model_config,
 )
+from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.scaffold import (
     ScaffoldResult,
     model_template,
@@ -74,11 +74,7 @@ def build(**overrides: object) -> model_config_pb2.ModelConfig:
         inputs=[IMAGES, IDS],
         outputs=[LOGITS, LABELS],
         gears=BATCH_GEARS,
-        om_file="resnet.om",
-        om_sha256="ab" * 32,
-        device_ids=[0, 3],
-        acl_runtime="emulator",
-        pipeline_depth=1,
+        parameters=ModelParameters("resnet.om", "ab" * 32, (0, 3), "emulator"),
         instances=2,
     )
     arguments.update(overrides)
@@ -102,12 +98,13 @@ def test_batched_config_fields() -> None:
     assert config.dynamic_batching.max_queue_delay_microseconds == 250
     [group] = config.instance_group
     assert (group.kind, group.count) == (model_config_pb2.ModelInstanceGroup.KIND_CPU, 2)
-    assert read_parameters(config) == {
+    assert {key: value.string_value for key, value in config.parameters.items()} == {
         "om_file": "resnet.om",
         "om_sha256": "ab" * 32,
         "device_ids": "0,3",
         "acl_runtime": "emulator",
         "pipeline_depth": "1",
+        "execute_timeout_ms": "0",
     }
 
 
@@ -176,11 +173,7 @@ def test_hw_and_dims_warmups_use_the_first_gear() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"acl_runtime": "cuda"}, "acl_runtime"),
-        ({"pipeline_depth": 3}, "pipeline_depth"),
         ({"instances": 0}, "instances"),
-        ({"device_ids": []}, "device_ids"),
-        ({"device_ids": [-1]}, "device_ids"),
         ({"max_queue_delay_us": -5}, "max_queue_delay_us"),
         ({"inputs": [Tensor("x", "FLOAT", (-1, 2))]}, "unknown Triton data type"),
         ({"name": "../escape"}, "plain directory name"),
@@ -290,10 +283,10 @@ def test_scaffold_writes_the_model_directory(tmp_path: Path, om_file: Path) -> N
     assert config.max_batch_size == 4
     assert [list(t.dims) for t in config.output] == [[100, 6], [1]]
     assert config.output[1].data_type == model_config_pb2.TYPE_INT32
-    params = read_parameters(config)
-    assert params["om_sha256"] == hashlib.sha256(om_file.read_bytes()).hexdigest()
-    assert params["device_ids"] == "1,2"
-    assert params["om_file"] == "detector.om"
+    params = ModelParameters.from_config(config)
+    assert params.om_sha256 == hashlib.sha256(om_file.read_bytes()).hexdigest()
+    assert params.device_ids == (1, 2)
+    assert params.om_file == "detector.om"
     assert list(repo.iterdir()) == [model_dir]  # no temporary directories left behind
 
 
@@ -371,7 +364,12 @@ def test_vendor_runtime_copies_the_package(tmp_path: Path, om_file: Path) -> Non
     result = scaffold_declared(om_file, tmp_path / "r", vendor_runtime=True)
     vendored = result.model_dir / "1" / "_ge_vendor" / "ge_python_backend"
     assert result.vendor_dir == vendored.parent
-    for module in ("__init__.py", "config.py", "triton/instance.py", "runtime/session.py"):
+    for module in (
+        "__init__.py",
+        "repository/config.py",
+        "triton/instance.py",
+        "runtime/session.py",
+    ):
         assert (vendored / module).is_file(), module
     assert (vendored / "emulator").is_dir()  # needed for acl_runtime emulator
     assert not list(vendored.rglob("__pycache__"))
@@ -388,7 +386,7 @@ def test_scaffold_reads_the_om(tmp_path: Path, om_dynamic_batch: Path, om_hw: Pa
     assert batch.config.max_batch_size == 8
     assert list(batch.config.dynamic_batching.preferred_batch_size) == [1, 2, 4, 8]
     assert [list(t.dims) for t in batch.config.input] == [[16]]
-    assert read_parameters(batch.config)["acl_runtime"] == "emulator"
+    assert ModelParameters.from_config(batch.config).acl_runtime == "emulator"
     hw = scaffold(om_hw, repo, runtime="emulator", name="conv")
     assert list(hw.config.input[0].dims) == [3, -1, -1]
     assert [list(w.inputs["image"].dims) for w in hw.config.model_warmup] == [[3, 16, 16]]

@@ -9,7 +9,7 @@ from typing import Any
 
 from ge_python_backend.commands.infer_cmd import parse_files, parse_shapes
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ACL_RUNTIMES
+from ge_python_backend.runtime import RUNTIMES
 from ge_python_backend.tools.compare import CompareReport, OutputComparison, Thresholds, compare
 
 DEFAULTS = Thresholds()
@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
     parser.add_argument(
         "--runtime",
-        choices=ACL_RUNTIMES,
+        choices=RUNTIMES,
         default="pyacl",
         help="run the .om with real pyACL or the CPU emulator (default: pyacl)",
     )

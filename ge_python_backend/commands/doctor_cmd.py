@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ACL_RUNTIMES
-from ge_python_backend.runtime import selected_runtime
+from ge_python_backend.runtime import RUNTIMES, selected_runtime
 from ge_python_backend.tools.doctor import FAIL, CheckResult, run_checks
 
 DESCRIPTION = """\
@@ -42,7 +41,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--runtime",
-        choices=ACL_RUNTIMES,
+        choices=RUNTIMES,
         help="the runtime the models will use (default: $GE_PYTHON_BACKEND_ACL, else pyacl)",
     )
     parser.add_argument(

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ACL_RUNTIMES
 from ge_python_backend.repository.scaffold import open_session
+from ge_python_backend.runtime import RUNTIMES
 
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--runtime",
-        choices=ACL_RUNTIMES,
+        choices=RUNTIMES,
         default="pyacl",
         help="open the .om with real pyACL or the CPU emulator (default: pyacl)",
     )

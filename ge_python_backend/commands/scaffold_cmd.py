@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ACL_RUNTIMES, PIPELINE_DEPTHS
+from ge_python_backend.repository.config import PIPELINE_DEPTHS
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.runtime import RUNTIMES
 
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:
@@ -36,16 +37,6 @@ examples:
 """
 
 
-def _device_ids(text: str) -> tuple[int, ...]:
-    try:
-        ids = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected NPU ids like 0,1; got {text!r}") from None
-    if any(device < 0 for device in ids):
-        raise argparse.ArgumentTypeError(f"NPU ids must be >= 0; got {text!r}")
-    return ids
-
-
 def register(subparsers: Any) -> None:
     """Add the `scaffold` subcommand."""
     parser = subparsers.add_parser(
@@ -65,8 +56,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--device-ids",
-        type=_device_ids,
-        default=(0,),
+        default="0",
         metavar="IDS",
         help="comma-separated NPU ids shared round-robin by the instances (default: 0)",
     )
@@ -85,17 +75,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--runtime",
-        choices=ACL_RUNTIMES,
+        choices=RUNTIMES,
         default="pyacl",
         help="pyACL on an NPU, or the CPU emulator (default: pyacl)",
     )
     parser.add_argument(
         "--pipeline-depth",
         type=int,
-        choices=PIPELINE_DEPTHS,
         default=1,
-        help="batches in flight per instance: 2 overlaps copies and execution of consecutive "
-        "batches on two streams, loading the .om twice (default: 1)",
+        help=f"batches in flight per instance, one of {', '.join(map(str, PIPELINE_DEPTHS))}: 2 "
+        "overlaps copies and execution of consecutive batches on two streams, loading the .om "
+        "twice (default: 1)",
     )
     parser.add_argument(
         "--input",

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.repository.config import ACL_RUNTIMES
 from ge_python_backend.repository.validation import validate_repository
+from ge_python_backend.runtime import RUNTIMES
 
 DESCRIPTION = """\
 Check every model of a repository (or only --name): config.pbtxt parses and names its directory,
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--name", help="check only this model")
     parser.add_argument(
         "--runtime",
-        choices=ACL_RUNTIMES,
+        choices=RUNTIMES,
         help="open the .om files with this runtime instead of each config's acl_runtime",
     )
     parser.set_defaults(func=run)

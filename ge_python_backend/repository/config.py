@@ -2,29 +2,31 @@
 
 The config is a `tritonclient.grpc.model_config_pb2.ModelConfig` message, written and parsed with
 `google.protobuf.text_format`; no text is ever assembled by hand. The model settings live in
-`parameters` (all `string_value`): `om_file`, `om_sha256`, `device_ids`, `acl_runtime`,
-`pipeline_depth` (see docs/DESIGN.md, "Triton layer").
+`parameters` (all `string_value`), read and written only through
+`repository.parameters.ModelParameters` (see docs/DESIGN.md, "Triton layer").
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.errors import UserError
 
-ACL_RUNTIMES = ("pyacl", "emulator")
+if TYPE_CHECKING:
+    from ge_python_backend.repository.parameters import ModelParameters
+
 PIPELINE_DEPTHS = (1, 2)  # batches in flight per instance (2: two lanes, see docs/DESIGN.md)
 # Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
 # masks and indices, where random values would be out of range).
 RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")
-REQUIRED_PARAMETERS = ("om_file", "om_sha256", "device_ids", "acl_runtime", "pipeline_depth")
 # Characters a shell interprets in an unquoted word. Triton 2.51's Python backend starts every stub
 # with `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, paths unquoted, so
 # model names and repository paths must not contain any of them.
@@ -130,18 +132,14 @@ def build_model_config(
     inputs: Sequence[TensorLike],
     outputs: Sequence[TensorLike],
     gears: GearsLike,
+    parameters: ModelParameters,
     *,
-    om_file: str,
-    om_sha256: str,
-    device_ids: Sequence[int],
-    acl_runtime: str,
-    pipeline_depth: int,
     instances: int,
     max_batch_size: int | None = None,
     max_queue_delay_us: int = 100,
     warmup: bool = True,
 ) -> ModelConfig:
-    """The Triton config serving an `.om` through `model.py` (see the module docstring).
+    """The Triton config serving an `.om` through `model.py` with `parameters`.
 
     A batched `.om` gets `max_batch_size` = its largest gear (or `max_batch_size` when given: the
     runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
@@ -149,14 +147,8 @@ def build_model_config(
     axis gets `max_batch_size: 0` and one warmup. HW/dims models warm up on their first gear.
     """
     check_model_name(name)
-    if acl_runtime not in ACL_RUNTIMES:
-        raise ConfigError(f"acl_runtime must be one of {ACL_RUNTIMES}, got {acl_runtime!r}")
-    if pipeline_depth not in PIPELINE_DEPTHS:
-        raise ConfigError(f"pipeline_depth must be one of {PIPELINE_DEPTHS}, got {pipeline_depth}")
     if instances < 1:
         raise ConfigError(f"instances must be >= 1, got {instances}")
-    if not device_ids or any(device < 0 for device in device_ids):
-        raise ConfigError(f"device_ids must be NPU ids >= 0, got {list(device_ids)}")
     if max_queue_delay_us < 0:
         raise ConfigError(f"max_queue_delay_us must be >= 0, got {max_queue_delay_us}")
     if gears.batched:
@@ -189,15 +181,7 @@ def build_model_config(
     if batch:
         config.dynamic_batching.max_queue_delay_microseconds = max_queue_delay_us
         config.dynamic_batching.preferred_batch_size.extend(preferred)
-    parameters = {
-        "om_file": om_file,
-        "om_sha256": om_sha256,
-        "device_ids": ",".join(str(device) for device in device_ids),
-        "acl_runtime": acl_runtime,
-        "pipeline_depth": str(pipeline_depth),
-    }
-    for key, value in parameters.items():
-        config.parameters[key].string_value = value
+    parameters.to_config(config)
     if warmup:
         shapes = _gear_dims(inputs, gears)
         for size in preferred if batch else [1]:
@@ -237,8 +221,13 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelConfig:
         raise ConfigError(f"{source}: not a valid Triton model config: {exc}") from None
 
 
+def model_config_from_json(text: str) -> ModelConfig:
+    """The config Triton hands a Python model (`args["model_config"]`, JSON) as a `ModelConfig`."""
+    return json_format.ParseDict(json.loads(text), ModelConfig(), ignore_unknown_fields=True)
+
+
 def read_parameters(config: ModelConfig) -> dict[str, str]:
-    """The `parameters` map of a config as plain strings."""
+    """The `parameters` map of a config as plain strings (typed: `ModelParameters.from_config`)."""
     return {key: value.string_value for key, value in config.parameters.items()}
 
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import ge_python_backend
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.repository.config import (
-    ACL_RUNTIMES,
     GearsLike,
     ModelConfig,
     TensorLike,
@@ -35,6 +34,7 @@ from ge_python_backend.repository.config import (
     config_data_type,
     config_text,
 )
+from ge_python_backend.repository.parameters import ModelParameters, parse_device_ids
 from ge_python_backend.runtime.checksum import file_sha256
 
 if TYPE_CHECKING:
@@ -200,7 +200,9 @@ def _ordinary_permissions(root: Path, dir_mode: int) -> None:
 
 
 def _vendor_package(destination: Path) -> None:
-    """Copy the installed `ge_python_backend` (no bytecode, no templates) to `destination`."""
+    """Copy the installed `ge_python_backend` to `destination`, without bytecode and without the
+    `templates` package an installed wheel holds (model.py is the template; the stub never
+    imports it)."""
     source = Path(ge_python_backend.__file__).parent
     shutil.copytree(
         source,
@@ -216,7 +218,7 @@ def scaffold(
     name: str | None = None,
     version: int = 1,
     instances: int = 1,
-    device_ids: Sequence[int] = (0,),
+    device_ids: Sequence[int] | str = (0,),
     max_batch_size: int | None = None,
     max_queue_delay_us: int = 100,
     runtime: str = "pyacl",
@@ -233,8 +235,10 @@ def scaffold(
     `name` defaults to the `.om` file's stem. The model directory is built next to its final
     place and renamed in, so a failure leaves nothing half-written; an existing directory is
     replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
-    write. `warmup=False` leaves out `model_warmup` (when a warmup request fails,
-    Triton 2.51 sometimes crashes with SIGSEGV instead of marking the model UNAVAILABLE).
+    write. `device_ids`, `runtime` and `pipeline_depth` become the config's parameters
+    (`ModelParameters`: the rules and messages of the model instance). `warmup=False` leaves
+    out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
+    instead of marking the model UNAVAILABLE).
     """
     source = Path(om_path)
     if not source.is_file():
@@ -244,11 +248,17 @@ def scaffold(
             pass
     except OSError as exc:
         raise UserError(f"cannot read .om file {source}: {exc.strerror or exc}") from None
-    if runtime not in ACL_RUNTIMES:
-        raise UserError(f"runtime must be one of {ACL_RUNTIMES}, got {runtime!r}")
     if version < 1:
         raise UserError(f"version must be >= 1, got {version}")
     model_name = check_model_name(name if name is not None else source.stem)
+    sha256 = file_sha256(source)
+    parameters = ModelParameters(
+        om_file=source.name,
+        om_sha256=sha256,
+        device_ids=parse_device_ids(device_ids),
+        acl_runtime=runtime,
+        pipeline_depth=pipeline_depth,
+    )
     specs_in: Sequence[TensorLike]
     specs_out: Sequence[TensorLike]
     gears: GearsLike
@@ -256,17 +266,12 @@ def scaffold(
         specs_in, specs_out, gears = declared_model(inputs or (), outputs or (), max_batch_size)
     else:
         specs_in, specs_out, gears = describe_om(source, runtime)
-    sha256 = file_sha256(source)
     config = build_model_config(
         model_name,
         specs_in,
         specs_out,
         gears,
-        om_file=source.name,
-        om_sha256=sha256,
-        device_ids=device_ids,
-        acl_runtime=runtime,
-        pipeline_depth=pipeline_depth,
+        parameters,
         instances=instances,
         max_batch_size=max_batch_size,
         max_queue_delay_us=max_queue_delay_us,

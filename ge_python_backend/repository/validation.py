@@ -1,9 +1,11 @@
 """Check a model repository written by `scaffold` (`ge-python-model validate`).
 
-Per model: the config parses and names the directory, the parameters are usable, every version
-has `model.py` and the `.om` whose SHA-256 matches `om_sha256`, and the config's inputs and
-outputs fit the `.om` (`config.compare_config_with_session`). Problems make a model invalid;
-notes (the `.om` cannot be opened on this machine, an outdated `model.py`) do not.
+Per model: the config parses and names the directory, the parameters pass
+`ModelParameters.from_config` (the rules the model instance applies), every version has
+`model.py` and the `.om` whose SHA-256 matches `om_sha256`, and the config's inputs and outputs
+fit the `.om` (`config.compare_config_with_session`). Problems make a model invalid; notes (the
+`.om` cannot be opened on this machine, an outdated `model.py`, no `om_sha256`, parameters this
+package does not know) do not.
 """
 
 from __future__ import annotations
@@ -14,16 +16,13 @@ from pathlib import Path
 
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.config import (
-    ACL_RUNTIMES,
-    PIPELINE_DEPTHS,
-    REQUIRED_PARAMETERS,
     ConfigError,
     ModelConfig,
     check_model_name,
     compare_config_with_session,
     load_model_config,
-    read_parameters,
 )
+from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
 from ge_python_backend.repository.scaffold import model_template, open_session
 from ge_python_backend.runtime.checksum import file_sha256
 
@@ -43,23 +42,25 @@ class ModelReport:
         return not self.problems
 
 
-def _check_parameters(params: dict[str, str]) -> list[str]:
-    problems = [f"parameter {key!r} is missing" for key in REQUIRED_PARAMETERS if key not in params]
-    if "acl_runtime" in params and params["acl_runtime"] not in ACL_RUNTIMES:
-        problems.append(f"parameter acl_runtime must be one of {ACL_RUNTIMES}")
-    if "pipeline_depth" in params and params["pipeline_depth"] not in map(str, PIPELINE_DEPTHS):
-        problems.append(f"parameter pipeline_depth must be one of {PIPELINE_DEPTHS}")
-    if "device_ids" in params:
-        parts = params["device_ids"].split(",")
-        if not all(part.strip().isdigit() for part in parts):
-            problems.append(f"parameter device_ids {params['device_ids']!r} must be like '0,1'")
-    return problems
+def _read_parameters(report: ModelReport, config: ModelConfig) -> ModelParameters | None:
+    """The model's parameters, or None after recording why they are unusable."""
+    unknown = unknown_parameters(config)
+    if unknown:
+        report.notes.append(f"parameters not used by ge-python-backend: {', '.join(unknown)}")
+    try:
+        params = ModelParameters.from_config(config)
+    except ConfigError as exc:
+        report.problems.append(str(exc))
+        return None
+    if params.om_sha256 is None:
+        report.notes.append("no om_sha256 parameter: the .om is loaded without a checksum")
+    return params
 
 
 def _check_version(
     report: ModelReport,
     config: ModelConfig,
-    params: dict[str, str],
+    params: ModelParameters | None,
     version_dir: Path,
     runtime: str | None,
 ) -> None:
@@ -69,18 +70,17 @@ def _check_version(
         report.problems.append(prefix + "model.py is missing")
     elif model_py.read_text(encoding="utf-8") != model_template():
         report.notes.append(prefix + "model.py differs from this ge-python-backend's template")
-    om_file = params.get("om_file")
-    if not om_file:
+    if params is None:
         return
-    om_path = version_dir / om_file
+    om_path = version_dir / params.om_file
     if not om_path.is_file():
-        report.problems.append(prefix + f"{om_file} is missing")
+        report.problems.append(prefix + f"{params.om_file} is missing")
         return
-    expected = params.get("om_sha256", "").lower()
-    if expected and file_sha256(om_path) != expected:
-        report.problems.append(prefix + f"{om_file} does not match om_sha256 {expected}")
+    expected = params.om_sha256
+    if expected is not None and file_sha256(om_path) != expected:
+        report.problems.append(prefix + f"{params.om_file} does not match om_sha256 {expected}")
         return
-    chosen = runtime or params.get("acl_runtime") or "pyacl"
+    chosen = runtime or params.acl_runtime or "pyacl"
     try:
         with open_session(om_path, chosen) as session:
             problems = compare_config_with_session(
@@ -106,8 +106,7 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
         )
     if config.backend != "python":
         report.problems.append(f"backend is {config.backend!r}, expected 'python'")
-    params = read_parameters(config)
-    report.problems += _check_parameters(params)
+    params = _read_parameters(report, config)
     versions = sorted(
         (path for path in model_dir.iterdir() if path.is_dir() and path.name.isdigit()),
         key=lambda path: int(path.name),

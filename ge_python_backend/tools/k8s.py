@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import shlex
@@ -23,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ConfigError, load_model_config, read_parameters
+from ge_python_backend.repository.config import ConfigError, load_model_config
+from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.server import ShmSizes, shm_sizes_for_repository
+
+logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DEFAULT_IMAGE = "ge-python-backend:latest"
@@ -72,7 +76,7 @@ class RepositoryModel:
     name: str
     instances: int  # stub processes, each with its own shared-memory region
     device_ids: tuple[int, ...]
-    acl_runtime: str
+    acl_runtime: str | None  # None: $GE_PYTHON_BACKEND_ACL in the pod, else pyacl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,19 +90,20 @@ class Manifests:
 
 
 def repository_models(repository: str | os.PathLike[str]) -> list[RepositoryModel]:
-    """Every model with a readable `config.pbtxt` in `repository`."""
+    """Every model with a readable `config.pbtxt` and valid parameters in `repository` (the
+    others are logged and left out: `ge-python-model validate` explains them)."""
     models = []
     for path in sorted(Path(repository).glob("*/config.pbtxt")):
         try:
             config = load_model_config(path)
-        except ConfigError:
+            params = ModelParameters.from_config(config)
+        except ConfigError as exc:
+            logger.warning("leaving out %s: %s", path.parent.name, exc)
             continue
-        params = read_parameters(config)
         instances = sum(max(group.count, 1) for group in config.instance_group) or 1
-        ids = tuple(int(part) for part in params.get("device_ids", "0").split(",") if part.strip())
         models.append(
             RepositoryModel(
-                config.name or path.parent.name, instances, ids, params.get("acl_runtime", "")
+                config.name or path.parent.name, instances, params.device_ids, params.acl_runtime
             )
         )
     return models
@@ -156,7 +161,7 @@ def repository_warnings(models: Sequence[RepositoryModel], npus: int) -> list[st
     """What in the repository will not work on Ascend nodes with `npus` NPUs per pod."""
     warnings = []
     for model in models:
-        if model.acl_runtime != "pyacl":
+        if model.acl_runtime not in (None, "pyacl"):
             warnings.append(
                 f"model {model.name!r} has acl_runtime {model.acl_runtime!r}: on Ascend nodes "
                 "it must be pyacl (scaffold --runtime pyacl)"

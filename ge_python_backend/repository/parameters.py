@@ -1,0 +1,216 @@
+"""The model settings of a served `.om`: the `config.pbtxt` parameters as a typed value.
+
+Triton hands `model.py` the config's `parameters` map (every value a `string_value`).
+`ModelParameters` is the one place that reads, checks and writes it: scaffold writes it with
+`to_config`, and validate and the model instance read it with `from_config`, so every parameter
+has one rule and one message (see docs/DESIGN.md, "Triton layer").
+
+| parameter | value | when absent |
+|---|---|---|
+| `om_file` | the `.om` file name inside the version directory | refused |
+| `om_sha256` | the `.om` file's SHA-256, 64 hex characters | not checked |
+| `device_ids` | comma-separated NPU ids; instance k uses `device_ids[k % len]` | `0` |
+| `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
+| `pipeline_depth` | batches in flight per instance, `1` or `2` | `1` |
+| `execute_timeout_ms` | reserved for a per-batch timeout; 0 = none (not enforced yet) | `0` |
+
+Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
+backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
+error, but a misspelt name (`pipline_depth`) would silently fall back to the default, so
+`unknown_parameters(config)` names them for the caller to report: validate lists them as a note,
+the model instance logs them as a warning at load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ge_python_backend.repository.config import (
+    PIPELINE_DEPTHS,
+    ConfigError,
+    ModelConfig,
+    read_parameters,
+)
+from ge_python_backend.runtime import ENV_VAR, RUNTIMES
+from ge_python_backend.runtime.checksum import check_digest
+
+# Parameters Triton's Python backend reads itself from a model's config: never warned about.
+TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
+_NUMBER = re.compile(r"[0-9]+")
+
+
+def _shown(value: object) -> str:
+    return "nothing" if value is None else repr(value)
+
+
+def _whole_number(value: object) -> int | None:
+    """`value` as an int >= 0 if it is one (an int, or its decimal text), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return int(value)
+    return None
+
+
+def parse_om_file(value: object) -> str:
+    """A plain file name: the `.om` inside the version directory."""
+    if (
+        not isinstance(value, str)
+        or value.strip() != value
+        or value in ("", ".", "..")
+        or "/" in value
+        or "\\" in value
+    ):
+        raise ConfigError(
+            "parameter om_file must name the .om file inside the version directory (a plain file "
+            f"name such as 'resnet.om'), got {_shown(value)}"
+        )
+    return value
+
+
+def parse_om_sha256(value: object) -> str | None:
+    """None (not checked), or the SHA-256 in lower case."""
+    if value is None:
+        return None
+    try:
+        return check_digest(value)
+    except ValueError:
+        raise ConfigError(
+            "parameter om_sha256 must be the .om file's SHA-256 as 64 hexadecimal characters "
+            f"(or be left out to skip the check), got {_shown(value)}"
+        ) from None
+
+
+def parse_device_ids(value: object) -> tuple[int, ...]:
+    """`"0,1"` or `(0, 1)` -> `(0, 1)`; at least one id, every id >= 0, no empty item."""
+    items: list[object] = []
+    if isinstance(value, str):
+        items = list(value.split(","))
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    ids = [_whole_number(item) for item in items]
+    if not ids or any(device is None for device in ids):
+        raise ConfigError(
+            "parameter device_ids must be comma-separated NPU ids >= 0 such as '0' or '0,1', "
+            f"got {_shown(value)}"
+        )
+    return tuple(device for device in ids if device is not None)
+
+
+def parse_acl_runtime(value: object) -> str | None:
+    """None (the runtime's default), or one of the runtimes."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in RUNTIMES:
+        return value
+    raise ConfigError(
+        f"parameter acl_runtime must be one of {', '.join(RUNTIMES)} (or be left out: "
+        f"${ENV_VAR}, else pyacl), got {_shown(value)}"
+    )
+
+
+def parse_pipeline_depth(value: object) -> int:
+    """One of `PIPELINE_DEPTHS`."""
+    depth = _whole_number(value)
+    if depth not in PIPELINE_DEPTHS:
+        raise ConfigError(
+            "parameter pipeline_depth must be one of "
+            f"{', '.join(map(str, PIPELINE_DEPTHS))}, got {_shown(value)}"
+        )
+    return depth
+
+
+def parse_execute_timeout_ms(value: object) -> int:
+    """Milliseconds >= 0; 0 means no timeout."""
+    timeout = _whole_number(value)
+    if timeout is None:
+        raise ConfigError(
+            "parameter execute_timeout_ms must be a whole number of milliseconds >= 0 "
+            f"(0: no timeout), got {_shown(value)}"
+        )
+    return timeout
+
+
+# The one parser of each parameter: it takes the config text or the typed value alike.
+_PARSERS: dict[str, Callable[[object], Any]] = {
+    "om_file": parse_om_file,
+    "om_sha256": parse_om_sha256,
+    "device_ids": parse_device_ids,
+    "acl_runtime": parse_acl_runtime,
+    "pipeline_depth": parse_pipeline_depth,
+    "execute_timeout_ms": parse_execute_timeout_ms,
+}
+PARAMETER_NAMES = tuple(_PARSERS)
+
+
+def instance_index(instance_name: str) -> int:
+    """Index of an instance within its group: Triton names instances `<group>_<index>`."""
+    suffix = instance_name.rsplit("_", 1)[-1]
+    if not suffix.isdigit():
+        raise ValueError(
+            f"cannot read an instance index from model_instance_name {instance_name!r}"
+        )
+    return int(suffix)
+
+
+def unknown_parameters(config: ModelConfig) -> list[str]:
+    """The config's parameters that are neither ours nor Triton's Python backend's."""
+    known = (*PARAMETER_NAMES, *TRITON_PARAMETERS)
+    return sorted(name for name in config.parameters if name not in known)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParameters:
+    """The settings of a served `.om` (see the module docstring); checked on construction.
+
+    Each field also takes its `config.pbtxt` text (`device_ids="0,1"`), so
+    `ModelParameters(**strings)` and `from_config` apply the same rules.
+    """
+
+    om_file: str
+    om_sha256: str | None = None
+    device_ids: tuple[int, ...] = (0,)
+    acl_runtime: str | None = None
+    pipeline_depth: int = 1
+    execute_timeout_ms: int = 0
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, parse in _PARSERS.items():
+            try:
+                object.__setattr__(self, name, parse(getattr(self, name)))
+            except ConfigError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> ModelParameters:
+        """The parameters of `config` (others are ignored: `unknown_parameters`); ConfigError
+        naming every bad or missing one."""
+        values = read_parameters(config)
+        given = {name: values[name] for name in PARAMETER_NAMES if name in values}
+        return cls(given.pop("om_file", None), **given)  # type: ignore[arg-type]
+
+    def to_config(self, config: ModelConfig) -> None:
+        """Write the parameters into `config` (a None field removes its key)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                if field.name in config.parameters:
+                    del config.parameters[field.name]
+            elif field.name == "device_ids":
+                config.parameters[field.name].string_value = ",".join(map(str, value))
+            else:
+                config.parameters[field.name].string_value = str(value)
+
+    def device_for_instance(self, instance_name: str) -> int:
+        """The NPU of a model instance: instance k of a group uses `device_ids[k % len]`.
+
+        Triton passes device id 0 for KIND_CPU instances, so NPU ids come from the parameters;
+        `instance_name` is Triton's `model_instance_name` (`<group>_<k>`).
+        """
+        return self.device_ids[instance_index(instance_name) % len(self.device_ids)]

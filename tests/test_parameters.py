@@ -1,0 +1,235 @@
+"""`ModelParameters`: the one rule and message of every config.pbtxt parameter, the round trip
+through a `ModelConfig`, and the device of each model instance."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from ge_python_backend.cli import main
+from ge_python_backend.repository.config import ConfigError, load_model_config, write_model_config
+from ge_python_backend.repository.parameters import (
+    ModelParameters,
+    instance_index,
+    unknown_parameters,
+)
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.validation import validate_repository
+
+SHA = "0123456789abcdef" * 4
+
+MESSAGES = {
+    "om_file": "parameter om_file must name the .om file inside the version directory "
+    "(a plain file name such as 'resnet.om'), got ",
+    "om_sha256": "parameter om_sha256 must be the .om file's SHA-256 as 64 hexadecimal "
+    "characters (or be left out to skip the check), got ",
+    "device_ids": "parameter device_ids must be comma-separated NPU ids >= 0 such as '0' or "
+    "'0,1', got ",
+    "acl_runtime": "parameter acl_runtime must be one of pyacl, emulator (or be left out: "
+    "$GE_PYTHON_BACKEND_ACL, else pyacl), got ",
+    "pipeline_depth": "parameter pipeline_depth must be one of 1, 2, got ",
+    "execute_timeout_ms": "parameter execute_timeout_ms must be a whole number of "
+    "milliseconds >= 0 (0: no timeout), got ",
+}
+
+
+def config_with(**parameters: str) -> ModelConfig:
+    config = ModelConfig(name="m")
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    return config
+
+
+def test_defaults_when_only_om_file_is_given() -> None:
+    params = ModelParameters.from_config(config_with(om_file="m.om"))
+    assert params == ModelParameters("m.om", None, (0,), None, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "value"),
+    [
+        ("om_file", "resnet.om", "resnet.om"),
+        ("om_file", "model v2.om", "model v2.om"),
+        ("om_sha256", SHA.upper(), SHA),
+        ("device_ids", "3", (3,)),
+        ("device_ids", "0, 1,3", (0, 1, 3)),
+        ("device_ids", "1,1", (1, 1)),
+        ("acl_runtime", "pyacl", "pyacl"),
+        ("acl_runtime", "emulator", "emulator"),
+        ("pipeline_depth", "1", 1),
+        ("pipeline_depth", "2", 2),
+        ("execute_timeout_ms", "0", 0),
+        ("execute_timeout_ms", "2500", 2500),
+    ],
+)
+def test_accepted_values(name: str, text: str, value: object) -> None:
+    config = config_with(**{"om_file": "m.om", name: text})
+    assert getattr(ModelParameters.from_config(config), name) == value
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("om_file", ""),
+        ("om_file", "../m.om"),
+        ("om_file", "sub/m.om"),
+        ("om_file", "sub\\m.om"),
+        ("om_file", ".."),
+        ("om_file", " m.om"),
+        ("om_sha256", ""),
+        ("om_sha256", "ab" * 31),
+        ("om_sha256", "xy" * 32),
+        ("device_ids", ""),
+        ("device_ids", "0,,1"),
+        ("device_ids", " , "),
+        ("device_ids", "0,-1"),
+        ("device_ids", "npu0"),
+        ("device_ids", "1.5"),
+        ("acl_runtime", ""),
+        ("acl_runtime", "cuda"),
+        ("acl_runtime", "PyACL"),
+        ("pipeline_depth", "0"),
+        ("pipeline_depth", "3"),
+        ("pipeline_depth", "two"),
+        ("execute_timeout_ms", "-1"),
+        ("execute_timeout_ms", "1.5"),
+        ("execute_timeout_ms", ""),
+    ],
+)
+def test_refused_values_name_the_parameter_and_what_is_allowed(name: str, text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ModelParameters.from_config(config_with(**{"om_file": "m.om", name: text}))
+    assert str(caught.value) == MESSAGES[name] + repr(text)
+
+
+def test_missing_om_file_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        ModelParameters.from_config(config_with(device_ids="0"))
+    assert str(caught.value) == MESSAGES["om_file"] + "nothing"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    config = config_with(om_file="m.om", device_ids="0,,1", pipeline_depth="3")
+    with pytest.raises(ConfigError) as caught:
+        ModelParameters.from_config(config)
+    assert str(caught.value) == (
+        MESSAGES["device_ids"] + "'0,,1'; " + MESSAGES["pipeline_depth"] + "'3'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("device_ids", ()),
+        ("device_ids", (-1,)),
+        ("device_ids", (True,)),
+        ("pipeline_depth", 3),
+        ("pipeline_depth", True),
+        ("execute_timeout_ms", -5),
+        ("acl_runtime", "cuda"),
+        ("om_sha256", "ab"),
+    ],
+)
+def test_typed_values_follow_the_same_rules(name: str, value: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ModelParameters("m.om", **{name: value})  # type: ignore[arg-type]
+    assert str(caught.value) == MESSAGES[name] + repr(value)
+
+
+def test_round_trip_through_a_model_config() -> None:
+    params = ModelParameters("resnet.om", SHA, (2, 0, 5), "emulator", 2, 1500)
+    config = ModelConfig(name="resnet")
+    params.to_config(config)
+    assert {key: value.string_value for key, value in config.parameters.items()} == {
+        "om_file": "resnet.om",
+        "om_sha256": SHA,
+        "device_ids": "2,0,5",
+        "acl_runtime": "emulator",
+        "pipeline_depth": "2",
+        "execute_timeout_ms": "1500",
+    }
+    assert ModelParameters.from_config(config) == params
+    defaults = ModelParameters("resnet.om")
+    defaults.to_config(config)  # None fields remove their keys
+    assert "om_sha256" not in config.parameters and "acl_runtime" not in config.parameters
+    assert ModelParameters.from_config(config) == defaults
+
+
+def test_round_trip_through_config_pbtxt(tmp_path: Path) -> None:
+    params = ModelParameters("m.om", SHA, (1,), "pyacl", 2)
+    config = ModelConfig(name="m")
+    params.to_config(config)
+    path = write_model_config(config, tmp_path / "config.pbtxt")
+    assert ModelParameters.from_config(load_model_config(path)) == params
+
+
+def test_other_parameters_are_left_out_and_listed() -> None:
+    config = config_with(om_file="m.om", pipline_depth="2", EXECUTION_ENV_PATH="$$TRITON/env")
+    assert ModelParameters.from_config(config).pipeline_depth == 1
+    assert unknown_parameters(config) == ["pipline_depth"]
+    ModelParameters("m.om", pipeline_depth=2).to_config(config)
+    assert config.parameters["EXECUTION_ENV_PATH"].string_value == "$$TRITON/env"
+    assert sorted(config.parameters) == [
+        "EXECUTION_ENV_PATH",
+        "device_ids",
+        "execute_timeout_ms",
+        "om_file",
+        "pipeline_depth",
+        "pipline_depth",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "index"), [("resnet_0_0", 0), ("resnet_0_3", 3), ("my_model_1_12", 12)]
+)
+def test_instance_index_is_the_last_number_of_the_instance_name(name: str, index: int) -> None:
+    assert instance_index(name) == index
+
+
+def test_instance_index_rejects_names_without_an_index() -> None:
+    with pytest.raises(ValueError, match="model_instance_name 'resnet'"):
+        instance_index("resnet")
+
+
+def test_instances_round_robin_over_device_ids() -> None:
+    params = ModelParameters.from_config(config_with(om_file="m.om", device_ids="0, 1,3"))
+    devices = [params.device_for_instance(f"m_0_{k}") for k in range(5)]
+    assert devices == [0, 1, 3, 0, 1]
+    assert ModelParameters("m.om").device_for_instance("m_0_7") == 0
+
+
+@pytest.mark.usefixtures("clean_acl")  # a Session keeps the emulator initialised
+def test_validate_applies_the_same_rules(tmp_path: Path, om_static: Path) -> None:
+    repo = tmp_path / "models"
+    result = scaffold(om_static, repo, runtime="emulator", name="mlp")
+    config = result.config
+    config.parameters["device_ids"].string_value = "0,,1"
+    config.parameters["pipline_depth"].string_value = "2"
+    del config.parameters["om_sha256"]
+    write_model_config(config, result.config_path)
+    [report] = validate_repository(repo)
+    assert report.problems == [MESSAGES["device_ids"] + "'0,,1'"]
+    assert "parameters not used by ge-python-backend: pipline_depth" in report.notes
+    config.parameters["device_ids"].string_value = "0"
+    write_model_config(config, result.config_path)
+    [report] = validate_repository(repo)
+    assert report.ok
+    assert "no om_sha256 parameter: the .om is loaded without a checksum" in report.notes
+
+
+@pytest.mark.usefixtures("clean_acl")
+def test_scaffold_refuses_bad_parameters_with_the_same_messages(
+    tmp_path: Path, om_static: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "models"
+    with pytest.raises(ConfigError, match=re.escape(MESSAGES["pipeline_depth"] + "3")):
+        scaffold(om_static, repo, runtime="emulator", pipeline_depth=3)
+    with pytest.raises(ConfigError, match=re.escape(MESSAGES["acl_runtime"] + "'cuda'")):
+        scaffold(om_static, repo, runtime="cuda")
+    code = main(["scaffold", str(om_static), "-r", str(repo), "--device-ids", "0,,1"])
+    assert code == 2
+    assert MESSAGES["device_ids"] + "'0,,1'" in capsys.readouterr().err
+    assert not repo.exists() or not any(repo.iterdir())
