@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -29,6 +30,10 @@ from ge_python_backend.cli import main
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import find_server, server_environment, shm_sizes_for_repository
 from ge_python_backend.tools.k8s import (
+    EXIT_TIMEOUT_SECONDS,
+    GRACE_PERIOD_SECONDS,
+    PRESTOP_SLEEP_SECONDS,
+    QUEUE_METRIC,
     SHM_MIN_BYTES,
     K8sOptions,
     build_manifests,
@@ -83,16 +88,19 @@ def test_manifests_pass_the_kubernetes_schemas(repository: Path) -> None:
             ready_model="mlp",
         ),
     )
-    deployment, service, monitor = documents_of(to_yaml(manifests.documents))
-    assert [deployment, service, monitor] == manifests.documents  # the YAML is faithful
+    deployment, service, monitor, autoscaler = documents_of(to_yaml(manifests.documents))
+    assert [deployment, service, monitor, autoscaler] == manifests.documents  # faithful YAML
     validate_core(deployment)
     validate_core(service)
     validate_service_monitor(monitor)
+    validate_core(autoscaler)
     assert manifests.warnings == []
 
 
 def test_validators_reject_broken_manifests(repository: Path) -> None:
-    deployment, service, monitor = build_manifests(repository, K8sOptions(name="m")).documents
+    deployment, service, monitor, autoscaler = build_manifests(
+        repository, K8sOptions(name="m")
+    ).documents
     typo = copy.deepcopy(deployment)
     container = typo["spec"]["template"]["spec"]["containers"][0]
     container["readinesProbe"] = container.pop("readinessProbe")
@@ -110,17 +118,21 @@ def test_validators_reject_broken_manifests(repository: Path) -> None:
     bad_interval["spec"]["endpoints"][0]["interval"] = "15 seconds"
     with pytest.raises(ValueError, match="interval"):
         validate_service_monitor(bad_interval)
+    no_target = copy.deepcopy(autoscaler)
+    del no_target["spec"]["metrics"][0]["pods"]["target"]
+    with pytest.raises(kubernetes_validate.ValidationError, match="target"):
+        validate_core(no_target)
 
 
 def test_deployment_contents(repository: Path) -> None:
     manifests = build_manifests(repository, K8sOptions(name="mlp", npus=2))
-    deployment, service, monitor = manifests.documents
+    deployment, service, monitor, _ = manifests.documents
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"huawei.com/Ascend910": 2}
     assert container["resources"]["requests"] == {"huawei.com/Ascend910": 2}
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/live"
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
@@ -154,6 +166,62 @@ def test_options_change_volumes_and_command(repository: Path) -> None:
     validate_core(deployment)
 
 
+def test_liveness_probe_runs_an_inference_on_every_model(repository: Path) -> None:
+    deployment = build_manifests(repository, K8sOptions(name="m")).documents[0]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    liveness = container["livenessProbe"]
+    shell, dash_c, script = liveness["exec"]["command"]
+    assert (shell, dash_c) == ("/bin/sh", "-c")
+    probes = [shlex.split(part) for part in script.split(" && ")]
+    assert [args[args.index("--model") + 1] for args in probes] == ["conv", "mlp"]
+    assert probes[0][:4] == ["ge-python-model", "probe", "--url", "127.0.0.1:8000"]
+    timeout = int(probes[0][probes[0].index("--timeout") + 1])
+    assert liveness["timeoutSeconds"] > 2 * timeout  # both probes, each with Python's start
+    one = build_manifests(repository, K8sOptions(name="m", live_models=("mlp",))).documents[0]
+    command = one["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
+    assert command[:2] == ["ge-python-model", "probe"] and "mlp" in command
+
+
+def test_graceful_drain_fits_in_the_grace_period(repository: Path) -> None:
+    deployment = build_manifests(repository, K8sOptions(name="m")).documents[0]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [
+        "sleep",
+        str(PRESTOP_SLEEP_SECONDS),
+    ]
+    args = shlex.split(container["command"][2].split(" && exec ", 1)[1])
+    assert f"--exit-timeout-secs={EXIT_TIMEOUT_SECONDS}" in args
+    assert "--strict-readiness=true" in args
+    assert pod["terminationGracePeriodSeconds"] == GRACE_PERIOD_SECONDS
+    assert GRACE_PERIOD_SECONDS > PRESTOP_SLEEP_SECONDS + EXIT_TIMEOUT_SECONDS
+
+
+def test_autoscaler_scales_the_deployment_on_queue_time(repository: Path) -> None:
+    options = K8sOptions(name="m", replicas=2, max_replicas=6, scale_queue_ms=20, namespace="ns")
+    deployment, _, _, autoscaler = build_manifests(repository, options).documents
+    assert autoscaler["metadata"]["namespace"] == "ns"
+    spec = autoscaler["spec"]
+    assert spec["scaleTargetRef"] == {
+        "apiVersion": deployment["apiVersion"],
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 6)
+    assert spec["metrics"] == [
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": QUEUE_METRIC},
+                "target": {"type": "AverageValue", "averageValue": "20000"},
+            },
+        }
+    ]
+    validate_core(autoscaler)
+    none = build_manifests(repository, K8sOptions(name="m", replicas=0)).documents
+    assert [doc["kind"] for doc in none] == ["Deployment", "Service", "ServiceMonitor"]
+
+
 def test_repository_warnings(tmp_path: Path, om_dynamic_batch: Path) -> None:
     repo = tmp_path / "models"
     scaffold(om_dynamic_batch, repo, name="mlp", runtime="emulator", device_ids=(0, 3))
@@ -168,12 +236,14 @@ def test_cli_prints_valid_yaml(repository: Path, capsys: pytest.CaptureFixture[s
     )
     captured = capsys.readouterr()
     assert code == 0 and captured.err == ""
-    deployment, service, monitor = documents_of(captured.out)
+    deployment, service, monitor, autoscaler = documents_of(captured.out)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"a": "b"}
+    assert autoscaler["spec"]["maxReplicas"] == 4
     validate_core(deployment)
     validate_core(service)
     validate_service_monitor(monitor)
+    validate_core(autoscaler)
 
 
 def test_cli_user_mistakes_exit_2(
@@ -184,6 +254,12 @@ def test_cli_user_mistakes_exit_2(
     assert main(["k8s", str(repository), "--name", "m", "--npu-resource", "Ascend910"]) == 2
     assert "extended resource" in capsys.readouterr().err
     assert main(["k8s", str(repository), "--name", "m", "--ready-model", "nope"]) == 2
+    assert main(["k8s", str(repository), "--name", "m", "--live-model", "nope"]) == 2
+    assert "--live-model nope: not a model" in capsys.readouterr().err
+    assert (
+        main(["k8s", str(repository), "--name", "m", "--replicas", "3", "--max-replicas", "2"]) == 2
+    )
+    assert "--max-replicas must be >= --replicas" in capsys.readouterr().err
     assert main(["k8s", str(tmp_path / "missing"), "--name", "m"]) == 2
     (tmp_path / "empty").mkdir()
     assert main(["k8s", str(tmp_path / "empty"), "--name", "m"]) == 2
@@ -223,6 +299,18 @@ def test_the_pod_command_line_serves_the_repository(repository: Path, tmp_path: 
             time.sleep(0.2)
         for model in ("mlp", "conv"):
             assert ready(f"http://127.0.0.1:{http}/v2/models/{model}/ready")
+        liveness = deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
+        script = liveness["exec"]["command"][2].replace("127.0.0.1:8000", f"127.0.0.1:{http}")
+        path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+        probe = subprocess.run(
+            ["/bin/sh", "-c", script],
+            env={**os.environ, "PATH": path},
+            capture_output=True,
+            text=True,
+            timeout=liveness["timeoutSeconds"],
+        )
+        assert probe.returncode == 0, probe.stderr
+        assert probe.stdout.count("ok: model") == 2
     finally:
         process.send_signal(signal.SIGINT)
         try:

@@ -13,6 +13,7 @@ from ge_python_backend.tools.k8s import (
     DEFAULT_DRIVER_PATH,
     DEFAULT_IMAGE,
     DEFAULT_NPU_RESOURCE,
+    DEFAULT_SCALE_QUEUE_MS,
     MIB,
     MODELS_PATH,
     K8sOptions,
@@ -23,8 +24,12 @@ from ge_python_backend.tools.k8s import (
 DESCRIPTION = f"""\
 Print YAML for serving repository R on Ascend nodes: a Deployment running tritonserver with the
 Python backend (NPUs requested from the Ascend device plugin, a memory-backed /dev/shm sized for
-R's models, probes on Triton's health endpoints), a Service for HTTP 8000, gRPC 8001 and metrics
-8002, and a Prometheus-operator ServiceMonitor for the metrics port.
+R's models, startup and strict readiness probes on Triton's health endpoints, a livenessProbe
+running `ge-python-model probe`, a real inference per model, so a hung NPU restarts the pod, and
+a graceful drain: preStop, then Triton's --exit-timeout-secs within the pod's grace period), a
+Service for HTTP 8000, gRPC 8001 and metrics 8002, a Prometheus-operator ServiceMonitor for the
+metrics port, and a HorizontalPodAutoscaler on each pod's average queue time per request (a custom
+metric served by Prometheus Adapter; docs/DEPLOYING.md has its rule).
 
 R is read here to size /dev/shm and the Python backend's shared memory; the pod mounts the same
 repository at {MODELS_PATH} from a PersistentVolumeClaim (default <name>-models) or --host-path.
@@ -49,7 +54,7 @@ def register(subparsers: Any) -> None:
     """Add the `k8s` subcommand."""
     parser = subparsers.add_parser(
         "k8s",
-        help="print Kubernetes manifests (Deployment, Service, ServiceMonitor) for Ascend nodes",
+        help="print Kubernetes manifests (Deployment, Service, ServiceMonitor, autoscaler)",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -82,6 +87,25 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--ready-model", metavar="MODEL", help="readiness on this model instead of the server"
+    )
+    parser.add_argument(
+        "--live-model",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="the liveness probe infers on this model (repeatable; default: every model)",
+    )
+    parser.add_argument(
+        "--max-replicas",
+        type=int,
+        help="the autoscaler's ceiling (default: twice --replicas, at least 2)",
+    )
+    parser.add_argument(
+        "--scale-queue-ms",
+        type=float,
+        default=DEFAULT_SCALE_QUEUE_MS,
+        help="scale out when the pods' average queue time per request exceeds this "
+        f"(default: {DEFAULT_SCALE_QUEUE_MS:g})",
     )
     parser.add_argument(
         "--node-selector",
@@ -119,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
         cann_env=args.cann_env,
         driver_path=args.driver_path,
         ready_model=args.ready_model,
+        live_models=tuple(args.live_model),
+        max_replicas=args.max_replicas,
+        scale_queue_ms=args.scale_queue_ms,
         node_selector=dict(args.node_selector),
         monitor_labels=dict(args.monitor_label),
     )

@@ -1,9 +1,15 @@
 """Kubernetes manifests serving a model repository on Ascend nodes (`ge-python-model k8s`).
 
-Three documents: a Deployment running `tritonserver` with the Python backend (NPUs requested
+Four documents: a Deployment running `tritonserver` with the Python backend (NPUs requested
 through the Ascend device plugin's extended resource, a memory-backed `/dev/shm` sized for the
-repository's models, startup/readiness/liveness probes on Triton's health endpoints), a Service
-for HTTP, gRPC and metrics, and a Prometheus-operator ServiceMonitor for the metrics port.
+repository's models, startup and readiness probes on Triton's health endpoints, an exec
+livenessProbe running `ge-python-model probe`: a real inference per model, so a hung NPU gets its
+pod restarted, and a graceful drain: preStop sleep, then Triton's `--exit-timeout-secs`, inside
+`terminationGracePeriodSeconds`), a Service for HTTP, gRPC and metrics, a Prometheus-operator
+ServiceMonitor for the metrics port, and an autoscaling/v2 HorizontalPodAutoscaler on the average
+queue time per request of each pod (Triton's `nv_inference_queue_duration_us` and
+`nv_inference_request_success`, served as the custom metric `QUEUE_METRIC` by Prometheus Adapter:
+docs/DEPLOYING.md has the adapter rule).
 
 The server command line is the one `ge_python_backend.server.TritonServer` runs, with two
 differences that matter inside a pod: it listens on 0.0.0.0 (on loopback, the kubelet's probes and
@@ -37,9 +43,22 @@ DEFAULT_CANN_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 DEFAULT_DRIVER_PATH = "/usr/local/Ascend/driver"
 MODELS_PATH = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-# Triton waits this long for in-flight requests on SIGTERM; the pod's grace period is longer.
+# Drain: the preStop sleep lets the Service stop routing to the pod before Triton gets SIGTERM;
+# Triton then answers the requests in flight for up to EXIT_TIMEOUT_SECONDS and unloads the
+# models. The grace period covers all of it (the kubelet kills the pod when it ends).
+PRESTOP_SLEEP_SECONDS = 10
 EXIT_TIMEOUT_SECONDS = 25
-GRACE_PERIOD_SECONDS = 40
+GRACE_PERIOD_SECONDS = PRESTOP_SLEEP_SECONDS + EXIT_TIMEOUT_SECONDS + 15
+# Liveness: `ge-python-model probe` per model, each within PROBE_TIMEOUT_SECONDS (plus Python's
+# start); a pod failing LIVENESS_FAILURES probes in a row, LIVENESS_PERIOD_SECONDS apart, restarts.
+PROBE_TIMEOUT_SECONDS = 10
+PROBE_START_SECONDS = 5
+LIVENESS_PERIOD_SECONDS = 30
+LIVENESS_FAILURES = 3
+# Autoscaling: the custom per-pod metric Prometheus Adapter serves (average queue time per
+# request, microseconds) and the default target.
+QUEUE_METRIC = "triton_queue_us_per_request"
+DEFAULT_SCALE_QUEUE_MS = 50.0
 # /dev/shm beyond the Python backend's regions (Triton's own use, a process restarting), and a
 # floor: a memory-backed emptyDir only takes the memory that is written to it.
 SHM_HEADROOM_BYTES = 64 * MIB
@@ -65,6 +84,9 @@ class K8sOptions:
     cann_env: str = DEFAULT_CANN_ENV  # sourced before tritonserver; "" when the image sets it
     driver_path: str = DEFAULT_DRIVER_PATH  # host NPU driver mounted read-only; "" to skip
     ready_model: str | None = None  # readiness on this model's endpoint instead of the server's
+    live_models: tuple[str, ...] = ()  # models the liveness probe runs; () = every model
+    max_replicas: int | None = None  # the autoscaler's ceiling; None: twice the replicas (>= 2)
+    scale_queue_ms: float = DEFAULT_SCALE_QUEUE_MS  # scale out beyond this queue time / request
     node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
     monitor_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -153,8 +175,16 @@ def _check_options(options: K8sOptions, models: Sequence[RepositoryModel]) -> No
         raise UserError("--npus must be >= 1 and --replicas >= 0")
     if options.pvc and options.host_path:
         raise UserError("give either --pvc or --host-path, not both")
-    if options.ready_model is not None and options.ready_model not in {m.name for m in models}:
+    names = {m.name for m in models}
+    if options.ready_model is not None and options.ready_model not in names:
         raise UserError(f"--ready-model {options.ready_model!r} is not a model of the repository")
+    unknown = sorted(set(options.live_models) - names)
+    if unknown:
+        raise UserError(f"--live-model {', '.join(unknown)}: not a model of the repository")
+    if options.max_replicas is not None and options.max_replicas < max(options.replicas, 1):
+        raise UserError("--max-replicas must be >= --replicas and >= 1")
+    if not options.scale_queue_ms > 0:
+        raise UserError(f"--scale-queue-ms must be > 0, got {options.scale_queue_ms}")
 
 
 def repository_warnings(models: Sequence[RepositoryModel], npus: int) -> list[str]:
@@ -185,7 +215,35 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(options: K8sOptions, sizes: ShmSizes) -> dict[str, Any]:
+def liveness_probe(models: Sequence[str]) -> dict[str, Any]:
+    """The exec livenessProbe: `ge-python-model probe` on each model in turn (a real inference,
+    which Triton's health endpoints do not make)."""
+    commands = [
+        [
+            "ge-python-model",
+            "probe",
+            "--url",
+            f"127.0.0.1:{PORTS['http']}",
+            "--model",
+            model,
+            "--timeout",
+            str(PROBE_TIMEOUT_SECONDS),
+        ]
+        for model in models
+    ]
+    if len(commands) == 1:
+        command = commands[0]
+    else:
+        command = ["/bin/sh", "-c", " && ".join(shlex.join(c) for c in commands)]
+    return {
+        "exec": {"command": command},
+        "periodSeconds": LIVENESS_PERIOD_SECONDS,
+        "timeoutSeconds": len(commands) * (PROBE_TIMEOUT_SECONDS + PROBE_START_SECONDS),
+        "failureThreshold": LIVENESS_FAILURES,
+    }
+
+
+def _container(options: K8sOptions, sizes: ShmSizes, models: Sequence[str]) -> dict[str, Any]:
     server = shlex.join(tritonserver_args(sizes))
     if options.cann_env:
         command = ["/bin/bash", "-c", f"source {shlex.quote(options.cann_env)} && exec {server}"]
@@ -212,7 +270,8 @@ def _container(options: K8sOptions, sizes: ShmSizes) -> dict[str, Any]:
         # Model loading (and warmup) happens before Triton answers at all.
         "startupProbe": _probe("/v2/health/live", 5, 120),
         "readinessProbe": _probe(ready_path, 5, 3),
-        "livenessProbe": _probe("/v2/health/live", 10, 3),
+        "livenessProbe": liveness_probe(models),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}},
         "volumeMounts": mounts,
     }
 
@@ -240,6 +299,7 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     if not models:
         raise UserError(f"no */config.pbtxt in {repository}: scaffold a model into it first")
     _check_options(options, models)
+    names = {model.name for model in models}
     sizes = shm_sizes_for_repository(repository)
     shm_bytes = shm_limit_bytes(models, sizes)
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton"}
@@ -252,7 +312,7 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
 
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": GRACE_PERIOD_SECONDS,
-        "containers": [_container(options, sizes)],
+        "containers": [_container(options, sizes, options.live_models or sorted(names))],
         "volumes": _volumes(options, shm_bytes),
     }
     if options.node_selector:
@@ -288,12 +348,44 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}],
         },
     }
+    documents = [deployment, service, monitor]
+    if options.replicas:
+        documents.append(autoscaler(options, metadata({})))
     return Manifests(
-        [deployment, service, monitor],
+        documents,
         repository_warnings(models, options.npus),
         sizes,
         shm_bytes,
     )
+
+
+def autoscaler(options: K8sOptions, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """An autoscaling/v2 HorizontalPodAutoscaler of the Deployment on the pods' average queue time
+    per request (`QUEUE_METRIC`, from Prometheus Adapter), between `replicas` and
+    `max_replicas`."""
+    ceiling = options.max_replicas or max(2 * options.replicas, 2)
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": dict(metadata),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.name},
+            "minReplicas": options.replicas,
+            "maxReplicas": ceiling,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": QUEUE_METRIC},
+                        "target": {
+                            "type": "AverageValue",
+                            "averageValue": str(round(options.scale_queue_ms * 1000)),
+                        },
+                    },
+                }
+            ],
+        },
+    }
 
 
 _PLAIN = re.compile(r"[A-Za-z_/.][A-Za-z0-9_./-]*\Z")

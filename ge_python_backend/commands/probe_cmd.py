@@ -1,0 +1,57 @@
+"""`ge-python-model probe`: one real inference as a liveness check (exit 0 on a good answer)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, PROTOCOLS, probe
+
+DESCRIPTION = """\
+Check that a served model really answers: read its config from the server, send one request of
+zeros shaped from it (batch 1, the first gear of HW/dims gear models, 1 for other dynamic axes)
+and exit 0 only when every output arrives within --timeout with the configured data type and
+shape. Otherwise print what failed to stderr and exit 1. Triton's own health endpoints stay
+healthy while an NPU hangs; this is the check that notices (the Kubernetes livenessProbe that
+`ge-python-model k8s` writes runs it).
+
+examples:
+  ge-python-model probe --url 127.0.0.1:8000 --model resnet
+  ge-python-model probe --url 127.0.0.1:8001 --protocol grpc --model resnet --timeout 5
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `probe` subcommand."""
+    parser = subparsers.add_parser(
+        "probe",
+        help="liveness check: one real inference; exit 0 only on a well-formed answer in time",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--url", required=True, metavar="HOST:PORT", help="the server's HTTP or gRPC endpoint"
+    )
+    parser.add_argument("--model", required=True, help="model name")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="http", help="(default: http)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds for reading the config and the inference together "
+        f"(default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Probe once: the result on stdout (0) or stderr (1)."""
+    url = args.url.removeprefix("http://")
+    result = probe(url, args.model, protocol=args.protocol, timeout=args.timeout)
+    if result.ok:
+        print(f"ok: {result.message}")
+        return 0
+    print(f"ge-python-model probe: FAILED: {result.message}", file=sys.stderr)
+    return 1
