@@ -72,6 +72,15 @@ class StandInUtils(ModuleType):
         def Metric(self, labels: Mapping[str, str]) -> Any:  # noqa: N802 (Triton's name)
             return StandInUtils.Metric()
 
+    class Logger:
+        """Triton's log: the stand-in prints nothing."""
+
+        @staticmethod
+        def log_info(message: str) -> None:
+            pass
+
+        log_warn = log_error = log_verbose = log_info
+
     class Metric:
         def __init__(self) -> None:
             self.value = 0.0

@@ -300,6 +300,22 @@ def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
                     expected = reference(om_dynamic_batch, {"x": x})["y"]
                     np.testing.assert_allclose(result.as_numpy("y"), expected, rtol=1e-5, atol=1e-6)
     _assert_nothing_live(stats_dir)
+    # Triton's own log tells the operator what was loaded and which batches failed, and why.
+    log = (tmp_path / "triton.log").read_text()
+    for depth in (1, 2):
+        load_line = next(line for line in log.splitlines() if f"'depth{depth}' version 1" in line)
+        assert load_line.startswith("I") and "mlp_batch.om (sha256 " in load_line
+        assert "on device 0, runtime emulator, batch gears 1,2,4,8" in load_line
+        assert f"pipeline depth {depth}" in load_line
+        warnings = [
+            line
+            for line in log.splitlines()
+            if line.startswith("W")
+            and f"'depth{depth}' version 1: a batch of 1 request(s) failed" in line
+        ]
+        assert len(warnings) == 2, warnings
+        assert "ACL error 507011 ACL_ERROR_RT_MODEL_EXECUTE" in warnings[0]
+        assert "execute_async" in warnings[0] and "synchronize_stream" in warnings[1]
 
 
 @pytest.mark.parametrize("depth", [1, 2])

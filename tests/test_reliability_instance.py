@@ -76,9 +76,32 @@ class FakeMetricFamily:
         self.Metric = FakeMetric
 
 
+class FakeLogger:
+    """pb_utils.Logger: what would reach Triton's log, as (level, message)."""
+
+    lines: list[tuple[str, str]] = []
+
+    @classmethod
+    def log_info(cls, message: str) -> None:
+        cls.lines.append(("INFO", message))
+
+    @classmethod
+    def log_warn(cls, message: str) -> None:
+        cls.lines.append(("WARNING", message))
+
+    @classmethod
+    def log_error(cls, message: str) -> None:
+        cls.lines.append(("ERROR", message))
+
+    @classmethod
+    def log_verbose(cls, message: str) -> None:
+        cls.lines.append(("VERBOSE", message))
+
+
 class FakePbUtils:
     """The parts of `triton_python_backend_utils` that ModelInstance uses."""
 
+    Logger = FakeLogger
     TritonError = FakeTritonError
     InferenceResponse = FakeResponse
     MetricFamily = FakeMetricFamily

@@ -2,12 +2,18 @@
 
 `model_templates/model.py` delegates to `ModelInstance`; `pb_utils` (Triton's
 `triton_python_backend_utils`) is passed in because it only exists inside the Python backend stub.
+
+One path for every pipeline depth: each request is validated alone (a bad one is answered with
+INVALID_ARG and fails alone), the good ones are submitted to the session together, and their
+responses are built from the batch's result. At depth 1 `execute` waits for the batch and returns
+the responses; at depth 2 it returns `None` at once and a completion thread answers through each
+request's response sender, so Triton hands over the next batch while this one runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import queue
 import threading
 from pathlib import Path
@@ -16,12 +22,10 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.repository.config import (
-    PIPELINE_DEPTHS,
-    compare_config_with_session,
-    read_parameters,
-)
-from ge_python_backend.runtime import AclError, InputError, Session
+from ge_python_backend.repository.config import compare_config_with_session
+from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.runtime import AclError, InputError, PendingBatch, Session
+from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
 from ge_python_backend.triton.requests import (
     ParsedRequest,
@@ -30,70 +34,60 @@ from ge_python_backend.triton.requests import (
     parse_request,
 )
 
-
-def instance_index(instance_name: str) -> int:
-    """Index of an instance within its group: Triton names instances `<group>_<index>`."""
-    suffix = instance_name.rsplit("_", 1)[-1]
-    if not suffix.isdigit():
-        raise ValueError(
-            f"cannot read an instance index from model_instance_name {instance_name!r}"
-        )
-    return int(suffix)
-
-
-def pick_device(device_ids: str, instance_name: str) -> int:
-    """Instance k of a group uses device_ids[k % len(device_ids)].
-
-    Triton passes device id 0 for KIND_CPU instances, so NPU ids come from the model parameters.
-    """
-    ids = [int(part) for part in device_ids.split(",") if part.strip()]
-    if not ids:
-        raise ValueError(f"parameter device_ids must list NPU ids, e.g. '0,1'; got {device_ids!r}")
-    return ids[instance_index(instance_name) % len(ids)]
+logger = logging.getLogger(__name__)
 
 
 class ModelInstance:
     """Loads the `.om` for one instance, checks the config against it and serves requests."""
 
     def __init__(self, args: dict[str, str], pb_utils: Any) -> None:
+        forward_to_triton(pb_utils)
         self._pb_utils = pb_utils
+        self._name = f"{args['model_name']!r} version {args['model_version']}"
         config = json_format.ParseDict(
             json.loads(args["model_config"]),
             model_config_pb2.ModelConfig(),
             ignore_unknown_fields=True,
         )
-        params = read_parameters(config)
         try:
-            om_path = Path(args["model_repository"]) / args["model_version"] / params["om_file"]
-            device_id = pick_device(params.get("device_ids", "0"), args["model_instance_name"])
-            depth = params.get("pipeline_depth", "1")
-            if depth not in map(str, PIPELINE_DEPTHS):
-                raise ValueError(f"pipeline_depth must be one of {PIPELINE_DEPTHS}, got {depth!r}")
-        except (KeyError, ValueError) as exc:
-            raise pb_utils.TritonModelException(
-                f"model {args['model_name']!r}: bad config.pbtxt parameters: {exc}"
-            ) from exc
+            params = ModelParameters.from_config(config)
+            device_id = params.device_for_instance(args["model_instance_name"])
+        except ValueError as exc:
+            raise self._load_error(f"bad config.pbtxt parameters: {exc}") from exc
+        om_path = Path(args["model_repository"]) / args["model_version"] / params.om_file
         try:
             self.session = Session(
                 om_path,
                 device_id=device_id,
-                runtime=params.get("acl_runtime"),
-                sha256=params.get("om_sha256") or None,
-                pipeline_depth=int(depth),
+                runtime=params.acl_runtime,
+                sha256=params.om_sha256,
+                pipeline_depth=params.pipeline_depth,
+                execute_timeout_ms=params.execute_timeout_ms,
             )
         except Exception as exc:
-            raise pb_utils.TritonModelException(
-                f"model {args['model_name']!r}: cannot load {om_path}: {exc}"
-            ) from exc
+            raise self._load_error(f"cannot load {om_path}: {exc}") from exc
         problems = compare_config_with_session(
             config, self.session.inputs, self.session.outputs, self.session.gears
         )
         if problems:
             self.session.close()
-            raise pb_utils.TritonModelException(
-                f"model {args['model_name']!r}: config.pbtxt does not match {om_path.name}: "
-                + "; ".join(problems)
+            raise self._load_error(
+                f"config.pbtxt does not match {om_path.name}: " + "; ".join(problems)
             )
+        gears = self.session.gears
+        logger.info(
+            "model %s instance %s: %s (sha256 %s) on device %d, runtime %s, %s gears %s, "
+            "pipeline depth %d",
+            self._name,
+            args["model_instance_name"],
+            om_path.name,
+            params.om_sha256[:12] if params.om_sha256 else "not checked",
+            device_id,
+            self.session.runtime,
+            gears.kind,
+            _gear_text(self.session),
+            params.pipeline_depth,
+        )
         self._output_names = tuple(spec.name for spec in self.session.outputs)
         labels = {
             "model": args["model_name"],
@@ -103,9 +97,9 @@ class ModelInstance:
         self._metrics = MetricsPublisher(pb_utils, labels, self.session.counters)
         self._completions: queue.Queue[Any] | None = None
         self._completer: threading.Thread | None = None
-        if int(depth) > 1:
+        if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
-            self._completions = queue.Queue(maxsize=int(depth))
+            self._completions = queue.Queue(maxsize=params.pipeline_depth)
             self._completer = threading.Thread(
                 target=self._complete, name="ge-completions", daemon=True
             )
@@ -114,14 +108,11 @@ class ModelInstance:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Validate each request alone, run the good ones together, answer every request.
 
-        At pipeline depth 2 the batch is submitted and `None` returned: responses go out through
-        each request's response sender from the completion thread when the batch completes.
+        Depth 1: returns the responses. Depth 2: returns `None`; the responses go out through
+        the requests' response senders when the batch completes.
         """
-        if self._completions is not None:
-            self._submit(requests)
-            if self._metrics.due():
-                self._metrics.flush(self.session.counters)
-            return None
+        inline = self._completions is None
+        senders = [None if inline else request.get_response_sender() for request in requests]
         responses: list[Any] = [None] * len(requests)
         accepted: list[ParsedRequest] = []
         for index, request in enumerate(requests):
@@ -132,82 +123,112 @@ class ModelInstance:
                 responses[index] = error_response(self._pb_utils, str(exc), "INVALID_ARG")
             else:
                 accepted.append(parsed)
+        pending = None
         if accepted:
-            self._run(accepted, responses)
+            try:
+                pending = self.session.submit([parsed.feeds for parsed in accepted])
+            except Exception as exc:  # not expected after validation; never leave one hanging
+                logger.exception("model %s: submitting a batch", self._name)
+                for parsed in accepted:
+                    responses[parsed.index] = error_response(self._pb_utils, str(exc), "INTERNAL")
+        if inline:
+            if pending is not None:
+                for parsed, response in self._answers(pending, accepted):
+                    responses[parsed.index] = response
+        else:
+            for sender, response in zip(senders, responses):
+                if response is not None:
+                    self._send(sender, response)
+            if pending is not None:
+                assert self._completions is not None
+                batch = [(parsed, senders[parsed.index]) for parsed in accepted]
+                self._completions.put((pending, batch))  # blocks while the queue is full
         if self._metrics.due():
             self._metrics.flush(self.session.counters)
-        return responses
+        return responses if inline else None
 
-    def _run(self, accepted: list[ParsedRequest], responses: list[Any]) -> None:
-        try:
-            results = self.session.infer_many([parsed.feeds for parsed in accepted])
-        except AclError as exc:
-            for parsed in accepted:
-                responses[parsed.index] = error_response(self._pb_utils, str(exc), "INTERNAL")
-            return
-        for parsed, outputs in zip(accepted, results):
-            responses[parsed.index] = build_response(
-                self._pb_utils, outputs, parsed.requested_outputs
-            )
-
-    def _submit(self, requests: list[Any]) -> None:
-        """Depth 2: answer bad requests now, queue the good ones on the next lane."""
+    def _answers(
+        self, pending: PendingBatch, accepted: list[ParsedRequest]
+    ) -> list[tuple[ParsedRequest, Any]]:
+        """Each accepted request with its response: its outputs, or the batch's failure."""
         pb_utils = self._pb_utils
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        accepted: list[tuple[ParsedRequest, Any]] = []
-        for index, request in enumerate(requests):
-            sender = request.get_response_sender()
-            try:
-                parsed = parse_request(request, index, self._output_names)
-                self.session.validate(parsed.feeds)
-            except InputError as exc:
-                sender.send(error_response(pb_utils, str(exc), "INVALID_ARG"), flags=final)
-            else:
-                accepted.append((parsed, sender))
-        if not accepted:
-            return
-        assert self._completions is not None
         try:
-            pending = self.session.submit([parsed.feeds for parsed, _ in accepted])
-        except Exception as exc:  # not expected after validation; never leave a request hanging
-            for _, sender in accepted:
-                sender.send(error_response(pb_utils, str(exc), "INTERNAL"), flags=final)
-            return
-        self._completions.put((pending, accepted))  # blocks while the queue is full
+            results = pending.result()
+        except AclError as exc:
+            logger.warning(
+                "model %s: a batch of %d request(s) failed with ACL error %d %s: %s",
+                self._name,
+                len(accepted),
+                exc.code,
+                exc.name,
+                exc,
+            )
+            return [(parsed, error_response(pb_utils, str(exc), "INTERNAL")) for parsed in accepted]
+        answers = []
+        for parsed, outputs in zip(accepted, results):
+            try:
+                response = build_response(pb_utils, outputs, parsed.requested_outputs)
+            except Exception as exc:  # e.g. an output Triton cannot wrap
+                logger.exception(
+                    "model %s: building the response of request %d", self._name, parsed.index
+                )
+                response = error_response(
+                    pb_utils, f"building the response failed: {exc}", "INTERNAL"
+                )
+            answers.append((parsed, response))
+        return answers
+
+    def _send(self, sender: Any, response: Any) -> None:
+        """Send a final response; a client that went away is logged, not raised."""
+        try:
+            sender.send(response, flags=self._pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as exc:
+            logger.warning("model %s: sending a response failed: %s", self._name, exc)
 
     def _complete(self) -> None:
-        """Completion thread: wait for each batch in order and send its responses."""
+        """Completion thread (depth 2): wait for each batch in order and send its responses.
+
+        It never touches metrics (that crashes Triton 2.51): `execute` flushes them.
+        """
         assert self._completions is not None
-        pb_utils = self._pb_utils
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         while True:
             item = self._completions.get()
             if item is None:
                 return
-            pending, accepted = item
+            pending, batch = item
+            senders = {parsed.index: sender for parsed, sender in batch}
             try:
-                results = pending.result()  # activates the context in this thread first
-            except Exception as exc:
-                for _, sender in accepted:
-                    with contextlib.suppress(Exception):
-                        sender.send(error_response(pb_utils, str(exc), "INTERNAL"), flags=final)
-                continue
-            for (parsed, sender), outputs in zip(accepted, results):
-                try:
-                    response = build_response(pb_utils, outputs, parsed.requested_outputs)
-                except Exception as exc:
-                    response = error_response(pb_utils, str(exc), "INTERNAL")
-                with contextlib.suppress(Exception):  # e.g. the client went away
-                    sender.send(response, flags=final)
+                answers = self._answers(pending, [parsed for parsed, _ in batch])
+            except Exception as exc:  # not expected; never leave a request hanging
+                logger.exception("model %s: completing a batch", self._name)
+                error = error_response(self._pb_utils, str(exc), "INTERNAL")
+                answers = [(parsed, error) for parsed, _ in batch]
+            for parsed, response in answers:
+                self._send(senders[parsed.index], response)
+
+    def _load_error(self, message: str) -> Exception:
+        logger.error("model %s: %s", self._name, message)
+        return self._pb_utils.TritonModelException(f"model {self._name}: {message}")
 
     def close(self) -> None:
-        """Release the session's device resources (Triton calls finalize once).
-
-        At depth 2 the batches in flight are answered first.
-        """
+        """Answer the batches in flight, then release the session (Triton calls finalize once)."""
         if self._completions is not None and self._completer is not None:
             self._completions.put(None)
             self._completer.join()
             self._completions = None
         self._metrics.close()
         self.session.close()
+        logger.info("model %s: instance closed", self._name)
+
+
+def _gear_text(session: Session) -> str:
+    gears = session.gears
+    if gears.kind == "batch":
+        return ",".join(map(str, gears.batch_gears))
+    if gears.kind == "hw":
+        return ";".join(f"{h}x{w}" for h, w in gears.hw_gears)
+    if gears.kind == "dims":
+        return ";".join(
+            " ".join("x".join(map(str, shape)) for shape in gear) for gear in gears.dims_gears
+        )
+    return "none (static)"
