@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import PIPELINE_DEPTHS
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.runtime import RUNTIMES
+from ge_python_backend.runtime import PIPELINE_DEPTHS, RUNTIMES
 
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:

@@ -23,7 +23,6 @@ from ge_python_backend.errors import UserError
 if TYPE_CHECKING:
     from ge_python_backend.repository.parameters import ModelParameters
 
-PIPELINE_DEPTHS = (1, 2)  # batches in flight per instance (2: two lanes, see docs/DESIGN.md)
 # Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
 # masks and indices, where random values would be out of range).
 RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")
@@ -224,11 +223,6 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelConfig:
 def model_config_from_json(text: str) -> ModelConfig:
     """The config Triton hands a Python model (`args["model_config"]`, JSON) as a `ModelConfig`."""
     return json_format.ParseDict(json.loads(text), ModelConfig(), ignore_unknown_fields=True)
-
-
-def read_parameters(config: ModelConfig) -> dict[str, str]:
-    """The `parameters` map of a config as plain strings (typed: `ModelParameters.from_config`)."""
-    return {key: value.string_value for key, value in config.parameters.items()}
 
 
 def _dims_conflict(config_dims: Sequence[int], om_dims: Sequence[int]) -> bool:

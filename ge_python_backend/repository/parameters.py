@@ -11,8 +11,8 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `om_sha256` | the `.om` file's SHA-256, 64 hex characters | not checked |
 | `device_ids` | comma-separated NPU ids; instance k uses `device_ids[k % len]` | `0` |
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
-| `pipeline_depth` | batches in flight per instance, `1` or `2` | `1` |
-| `execute_timeout_ms` | reserved for a per-batch timeout; 0 = none (not enforced yet) | `0` |
+| `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `1` |
+| `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `0` |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -28,13 +28,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ge_python_backend.repository.config import (
-    PIPELINE_DEPTHS,
-    ConfigError,
-    ModelConfig,
-    read_parameters,
-)
-from ge_python_backend.runtime import ENV_VAR, RUNTIMES
+from ge_python_backend.repository.config import ConfigError, ModelConfig
+from ge_python_backend.runtime import ENV_VAR, PIPELINE_DEPTHS, RUNTIMES
 from ge_python_backend.runtime.checksum import check_digest
 
 # Parameters Triton's Python backend reads itself from a model's config: never warned about.
@@ -191,9 +186,12 @@ class ModelParameters:
     def from_config(cls, config: ModelConfig) -> ModelParameters:
         """The parameters of `config` (others are ignored: `unknown_parameters`); ConfigError
         naming every bad or missing one."""
-        values = read_parameters(config)
-        given = {name: values[name] for name in PARAMETER_NAMES if name in values}
-        return cls(given.pop("om_file", None), **given)  # type: ignore[arg-type]
+        given = {
+            name: config.parameters[name].string_value
+            for name in PARAMETER_NAMES
+            if name in config.parameters
+        }
+        return cls(given.pop("om_file", None), **given)
 
     def to_config(self, config: ModelConfig) -> None:
         """Write the parameters into `config` (a None field removes its key)."""
