@@ -165,9 +165,12 @@ def test_ge_metrics_appear_on_the_metrics_port(served: tuple[TritonServer, Path]
         "ge_rows_total",
         "ge_padded_rows_total",
         "ge_execute_duration_us",
+        "ge_device_busy_seconds_total",
         "ge_h2d_bytes_total",
         "ge_d2h_bytes_total",
         "ge_device_memory_bytes",
+        "ge_device_memory_free_bytes",
+        "ge_device_memory_total_bytes",
     ):
         assert name in samples, f"{name} missing from {sorted(samples)}"
         assert float(samples[name].rsplit(" ", 1)[1]) > 0, samples[name]

@@ -93,17 +93,26 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
     now = [1000.0]
     monkeypatch.setattr(metrics.time, "monotonic", lambda: now[0])
     _Metric.calls = []
-    publisher = MetricsPublisher(_PbUtils, {"model": "m"}, SessionCounters(device_bytes_held=64))
-    assert _Metric.calls == [("set", "ge_device_memory_bytes", 64.0)]
+    publisher = MetricsPublisher(
+        _PbUtils, {"model": "m"}, SessionCounters(device_bytes_held=64), (900, 1000)
+    )
+    assert _Metric.calls == [
+        ("set", "ge_device_memory_bytes", 64.0),
+        ("set", "ge_device_memory_free_bytes", 900.0),
+        ("set", "ge_device_memory_total_bytes", 1000.0),
+    ]
     assert not publisher.due()
     now[0] += FLUSH_INTERVAL_S
     assert publisher.due()
-    publisher.flush(SessionCounters(executions=3, rows=5, device_bytes_held=64))
-    assert sorted(_Metric.calls[1:]) == [
+    publisher.flush(SessionCounters(executions=3, rows=5, device_bytes_held=64), (900, 1000))
+    assert sorted(_Metric.calls[3:]) == [
         ("increment", "ge_executions_total", 3.0),
         ("increment", "ge_rows_total", 5.0),
     ]  # only what changed, and the unchanged gauge is not set again
     assert not publisher.due()
     now[0] += FLUSH_INTERVAL_S
-    publisher.flush(SessionCounters(executions=4, rows=5, device_bytes_held=64))
-    assert _Metric.calls[-1] == ("increment", "ge_executions_total", 1.0)
+    publisher.flush(SessionCounters(executions=4, rows=5, device_bytes_held=64), (800, 1000))
+    assert _Metric.calls[-2:] == [
+        ("increment", "ge_executions_total", 1.0),
+        ("set", "ge_device_memory_free_bytes", 800.0),
+    ]

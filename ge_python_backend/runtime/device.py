@@ -13,6 +13,7 @@ from ge_python_backend.runtime.errors import check
 __all__ = ["Context", "Device", "Event", "Stream"]
 
 ACL_DEVICE = 0  # aclrtRunMode: the program runs on the device's own CPU (RC mode)
+ACL_DDR_MEM, ACL_HBM_MEM = 0, 1  # aclrtMemAttr
 
 # acl.rt.set_device once per (acl module, device) however many Device objects use it, and
 # acl.rt.reset_device when the last of them closes.
@@ -50,6 +51,18 @@ class Device(Resource):
             self._abandon()
             raise
         self.shares_host_memory = mode == ACL_DEVICE
+
+    def memory(self) -> tuple[int, int]:
+        """(free, total) bytes of device memory (`acl.rt.get_mem_info`; call under a context of
+        this device). HBM where the chip has it, else DDR (UNCONFIRMED which one a 310P reports,
+        so the first with a non-zero total wins)."""
+        free, total = 0, 0
+        for attr in (ACL_HBM_MEM, ACL_DDR_MEM):
+            free, total, ret = self.acl.rt.get_mem_info(attr)
+            check(ret, "acl.rt.get_mem_info", self.acl)
+            if total:
+                break
+        return int(free), int(total)
 
     def __repr__(self) -> str:
         return f"Device({self.device_id}{', closed' if self.closed else ''})"

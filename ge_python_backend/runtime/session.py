@@ -183,6 +183,12 @@ class Session(Resource):
         with self._counters_lock:
             return dataclasses.replace(self._counters)
 
+    def device_memory(self) -> tuple[int, int]:
+        """(free, total) bytes of the session's device memory, as ACL reports them now."""
+        self._check_open()
+        self._context.activate()
+        return self._context.device.memory()
+
     def validate(self, feeds: Feeds) -> int:
         """Check `feeds` against the model; return its rows (1 for an unbatched model).
 

@@ -94,7 +94,9 @@ class ModelInstance:
             "version": args["model_version"],
             "device": str(device_id),
         }
-        self._metrics = MetricsPublisher(pb_utils, labels, self.session.counters)
+        self._metrics = MetricsPublisher(
+            pb_utils, labels, self.session.counters, self.session.device_memory()
+        )
         self._completions: queue.Queue[Any] | None = None
         self._completer: threading.Thread | None = None
         if params.pipeline_depth > 1:
@@ -144,7 +146,7 @@ class ModelInstance:
                 batch = [(parsed, senders[parsed.index]) for parsed in accepted]
                 self._completions.put((pending, batch))  # blocks while the queue is full
         if self._metrics.due():
-            self._metrics.flush(self.session.counters)
+            self._metrics.flush(self.session.counters, self.session.device_memory())
         return responses if inline else None
 
     def _answers(

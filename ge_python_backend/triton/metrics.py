@@ -25,65 +25,99 @@ class _CounterMetric:
 
 
 COUNTERS = (
-    _CounterMetric("ge_executions_total", "Model executions on the NPU", "executions"),
-    _CounterMetric("ge_rows_total", "Batch rows run on the NPU, padding included", "rows"),
+    _CounterMetric("ge_executions_total", "Model executions completed on the NPU", "executions"),
+    _CounterMetric(
+        "ge_failed_executions_total", "Model executions that failed", "failed_executions"
+    ),
+    _CounterMetric("ge_rows_total", "Real batch rows run on the NPU (padding excluded)", "rows"),
     _CounterMetric(
         "ge_padded_rows_total", "Rows added to reach a compiled batch gear", "padded_rows"
     ),
     _CounterMetric(
-        "ge_execute_duration_us", "Device execute time (us)", "execute_seconds", scale=1e6
+        "ge_device_busy_seconds_total",
+        "Device time executing this instance's model, from ACL events around each execution "
+        "(rate() is the device's utilization by this instance)",
+        "execute_seconds",
+    ),
+    _CounterMetric(
+        "ge_execute_duration_us",
+        "Device time executing the model (us), from ACL events",
+        "execute_seconds",
+        scale=1e6,
     ),
     _CounterMetric("ge_h2d_bytes_total", "Bytes copied host to device", "h2d_bytes"),
-    _CounterMetric("ge_h2d_duration_us", "Host-to-device copy time (us)", "h2d_seconds", 1e6),
+    _CounterMetric(
+        "ge_h2d_duration_us",
+        "Device time of host-to-device copies (us), from ACL events",
+        "h2d_seconds",
+        1e6,
+    ),
     _CounterMetric("ge_d2h_bytes_total", "Bytes copied device to host", "d2h_bytes"),
-    _CounterMetric("ge_d2h_duration_us", "Device-to-host copy time (us)", "d2h_seconds", 1e6),
+    _CounterMetric(
+        "ge_d2h_duration_us",
+        "Device time of device-to-host copies (us), from ACL events",
+        "d2h_seconds",
+        1e6,
+    ),
 )
-DEVICE_MEMORY_GAUGE = "ge_device_memory_bytes"
+# name, description; set from (pooled bytes held, device free, device total).
+GAUGES = (
+    ("ge_device_memory_bytes", "Device memory held by the instance's pooled buffers (bytes)"),
+    ("ge_device_memory_free_bytes", "Free memory of the instance's device (acl.rt.get_mem_info)"),
+    ("ge_device_memory_total_bytes", "Memory of the instance's device (acl.rt.get_mem_info)"),
+)
 FLUSH_INTERVAL_S = 0.1
 
 
 class MetricsPublisher:
     """Owns the metric families of one model instance and publishes counter deltas."""
 
-    def __init__(self, pb_utils: Any, labels: dict[str, str], counters: SessionCounters) -> None:
+    def __init__(
+        self,
+        pb_utils: Any,
+        labels: dict[str, str],
+        counters: SessionCounters,
+        device_memory: tuple[int, int] = (0, 0),
+    ) -> None:
         family = pb_utils.MetricFamily
         self._families = [
             family(name=spec.name, description=spec.description, kind=family.COUNTER)
             for spec in COUNTERS
         ]
         self._metrics = [f.Metric(labels=labels) for f in self._families]
-        self._memory_family = family(
-            name=DEVICE_MEMORY_GAUGE,
-            description="Device memory held by the instance's pooled buffers (bytes)",
-            kind=family.GAUGE,
-        )
-        self._memory = self._memory_family.Metric(labels=labels)
-        self._published = {spec.field: 0.0 for spec in COUNTERS}
-        self._memory_published: float | None = None
+        self._gauge_families = [
+            family(name=name, description=description, kind=family.GAUGE)
+            for name, description in GAUGES
+        ]
+        self._gauges = [f.Metric(labels=labels) for f in self._gauge_families]
+        self._published = [0.0] * len(COUNTERS)
+        self._gauges_published: list[float | None] = [None] * len(GAUGES)
         self._next_flush = 0.0
-        self.flush(counters)
+        self.flush(counters, device_memory)
 
     def due(self) -> bool:
         """Whether `FLUSH_INTERVAL_S` has passed since the last flush."""
         return time.monotonic() >= self._next_flush
 
-    def flush(self, counters: SessionCounters) -> None:
-        """Publish what the counters gained since the last flush."""
-        for spec, metric in zip(COUNTERS, self._metrics):
+    def flush(self, counters: SessionCounters, device_memory: tuple[int, int] = (0, 0)) -> None:
+        """Publish what the counters gained since the last flush, and the memory gauges
+        (`device_memory`: the device's (free, total) bytes)."""
+        for number, (spec, metric) in enumerate(zip(COUNTERS, self._metrics)):
             value = float(getattr(counters, spec.field))
-            delta = value - self._published[spec.field]
+            delta = value - self._published[number]
             if delta > 0:
                 metric.increment(delta * spec.scale)
-                self._published[spec.field] = value
-        memory = float(counters.device_bytes_held)
-        if memory != self._memory_published:
-            self._memory.set(memory)
-            self._memory_published = memory
+                self._published[number] = value
+        values = (counters.device_bytes_held, *device_memory)
+        for number, (gauge, value) in enumerate(zip(self._gauges, values)):
+            if float(value) != self._gauges_published[number]:
+                gauge.set(float(value))
+                self._gauges_published[number] = float(value)
         self._next_flush = time.monotonic() + FLUSH_INTERVAL_S
 
     def close(self) -> None:
         """Drop metrics before their families, as the Python backend requires."""
         self._metrics.clear()
-        del self._memory
+        self._gauges.clear()
         self._families.clear()
-        del self._memory_family
+        self._gauge_families.clear()
