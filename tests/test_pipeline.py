@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.runtime import AclError, Session
+from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 
@@ -359,3 +359,32 @@ def test_any_mix_of_calls_from_several_threads_is_correct(
     assert len(results) > 4 * 24
     for got, feeds in results:
         assert_same(got, reference(om_dynamic_batch, feeds))
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_hung_execution_times_out_alone_and_the_lane_recovers(
+    om_dynamic_batch: Path, depth: int
+) -> None:
+    # The 3rd execute_async never completes on the device: its batch fails with a timeout
+    # error naming the limit, its lane gets a new stream, and every later batch is correct.
+    with Session(
+        om_dynamic_batch, runtime="emulator", pipeline_depth=depth, execute_timeout_ms=300
+    ) as session:
+        emulator.set_faults("mdl.execute_async:hang:3")
+        requests = [mlp_rows(1 + i % 4, seed=i) for i in range(8)]
+        outcomes: list[Any] = []
+        for feeds in requests:
+            started = time.perf_counter()
+            try:
+                outcomes.append(session.infer(feeds))
+            except ExecuteTimeoutError as exc:
+                outcomes.append((exc, time.perf_counter() - started))
+        failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, tuple)]
+        assert failed == [2]
+        error, waited = outcomes[2]
+        assert "execute_timeout_ms=300" in str(error) and "507046" in str(error)
+        assert waited < 5
+        for i, (feeds, outcome) in enumerate(zip(requests, outcomes)):
+            if i != 2:
+                assert_same(outcome, reference(om_dynamic_batch, feeds))
+        assert session.counters.failed_executions == 1

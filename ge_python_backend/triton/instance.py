@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from ge_python_backend.repository.config import compare_config_with_session
-from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
 from ge_python_backend.runtime import AclError, InputError, PendingBatch, Session
 from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
@@ -54,6 +54,13 @@ class ModelInstance:
             device_id = params.device_for_instance(args["model_instance_name"])
         except ValueError as exc:
             raise self._load_error(f"bad config.pbtxt parameters: {exc}") from exc
+        for name in unknown_parameters(config):
+            logger.warning(
+                "model %s: config.pbtxt parameter %r is not one of ours or Triton's; ignored "
+                "(a misspelt name leaves its setting at the default)",
+                self._name,
+                name,
+            )
         om_path = Path(args["model_repository"]) / args["model_version"] / params.om_file
         try:
             self.session = Session(
