@@ -41,7 +41,6 @@ def test_init_checks_its_config_file(tmp_path: Path) -> None:
         (acl.rt.set_device, (0,), 100001),
         (acl.rt.malloc, (64, 0), (0, 100001)),
         (acl.rt.create_context, (0,), (0, 100001)),
-        (acl.rt.get_run_mode, (), (0, 100001)),
         (acl.mdl.load_from_file, ("x.om",), (0, 100001)),
         (acl.mdl.create_dataset, (), 0),
         (acl.create_data_buffer, (0, 0), 0),

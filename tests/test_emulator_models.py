@@ -258,9 +258,11 @@ def test_cur_output_dims_follow_the_selected_gear(
 @pytest.mark.parametrize(
     ("fixture", "kind", "bad", "code"),
     [
+        # GE returns 145013 for every kind (ge_executor.cc SetDynamicBatchSize,
+        # SetDynamicImageSize, SetDynamicDims); the emulator used to return 145021 for HW/dims.
         ("om_dynamic_batch", "batch", (3,), 145013),
-        ("om_hw", "hw", (16, 32), 145021),
-        ("om_dims", "dims", (1, 8, 1, 16), 145021),
+        ("om_hw", "hw", (16, 32), 145013),
+        ("om_dims", "dims", (1, 8, 1, 16), 145013),
     ],
 )
 def test_set_refuses_values_that_are_not_gears(
@@ -284,10 +286,13 @@ def test_set_calls_check_model_kind_index_and_dataset(
     hw = Model(om_hw)
     static = Model(om_static)
     dims = {"dimCount": 2, "name": "", "dims": [4, 16]}
-    assert acl.mdl.set_dynamic_hw_size(batch.model_id, batch.inputs, 1, 16, 16) == 100019
-    assert acl.mdl.set_dynamic_batch_size(hw.model_id, hw.inputs, 1, 1) == 100019
-    assert acl.mdl.set_input_dynamic_dims(batch.model_id, batch.inputs, 1, dims) == 100019
-    assert acl.mdl.set_dynamic_batch_size(static.model_id, static.inputs, 0, 4) == 100019
+    # GE: a call of another gear kind, or any set_* on a static model, is 145013 (no gear
+    # matches; ge_executor.cc); set_input_dynamic_dims with the full dims of a one-input batch
+    # model selects its batch gear (SetDynamicDims matches them against the batch gears).
+    assert acl.mdl.set_dynamic_hw_size(batch.model_id, batch.inputs, 1, 16, 16) == 145013
+    assert acl.mdl.set_dynamic_batch_size(hw.model_id, hw.inputs, 1, 1) == 145013
+    assert acl.mdl.set_input_dynamic_dims(batch.model_id, batch.inputs, 1, dims) == 0
+    assert acl.mdl.set_dynamic_batch_size(static.model_id, static.inputs, 0, 4) == 145013
     assert "static" in acl.get_recent_err_msg()
     assert acl.mdl.set_dynamic_batch_size(batch.model_id, batch.inputs, 0, 4) == 100000
     assert acl.mdl.set_dynamic_batch_size(batch.model_id, 0xBAD, 1, 4) == 100000
@@ -304,8 +309,8 @@ def test_set_calls_check_model_kind_index_and_dataset(
     ("fixture", "code", "call"),
     [
         ("om_dynamic_batch", 145013, "set_dynamic_batch_size"),
-        ("om_hw", 145021, "set_dynamic_hw_size"),
-        ("om_dims", 145021, "set_input_dynamic_dims"),
+        ("om_hw", 145013, "set_dynamic_hw_size"),
+        ("om_dims", 145013, "set_input_dynamic_dims"),
     ],
 )
 def test_execute_without_a_set_call_fails(
@@ -340,10 +345,12 @@ def test_execute_checks_the_datasets(ctx: int, om_dynamic_batch: Path) -> None:
     assert acl.mdl.execute(mid, model.inputs, one_output) == 100018
     assert acl.mdl.execute(mid, model.inputs, 0xBAD) == 100000
     assert acl.mdl.execute(999999, model.inputs, model.outputs) == 100011
-    small = malloc(model.in_sizes[0] - 4)
-    too_small = dataset_of([(small, model.in_sizes[0] - 4), (model.in_ptrs[1], 8)])
-    assert acl.mdl.execute(mid, too_small, model.outputs) == 145006
-    assert "largest gear" in acl.get_recent_err_msg()
+    # No set_* call on this dataset: GE checks sizes and accepts up to 64 bytes short
+    # (DavinciModel::CheckUserAndModelSize); shorter is 145000 (the emulator said 145006).
+    small = malloc(model.in_sizes[0] - 65)
+    too_small = dataset_of([(small, model.in_sizes[0] - 65), (model.in_ptrs[1], 8)])
+    assert acl.mdl.execute(mid, too_small, model.outputs) == 145000
+    assert "64 bytes less" in acl.get_recent_err_msg()
     lying = dataset_of([(small, model.in_sizes[0]), (model.in_ptrs[1], 8)])
     assert acl.mdl.execute(mid, lying, model.outputs) == 145007
     host, _ = acl.rt.malloc_host(model.in_sizes[0])

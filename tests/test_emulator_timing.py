@@ -97,12 +97,13 @@ def test_execute_time_grows_with_the_rows_of_the_gear(ctx: int, om_dynamic_batch
 
 
 def test_async_executes_on_two_streams_of_one_device_serialize(ctx: int, om_static: Path) -> None:
-    runner = Runner(om_static)
-    runner.execute()
+    # One load per stream: GE refuses to mix execute and execute_async on one model id and
+    # races when one model id runs on two streams (test_emulator_fidelity.py).
+    runners = [Runner(om_static) for _ in range(2)]
     streams = [acl.rt.create_stream()[0] for _ in range(2)]
     set_timing("execute_us=250000")
     start = time.monotonic()
-    for stream in streams:
+    for runner, stream in zip(runners, streams):
         inputs, outputs = runner.datasets
         assert acl.mdl.execute_async(runner.model_id, inputs, outputs, stream) == 0
     assert time.monotonic() - start < 0.2  # queued, not run

@@ -23,7 +23,9 @@ from ge_python_backend.emulator._state import (
     Context,
     DataBuffer,
     Dataset,
+    device_mode,
 )
+from ge_python_backend.emulator._streams import Stream
 from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmModel, OmTensor
 
 MBATCH_NAME = "ascend_mbatch_shape_data"
@@ -35,8 +37,14 @@ SET_CALLS = {
     "hw": "acl.mdl.set_dynamic_hw_size",
     "dims": "acl.mdl.set_input_dynamic_dims",
 }
-# Code for "not a compiled gear". UNCONFIRMED for hw and dims (145021 follows the HW sample).
-GEAR_CODES = {"batch": 145013, "hw": 145021, "dims": 145021}
+# "Not a compiled gear", for every gear kind and for set_* on a model without gears: GE's
+# ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID (hicann/ge runtime/v1/executor/ge_executor.cc,
+# SetDynamicBatchSize / SetDynamicImageSize / SetDynamicDims).
+NOT_A_GEAR = 145013
+# Input or output buffer too small for the model (GE's ACL_ERROR_GE_PARAM_INVALID from
+# DavinciModel::CheckUserAndModelSize); GE accepts a buffer up to 64 bytes short.
+BUFFER_TOO_SMALL = 145000
+SIZE_SLACK = 64
 
 Gear = tuple[int, ...]
 
@@ -73,6 +81,12 @@ class LoadedModel:
         self.om = om
         self.context = context
         self.live = True
+        # GE refuses to mix execute and execute_async on one model ("NnExecute not support mix
+        # execute"): the first execution fixes the mode.
+        self.exec_mode: str | None = None
+        # (stream, ticket) of the last execute_async: one model id must not run on two streams
+        # at once (GE rebinds the model to each execute's stream and rewrites its task args).
+        self.queued: tuple[Stream, int] | None = None
         desc = om.description
         self.kind = desc.dynamic_kind
         self.gears = desc.gears
@@ -103,6 +117,30 @@ class LoadedModel:
             IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _max_nbytes(t, i, out_shapes))
             for i, t in enumerate(desc.outputs)
         )
+
+    def claim(self, mode: str, stream: Stream | None) -> None:
+        """Refuse an execution GE does not allow (caller holds LOCK): a mode other than the
+        model's first (500002, ACL_ERROR_GE_FAILURE: GE's INTERNAL_ERROR from
+        DavinciModel::InitModelStream), or execute_async on a stream other than the one
+        where this model id still runs (500002 too: GE has no check and races, see below)."""
+        if self.exec_mode not in (None, mode):
+            raise AclFailure(
+                500002,
+                f"model {self.id} was executed with acl.mdl.{self.exec_mode} before; GE does not "
+                "support mixing execute and execute_async on one model id (NnExecute not "
+                "support mix execute): load the .om again for the other mode",
+            )
+        busy = self.queued
+        if busy is not None and busy[0] is not stream and not busy[0].reached(busy[1]):
+            # GE does not check this: each execute rebinds the model to the new stream and
+            # rewrites the task arguments while the first run may still read them (a race that
+            # corrupts results). The emulator reports it with GE's code for misuse of a model id.
+            raise AclFailure(
+                500002,
+                f"model {self.id} is still executing on stream 0x{busy[0].handle:x}; one model "
+                "id must not run on two streams at once (load the .om once per stream)",
+            )
+        self.exec_mode = mode
 
     def check_live(self) -> None:
         """100011 if unloaded or loaded before acl.finalize."""
@@ -136,7 +174,7 @@ class Execution:
     outputs: tuple[Span, ...]
 
     def read_gear(self) -> Gear | None:
-        """The gear written into the mbatch buffer; 145013/145021 if it is not a compiled gear."""
+        """The gear written into the mbatch buffer; 145013 if it is not a compiled gear."""
         model = self.model
         if model.mbatch_index is None:
             return None
@@ -153,7 +191,7 @@ class Execution:
         else:
             hint = f"select a gear with {SET_CALLS[model.kind]}"
         raise AclFailure(
-            GEAR_CODES[model.kind],
+            NOT_A_GEAR,
             f"{MBATCH_NAME} (input {model.mbatch_index}) holds {list(gear)}, which is not a "
             f"compiled {KIND_LABELS[model.kind]} gear ({model.gear_text()}); {hint}",
         )
@@ -166,18 +204,27 @@ class Execution:
             span.check_live(f"buffer {i}")
         gear = self.read_gear()
         desc = model.om.description
-        arrays = []  # buffers hold every gear: prepare() checked them against IoTensor.size
-        for t, span, shape in zip(desc.inputs, self.inputs, desc.input_shapes(gear)):
-            data = ctypes.string_at(span.address, _nbytes(t.acl_dtype, shape))
-            arrays.append(np.frombuffer(data, ACL_DTYPE_TO_NUMPY[t.acl_dtype]).reshape(shape))
+        arrays = []
+        for i, (t, span, shape) in enumerate(
+            zip(desc.inputs, self.inputs, desc.input_shapes(gear))
+        ):
+            need = _nbytes(t.acl_dtype, shape)
+            if gear is not None and span.remaining is not None and span.remaining < need:
+                # GE copies what the buffer has and runs on stale device memory; refused here.
+                raise AclFailure(
+                    BUFFER_TOO_SMALL,
+                    f"input {i} ({t.name}) of gear {list(gear)} needs {need} bytes, its buffer "
+                    f"has {span.remaining}",
+                )
+            arrays.append(_read(span, t.acl_dtype, shape))
         seconds = timing.current().execute_seconds(model.rows(gear))
         with timing.engine(model.context.device.id, "execute", seconds):
             try:
                 results = model.om.run(arrays, gear)
             except Exception as exc:  # onnxruntime raises its own exception types
                 raise AclFailure(507011, f"model {model.id} failed to execute: {exc}") from exc
-        for tensor, span, result, shape in zip(
-            model.outputs, self.outputs, results, desc.output_shapes(gear)
+        for i, (tensor, span, result, shape) in enumerate(
+            zip(model.outputs, self.outputs, results, desc.output_shapes(gear))
         ):
             array = np.ascontiguousarray(result)
             expected = ACL_DTYPE_TO_NUMPY[tensor.acl_dtype]
@@ -187,7 +234,25 @@ class Execution:
                     f"output {tensor.name} came out {array.dtype}{list(array.shape)}, "
                     f"the description says {expected}{list(shape)}",
                 )
-            ctypes.memmove(span.address, array.ctypes.data, array.nbytes)
+            room = span.remaining if span.remaining is not None else array.nbytes
+            if gear is not None and room < array.nbytes:
+                # GE writes the whole output past the user's buffer; refused here (stricter).
+                raise AclFailure(
+                    BUFFER_TOO_SMALL,
+                    f"output {i} ({tensor.name}) of gear {list(gear)} needs {array.nbytes} "
+                    f"bytes, its buffer has {room}",
+                )
+            # A static model's buffer may be up to SIZE_SLACK bytes short (prepare checked).
+            ctypes.memmove(span.address, array.ctypes.data, min(room, array.nbytes))
+
+
+def _read(span: Span, acl_dtype: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The input of `shape` at `span`; bytes past the allocation (a static model's buffer may be
+    up to SIZE_SLACK bytes short) read as zeros."""
+    need = _nbytes(acl_dtype, shape)
+    have = need if span.remaining is None else min(need, span.remaining)
+    data = ctypes.string_at(span.address, have) + bytes(need - have)
+    return np.frombuffer(data, ACL_DTYPE_TO_NUMPY[acl_dtype]).reshape(shape)
 
 
 def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
@@ -207,20 +272,25 @@ def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
             f"the output dataset has {len(outputs.buffers)} buffers, model {model.id} has "
             f"{len(model.outputs)} outputs ({', '.join(t.name for t in model.outputs)})",
         )
+    # GE skips the size check once a set_* call chose a gear for the input dataset
+    # (ge_executor.cc ExecModel -> SetDynamicInputDataFlag; DavinciModel::CheckUserAndModelSize).
+    sized = not (inputs.gear_set and model.gears)
     return Execution(
         model,
         tuple(
-            _buffer_span(model, buf, t, f"input {i} ({t.name})")
+            _buffer_span(model, buf, t, f"input {i} ({t.name})", sized)
             for i, (buf, t) in enumerate(zip(inputs.buffers, model.inputs))
         ),
         tuple(
-            _buffer_span(model, buf, t, f"output {i} ({t.name})")
+            _buffer_span(model, buf, t, f"output {i} ({t.name})", sized)
             for i, (buf, t) in enumerate(zip(outputs.buffers, model.outputs))
         ),
     )
 
 
-def _buffer_span(model: LoadedModel, buf: DataBuffer, tensor: IoTensor, what: str) -> Span:
+def _buffer_span(
+    model: LoadedModel, buf: DataBuffer, tensor: IoTensor, what: str, sized: bool
+) -> Span:
     if not buf.live:
         raise AclFailure(100000, f"the data buffer of {what} (0x{buf.handle:x}) was destroyed")
     if buf.addr == 0:
@@ -229,6 +299,8 @@ def _buffer_span(model: LoadedModel, buf: DataBuffer, tensor: IoTensor, what: st
         span = MEMORY.resolve(buf.addr, what)
     except AclFailure as exc:
         raise AclFailure(145007, str(exc)) from exc
+    if device_mode() and span.host is not None:
+        return _sized(span, buf, tensor, what, sized)  # RC: malloc_host memory is device memory
     if span.device is None or span.remaining is None:
         raise AclFailure(
             145007,
@@ -241,20 +313,25 @@ def _buffer_span(model: LoadedModel, buf: DataBuffer, tensor: IoTensor, what: st
             f"{what} is memory of device {span.device.device_id}, but model {model.id} runs "
             f"on device {model.context.device.id}",
         )
+    return _sized(span, buf, tensor, what, sized)
+
+
+def _sized(span: Span, buf: DataBuffer, tensor: IoTensor, what: str, sized: bool) -> Span:
+    """Check the buffer's size; `sized` False (a gear is set) skips the model-size check."""
+    assert span.remaining is not None
     if buf.size > span.remaining:
         raise AclFailure(
             145007,
             f"the data buffer of {what} claims {buf.size} bytes at 0x{buf.addr:x}, but only "
             f"{span.remaining} bytes of that allocation remain",
         )
-    if buf.size < tensor.size:
-        # Whether smaller-than-largest-gear buffers are accepted is UNCONFIRMED: refused here.
+    if sized and buf.size + SIZE_SLACK < tensor.size:
         raise AclFailure(
-            145006,
+            BUFFER_TOO_SMALL,
             f"the data buffer of {what} has {buf.size} bytes; the model needs {tensor.size} "
-            "(get_input/output_size_by_index: the largest gear's size)",
+            f"(get_input/output_size_by_index; GE accepts up to {SIZE_SLACK} bytes less)",
         )
-    return span
+    return Span(span.on_device, span.address, buf.size, span.device, span.host, span.keep)
 
 
 def write_gear(model: LoadedModel, dataset: Dataset, index: int, gear: Gear) -> None:
@@ -274,7 +351,8 @@ def write_gear(model: LoadedModel, dataset: Dataset, index: int, gear: Gear) -> 
         span = MEMORY.resolve(buf.addr, f"the {MBATCH_NAME} buffer")
     except AclFailure as exc:
         raise AclFailure(145011, str(exc)) from exc
-    if span.device is None or span.remaining is None:
+    usable = span.device is not None or (device_mode() and span.host is not None)
+    if not usable or span.remaining is None:
         raise AclFailure(145011, f"the {MBATCH_NAME} buffer 0x{buf.addr:x} is not device memory")
     need = 8 * len(gear)
     if min(buf.size, span.remaining) < need:
@@ -282,4 +360,5 @@ def write_gear(model: LoadedModel, dataset: Dataset, index: int, gear: Gear) -> 
     data = struct.pack(f"<{len(gear)}q", *gear)
     ctypes.memmove(span.address, data, len(data))
     model.current_gear = gear
+    dataset.gear_set = True
     STATE.count("set_dynamic_calls")

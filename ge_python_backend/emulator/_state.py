@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ge_python_backend.emulator._models import LoadedModel, ModelDesc
     from ge_python_backend.emulator._streams import Stream
+    from ge_python_backend.emulator.acl._tensor import TensorDesc
 
 DEVICE_ADDRESS_BASE = 0xD000_0000_0000_0000
 # Handles (contexts, streams, datasets, data buffers, descs) live above the user-space address
@@ -24,6 +25,11 @@ HANDLE_STEP = 0x40
 POISON = 0xA5
 DEFAULT_DEVICE_COUNT = 8
 DEFAULT_DEVICE_MEMORY = 32 << 30
+# aclrtRunMode (acl_rt.h): ACL_DEVICE = 0 (the program runs on the device's own CPU, "RC"),
+# ACL_HOST = 1 (a host with a PCIe card, "EP"). GE_EMULATOR_RUN_MODE=device|host chooses.
+ACL_DEVICE = 0
+ACL_HOST = 1
+RUN_MODE_ENV = "GE_EMULATOR_RUN_MODE"
 
 # ACL codes the emulator returns (names from acl_base.h, rt_error_codes.h, ge_error_codes.h).
 ERROR_NAMES: dict[int, str] = {
@@ -47,6 +53,7 @@ ERROR_NAMES: dict[int, str] = {
     107004: "ACL_ERROR_RT_MODEL_CONTEXT",
     107008: "ACL_ERROR_RT_ADDR_UNALIGNED",
     107017: "ACL_ERROR_RT_INVALID_HANDLE",
+    145000: "ACL_ERROR_GE_PARAM_INVALID",
     145006: "ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID",
     145007: "ACL_ERROR_GE_EXEC_MODEL_ADDR_INVALID",
     145011: "ACL_ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID",
@@ -56,6 +63,7 @@ ERROR_NAMES: dict[int, str] = {
     207000: "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
     207001: "ACL_ERROR_RT_MEMORY_ALLOCATION",
     207008: "ACL_ERROR_RT_NO_STREAM_RESOURCE",
+    500002: "ACL_ERROR_GE_FAILURE",
     507000: "ACL_ERROR_RT_INTERNAL_ERROR",
     507011: "ACL_ERROR_RT_MODEL_EXECUTE",
     507046: "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
@@ -110,10 +118,14 @@ class DataBuffer:
 
 @dataclass(eq=False)
 class Dataset:
-    """`aclmdlDataset`: an ordered list of data buffers; owns none of them."""
+    """`aclmdlDataset`: an ordered list of data buffers; owns none of them. `gear_set` records
+    that a set_* call chose a gear for it (GE then skips the input size check); `tensor_descs`
+    holds the descriptors of set_dataset_tensor_desc by buffer index."""
 
     handle: int
     buffers: list[DataBuffer] = field(default_factory=list)
+    gear_set: bool = False
+    tensor_descs: dict[int, int] = field(default_factory=dict)
     live: bool = True
 
 
@@ -128,6 +140,7 @@ class State:
 
     def __init__(self) -> None:
         self.initialized = False
+        self.run_mode = ACL_HOST
         self.device_count = DEFAULT_DEVICE_COUNT
         self.devices: dict[int, Device] = {}
         self.contexts: dict[int, Context] = {}
@@ -135,6 +148,8 @@ class State:
         self.data_buffers: dict[int, DataBuffer] = {}
         self.datasets: dict[int, Dataset] = {}
         self.descs: dict[int, ModelDesc] = {}
+        self.tensor_descs: dict[int, TensorDesc] = {}
+        self.dataset_tensor_descs: dict[int, TensorDesc] = {}  # copies datasets own
         self.models: dict[int, LoadedModel] = {}
         self.next_model_id = 1
         self.counters: collections.Counter[str] = collections.Counter()
@@ -169,6 +184,20 @@ def env_int(name: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {text!r}")
     return value
+
+
+def env_run_mode() -> int:
+    """ACL_DEVICE or ACL_HOST from GE_EMULATOR_RUN_MODE (default host); ValueError if unknown."""
+    text = os.environ.get(RUN_MODE_ENV, "").strip().lower() or "host"
+    modes = {"host": ACL_HOST, "device": ACL_DEVICE}
+    if text not in modes:
+        raise ValueError(f"{RUN_MODE_ENV} must be 'host' or 'device', got {text!r}")
+    return modes[text]
+
+
+def device_mode() -> bool:
+    """True when the emulator runs as on the device's own CPU (RC): host memory is device memory."""
+    return STATE.run_mode == ACL_DEVICE
 
 
 def require_init() -> None:

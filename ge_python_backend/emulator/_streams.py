@@ -46,6 +46,11 @@ class Stream:
             self._cond.notify_all()
             return self._submitted
 
+    def reached(self, ticket: int) -> bool:
+        """True once the work with `ticket` has run (or the stream was stopped)."""
+        with self._cond:
+            return self._completed >= ticket or self._stopping
+
     def wait_for(self, ticket: int) -> None:
         """Block until the work with `ticket` (and everything before it) has run, or the stream
         is stopped."""

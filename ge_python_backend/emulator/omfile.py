@@ -18,7 +18,7 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -126,14 +126,31 @@ class OmDescription:
     inputs: tuple[OmTensor, ...]
     outputs: tuple[OmTensor, ...]
     dynamic_kind: str  # one of DYNAMIC_KINDS
-    gears: tuple[Gear, ...]  # batch: (b,); hw: (h, w); dims: one value per -1 dim, inputs in order
+    # batch: (b,); hw: (h, w); dims: one value per -1 dim, inputs in `shape_order` (ATC assigns
+    # --dynamic_dims values in --input_shape order, not in the graph's input order)
+    gears: tuple[Gear, ...]
     soc_version: str
     gear_output_shapes: tuple[tuple[Shape, ...], ...]  # per gear in `gears` order; one if static
+    # input names in --input_shape order (GE's user_designate_shape_order); () = graph order
+    shape_order: tuple[str, ...] = ()
+
+    def ordered_inputs(self) -> list[int]:
+        """Indices of the inputs in --input_shape order (graph order without --input_shape)."""
+        index = {t.name: i for i, t in enumerate(self.inputs)}
+        return [index[name] for name in self.shape_order] or list(range(len(self.inputs)))
+
+    def ordered_dims(self, gear: Sequence[int] | None = None) -> list[int]:
+        """Every dim of the inputs in --input_shape order, concatenated: -1 on dynamic dims
+        without a gear, else the gear's values (what get_input_dynamic_dims lists per gear)."""
+        shapes = self.input_shapes(gear) if gear is not None else [t.dims for t in self.inputs]
+        return [d for i in self.ordered_inputs() for d in shapes[i]]
 
     def input_shapes(self, gear: Sequence[int] | None) -> list[Shape]:
         """Concrete input shapes for `gear` (None for a static model)."""
         self._gear_index(gear)
-        return _fill_gear(self.dynamic_kind, [t.dims for t in self.inputs], gear)
+        return _fill_gear(
+            self.dynamic_kind, [t.dims for t in self.inputs], gear, self.ordered_inputs()
+        )
 
     def output_shapes(self, gear: Sequence[int] | None) -> list[Shape]:
         """Output shapes recorded at compile time for `gear` (None for a static model)."""
@@ -221,6 +238,11 @@ class OmModel:
         outputs = self._get_session().run(None, feeds)
         return [np.asarray(out) for out in outputs]
 
+    @property
+    def onnx_bytes(self) -> bytes:
+        """The ONNX graph the .om carries."""
+        return self._onnx_bytes
+
     def _gear_of(self, shapes: list[tuple[int, ...]]) -> Gear:
         desc = self.description
         for gear in desc.gears:
@@ -249,13 +271,14 @@ def compile_onnx(
     dynamic_batch_size: str | None = None,
     dynamic_image_size: str | None = None,
     dynamic_dims: str | None = None,
-    input_format: str = "NCHW",
+    input_format: str | None = None,
     soc_version: str = "Ascend310P3",
 ) -> Path:
     """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
 
-    The file is `<output>.om` (`output` itself if it already ends in `.om`). Raises
-    OmCompileError for anything ATC or the emulator would refuse.
+    The file is `<output>.om` (`output` itself if it already ends in `.om`). `input_format`
+    defaults to ND with `dynamic_dims` (the only format ATC accepts with it) and NCHW otherwise.
+    Raises OmCompileError for anything ATC or the emulator would refuse.
     """
     import onnx
 
@@ -267,17 +290,21 @@ def compile_onnx(
         raise OmCompileError(f"cannot read --model {model_path}: {exc.strerror or exc}") from exc
     except Exception as exc:  # onnx raises protobuf's DecodeError and others
         raise OmCompileError(f"--model {model_path} is not a valid ONNX model: {exc}") from exc
+    if input_format is None:
+        input_format = "ND" if dynamic_dims is not None else "NCHW"
     if input_format not in INPUT_FORMATS:
         raise OmCompileError(
             f"--input_format {input_format!r} is not supported; "
             f"use one of {', '.join(INPUT_FORMATS)}"
         )
 
-    inputs = _input_tensors(proto, input_shape, ACL_FORMAT_CODES[input_format], model_path)
-    kind, gears = _gears(inputs, dynamic_batch_size, dynamic_image_size, dynamic_dims)
+    inputs, order = _input_tensors(proto, input_shape, ACL_FORMAT_CODES[input_format], model_path)
+    if dynamic_dims is not None and dynamic_batch_size is None and dynamic_image_size is None:
+        _check_dims_inputs(inputs, order, input_format)
+    kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     onnx_bytes = proto.SerializeToString()
-    output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, model_path)
-    desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes)
+    output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, order, model_path)
+    desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes, order)
     largest_shapes = desc.output_shapes(desc.largest_gear())
     nd = ACL_FORMAT_CODES["ND"]  # ATC reports outputs as ND
     outputs = tuple(
@@ -381,6 +408,7 @@ def _description_to_header(desc: OmDescription) -> dict[str, Any]:
         "inputs": tensors(desc.inputs),
         "outputs": tensors(desc.outputs),
         "output_shapes": [[list(s) for s in shapes] for shapes in desc.gear_output_shapes],
+        "shape_order": list(desc.shape_order),
     }
 
 
@@ -403,7 +431,12 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
             gear_output_shapes=tuple(
                 tuple(_ints(s) for s in shapes) for shapes in header["output_shapes"]
             ),
+            # files written before the order was recorded listed dims gears in graph order
+            shape_order=tuple(str(name) for name in header.get("shape_order", [])),
         )
+        names = [t.name for t in desc.inputs]
+        if any(name not in names for name in desc.shape_order):
+            raise ValueError(f"shape_order {list(desc.shape_order)} names unknown inputs")
         unknown = [
             t.acl_dtype for t in desc.inputs + desc.outputs if t.acl_dtype not in ACL_DTYPE_NAMES
         ]
@@ -423,8 +456,9 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
 
 def _input_tensors(
     proto: onnx.ModelProto, input_shape: str | None, acl_format: int, model_path: Path
-) -> tuple[OmTensor, ...]:
-    """The graph's real inputs with their dims: `--input_shape` where given, else ONNX's."""
+) -> tuple[tuple[OmTensor, ...], tuple[str, ...]]:
+    """The graph's real inputs with their dims (`--input_shape` where given, else ONNX's), and
+    the names `--input_shape` lists, in its order (() without `--input_shape`)."""
     initializers = {init.name for init in proto.graph.initializer}
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     names = [i.name for i in graph_inputs]
@@ -459,7 +493,7 @@ def _input_tensors(
                 dims,
             )
         )
-    return tuple(tensors)
+    return tuple(tensors), tuple(given)
 
 
 def _parse_input_shape(text: str, names: list[str]) -> dict[str, Shape]:
@@ -490,8 +524,36 @@ def _parse_input_shape(text: str, names: list[str]) -> dict[str, Shape]:
     return shapes
 
 
+def _check_dims_inputs(
+    inputs: tuple[OmTensor, ...], order: tuple[str, ...], input_format: str
+) -> None:
+    """ATC's rules for --dynamic_dims (graphengine ge/ir_build/atc_ir_common.cc,
+    CheckDynamicDimsInputShapeValid): --input_format ND, 1 to 4 dims per --input_shape entry;
+    and every input with -1 dims must be named in --input_shape (its order sets the gears')."""
+    if input_format != "ND":
+        raise OmCompileError(
+            f"E10001: Value [{input_format}] for parameter [--input_format] is invalid. "
+            "Reason: input_format must be ND when set dynamic_dims"
+        )
+    by_name = {t.name: t for t in inputs}
+    for name in order:
+        count = len(by_name[name].dims)
+        if not 1 <= count <= 4:
+            raise OmCompileError(
+                f"E10001: Value [{count}] for parameter [--input_shape's dim] is invalid. "
+                f"Reason: Dim num must within [1, 4] when set dynamic_dims (input {name})"
+            )
+    unnamed = [t.name for t in inputs if -1 in t.dims and t.name not in order]
+    if unnamed:
+        raise OmCompileError(
+            f"--dynamic_dims: inputs {', '.join(unnamed)} have -1 dims but are not named in "
+            "--input_shape, whose order sets the order of each gear's values"
+        )
+
+
 def _gears(
     inputs: tuple[OmTensor, ...],
+    order: tuple[str, ...],
     dynamic_batch_size: str | None,
     dynamic_image_size: str | None,
     dynamic_dims: str | None,
@@ -542,9 +604,12 @@ def _gears(
         expected = 'gears separated by ";", each "height,width", e.g. "224,224;448,448"'
         return "hw", _parse_gears(flag, text.split(";"), 2, expected)
     count = sum(t.dims.count(-1) for t in inputs)
+    by_name = {t.name: t for t in inputs}
+    ordered = [by_name[name] for name in order] or list(inputs)
+    order_text = "; ".join(f"{t.name}:{_shape_text(t.dims)}" for t in ordered if -1 in t.dims)
     expected = (
         f'gears separated by ";", each with {count} comma-separated values, one per -1 dim '
-        f"of the inputs in input order ({dynamic_text})"
+        f"of the inputs in --input_shape order ({order_text})"
     )
     return "dims", _parse_gears(flag, text.split(";"), count, expected)
 
@@ -572,16 +637,19 @@ def _probe_outputs(
     inputs: tuple[OmTensor, ...],
     kind: str,
     gears: tuple[Gear, ...],
+    order: tuple[str, ...],
     model_path: Path,
 ) -> tuple[tuple[Shape, ...], ...]:
     """Run every gear once on zeros; returns each gear's output shapes (one entry if static)."""
+    index = {t.name: i for i, t in enumerate(inputs)}
+    positions = [index[name] for name in order] or list(range(len(inputs)))
     try:
         session = _new_session(onnx_bytes)
     except Exception as exc:  # onnxruntime raises its own exception types
         raise OmCompileError(f"onnxruntime cannot load {model_path}: {exc}") from exc
     results = []
     for gear in gears or (None,):
-        shapes = _fill_gear(kind, [t.dims for t in inputs], gear)
+        shapes = _fill_gear(kind, [t.dims for t in inputs], gear, positions)
         feeds = {
             t.name: np.zeros(shape, ACL_DTYPE_TO_NUMPY[t.acl_dtype])
             for t, shape in zip(inputs, shapes)
@@ -638,17 +706,24 @@ def _ort_threads() -> int:
     return threads
 
 
-def _fill_gear(kind: str, dims: list[Shape], gear: Sequence[int] | None) -> list[Shape]:
-    """Replace the -1 dims by the gear's values (batch/hw: per input; dims: across inputs)."""
+def _fill_gear(
+    kind: str, dims: list[Shape], gear: Sequence[int] | None, order: Sequence[int]
+) -> list[Shape]:
+    """Replace the -1 dims by the gear's values: batch/hw per input; dims across the inputs in
+    `order` (input indices in --input_shape order), as ATC assigns --dynamic_dims values."""
     if gear is None:
         return list(dims)
+    if kind != "dims":
+        return [_fill_one(input_dims, iter(gear)) for input_dims in dims]
+    shapes = list(dims)
     values = iter(gear)
-    shapes = []
-    for input_dims in dims:
-        if kind != "dims":
-            values = iter(gear)
-        shapes.append(tuple(next(values) if d == -1 else d for d in input_dims))
+    for i in order:
+        shapes[i] = _fill_one(dims[i], values)
     return shapes
+
+
+def _fill_one(dims: Shape, values: Iterator[int]) -> Shape:
+    return tuple(next(values) if d == -1 else d for d in dims)
 
 
 def _elements(shapes: list[Shape]) -> int:

@@ -8,6 +8,7 @@ value, `TypeError("<acl.xxx> args parse failed")` for unparsable arguments, and 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from ge_python_backend.emulator import _stats
@@ -23,21 +24,44 @@ from ge_python_backend.emulator._state import (
     DataBuffer,
     Device,
     env_int,
+    env_run_mode,
     require_init,
 )
 from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY
 
 from . import mdl, rt, util
+from ._tensor import (
+    create_tensor_desc,
+    destroy_tensor_desc,
+    get_tensor_desc_dim,
+    get_tensor_desc_dim_v2,
+    get_tensor_desc_element_count,
+    get_tensor_desc_format,
+    get_tensor_desc_num_dims,
+    get_tensor_desc_size,
+    get_tensor_desc_type,
+)
 
 __all__ = [
+    "app_log",
     "create_data_buffer",
+    "create_tensor_desc",
     "data_type_size",
     "destroy_data_buffer",
+    "destroy_tensor_desc",
     "finalize",
     "get_data_buffer_addr",
     "get_data_buffer_size",
     "get_data_buffer_size_v2",
     "get_recent_err_msg",
+    "get_soc_name",
+    "get_tensor_desc_dim",
+    "get_tensor_desc_dim_v2",
+    "get_tensor_desc_element_count",
+    "get_tensor_desc_format",
+    "get_tensor_desc_num_dims",
+    "get_tensor_desc_size",
+    "get_tensor_desc_type",
     "get_version",
     "init",
     "mdl",
@@ -48,6 +72,11 @@ __all__ = [
 
 # The CANN version the emulator reports (the calling conventions it follows are 8.x's).
 VERSION = (8, 0, 0)
+# The SoC acl.get_soc_name reports (the default --soc_version of `emulator compile`).
+SOC_NAME = "Ascend310P3"
+# aclLogLevel (acl_base.h): ACL_DEBUG 0, ACL_INFO 1, ACL_WARNING 2, ACL_ERROR 3.
+_LOG_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
+_APP_LOG = logging.getLogger("ge_python_backend.emulator.app_log")
 
 
 @api("acl.init", str, optional=1)
@@ -62,7 +91,9 @@ def init(config_path: str = "") -> int:
             _check_config(config_path)
         count = env_int("GE_EMULATOR_DEVICE_COUNT", DEFAULT_DEVICE_COUNT, 1)
         memory = env_int("GE_EMULATOR_DEVICE_MEMORY", DEFAULT_DEVICE_MEMORY, 1)
+        run_mode = env_run_mode()
         STATE.initialized = True
+        STATE.run_mode = run_mode
         STATE.device_count = count
         STATE.devices = {i: Device(i, memory) for i in range(count)}
     return 0
@@ -94,6 +125,20 @@ def finalize() -> int:
 def get_recent_err_msg() -> str:
     """Why the last failing call of this thread failed ("" if none did)."""
     return TLS.recent_error
+
+
+@api("acl.app_log", int, str, fail=value(None), fault="none")
+def app_log(level: int, message: str) -> None:
+    """Write `message` to the application log (here: logging, logger
+    ge_python_backend.emulator.app_log); pyACL's returns None and needs no acl.init."""
+    _APP_LOG.log(_LOG_LEVELS.get(level, logging.ERROR), "%s", message)
+
+
+@api("acl.get_soc_name", fail=value(None), fault="none")
+def get_soc_name() -> str:
+    """The SoC name ("Ascend310P3"; None before acl.init, as a NULL C string)."""
+    require_init()
+    return SOC_NAME
 
 
 @api("acl.get_version", fail=lambda code, args: (0, 0, 0, code))
@@ -175,6 +220,7 @@ def _release_everything() -> None:
         "leaked_data_buffers": len(STATE.data_buffers),
         "leaked_datasets": len(STATE.datasets),
         "leaked_model_descs": len(STATE.descs),
+        "leaked_tensor_descs": len(STATE.tensor_descs),
         "leaked_models": len(STATE.models),
         "leaked_streams": len(STATE.streams),
         "leaked_contexts": len(STATE.contexts),
@@ -191,6 +237,7 @@ def _release_everything() -> None:
         STATE.data_buffers,
         STATE.datasets,
         STATE.descs,
+        STATE.tensor_descs,
         STATE.models,
         STATE.streams,
         STATE.contexts,

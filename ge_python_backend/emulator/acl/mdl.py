@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 from ge_python_backend.emulator._api import api, value, zero_ret
 from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._models import (
-    GEAR_CODES,
     KIND_LABELS,
     MBATCH_NAME,
+    NOT_A_GEAR,
     IoTensor,
     LoadedModel,
     ModelDesc,
@@ -27,7 +28,8 @@ from ge_python_backend.emulator._state import (
     require_init,
 )
 from ge_python_backend.emulator._streams import stream_in
-from ge_python_backend.emulator.omfile import OmFormatError, OmModel
+from ge_python_backend.emulator.acl import _tensor as tensor_descs
+from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmFormatError, OmModel
 
 MAX_GEAR_QUERY = 4096
 RESERVED_INDEX = -1
@@ -76,6 +78,42 @@ def load_from_mem(ptr: int, size: int) -> tuple[int, int]:
         om = OmModel.load(ctypes.string_at(span.address, size))
     except OmFormatError as exc:
         raise AclFailure(exc.acl_code, str(exc)) from exc
+    return _register(om, ctx), 0
+
+
+@api("acl.mdl.query_size", str, fail=lambda code, args: (0, 0, code), fault="none")
+def query_size(path: str) -> tuple[int, int, int]:
+    """(work size, weight size, ret) of an .om on disk: what load_from_file_with_mem needs.
+    The emulator's work size is the inputs' and outputs' bytes for the largest gear, its
+    weight size the ONNX graph's bytes."""
+    require_init()
+    return (*_mem_sizes(_read_om(path)), 0)
+
+
+@api("acl.mdl.load_from_file_with_mem", str, int, int, int, int, fail=zero_ret)
+def load_from_file_with_mem(
+    path: str, work_ptr: int, work_size: int, weight_ptr: int, weight_size: int
+) -> tuple[int, int]:
+    """(model_id, ret): load with caller-owned work and weight memory (device memory at least
+    query_size's sizes; a 0 pointer with size 0 lets ACL allocate that part)."""
+    ctx = current_context()
+    om = _read_om(path)
+    for what, ptr, size, need in zip(
+        ("work", "weight"), (work_ptr, weight_ptr), (work_size, weight_size), _mem_sizes(om)
+    ):
+        if ptr == 0 and size == 0:
+            continue
+        with LOCK:
+            span = MEMORY.resolve(ptr, f"{what}_ptr")
+        if not span.on_device or span.remaining is None or size > span.remaining:
+            raise AclFailure(
+                100000, f"{what}_ptr 0x{ptr:x} must be device memory of at least {what}_size bytes"
+            )
+        if size < need:
+            # UNCONFIRMED code for memory smaller than query_size reports.
+            raise AclFailure(
+                145000, f"{what}_size {size} is smaller than the {need} bytes query_size reports"
+            )
     return _register(om, ctx), 0
 
 
@@ -155,6 +193,12 @@ def get_input_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
     return _tensor(desc, index, True).dims_dict(), 0
 
 
+@api("acl.mdl.get_input_dims_v2", int, int, fail=_dict_ret, fault="none")
+def get_input_dims_v2(desc: int, index: int) -> tuple[dict[str, Any], int]:
+    """As get_input_dims: v2 differs only for static-AIPP inputs, which the emulator has none of."""
+    return _tensor(desc, index, True).dims_dict(), 0
+
+
 @api("acl.mdl.get_output_dims", int, int, fail=_dict_ret, fault="none")
 def get_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """({"name", "dimCount", "dims"}, ret) for the largest gear."""
@@ -207,6 +251,17 @@ def get_output_name_by_index(desc: int, index: int) -> str:
     return _tensor(desc, index, False).name
 
 
+@api("acl.mdl.get_tensor_real_name", int, str, fail=value(None), fault="none")
+def get_tensor_real_name(desc: int, name: str) -> str:
+    """The real name of input or output `name` (None if the model has none). ATC shortens
+    names over 127 characters; the emulator keeps every name, so a known name maps to itself."""
+    model = _described(desc)
+    for tensor in model.inputs + model.outputs:
+        if tensor.name == name:
+            return name
+    raise AclFailure(100000, f"the model has no input or output named {name!r}")
+
+
 def _index_fail(code: int, args: tuple[Any, ...]) -> tuple[int, int]:
     return -1, code
 
@@ -254,7 +309,9 @@ def get_input_dynamic_gear_count(desc: int, index: int) -> tuple[int, int]:
 
 @api("acl.mdl.get_input_dynamic_dims", int, int, int, fail=_none_ret, fault="none")
 def get_input_dynamic_dims(desc: int, index: int, gear_count: int) -> tuple[list[Any], int]:
-    """(one {"name": "", "dimCount", "dims"} per gear, all inputs' dims concatenated, ret)."""
+    """(one {"name": "", "dimCount", "dims"} per gear, ret): each gear's dims of every input
+    concatenated in --input_shape order (GE: dataNameOrder / user_designate_shape_order, hicann/ge
+    api/acl/acl_model/model/model_om2.cpp aclmdlGetInputDynamicDimsImplOm2), not graph order."""
     if gear_count > MAX_GEAR_QUERY:
         raise AclFailure(100000, f"gear count {gear_count} exceeds {MAX_GEAR_QUERY}")
     model = _described(desc)
@@ -267,34 +324,44 @@ def get_input_dynamic_dims(desc: int, index: int, gear_count: int) -> tuple[list
         )
     result = []
     for gear in gears:
-        dims = [d for shape in model.om.description.input_shapes(gear) for d in shape]
+        dims = model.om.description.ordered_dims(gear)
         result.append({"name": "", "dimCount": len(dims), "dims": dims})
     return result, 0
 
 
 @api("acl.mdl.set_dynamic_batch_size", int, int, int, int)
 def set_dynamic_batch_size(model_id: int, dataset: int, index: int, batch_size: int) -> int:
-    """Write batch gear `batch_size` into the ascend_mbatch_shape_data buffer at `index`."""
+    """Write batch gear `batch_size` into the ascend_mbatch_shape_data buffer at `index`;
+    0 is 100000, a value that is no batch gear (or a model without batch gears) 145013."""
+    if batch_size <= 0:
+        raise AclFailure(100000, f"batch size must be > 0, got {batch_size}")
     with LOCK:
-        model, target = _gear_target(model_id, dataset, index, "batch")
-        _check_gear(model, (batch_size,), f"batch size {batch_size}")
+        model, target = _gear_target(model_id, dataset, index)
+        _check_gear(model, "batch", (batch_size,), f"batch size {batch_size}")
         write_gear(model, target, index, (batch_size,))
     return 0
 
 
 @api("acl.mdl.set_dynamic_hw_size", int, int, int, int, int)
 def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, width: int) -> int:
-    """Write HW gear (height, width) into the ascend_mbatch_shape_data buffer at `index`."""
+    """Write HW gear (height, width) into the ascend_mbatch_shape_data buffer at `index`;
+    0 is 100000, a pair that is no HW gear (or a model without HW gears) 145013."""
+    if height <= 0 or width <= 0:
+        raise AclFailure(100000, f"height and width must be > 0, got {height},{width}")
     with LOCK:
-        model, target = _gear_target(model_id, dataset, index, "hw")
-        _check_gear(model, (height, width), f"height,width {height},{width}")
+        model, target = _gear_target(model_id, dataset, index)
+        _check_gear(model, "hw", (height, width), f"height,width {height},{width}")
         write_gear(model, target, index, (height, width))
     return 0
 
 
 @api("acl.mdl.set_input_dynamic_dims", int, int, int, dict)
 def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: dict[str, Any]) -> int:
-    """Select the dims gear whose concatenated input dims equal `dims["dims"]`."""
+    """Select a gear from every dim of the inputs in --input_shape order, as GE does
+    (hicann/ge ge_executor.cc SetDynamicDims, GetCurDynamicDims, IsDynmaicDimsSizeMatchModel):
+    the values at the -1 dims must equal a gear of any kind (dims; a batch gear for a
+    one-input batch model; an HW gear for a one-input HW model). Wrong count or a static dim
+    changed: 145012; no gear matches (or the model has none): 145013; dimCount 0: 100000."""
     values = dims.get("dims")
     count = dims.get("dimCount")
     if (
@@ -305,24 +372,36 @@ def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: dict[s
         raise AclFailure(
             100000,
             'dims must be {"dimCount": n, "name": "", "dims": [n ints]}: every dim of every '
-            "input, concatenated in input order",
+            "input, concatenated in --input_shape order",
         )
+    if not values:
+        raise AclFailure(100000, "dimCount must not be 0")
     with LOCK:
-        model, target = _gear_target(model_id, dataset, index, "dims")
+        model, target = _gear_target(model_id, dataset, index)
         desc = model.om.description
-        for gear in model.gears:
-            if [d for shape in desc.input_shapes(gear) for d in shape] == values:
-                write_gear(model, target, index, gear)
-                return 0
-        choices = "; ".join(
-            str([d for shape in desc.input_shapes(g) for d in shape]) for g in model.gears
-        )
-        # UNCONFIRMED code for a dims value that is not a gear: 145021 (SHAPE_INVALID).
-        raise AclFailure(
-            GEAR_CODES["dims"],
-            f"dims {values} are not a compiled gear; the gears (all inputs' dims "
-            f"concatenated) are: {choices}",
-        )
+        raw = desc.ordered_dims() if model.gears else []
+        names = ", ".join(desc.inputs[i].name for i in desc.ordered_inputs())
+        if len(values) != len(raw):
+            raise AclFailure(
+                145012,
+                f"dims has {len(values)} values; the model's inputs in --input_shape order "
+                f"({names}) have {len(raw)} dims ({raw})",
+            )
+        for i, (given, fixed) in enumerate(zip(values, raw)):
+            if fixed >= 0 and given != fixed:
+                raise AclFailure(
+                    145012, f"dim {i} is static ({fixed}) but dims gives {given} (all dims: {raw})"
+                )
+        gear = tuple(v for v, fixed in zip(values, raw) if fixed < 0)
+        if gear not in model.gears:
+            choices = "; ".join(str(desc.ordered_dims(g)) for g in model.gears) or "none"
+            raise AclFailure(
+                NOT_A_GEAR,
+                f"dims {values} are not a compiled gear; the gears (inputs' dims in "
+                f"--input_shape order: {names}) are: {choices}",
+            )
+        write_gear(model, target, index, gear)
+    return 0
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -371,12 +450,44 @@ def get_dataset_num_buffers(dataset: int) -> int:
 
 @api("acl.mdl.destroy_dataset", int)
 def destroy_dataset(dataset: int) -> int:
-    """Destroy the dataset (not its data buffers)."""
+    """Destroy the dataset (not its data buffers; its tensor desc copies go with it)."""
     require_init()
     with LOCK:
-        _dataset(dataset).live = False
+        target = _dataset(dataset)
+        target.live = False
+        tensor_descs.detach_all(target.tensor_descs)
         del STATE.datasets[dataset]
     return 0
+
+
+@api("acl.mdl.set_dataset_tensor_desc", int, int, int, fail=lambda code, args: (args[0], code))
+def set_dataset_tensor_desc(dataset: int, desc: int, index: int) -> tuple[int, int]:
+    """(dataset, ret): the dataset keeps a copy of tensor desc `desc` for buffer `index` (0
+    drops it). GE uses it only for dynamic-shape models, which the emulator does not run."""
+    require_init()
+    with LOCK:
+        target = _dataset(dataset)
+        if not 0 <= index < len(target.buffers):
+            raise AclFailure(
+                100000,
+                f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
+            )
+        tensor_descs.attach(target.tensor_descs, desc, index)
+    return dataset, 0
+
+
+@api("acl.mdl.get_dataset_tensor_desc", int, int, fail=value(0), fault="none")
+def get_dataset_tensor_desc(dataset: int, index: int) -> int:
+    """The dataset's tensor desc for buffer `index` (0 if none was set)."""
+    require_init()
+    with LOCK:
+        target = _dataset(dataset)
+        if not 0 <= index < len(target.buffers):
+            raise AclFailure(
+                100000,
+                f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
+            )
+        return target.tensor_descs.get(index, 0)
 
 
 # ----------------------------------------------------------------------------- execution
@@ -384,10 +495,12 @@ def destroy_dataset(dataset: int) -> int:
 
 @api("acl.mdl.execute", int, int, int)
 def execute(model_id: int, input: int, output: int) -> int:
-    """Run the model synchronously on device memory datasets."""
+    """Run the model synchronously on device memory datasets (500002 after execute_async)."""
     ctx = current_context()
     with LOCK:
-        execution = prepare(_model_in(model_id, ctx), _dataset(input), _dataset(output))
+        model = _model_in(model_id, ctx)
+        execution = prepare(model, _dataset(input), _dataset(output))
+        model.claim("execute", None)
     execution.run()
     STATE.count("execute_calls")
     return 0
@@ -395,13 +508,16 @@ def execute(model_id: int, input: int, output: int) -> int:
 
 @api("acl.mdl.execute_async", int, int, int, int, hangable=True)
 def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
-    """Validate now, run on the stream's worker; results after synchronize_stream."""
+    """Validate now, run on the stream's worker; results after synchronize_stream. 500002
+    after execute, or while the model still runs on another stream."""
     ctx = current_context()
     target = stream_in(stream, ctx)
     with LOCK:
-        execution = prepare(_model_in(model_id, ctx), _dataset(input), _dataset(output))
-    execution.read_gear()
-    target.submit("acl.mdl.execute_async", execution.run)
+        model = _model_in(model_id, ctx)
+        execution = prepare(model, _dataset(input), _dataset(output))
+        execution.read_gear()
+        model.claim("execute_async", target)
+        model.queued = (target, target.submit("acl.mdl.execute_async", execution.run))
     with LOCK:
         STATE.count("execute_calls")
         STATE.count("execute_async_calls")
@@ -409,6 +525,24 @@ def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _read_om(path: str) -> OmModel:
+    try:
+        return OmModel.load(path)
+    except OmFormatError as exc:
+        raise AclFailure(exc.acl_code, str(exc)) from exc
+
+
+def _mem_sizes(om: OmModel) -> tuple[int, int]:
+    """(work, weight) bytes the emulator reports for `om` (see query_size)."""
+    desc = om.description
+    gear = desc.largest_gear()
+    tensors = list(zip(desc.inputs, desc.input_shapes(gear))) + list(
+        zip(desc.outputs, desc.output_shapes(gear))
+    )
+    work = sum(math.prod(shape) * ACL_DTYPE_TO_NUMPY[t.acl_dtype].itemsize for t, shape in tensors)
+    return work, len(om.onnx_bytes)
 
 
 def _register(om: OmModel, ctx: Context) -> int:
@@ -491,15 +625,16 @@ def _dataset(handle: int) -> Dataset:
     return dataset
 
 
-def _gear_target(model_id: int, dataset: int, index: int, kind: str) -> tuple[LoadedModel, Dataset]:
+def _gear_target(model_id: int, dataset: int, index: int) -> tuple[LoadedModel, Dataset]:
     """Checks shared by the set_* calls (caller holds LOCK)."""
     ctx = current_context()
     # Stricter reading: set_* is accepted only under the context that loaded the model.
     model = _model_in(model_id, ctx)
-    if model.kind != kind:
-        have = "is static" if model.kind == "static" else f"has {KIND_LABELS[model.kind]} gears"
-        raise AclFailure(100019, f"model {model_id} {have}, not {KIND_LABELS[kind]} gears")
     target = _dataset(dataset)
+    if model.mbatch_index is None:
+        raise AclFailure(
+            NOT_A_GEAR, f"model {model_id} is static: it has no gears to choose (no {MBATCH_NAME})"
+        )
     if index != model.mbatch_index:
         raise AclFailure(
             100000,
@@ -509,10 +644,11 @@ def _gear_target(model_id: int, dataset: int, index: int, kind: str) -> tuple[Lo
     return model, target
 
 
-def _check_gear(model: LoadedModel, gear: tuple[int, ...], text: str) -> None:
-    if gear not in model.gears:
-        # UNCONFIRMED codes: 145013 for batch (acllite), 145021 for HW (the HW sample).
+def _check_gear(model: LoadedModel, kind: str, gear: tuple[int, ...], text: str) -> None:
+    """145013 unless `gear` is a gear of `kind` (GE checks every kind's call this way)."""
+    if model.kind != kind or gear not in model.gears:
         raise AclFailure(
-            GEAR_CODES[model.kind],
-            f"{text} is not a compiled {KIND_LABELS[model.kind]} gear ({model.gear_text()})",
+            NOT_A_GEAR,
+            f"{text} is not a compiled {KIND_LABELS[kind]} gear; the model has "
+            f"{KIND_LABELS[model.kind]} gears ({model.gear_text()})",
         )

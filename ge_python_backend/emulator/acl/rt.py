@@ -18,12 +18,13 @@ from ge_python_backend.emulator._state import (
     Context,
     Device,
     current_context,
+    device_mode,
+    env_run_mode,
     live_context,
     require_init,
 )
 from ge_python_backend.emulator._streams import Stream, stream_in
 
-ACL_HOST = 1
 MAX_STREAMS_PER_DEVICE = 1024
 MAX_POLICY = 5  # ACL_MEM_MALLOC_NORMAL_ONLY_P2P
 MAX_MEM_ATTR = 9  # last aclrtMemAttr value (ACL_HBM_MEM_P2P_NORMAL)
@@ -93,9 +94,9 @@ def get_device_count() -> tuple[int, int]:
 
 @api("acl.rt.get_run_mode", fail=zero_ret)
 def get_run_mode() -> tuple[int, int]:
-    """(ACL_HOST, ret): the emulator is a host with a PCIe card; memory must be copied."""
-    require_init()
-    return ACL_HOST, 0
+    """(run mode, ret): ACL_HOST (1, a host with a PCIe card; the default) or ACL_DEVICE (0,
+    GE_EMULATOR_RUN_MODE=device: the device's own CPU). Needs no acl.init, as in ACL."""
+    return (STATE.run_mode if STATE.initialized else env_run_mode()), 0
 
 
 @api("acl.rt.synchronize_device", fault="after")
@@ -357,7 +358,7 @@ def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> int:
 def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, stream: int) -> int:
     """Queue the copy on `stream`; src and dst must be 64-byte aligned; no host-to-host."""
     target = stream_in(stream, current_context())
-    if kind == 0:
+    if kind == 0 and not device_mode():
         raise AclFailure(207000, "async host-to-host copies are not supported in ACL_HOST mode")
     copy = _plan_copy(dst, dest_max, src, count, kind)
     for name, addr in (("dst", dst), ("src", src)):
@@ -422,11 +423,13 @@ def _kill_context(ctx: Context) -> list[Stream]:
 
 
 def _plan_copy(dst: int, dest_max: int, src: int, count: int, kind: int) -> _Copy:
-    """Validate a copy. UNCONFIRMED codes: every refusal here is 107000
-    (ACL_ERROR_RT_PARAM_INVALID), the stricter reading of the reference."""
+    """Validate a copy. An unknown kind is 100000 (hicann/runtime src/acl/aclrt_impl/memory.cpp,
+    MemcpyKindTranslate);
+    UNCONFIRMED codes: every other refusal here is 107000 (ACL_ERROR_RT_PARAM_INVALID). In
+    device (RC) mode host memory is device memory, so no kind is checked against addresses."""
     if not 0 <= kind < len(KIND_NAMES):
         # ACL_MEMCPY_DEFAULT (4) exists only in newer CANN: refused (stricter).
-        raise AclFailure(107000, f"kind must be 0..3 (aclrtMemcpyKind), got {kind}")
+        raise AclFailure(100000, f"kind must be 0..3 (aclrtMemcpyKind), got {kind}")
     if count <= 0:
         raise AclFailure(107000, f"count must be > 0, got {count}")
     if count > dest_max:
@@ -438,7 +441,7 @@ def _plan_copy(dst: int, dest_max: int, src: int, count: int, kind: int) -> _Cop
         ("dst", dst_span, kind in (1, 3)),
         ("src", src_span, kind in (2, 3)),
     ):
-        if span.on_device != want_device:
+        if span.on_device != want_device and not device_mode():
             addr = dst if name == "dst" else src
             raise AclFailure(
                 107000,
