@@ -375,3 +375,19 @@ def test_gear_models_run_in_device_mode(
         expected = reference(request.getfixturevalue(fixture), arrays)
         for got, want in zip(model.fetch(), expected):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_printed_atc_command_for_dims_models_says_nd(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ATC refuses --dynamic_dims without --input_format=ND (graphengine atc_ir_common.cc
+    CheckDynamicDimsInputShapeValid), so the command printed for real hardware carries it."""
+    from ge_python_backend.cli import main
+
+    onnx_path = build_concat(tmp_path / "concat.onnx")
+    flags = ["--input_shape", "b:1,-1;a:1,-1", "--dynamic_dims", "4,8;8,16"]
+    argv = ["emulator", "compile", f"--model={onnx_path}", "--framework=5"]
+    code = main([*argv, "--output", str(tmp_path / "concat"), *flags])
+    atc = capsys.readouterr().out.splitlines()[2]
+    assert code == 0
+    assert "--input_format=ND" in atc and "--input_shape='b:1,-1;a:1,-1'" in atc

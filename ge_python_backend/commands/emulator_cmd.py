@@ -44,7 +44,8 @@ examples:
   ge-python-model emulator compile --model det.onnx --framework 5 --output det \\
       --input_shape "image:1,3,-1,-1" --dynamic_image_size "224,224;448,448"
   ge-python-model emulator compile --model bert.onnx --framework 5 --output bert \\
-      --input_shape "input_ids:1,-1;attention_mask:1,-1" --dynamic_dims "128,128;256,256"
+      --input_shape "input_ids:1,-1;attention_mask:1,-1" --dynamic_dims "128,128;256,256" \\
+      --input_format ND
 
 the real-hardware equivalent of the first example:
   atc --model=resnet.onnx --framework=5 --output=resnet --soc_version=Ascend310P3 \\
@@ -84,12 +85,13 @@ def register(subparsers: Any) -> None:
     )
     compile_parser.add_argument(
         "--dynamic_dims",
-        help='gears with one value per -1 dim of all inputs in order, e.g. "20,20,1;40,40,2"',
+        help="gears with one value per -1 dim of the inputs in --input_shape order, e.g. "
+        '"20,20,1;40,40,2" (needs --input_format ND, 1 to 4 dims per input)',
     )
     compile_parser.add_argument(
         "--input_format",
-        default="NCHW",
-        help=f"format recorded for the inputs: {', '.join(INPUT_FORMATS)} (default NCHW)",
+        help=f"format recorded for the inputs: {', '.join(INPUT_FORMATS)} (default ND with "
+        "--dynamic_dims, the only one ATC accepts with it; NCHW otherwise)",
     )
     compile_parser.add_argument(
         "--soc_version", default="Ascend310P3", help="SoC recorded in the .om (default Ascend310P3)"
@@ -115,8 +117,11 @@ def run_compile(args: argparse.Namespace) -> int:
         input_format=args.input_format,
         soc_version=args.soc_version,
     )
+    model = OmModel.load(path)
     print(path)
-    print(summary(OmModel.load(path)))
+    print(summary(model))
+    # the format the compiler resolved (ND for --dynamic_dims), so the command is one ATC accepts
+    args.input_format = model.header["flags"]["input_format"]
     print(f"on Ascend hardware: {atc_command(args)}")
     return 0
 
