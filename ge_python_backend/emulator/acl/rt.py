@@ -6,7 +6,7 @@ import contextlib
 import ctypes
 from dataclasses import dataclass
 
-from ge_python_backend.emulator import timing
+from ge_python_backend.emulator import _events, timing
 from ge_python_backend.emulator._api import api, zero_ret
 from ge_python_backend.emulator._memory import MEMORY, Span, rounded_size
 from ge_python_backend.emulator._state import (
@@ -473,3 +473,49 @@ def _count_copy(copy: _Copy, counter: str | None) -> None:
             STATE.count(counter)
         STATE.count("memcpy_bytes", copy.count)
         STATE.count(f"{direction}_bytes", copy.count)
+
+
+# ----------------------------------------------------------------------------- events
+
+
+@api("acl.rt.create_event", fail=zero_ret)
+def create_event() -> tuple[int, int]:
+    """(event, ret): a new event in the current context."""
+    current_context()
+    event = _events.Event(STATE.new_handle())
+    _events.add_event(event)
+    STATE.count("event_creations")
+    return event.handle, 0
+
+
+@api("acl.rt.destroy_event", int)
+def destroy_event(event: int) -> int:
+    """Destroy an event (its queued stamp, if any, still runs harmlessly)."""
+    current_context()
+    _events.remove_event(event)
+    return 0
+
+
+@api("acl.rt.record_event", int, int)
+def record_event(event: int, stream: int) -> int:
+    """Queue the event on `stream`: it completes when the stream's earlier work has run."""
+    target = stream_in(stream, current_context())
+    _events.find_event(event).record(target)
+    return 0
+
+
+@api("acl.rt.synchronize_event", int, fault="after")
+def synchronize_event(event: int) -> int:
+    """Block until the stream has reached the event."""
+    current_context()
+    _events.find_event(event).wait()
+    return 0
+
+
+@api("acl.rt.event_elapsed_time", int, int, fail=lambda code, args: (0.0, code))
+def event_elapsed_time(start: int, end: int) -> tuple[float, int]:
+    """(ms, ret): stream time from `start` to `end`; 507006 unless both have completed."""
+    current_context()
+    begun = _events.find_event(start).stamp()
+    ended = _events.find_event(end).stamp()
+    return (ended - begun) * 1000.0, 0
