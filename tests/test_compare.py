@@ -12,10 +12,10 @@ from onnx import numpy_helper
 from onnx_models import build_add_mul, onnx_path_of
 
 from ge_python_backend.cli import main
+from ge_python_backend.client import INT_HIGH
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.compare import (
-    INT_HIGH,
     Thresholds,
     compare,
     compare_arrays,

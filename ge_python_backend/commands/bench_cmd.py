@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.infer_cmd import DEFAULT_URLS, parse_shapes, request_arrays
+from ge_python_backend.client import TritonClient, request_arrays, server_errors, server_url
+from ge_python_backend.commands.options import (
+    add_data_options,
+    add_server_options,
+    parse_files,
+    parse_shapes,
+)
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.bench import (
-    PROTOCOLS,
     Target,
     format_table,
     plot,
@@ -26,8 +31,8 @@ Measure a served model under closed-loop load: at concurrency C, C clients each 
 in flight and send the next as soon as the answer arrives (perf_analyzer's concurrency mode).
 Per level it prints requests, errors, throughput (requests/s and rows/s) and p50/p90/p99 latency
 of the successful requests; a failed request is counted as an error, never dropped. Requests hold
-random data shaped from the model metadata (batch 1 unless --shape says otherwise). Progress goes
-to stderr, the table to stdout.
+random data shaped from the model metadata (batch 1 unless --shape says otherwise) or .npy files
+(--input). Progress goes to stderr, the table to stdout.
 
 examples:
   ge-python-model bench --model resnet --concurrency 1,4,16 --duration 10
@@ -44,11 +49,7 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--url", help="server HOST:PORT (default: 127.0.0.1:8000 for http, :8001 for grpc)"
-    )
-    parser.add_argument("--model", required=True, help="model name")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="http", help="(default: http)")
+    add_server_options(parser)
     parser.add_argument(
         "--concurrency",
         default="1,4,16",
@@ -63,13 +64,7 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help=f"measured seconds per level (default: {DEFAULT_DURATION_S:g})",
     )
-    parser.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME:D0,D1,...",
-        help="full request shape of an input, batch axis included (repeatable; default batch 1)",
-    )
+    add_data_options(parser, "the model metadata's, batch 1")
     parser.add_argument(
         "--warmup",
         type=int,
@@ -79,7 +74,6 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
-    parser.add_argument("--seed", type=int, default=0, help="random data seed (default: 0)")
     parser.set_defaults(func=run)
 
 
@@ -95,26 +89,18 @@ def parse_levels(text: str) -> list[int]:
 
 
 def describe_target(
-    url: str, protocol: str, model: str, shapes: dict[str, tuple[int, ...]], seed: int
+    url: str,
+    protocol: str,
+    model: str,
+    shapes: Mapping[str, tuple[int, ...]],
+    seed: int,
+    files: Mapping[str, Path] | None = None,
 ) -> Target:
     """The request to send, shaped from the served model's metadata."""
-    from tritonclient.utils import InferenceServerException
-
-    module = importlib.import_module(f"tritonclient.{protocol}")
-    try:
-        with contextlib.closing(module.InferenceServerClient(url)) as client:
-            if protocol == "grpc":
-                metadata = client.get_model_metadata(model, as_json=True)
-                config = client.get_model_config(model, as_json=True)["config"]
-            else:
-                metadata = client.get_model_metadata(model)
-                config = client.get_model_config(model)
-    except InferenceServerException as exc:
-        raise UserError(f"{protocol}://{url}: {exc.message() or exc}") from None
-    except OSError as exc:
-        raise UserError(f"cannot reach Triton at {protocol}://{url}: {exc}") from None
-    batched = int(config.get("max_batch_size", 0)) > 0
-    arrays = request_arrays(metadata, batched, shapes, {}, seed)
+    with server_errors(url, protocol), TritonClient(url, protocol) as client:
+        metadata = client.model_metadata(model)
+        batched = client.model_config(model).max_batch_size > 0
+    arrays = request_arrays(metadata, batched, shapes, files or {}, seed)
     first = next(iter(arrays.values()), None)
     rows = int(first[0].shape[0]) if batched and first is not None and first[0].ndim else 1
     outputs = [item["name"] for item in metadata.get("outputs", [])]
@@ -126,8 +112,10 @@ def run(args: argparse.Namespace) -> int:
     levels = parse_levels(args.concurrency)
     if args.warmup < 0:
         raise UserError(f"--warmup must be >= 0, got {args.warmup}")
-    url = (args.url or DEFAULT_URLS[args.protocol]).removeprefix("http://")
-    target = describe_target(url, args.protocol, args.model, parse_shapes(args.shape), args.seed)
+    url = server_url(args.url, args.protocol)
+    target = describe_target(
+        url, args.protocol, args.model, parse_shapes(args.shape), args.seed, parse_files(args.input)
+    )
     duration = None
     if args.requests is None:
         duration = DEFAULT_DURATION_S if args.duration is None else args.duration

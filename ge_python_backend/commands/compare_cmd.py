@@ -7,9 +7,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.infer_cmd import parse_files, parse_shapes
+from ge_python_backend.client import INT_HIGH
+from ge_python_backend.commands.options import (
+    add_data_options,
+    add_runtime_option,
+    add_server_options,
+    parse_files,
+    parse_shapes,
+)
 from ge_python_backend.errors import UserError
-from ge_python_backend.runtime import RUNTIMES
 from ge_python_backend.tools.compare import CompareReport, OutputComparison, Thresholds, compare
 
 DEFAULTS = Thresholds()
@@ -20,10 +26,10 @@ compiled from (onnxruntime on the CPU) and, with --url and --model, to the model
 then report per output the max absolute error, the max relative error (over elements whose ONNX
 value exceeds --atol in magnitude) and the cosine similarity against the ONNX output.
 
-Inputs are random (floats ~ N(0,1), integers in 0..31, booleans) in the shapes of the model's
-first gear, or --shape, or .npy files with --input. An output passes when every element satisfies
-|x - onnx| <= atol + rtol * |onnx| and its cosine similarity is at least --min-cosine. Exits 0
-when every output passes, 1 when one does not.
+Inputs are random (floats ~ N(0,1), integers in 0..{INT_HIGH - 1}, booleans) in the shapes of the
+model's first gear, or --shape, or .npy files with --input. An output passes when every element
+satisfies |x - onnx| <= atol + rtol * |onnx| and its cosine similarity is at least --min-cosine.
+Exits 0 when every output passes, 1 when one does not.
 
 examples:
   ge-python-model compare --om resnet.om --onnx resnet.onnx
@@ -47,38 +53,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--om", type=Path, required=True, help="the .om file")
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
-    parser.add_argument(
-        "--runtime",
-        choices=RUNTIMES,
-        default="pyacl",
-        help="run the .om with real pyACL or the CPU emulator (default: pyacl)",
-    )
+    add_runtime_option(parser, "run the .om with real pyACL or the CPU emulator", "pyacl")
     parser.add_argument("--device-id", type=int, default=0, help="NPU id (default: 0)")
-    parser.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME:D0,D1,...",
-        help="full shape of an input, batch axis included (repeatable; default: first gear)",
-    )
-    parser.add_argument(
-        "--input",
-        action="append",
-        default=[],
-        metavar="NAME=FILE.npy",
-        help="use this array instead of random data (repeatable)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random data seed (default: 0)")
+    add_data_options(parser, "the first gear's")
     parser.add_argument("--atol", type=float, default=DEFAULTS.atol, help="absolute tolerance")
     parser.add_argument("--rtol", type=float, default=DEFAULTS.rtol, help="relative tolerance")
     parser.add_argument(
         "--min-cosine", type=float, default=DEFAULTS.min_cosine, help="lowest cosine similarity"
     )
-    parser.add_argument("--url", help="also query this Triton server, HOST:PORT")
-    parser.add_argument("--model", help="the served model's name (with --url)")
-    parser.add_argument(
-        "--protocol", choices=("http", "grpc"), default="http", help="(default: http)"
-    )
+    add_server_options(parser, url_help="also query the model --model served there", required=False)
     parser.set_defaults(func=run)
 
 

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands.options import add_runtime_option, add_tritonserver_options
 from ge_python_backend.errors import UserError
-from ge_python_backend.runtime import RUNTIMES, selected_runtime
+from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.tools.doctor import FAIL, CheckResult, run_checks
 
 DESCRIPTION = """\
@@ -39,16 +40,13 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--runtime",
-        choices=RUNTIMES,
-        help="the runtime the models will use (default: $GE_PYTHON_BACKEND_ACL, else pyacl)",
+    add_runtime_option(
+        parser, "the runtime the models will use (default: $GE_PYTHON_BACKEND_ACL, else pyacl)"
     )
     parser.add_argument(
         "--repository", type=Path, help="size the /dev/shm check for this model repository"
     )
-    parser.add_argument("--tritonserver", metavar="PATH", help="your own tritonserver binary")
-    parser.add_argument("--backend-directory", metavar="DIR", help="its backend directory")
+    add_tritonserver_options(parser)
     parser.add_argument(
         "--no-server", action="store_true", help="do not start tritonserver to read its version"
     )

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands.options import add_runtime_option
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import open_session
-from ge_python_backend.runtime import RUNTIMES
 
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
@@ -33,12 +33,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("om", type=Path, help="the .om file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--runtime",
-        choices=RUNTIMES,
-        default="pyacl",
-        help="open the .om with real pyACL or the CPU emulator (default: pyacl)",
-    )
+    add_runtime_option(parser, "open the .om with real pyACL or the CPU emulator", "pyacl")
     parser.set_defaults(func=run)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands.options import add_repository_argument
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
     DEFAULT_CANN_ENV,
@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("repository", type=Path, help="the Triton model repository")
+    add_repository_argument(parser)
     parser.add_argument("--name", required=True, help="name of the Deployment, Service, ...")
     parser.add_argument("--namespace", help="namespace of every object (default: none set)")
     parser.add_argument(

@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands.options import add_runtime_option
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.runtime import PIPELINE_DEPTHS, RUNTIMES
+from ge_python_backend.runtime import PIPELINE_DEPTHS
 
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:
@@ -72,12 +73,7 @@ def register(subparsers: Any) -> None:
         metavar="US",
         help="how long the dynamic batcher waits to fill a batch (default: 100)",
     )
-    parser.add_argument(
-        "--runtime",
-        choices=RUNTIMES,
-        default="pyacl",
-        help="pyACL on an NPU, or the CPU emulator (default: pyacl)",
-    )
+    add_runtime_option(parser, "pyACL on an NPU, or the CPU emulator", "pyacl")
     parser.add_argument(
         "--pipeline-depth",
         type=int,

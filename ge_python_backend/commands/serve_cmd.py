@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ge_python_backend.commands.options import add_repository_argument, add_tritonserver_options
 from ge_python_backend.server import MODEL_CONTROL_MODES, ServerError, TritonServer, find_server
 
 DESCRIPTION = """\
@@ -37,7 +38,7 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("repository", type=Path, help="the Triton model repository")
+    add_repository_argument(parser)
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
         parser.add_argument(
             f"--{protocol}-port",
@@ -62,10 +63,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="with --model-control-mode explicit, a model to load at start (repeatable)",
     )
-    parser.add_argument("--tritonserver", metavar="PATH", help="your own tritonserver binary")
-    parser.add_argument(
-        "--backend-directory", type=Path, metavar="DIR", help="Triton backend directory to use"
-    )
+    add_tritonserver_options(parser)
     parser.add_argument(
         "--emulator",
         action="store_true",

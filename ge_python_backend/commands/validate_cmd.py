@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands.options import add_repository_argument, add_runtime_option
 from ge_python_backend.repository.validation import validate_repository
-from ge_python_backend.runtime import RUNTIMES
 
 DESCRIPTION = """\
 Check every model of a repository (or only --name): config.pbtxt parses and names its directory,
@@ -30,12 +29,10 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("repository", type=Path, help="the Triton model repository")
+    add_repository_argument(parser)
     parser.add_argument("--name", help="check only this model")
-    parser.add_argument(
-        "--runtime",
-        choices=RUNTIMES,
-        help="open the .om files with this runtime instead of each config's acl_runtime",
+    add_runtime_option(
+        parser, "open the .om files with this runtime instead of each config's acl_runtime"
     )
     parser.set_defaults(func=run)
 

@@ -80,7 +80,6 @@ ACL_FORMAT_CODES: dict[str, int] = {
     "NC": 35,
     "NCL": 47,
 }
-ACL_FORMAT_NAMES: dict[int, str] = {code: name for name, code in ACL_FORMAT_CODES.items()}
 # What `--input_format` accepts (ATC accepts these for model inputs).
 INPUT_FORMATS = ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")
 

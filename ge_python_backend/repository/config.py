@@ -113,16 +113,20 @@ def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
     return list(shape[1:] if batched else shape)
 
 
-def _gear_dims(inputs: Sequence[TensorLike], gears: GearsLike) -> list[list[int]]:
-    """Full concrete shapes of every input for the first HW/dims gear (warmup data)."""
+def first_gear_shapes(inputs: Sequence[TensorLike], gears: GearsLike) -> list[list[int]]:
+    """Full shapes of every input for the model's first gear (a static model's own shapes):
+    axis 0 is the first batch gear, the last two free axes the first HW gear, or the first dims
+    gear's shapes; -1 stays on any other dynamic axis."""
+    if gears.kind == "dims" and gears.dims_gears:
+        return [list(shape) for shape in gears.dims_gears[0]]
     shapes = [list(spec.shape) for spec in inputs]
-    if gears.kind == "hw" and gears.hw_gears:
-        for shape in shapes:
+    for shape in shapes:
+        if gears.kind == "batch" and gears.batch_gears and shape and shape[0] < 0:
+            shape[0] = gears.batch_gears[0]
+        if gears.kind == "hw" and gears.hw_gears:
             free = [axis for axis, dim in enumerate(shape) if dim < 0 and axis > 0]
             for axis, value in zip(free[-2:], gears.hw_gears[0]):
                 shape[axis] = value
-    elif gears.kind == "dims" and gears.dims_gears:
-        shapes = [list(shape) for shape in gears.dims_gears[0]]
     return shapes
 
 
@@ -182,7 +186,7 @@ def build_model_config(
         config.dynamic_batching.preferred_batch_size.extend(preferred)
     parameters.to_config(config)
     if warmup:
-        shapes = _gear_dims(inputs, gears)
+        shapes = first_gear_shapes(inputs, gears)
         for size in preferred if batch else [1]:
             entry = config.model_warmup.add(name=f"warmup_batch_{size}", batch_size=size)
             for spec, shape in zip(inputs, shapes):

@@ -11,7 +11,6 @@ taken over the successful requests.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import math
 import threading
@@ -21,11 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
+from ge_python_backend.client import TritonClient, TypedArrays, error_text
 from ge_python_backend.errors import UserError
 
-PROTOCOLS = ("http", "grpc")
 KEPT_ERROR_MESSAGES = 5
 CONNECT_TIMEOUT_S = 60.0  # also the longest a request may take before it counts as failed
 
@@ -37,7 +34,7 @@ class Target:
     url: str  # HOST:PORT
     protocol: str  # "http" | "grpc"
     model: str
-    inputs: Mapping[str, tuple[np.ndarray, str]]  # name -> (array, Triton data type)
+    inputs: TypedArrays  # name -> (array, Triton data type)
     outputs: Sequence[str]
     rows_per_request: int = 1
 
@@ -186,44 +183,18 @@ class _Worker:
             except Exception as exc:
                 self.errors += 1
                 if len(self.messages) < KEPT_ERROR_MESSAGES:
-                    self.messages.append(_message(exc))
+                    self.messages.append(error_text(exc))
             else:
                 self.latencies.append(clock() - start)
             self.finished = clock()
 
 
-def _message(exc: BaseException) -> str:
-    text = getattr(exc, "message", None)
-    text = text() if callable(text) else text
-    return str(text or exc) or type(exc).__name__
-
-
 @contextlib.contextmanager
 def _client(target: Target) -> Iterator[Callable[[], None]]:
     """A function sending the target's request once (raising on failure) over a fresh client."""
-    module = importlib.import_module(f"tritonclient.{target.protocol}")
-    if target.protocol == "http":
-        client = module.InferenceServerClient(
-            target.url, connection_timeout=CONNECT_TIMEOUT_S, network_timeout=CONNECT_TIMEOUT_S
-        )
-        outputs = [module.InferRequestedOutput(name, binary_data=True) for name in target.outputs]
-    else:
-        client = module.InferenceServerClient(target.url)
-        outputs = [module.InferRequestedOutput(name) for name in target.outputs]
-    options = {} if target.protocol == "http" else {"client_timeout": CONNECT_TIMEOUT_S}
-    inputs = []
-    for name, (array, datatype) in target.inputs.items():
-        tensor = module.InferInput(name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-
-    def send() -> None:
-        client.infer(target.model, inputs, outputs=outputs, **options)
-
-    try:
-        yield send
-    finally:
-        client.close()
+    with TritonClient(target.url, target.protocol, timeout_s=CONNECT_TIMEOUT_S) as client:
+        request = client.prepare(target.inputs, target.outputs)
+        yield lambda: client.send(target.model, request)
 
 
 class _Progress:
@@ -335,7 +306,7 @@ def _wait(barrier: threading.Barrier, workers: Sequence[_Worker], timeout: float
     except threading.BrokenBarrierError:
         failure = next((w.failure for w in workers if w.failure is not None), None)
         if failure is not None:
-            raise UserError(f"a load worker failed: {_message(failure)}") from failure
+            raise UserError(f"a load worker failed: {error_text(failure)}") from failure
         raise UserError(f"the load workers were not ready within {timeout} s") from None
 
 

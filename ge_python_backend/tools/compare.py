@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ge_python_backend.client import (
+    TritonClient,
+    load_array,
+    random_array,
+    server_errors,
+    server_url,
+    typed,
+)
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.config import first_gear_shapes
 from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
-
-# Random integer inputs lie in [0, INT_HIGH): valid token ids, class ids and indices for nearly
-# any model (embedding tables have more rows than that).
-INT_HIGH = 32
 
 _ONNX_DTYPES = {
     "tensor(float)": np.float32,
@@ -131,30 +135,12 @@ def compare_arrays(
 def default_shapes(
     inputs: Sequence[TensorSpec], gears: GearInfo
 ) -> dict[str, tuple[int, ...] | None]:
-    """Input shapes of the model's first gear (a static model's own shapes); None for an input
+    """Input shapes of the model's first gear (`config.first_gear_shapes`); None for an input
     left with a dynamic axis."""
-    if gears.kind == "dims" and gears.dims_gears:
-        return {spec.name: tuple(shape) for spec, shape in zip(inputs, gears.dims_gears[0])}
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    for spec in inputs:
-        shape = list(spec.shape)
-        if gears.kind == "batch" and gears.batch_gears and shape and shape[0] < 0:
-            shape[0] = gears.batch_gears[0]
-        if gears.kind == "hw" and gears.hw_gears:
-            free = [axis for axis, dim in enumerate(shape) if dim < 0]
-            for axis, size in zip(free[-2:], gears.hw_gears[0]):
-                shape[axis] = size
-        shapes[spec.name] = None if any(dim < 0 for dim in shape) else tuple(shape)
-    return shapes
-
-
-def random_input(dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Random data: floats ~ N(0, 1), integers in [0, INT_HIGH), booleans half true."""
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        return rng.integers(0, INT_HIGH, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
+    return {
+        spec.name: None if any(dim < 0 for dim in shape) else tuple(shape)
+        for spec, shape in zip(inputs, first_gear_shapes(inputs, gears))
+    }
 
 
 def make_inputs(
@@ -168,8 +154,6 @@ def make_inputs(
 
     In a batched model, inputs left to the defaults take the rows of the inputs given.
     """
-    from ge_python_backend.commands.infer_cmd import load_array
-
     names = [spec.name for spec in inputs]
     unknown = sorted((set(shapes) | set(files)) - set(names))
     if unknown:
@@ -193,7 +177,7 @@ def make_inputs(
                 f"input {spec.name!r} has dynamic axes {list(spec.shape)}; give its shape, "
                 f"e.g. --shape {spec.name}:{example}"
             )
-        arrays[spec.name] = random_input(spec.dtype, shape, rng)
+        arrays[spec.name] = random_array(spec.triton_dtype, shape, rng)
     return arrays
 
 
@@ -254,29 +238,10 @@ def run_served(
     url: str, protocol: str, model: str, feeds: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Outputs of a model served by Triton for one request carrying `feeds`."""
-    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
-
-    module = importlib.import_module(f"tritonclient.{protocol}")
-    url = url.removeprefix("http://").removeprefix("https://")
-    try:
-        with contextlib.closing(module.InferenceServerClient(url)) as client:
-            if protocol == "grpc":
-                metadata = client.get_model_metadata(model, as_json=True)
-            else:
-                metadata = client.get_model_metadata(model)
-            request = []
-            for name, array in feeds.items():
-                tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-                tensor.set_data_from_numpy(array)
-                request.append(tensor)
-            names = [item["name"] for item in metadata.get("outputs", [])]
-            wanted = [module.InferRequestedOutput(name) for name in names]
-            result = client.infer(model, request, outputs=wanted)
-    except InferenceServerException as exc:
-        raise UserError(f"{protocol}://{url} model {model!r}: {exc.message() or exc}") from None
-    except OSError as exc:
-        raise UserError(f"cannot reach Triton at {protocol}://{url}: {exc}") from None
-    return {name: result.as_numpy(name) for name in names}
+    url = server_url(url, protocol)
+    with server_errors(url, protocol, model), TritonClient(url, protocol) as client:
+        names = [item["name"] for item in client.model_metadata(model).get("outputs", [])]
+        return client.infer(model, typed(feeds), names)
 
 
 def match_outputs(names: Sequence[str], reference_names: Sequence[str]) -> dict[str, str]:

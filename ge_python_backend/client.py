@@ -1,0 +1,233 @@
+"""Talking to a Triton server with `tritonclient`: what `infer`, `compare` and `bench` share.
+
+`TritonClient` wraps one HTTP or gRPC client (tritonclient's HTTP clients are gevent based: one
+per thread, never shared) behind one interface for both protocols; `prepare` builds the
+`InferInput`/`InferRequestedOutput` objects of a request once, `send` sends them. `server_errors`
+turns the failures of a block into one-line `UserError`s for the CLI, `error_text` gives the
+message of one. `random_array` and `load_array` make request data of a Triton data type. The
+`tritonclient` protocol modules are imported only when a client is made: they are slow to import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from ge_python_backend.errors import UserError
+
+PROTOCOLS = ("http", "grpc")
+DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+# Random integer inputs lie in [0, INT_HIGH): valid token ids, class ids and indices for nearly
+# any model (embedding tables have more rows than that).
+INT_HIGH = 32
+# Request inputs: name -> (array, Triton data type).
+TypedArrays = Mapping[str, tuple[np.ndarray, str]]
+
+
+def server_url(url: str | None, protocol: str) -> str:
+    """HOST:PORT of the server: `url` without an http(s):// prefix, else the protocol's default."""
+    if protocol not in PROTOCOLS:
+        raise UserError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    return (url or DEFAULT_URLS[protocol]).removeprefix("http://").removeprefix("https://")
+
+
+def error_text(exc: BaseException) -> str:
+    """The message of an exception (tritonclient's `message()` when it has one)."""
+    text = getattr(exc, "message", None)
+    text = text() if callable(text) else text
+    return str(text or exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def server_errors(url: str, protocol: str, model: str | None = None) -> Iterator[None]:
+    """Re-raise what tritonclient raises in the block as a one-line `UserError`."""
+    from tritonclient.utils import InferenceServerException
+
+    where = f"{protocol}://{url}" + (f" model {model!r}" if model else "")
+    try:
+        yield
+    except InferenceServerException as exc:
+        raise UserError(f"{where}: {error_text(exc)}") from None
+    except OSError as exc:
+        raise UserError(f"cannot reach Triton at {protocol}://{url}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedRequest:
+    """The tritonclient objects of one request, built once and sent any number of times."""
+
+    inputs: list[Any]
+    outputs: list[Any]
+
+
+class TritonClient:
+    """One tritonclient client of `url` (HOST:PORT) over `protocol`; use from one thread.
+
+    `timeout_s` bounds connecting and each call (None: tritonclient's defaults).
+    """
+
+    def __init__(self, url: str, protocol: str = "http", *, timeout_s: float | None = None):
+        self.url = server_url(url, protocol)
+        self.protocol = protocol
+        self._module = importlib.import_module(f"tritonclient.{protocol}")
+        self._options: dict[str, Any] = {}  # per call: gRPC's client_timeout
+        if protocol == "http" and timeout_s is not None:
+            self._client = self._module.InferenceServerClient(
+                self.url, connection_timeout=timeout_s, network_timeout=timeout_s
+            )
+        else:
+            self._client = self._module.InferenceServerClient(self.url)
+            if timeout_s is not None:
+                self._options["client_timeout"] = timeout_s
+
+    def __enter__(self) -> TritonClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def model_metadata(self, model: str) -> dict[str, Any]:
+        """`{"name", "inputs": [{"name", "datatype", "shape"}], "outputs": [...], ...}`."""
+        if self.protocol == "grpc":
+            return dict(self._client.get_model_metadata(model, as_json=True, **self._options))
+        return dict(self._client.get_model_metadata(model))
+
+    def model_config(self, model: str) -> ModelConfig:
+        """The served model's config."""
+        if self.protocol == "grpc":
+            return self._client.get_model_config(model, **self._options).config
+        config = self._client.get_model_config(model)
+        return json_format.ParseDict(config, ModelConfig(), ignore_unknown_fields=True)
+
+    def prepare(self, inputs: TypedArrays, outputs: Sequence[str]) -> PreparedRequest:
+        """The request carrying `inputs` and asking for `outputs` (binary data over HTTP)."""
+        tensors = []
+        for name, (array, datatype) in inputs.items():
+            tensor = self._module.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        wanted = [self._module.InferRequestedOutput(name) for name in outputs]
+        return PreparedRequest(tensors, wanted)
+
+    def send(self, model: str, request: PreparedRequest) -> Any:
+        """Send a prepared request; tritonclient's result (`.as_numpy(name)`), or it raises."""
+        return self._client.infer(model, request.inputs, outputs=request.outputs, **self._options)
+
+    def infer(
+        self, model: str, inputs: TypedArrays, outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """One request: `{output name: array}` for every name of `outputs`."""
+        result = self.send(model, self.prepare(inputs, outputs))
+        return {name: result.as_numpy(name) for name in outputs}
+
+
+def typed(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+    """`{name: (array, Triton data type of its numpy dtype)}`."""
+    from tritonclient.utils import np_to_triton_dtype
+
+    return {name: (array, np_to_triton_dtype(array.dtype)) for name, array in arrays.items()}
+
+
+def random_array(datatype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Random data of a Triton data type: floats ~ N(0, 1), integers in [0, INT_HIGH), booleans
+    half true, BYTES short texts."""
+    if datatype == "BYTES":
+        return np.array([f"text {i}".encode() for i in range(int(np.prod(shape)))], dtype=object)
+    from tritonclient.utils import triton_to_np_dtype
+
+    dtype = triton_to_np_dtype(datatype)
+    if dtype is None:
+        raise UserError(f"cannot make random {datatype} data; pass the input with --input")
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, INT_HIGH, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def load_array(name: str, path: Path, datatype: str) -> np.ndarray:
+    """An `.npy` input, cast to the Triton data type `datatype` when that keeps its kind."""
+    try:
+        array = np.load(path, allow_pickle=datatype == "BYTES")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--input {name}: cannot read {path}: {exc}") from None
+    if datatype == "BYTES":
+        return np.asarray(array, dtype=object)
+    from tritonclient.utils import triton_to_np_dtype
+
+    dtype = np.dtype(triton_to_np_dtype(datatype))
+    if array.dtype != dtype:
+        if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            raise UserError(
+                f"--input {name}: {path} holds {array.dtype}, the model takes {datatype}"
+            )
+        array = array.astype(dtype)
+    return array
+
+
+def request_shape(
+    name: str, declared: Sequence[int], batched: bool, given: tuple[int, ...] | None
+) -> tuple[int, ...]:
+    """The shape to send: `given` checked against the metadata, else the metadata's own."""
+    if given is not None:
+        fits = len(given) == len(declared) and all(
+            want < 0 or want == have for want, have in zip(declared, given)
+        )
+        if not fits:
+            raise UserError(f"--shape for {name!r} is {list(given)} but the model takes {declared}")
+        return given
+    shape = list(declared)
+    if batched and shape and shape[0] < 0:
+        shape[0] = 1
+    if any(dim < 0 for dim in shape):
+        example = ",".join("1" if dim < 0 else str(dim) for dim in shape)
+        raise UserError(
+            f"input {name!r} has dynamic axes {declared}; give its shape, e.g. "
+            f"--shape {name}:{example}"
+        )
+    return tuple(shape)
+
+
+def request_arrays(
+    metadata: Mapping[str, Any],
+    batched: bool,
+    shapes: Mapping[str, tuple[int, ...]],
+    files: Mapping[str, Path],
+    seed: int = 0,
+) -> dict[str, tuple[np.ndarray, str]]:
+    """`{input name: (array, Triton data type)}` for the model described by `metadata`: the
+    `.npy` of `files`, else random data of `shapes` or the metadata's shape (batch 1)."""
+    inputs_meta = metadata.get("inputs", [])
+    known = [item["name"] for item in inputs_meta]
+    unknown = sorted((set(shapes) | set(files)) - set(known))
+    if unknown:
+        raise UserError(
+            f"model {metadata.get('name', '')!r} has no input {', '.join(unknown)} "
+            f"(inputs: {', '.join(known)})"
+        )
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, tuple[np.ndarray, str]] = {}
+    for item in inputs_meta:
+        name, datatype = item["name"], item["datatype"]
+        declared = [int(dim) for dim in item["shape"]]
+        if name in files:
+            array = load_array(name, files[name], datatype)
+            request_shape(name, declared, batched, tuple(array.shape))
+        else:
+            array = random_array(
+                datatype, request_shape(name, declared, batched, shapes.get(name)), rng
+            )
+        arrays[name] = (array, datatype)
+    return arrays

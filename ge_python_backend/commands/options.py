@@ -1,0 +1,95 @@
+"""Command-line options that several subcommands declare: one definition each, with the parsing
+of their values."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
+from ge_python_backend.errors import UserError
+from ge_python_backend.runtime import RUNTIMES
+
+
+def add_repository_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional `repository`: a Triton model repository."""
+    parser.add_argument("repository", type=Path, help="the Triton model repository")
+
+
+def add_tritonserver_options(parser: argparse.ArgumentParser) -> None:
+    """`--tritonserver` and `--backend-directory`: the user's own Triton instead of the bundled
+    one (`server.find_server`)."""
+    parser.add_argument("--tritonserver", metavar="PATH", help="your own tritonserver binary")
+    parser.add_argument(
+        "--backend-directory",
+        metavar="DIR",
+        help="its backend directory (python/ holding the Python backend and its stub)",
+    )
+
+
+def add_runtime_option(
+    parser: argparse.ArgumentParser, purpose: str, default: str | None = None
+) -> None:
+    """`--runtime pyacl|emulator`; without a `default`, `purpose` says what decides instead."""
+    shown = f" (default: {default})" if default else ""
+    parser.add_argument("--runtime", choices=RUNTIMES, default=default, help=purpose + shown)
+
+
+def add_server_options(
+    parser: argparse.ArgumentParser, *, url_help: str | None = None, required: bool = True
+) -> None:
+    """`--url`, `--protocol` and `--model`: a model served by Triton (`required=False`: both
+    optional, e.g. an extra target)."""
+    defaults = f"default: {DEFAULT_URLS['http']} for http, {DEFAULT_URLS['grpc']} for grpc"
+    parser.add_argument("--url", metavar="HOST:PORT", help=url_help or f"the server ({defaults})")
+    parser.add_argument(
+        "--protocol", choices=PROTOCOLS, default="http", help="client protocol (default: http)"
+    )
+    parser.add_argument("--model", required=required, help="the served model's name")
+
+
+def add_data_options(parser: argparse.ArgumentParser, shape_default: str) -> None:
+    """`--shape` (parsed by `parse_shapes`), `--input` (`parse_files`) and `--seed`: the input
+    data, random unless given as `.npy` files."""
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D0,D1,...",
+        help=f"full shape of an input, batch axis included (repeatable; default: {shape_default})",
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="send this array instead of random data (repeatable)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random data seed (default: 0)")
+
+
+def parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`--shape` values: `["x:1,3,224,224"]` -> `{"x": (1, 3, 224, 224)}`."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.rpartition(":")
+        try:
+            shape = tuple(int(dim) for dim in dims.split(","))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(dim < 0 for dim in shape):
+            raise UserError(f"--shape {item!r} must be NAME:D0,D1,... with sizes >= 0")
+        shapes[name] = shape
+    return shapes
+
+
+def parse_files(items: Sequence[str]) -> dict[str, Path]:
+    """`--input` values: `["x=a.npy"]` -> `{"x": Path("a.npy")}`."""
+    files: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--input {item!r} must be NAME=FILE.npy")
+        files[name] = Path(path)
+    return files
