@@ -73,6 +73,21 @@ def register(subparsers: Any) -> None:
         metavar="US",
         help="how long the dynamic batcher waits to fill a batch (default: 100)",
     )
+    parser.add_argument(
+        "--max-queue-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="shed load: refuse requests at once while N wait in the queue (default: 0, no limit)",
+    )
+    parser.add_argument(
+        "--queue-timeout-us",
+        type=int,
+        default=0,
+        metavar="US",
+        help="shed load: refuse requests that waited longer than this in the queue "
+        "(default: 0, no limit)",
+    )
     add_runtime_option(parser, "pyACL on an NPU, or the CPU emulator", "pyacl")
     parser.add_argument(
         "--pipeline-depth",
@@ -130,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         device_ids=args.device_ids,
         max_batch_size=args.max_batch_size,
         max_queue_delay_us=args.max_queue_delay_us,
+        max_queue_size=args.max_queue_size,
+        queue_timeout_us=args.queue_timeout_us,
         runtime=args.runtime,
         pipeline_depth=args.pipeline_depth,
         inputs=args.input,

@@ -13,13 +13,17 @@ from typing import Any
 from ge_python_backend.commands.options import add_repository_argument, add_tritonserver_options
 from ge_python_backend.server import MODEL_CONTROL_MODES, ServerError, TritonServer, find_server
 
+EXIT_TIMEOUT_S = 30
+
 DESCRIPTION = """\
 Start Triton Inference Server on a model repository: the server bundled in nvidia-pytriton, or your
 own with --tritonserver (and --backend-directory holding python/ with the Python backend and its
 stub). The server runs this Python interpreter, so model.py imports the installed
 ge_python_backend. It listens on 127.0.0.1 unless --host is given. A model that fails to load stays
-UNAVAILABLE (shown with its reason) while the others serve. Ctrl-C or SIGTERM stops the server
-cleanly; the command exits non-zero if the server dies.
+UNAVAILABLE (shown with its reason) while the others serve. Ctrl-C or SIGTERM drains the server:
+Triton answers the requests in flight (for up to --exit-timeout-secs), unloads the models and
+exits; the command exits 0 only when that went cleanly, non-zero if the server dies or could not
+finish its requests in time.
 
 examples:
   ge-python-model serve models
@@ -72,6 +76,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--log-file", type=Path, help="server log (default: a new file in the temp directory)"
     )
+    parser.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=EXIT_TIMEOUT_S,
+        metavar="S",
+        help="on Ctrl-C/SIGTERM, how long Triton waits for requests in flight "
+        f"(default: {EXIT_TIMEOUT_S})",
+    )
     parser.set_defaults(func=run)
 
 
@@ -109,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         env={"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else None,
         log_path=args.log_file,
         binary=binary,
+        exit_timeout=args.exit_timeout_secs,
     )
     # SIGINT too: a process started in the background inherits SIGINT ignored, and Python then
     # installs no Ctrl-C handler of its own.
@@ -129,9 +142,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"ge-python-model serve: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("stopping Triton...", file=sys.stderr)
+        print("stopping Triton (answering the requests in flight)...", file=sys.stderr)
         code = server.stop()
-        print(f"Triton stopped (exit code {code})", file=sys.stderr)
+        if code != 0:
+            print(
+                f"Triton did not stop cleanly (exit code {code}): requests may have been left "
+                f"unanswered; log {server.log_path}:\n{server.log_tail()}",
+                file=sys.stderr,
+            )
+            return 1
+        print("Triton stopped (exit code 0)", file=sys.stderr)
         return 0
     finally:
         server.stop()

@@ -140,6 +140,8 @@ def build_model_config(
     instances: int,
     max_batch_size: int | None = None,
     max_queue_delay_us: int = 100,
+    max_queue_size: int = 0,
+    queue_timeout_us: int = 0,
     warmup: bool = True,
 ) -> ModelConfig:
     """The Triton config serving an `.om` through `model.py` with `parameters`.
@@ -148,12 +150,19 @@ def build_model_config(
     runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
     one warmup per gear (gears above `max_batch_size` are left out); a model without a batch
     axis gets `max_batch_size: 0` and one warmup. HW/dims models warm up on their first gear.
+    `max_queue_size` and `queue_timeout_us` (0: no limit) shed load: the dynamic batcher's
+    `default_queue_policy` refuses (REJECT) requests beyond that many waiting, or waiting longer.
     """
     check_model_name(name)
     if instances < 1:
         raise ConfigError(f"instances must be >= 1, got {instances}")
     if max_queue_delay_us < 0:
         raise ConfigError(f"max_queue_delay_us must be >= 0, got {max_queue_delay_us}")
+    if max_queue_size < 0 or queue_timeout_us < 0:
+        raise ConfigError(
+            f"max_queue_size and queue_timeout_us must be >= 0 (0: no limit), got "
+            f"{max_queue_size} and {queue_timeout_us}"
+        )
     if gears.batched:
         batch = gears.max_batch if max_batch_size is None else max_batch_size
         if batch < 1:
@@ -165,6 +174,11 @@ def build_model_config(
         )
     else:
         batch = 0
+    if (max_queue_size or queue_timeout_us) and not batch:
+        raise ConfigError(
+            "max_queue_size and queue_timeout_us limit the dynamic batcher's queue, which only a "
+            "batched model has (axis 0 of this model's inputs and outputs is not a batch axis)"
+        )
 
     config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=batch)
     for spec in inputs:
@@ -183,6 +197,11 @@ def build_model_config(
     preferred = [gear for gear in gears.batch_gears if gear <= batch]
     if batch:
         config.dynamic_batching.max_queue_delay_microseconds = max_queue_delay_us
+        if max_queue_size or queue_timeout_us:
+            policy = config.dynamic_batching.default_queue_policy
+            policy.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
+            policy.default_timeout_microseconds = queue_timeout_us
+            policy.max_queue_size = max_queue_size
         config.dynamic_batching.preferred_batch_size.extend(preferred)
     parameters.to_config(config)
     if warmup:

@@ -221,6 +221,8 @@ def scaffold(
     device_ids: Sequence[int] | str = (0,),
     max_batch_size: int | None = None,
     max_queue_delay_us: int = 100,
+    max_queue_size: int = 0,
+    queue_timeout_us: int = 0,
     runtime: str = "pyacl",
     pipeline_depth: int = 1,
     inputs: Sequence[str] | None = None,
@@ -275,6 +277,8 @@ def scaffold(
         instances=instances,
         max_batch_size=max_batch_size,
         max_queue_delay_us=max_queue_delay_us,
+        max_queue_size=max_queue_size,
+        queue_timeout_us=queue_timeout_us,
         warmup=warmup,
     )
     root = Path(repository)
