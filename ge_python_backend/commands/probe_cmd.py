@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, PROTOCOLS, probe
+from ge_python_backend.commands.options import add_server_options
+from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, probe
 
 DESCRIPTION = """\
 Check that a served model really answers: read its config from the server, send one request of
@@ -30,11 +31,7 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--url", required=True, metavar="HOST:PORT", help="the server's HTTP or gRPC endpoint"
-    )
-    parser.add_argument("--model", required=True, help="model name")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="http", help="(default: http)")
+    add_server_options(parser)
     parser.add_argument(
         "--timeout",
         type=float,
@@ -48,8 +45,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Probe once: the result on stdout (0) or stderr (1)."""
-    url = args.url.removeprefix("http://")
-    result = probe(url, args.model, protocol=args.protocol, timeout=args.timeout)
+    result = probe(args.url, args.model, protocol=args.protocol, timeout=args.timeout)
     if result.ok:
         print(f"ok: {result.message}")
         return 0

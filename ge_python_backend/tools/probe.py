@@ -10,21 +10,17 @@ livenessProbe (`ge-python-model k8s`), so a hung device gets its pod restarted.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from ge_python_backend.client import TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
 
-PROTOCOLS = ("http", "grpc")
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -93,70 +89,37 @@ def _describe(inputs: Mapping[str, tuple[np.ndarray, str]]) -> str:
     return ", ".join(f"{name} {dt} {list(array.shape)}" for name, (array, dt) in inputs.items())
 
 
-def _message(exc: BaseException) -> str:
-    text = getattr(exc, "message", None)
-    text = text() if callable(text) else text
-    return str(text or exc) or type(exc).__name__
-
-
-def _connect(url: str, protocol: str, timeout: float) -> Any:
-    """A tritonclient client whose connection and network waits end after `timeout` seconds."""
-    module = importlib.import_module(f"tritonclient.{protocol}")
-    if protocol == "http":
-        return module.InferenceServerClient(
-            url, connection_timeout=timeout, network_timeout=timeout
-        )
-    return module.InferenceServerClient(url)
-
-
-def _model_config(client: Any, protocol: str, model: str, timeout: float) -> ModelConfig:
-    if protocol == "grpc":
-        return client.get_model_config(model, client_timeout=timeout).config
-    config = client.get_model_config(model)
-    return json_format.ParseDict(config, ModelConfig(), ignore_unknown_fields=True)
-
-
 def _infer(
-    client: Any,
-    protocol: str,
+    client: TritonClient,
     model: str,
     inputs: Mapping[str, tuple[np.ndarray, str]],
     output_names: Sequence[str],
-    timeout: float,
 ) -> dict[str, tuple[np.ndarray | None, str | None]]:
     """Send the request; `{output: (array, data type)}` of the answer (None for a missing one)."""
-    module = importlib.import_module(f"tritonclient.{protocol}")
-    tensors = []
-    for name, (array, datatype) in inputs.items():
-        tensor = module.InferInput(name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    wanted = [module.InferRequestedOutput(name) for name in output_names]
-    options = {"client_timeout": timeout} if protocol == "grpc" else {}
-    result = client.infer(model, tensors, outputs=wanted, **options)
+    result = client.send(model, client.prepare(inputs, output_names))
     answer: dict[str, tuple[np.ndarray | None, str | None]] = {}
     for name in output_names:
         meta = result.get_output(name)
         if meta is None:
             answer[name] = (None, None)
         else:
-            datatype = meta["datatype"] if protocol == "http" else meta.datatype
+            datatype = meta["datatype"] if client.protocol == "http" else meta.datatype
             answer[name] = (result.as_numpy(name), str(datatype))
     return answer
 
 
 def probe(
-    url: str, model: str, *, protocol: str = "http", timeout: float = DEFAULT_TIMEOUT_S
+    url: str | None, model: str, *, protocol: str = "http", timeout: float = DEFAULT_TIMEOUT_S
 ) -> ProbeResult:
-    """Read `model`'s config from the server at `url` and run one inference shaped from it; ok
-    only when a complete, well-formed answer arrives within `timeout` seconds in all."""
-    if protocol not in PROTOCOLS:
-        raise UserError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    """Read `model`'s config from the server at `url` (None: the protocol's default port on
+    127.0.0.1) and run one inference shaped from it; ok only when a complete, well-formed answer
+    arrives within `timeout` seconds in all."""
+    address = server_url(url, protocol)
     if not timeout > 0:
         raise UserError(f"the timeout must be > 0 seconds, got {timeout}")
     from tritonclient.utils import InferenceServerException
 
-    where = f"model {model!r} at {protocol}://{url}"
+    where = f"model {model!r} at {protocol}://{address}"
     start = time.monotonic()
 
     def remaining() -> float:
@@ -164,20 +127,20 @@ def probe(
 
     step = "reading its config"
     try:
-        with contextlib.closing(_connect(url, protocol, remaining())) as client:
-            config = _model_config(client, protocol, model, remaining())
+        with TritonClient(address, protocol, timeout_s=remaining()) as client:
+            config = client.model_config(model)
         inputs = probe_inputs(config)
         step = f"inference on {_describe(inputs)}"
         names = [tensor.name for tensor in config.output]
-        with contextlib.closing(_connect(url, protocol, remaining())) as client:
-            answer = _infer(client, protocol, model, inputs, names, remaining())
+        with TritonClient(address, protocol, timeout_s=remaining()) as client:
+            answer = _infer(client, model, inputs, names)
     except (InferenceServerException, OSError) as exc:
         seconds = time.monotonic() - start
         if seconds >= timeout:
             failed = f"no answer to {step} within the {timeout:g} s timeout"
         else:
             failed = f"{step} failed after {seconds:.2f} s"
-        return ProbeResult(False, f"{where}: {failed}: {_message(exc)}", seconds)
+        return ProbeResult(False, f"{where}: {failed}: {error_text(exc)}", seconds)
     seconds = time.monotonic() - start
     problems = output_problems(config, answer)
     if problems:
