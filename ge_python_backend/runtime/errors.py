@@ -146,12 +146,17 @@ ACL_ERRORS: dict[int, tuple[str, str]] = {
         "the dynamic-gear input address is invalid",
     ),
     145012: ("ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID", "the dynamic-gear input size is invalid"),
-    145013: ("ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID", "the batch size is not one of the gears"),
+    # GE ge_executor.cc: every set_* call (batch, HW, dims) returns it, also on a gearless model
+    145013: (
+        "ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID",
+        "the batch size, HW size or dims given to the set_* gear call is not one of the "
+        "model's compiled gears (or the model has no gears)",
+    ),
     145014: ("ACL_ERROR_GE_AIPP_BATCH_EMPTY", "the AIPP batch is empty"),
     145015: ("ACL_ERROR_GE_AIPP_NOT_EXIST", "the model has no AIPP"),
     145016: ("ACL_ERROR_GE_AIPP_MODE_INVALID", "invalid AIPP mode"),
     145020: ("ACL_ERROR_GE_FORMAT_INVALID", "invalid format"),
-    145021: ("ACL_ERROR_GE_SHAPE_INVALID", "invalid shape (e.g. not one of the gears)"),
+    145021: ("ACL_ERROR_GE_SHAPE_INVALID", "invalid shape"),
     145022: ("ACL_ERROR_GE_DATATYPE_INVALID", "invalid data type"),
     245000: ("ACL_ERROR_GE_MEMORY_ALLOCATION", "graph engine memory allocation failed"),
     245001: ("ACL_ERROR_GE_MEMORY_OPERATE_FAILED", "graph engine memory operation failed"),
