@@ -104,7 +104,7 @@ def test_batched_config_fields() -> None:
         "device_ids": "0,3",
         "acl_runtime": "emulator",
         "pipeline_depth": "1",
-        "execute_timeout_ms": "0",
+        "execute_timeout_ms": "20000",
     }
 
 

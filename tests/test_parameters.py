@@ -33,6 +33,9 @@ MESSAGES = {
     "pipeline_depth": "parameter pipeline_depth must be one of 1, 2, got ",
     "execute_timeout_ms": "parameter execute_timeout_ms must be a whole number of "
     "milliseconds >= 0 (0: no timeout), got ",
+    "input_shape_order": "parameter input_shape_order must be the model's input names in ATC's "
+    "--input_shape order, comma-separated and each once, such as 'b,a' (or be left out: found "
+    "from the gears), got ",
 }
 
 
@@ -45,7 +48,7 @@ def config_with(**parameters: str) -> ModelConfig:
 
 def test_defaults_when_only_om_file_is_given() -> None:
     params = ModelParameters.from_config(config_with(om_file="m.om"))
-    assert params == ModelParameters("m.om", None, (0,), None, 1, 0)
+    assert params == ModelParameters("m.om", None, (0,), None, 1, 20000, None)
 
 
 @pytest.mark.parametrize(
@@ -63,6 +66,9 @@ def test_defaults_when_only_om_file_is_given() -> None:
         ("pipeline_depth", "2", 2),
         ("execute_timeout_ms", "0", 0),
         ("execute_timeout_ms", "2500", 2500),
+        ("input_shape_order", "b,a", ("b", "a")),
+        ("input_shape_order", " b , a,c", ("b", "a", "c")),
+        ("input_shape_order", "x", ("x",)),
     ],
 )
 def test_accepted_values(name: str, text: str, value: object) -> None:
@@ -97,6 +103,10 @@ def test_accepted_values(name: str, text: str, value: object) -> None:
         ("execute_timeout_ms", "-1"),
         ("execute_timeout_ms", "1.5"),
         ("execute_timeout_ms", ""),
+        ("input_shape_order", ""),
+        ("input_shape_order", "b,,a"),
+        ("input_shape_order", "b,a,b"),
+        ("input_shape_order", " , "),
     ],
 )
 def test_refused_values_name_the_parameter_and_what_is_allowed(name: str, text: str) -> None:
@@ -129,6 +139,9 @@ def test_every_problem_is_reported_at_once() -> None:
         ("pipeline_depth", 3),
         ("pipeline_depth", True),
         ("execute_timeout_ms", -5),
+        ("input_shape_order", ()),
+        ("input_shape_order", ("a", "")),
+        ("input_shape_order", ("a", 1)),
         ("acl_runtime", "cuda"),
         ("om_sha256", "ab"),
     ],
@@ -140,7 +153,7 @@ def test_typed_values_follow_the_same_rules(name: str, value: object) -> None:
 
 
 def test_round_trip_through_a_model_config() -> None:
-    params = ModelParameters("resnet.om", SHA, (2, 0, 5), "emulator", 2, 1500)
+    params = ModelParameters("resnet.om", SHA, (2, 0, 5), "emulator", 2, 1500, ("b", "a"))
     config = ModelConfig(name="resnet")
     params.to_config(config)
     assert {key: value.string_value for key, value in config.parameters.items()} == {
@@ -150,11 +163,12 @@ def test_round_trip_through_a_model_config() -> None:
         "acl_runtime": "emulator",
         "pipeline_depth": "2",
         "execute_timeout_ms": "1500",
+        "input_shape_order": "b,a",
     }
     assert ModelParameters.from_config(config) == params
     defaults = ModelParameters("resnet.om")
     defaults.to_config(config)  # None fields remove their keys
-    assert "om_sha256" not in config.parameters and "acl_runtime" not in config.parameters
+    assert not {"om_sha256", "acl_runtime", "input_shape_order"} & set(config.parameters)
     assert ModelParameters.from_config(config) == defaults
 
 

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_runtime_option
+from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.parameters import parse_input_shape_order
 from ge_python_backend.repository.scaffold import open_session
 
 DESCRIPTION = """\
@@ -34,6 +35,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("om", type=Path, help="the .om file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_runtime_option(parser, "open the .om with real pyACL or the CPU emulator", "pyacl")
+    add_input_shape_order_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -47,11 +49,12 @@ def _tensor(spec: Any) -> dict[str, Any]:
     }
 
 
-def describe(om: Path, runtime: str) -> dict[str, Any]:
-    """The JSON-ready description of an `.om`."""
+def describe(om: Path, runtime: str, input_shape_order: str | None = None) -> dict[str, Any]:
+    """The JSON-ready description of an `.om` (`input_shape_order`: `--input-shape-order`)."""
     if not om.is_file():
         raise UserError(f".om file {om} does not exist")
-    with open_session(om, runtime) as session:
+    order = parse_input_shape_order(input_shape_order)
+    with open_session(om, runtime, order) as session:
         gears = session.gears
         return {
             "file": str(om),
@@ -103,7 +106,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of `args.om`."""
-    info = describe(args.om, args.runtime)
+    info = describe(args.om, args.runtime, args.input_shape_order)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

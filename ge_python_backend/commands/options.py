@@ -36,6 +36,17 @@ def add_runtime_option(
     parser.add_argument("--runtime", choices=RUNTIMES, default=default, help=purpose + shown)
 
 
+def add_input_shape_order_option(parser: argparse.ArgumentParser) -> None:
+    """`--input-shape-order NAME,...`: the parameter `input_shape_order`, for a dims `.om` whose
+    gears fit several orders of its inputs (the text is parsed by `parse_input_shape_order`)."""
+    parser.add_argument(
+        "--input-shape-order",
+        metavar="NAME,...",
+        help="dynamic-dims .om: its inputs in the order ATC's --input_shape named them (needed "
+        "only when the gears do not show it; the error then says so)",
+    )
+
+
 def add_server_options(
     parser: argparse.ArgumentParser, *, url_help: str | None = None, required: bool = True
 ) -> None:

@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_runtime_option
+from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.parameters import DEFAULT_EXECUTE_TIMEOUT_MS
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import PIPELINE_DEPTHS
 
@@ -98,6 +99,16 @@ def register(subparsers: Any) -> None:
         "twice (default: 1)",
     )
     parser.add_argument(
+        "--execute-timeout-ms",
+        type=int,
+        default=DEFAULT_EXECUTE_TIMEOUT_MS,
+        metavar="MS",
+        help="fail a batch whose execution has not finished after MS milliseconds (a hung "
+        "device), rebuild its stream and serve on; 0 waits forever "
+        f"(default: {DEFAULT_EXECUTE_TIMEOUT_MS})",
+    )
+    add_input_shape_order_option(parser)
+    parser.add_argument(
         "--input",
         action="append",
         default=[],
@@ -149,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         queue_timeout_us=args.queue_timeout_us,
         runtime=args.runtime,
         pipeline_depth=args.pipeline_depth,
+        execute_timeout_ms=args.execute_timeout_ms,
+        input_shape_order=args.input_shape_order,
         inputs=args.input,
         outputs=args.output,
         dry_run=args.dry_run,

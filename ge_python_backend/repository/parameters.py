@@ -12,7 +12,8 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `device_ids` | comma-separated NPU ids; instance k uses `device_ids[k % len]` | `0` |
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `1` |
-| `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `0` |
+| `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `20000` |
+| `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -35,6 +36,9 @@ from ge_python_backend.runtime.checksum import check_digest
 # Parameters Triton's Python backend reads itself from a model's config: never warned about.
 TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
 _NUMBER = re.compile(r"[0-9]+")
+# Far above any healthy execution, below the liveness probe's restart, the clients' own timeouts
+# and the drain's exit timeout (docs/CONFIGURATION.md, "execute_timeout_ms").
+DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
 
 
 def _shown(value: object) -> str:
@@ -129,6 +133,26 @@ def parse_execute_timeout_ms(value: object) -> int:
     return timeout
 
 
+def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
+    """None (found from the gears), or `"b,a"` / `("b", "a")` -> `("b", "a")`: at least one
+    name, none empty or repeated."""
+    if value is None:
+        return None
+    items: list[object] = []
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",")]
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    names = tuple(item for item in items if isinstance(item, str) and item)
+    if not names or len(names) != len(items) or len(set(names)) != len(names):
+        raise ConfigError(
+            "parameter input_shape_order must be the model's input names in ATC's --input_shape "
+            "order, comma-separated and each once, such as 'b,a' (or be left out: found from "
+            f"the gears), got {_shown(value)}"
+        )
+    return names
+
+
 # The one parser of each parameter: it takes the config text or the typed value alike.
 _PARSERS: dict[str, Callable[[object], Any]] = {
     "om_file": parse_om_file,
@@ -137,6 +161,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "acl_runtime": parse_acl_runtime,
     "pipeline_depth": parse_pipeline_depth,
     "execute_timeout_ms": parse_execute_timeout_ms,
+    "input_shape_order": parse_input_shape_order,
 }
 PARAMETER_NAMES = tuple(_PARSERS)
 
@@ -170,7 +195,8 @@ class ModelParameters:
     device_ids: tuple[int, ...] = (0,)
     acl_runtime: str | None = None
     pipeline_depth: int = 1
-    execute_timeout_ms: int = 0
+    execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS
+    input_shape_order: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -200,7 +226,7 @@ class ModelParameters:
             if value is None:
                 if field.name in config.parameters:
                     del config.parameters[field.name]
-            elif field.name == "device_ids":
+            elif isinstance(value, tuple):  # device_ids, input_shape_order
                 config.parameters[field.name].string_value = ",".join(map(str, value))
             else:
                 config.parameters[field.name].string_value = str(value)

@@ -34,7 +34,12 @@ from ge_python_backend.repository.config import (
     config_data_type,
     config_text,
 )
-from ge_python_backend.repository.parameters import ModelParameters, parse_device_ids
+from ge_python_backend.repository.parameters import (
+    DEFAULT_EXECUTE_TIMEOUT_MS,
+    ModelParameters,
+    parse_device_ids,
+    parse_input_shape_order,
+)
 from ge_python_backend.runtime.checksum import file_sha256
 
 if TYPE_CHECKING:
@@ -128,12 +133,15 @@ def declared_model(
 
 
 @contextlib.contextmanager
-def open_session(om_path: Path, runtime: str) -> Iterator[Session]:
-    """A runtime `Session` on `om_path`; failures to open it become one-line `UserError`s."""
+def open_session(
+    om_path: Path, runtime: str, input_shape_order: Sequence[str] | None = None
+) -> Iterator[Session]:
+    """A runtime `Session` on `om_path` (`input_shape_order`: the parameter, for dims models);
+    failures to open it become one-line `UserError`s."""
     from ge_python_backend.runtime import Session
 
     try:
-        session = Session(om_path, runtime=runtime)
+        session = Session(om_path, runtime=runtime, input_shape_order=input_shape_order)
     except UserError:
         raise
     except GeBackendError as exc:
@@ -145,11 +153,11 @@ def open_session(om_path: Path, runtime: str) -> Iterator[Session]:
 
 
 def describe_om(
-    om_path: Path, runtime: str
+    om_path: Path, runtime: str, input_shape_order: Sequence[str] | None = None
 ) -> tuple[tuple[TensorLike, ...], tuple[TensorLike, ...], GearsLike]:
     """Inputs, outputs and gears read from the `.om` by opening a runtime Session."""
     try:
-        with open_session(om_path, runtime) as session:
+        with open_session(om_path, runtime, input_shape_order) as session:
             return tuple(session.inputs), tuple(session.outputs), session.gears
     except UserError as exc:
         raise UserError(
@@ -225,6 +233,8 @@ def scaffold(
     queue_timeout_us: int = 0,
     runtime: str = "pyacl",
     pipeline_depth: int = 1,
+    execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS,
+    input_shape_order: Sequence[str] | str | None = None,
     inputs: Sequence[str] | None = None,
     outputs: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -237,8 +247,9 @@ def scaffold(
     `name` defaults to the `.om` file's stem. The model directory is built next to its final
     place and renamed in, so a failure leaves nothing half-written; an existing directory is
     replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
-    write. `device_ids`, `runtime` and `pipeline_depth` become the config's parameters
-    (`ModelParameters`: the rules and messages of the model instance). `warmup=False` leaves
+    write. `device_ids`, `runtime`, `pipeline_depth`, `execute_timeout_ms` and
+    `input_shape_order` become the config's parameters (`ModelParameters`: the rules and
+    messages of the model instance). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
     instead of marking the model UNAVAILABLE).
     """
@@ -260,6 +271,8 @@ def scaffold(
         device_ids=parse_device_ids(device_ids),
         acl_runtime=runtime,
         pipeline_depth=pipeline_depth,
+        execute_timeout_ms=execute_timeout_ms,
+        input_shape_order=parse_input_shape_order(input_shape_order),
     )
     specs_in: Sequence[TensorLike]
     specs_out: Sequence[TensorLike]
@@ -267,7 +280,7 @@ def scaffold(
     if inputs or outputs:
         specs_in, specs_out, gears = declared_model(inputs or (), outputs or (), max_batch_size)
     else:
-        specs_in, specs_out, gears = describe_om(source, runtime)
+        specs_in, specs_out, gears = describe_om(source, runtime, parameters.input_shape_order)
     config = build_model_config(
         model_name,
         specs_in,

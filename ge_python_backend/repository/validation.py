@@ -82,7 +82,7 @@ def _check_version(
         return
     chosen = runtime or params.acl_runtime or "pyacl"
     try:
-        with open_session(om_path, chosen) as session:
+        with open_session(om_path, chosen, params.input_shape_order) as session:
             problems = compare_config_with_session(
                 config, session.inputs, session.outputs, session.gears
             )

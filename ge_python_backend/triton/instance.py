@@ -70,6 +70,7 @@ class ModelInstance:
                 sha256=params.om_sha256,
                 pipeline_depth=params.pipeline_depth,
                 execute_timeout_ms=params.execute_timeout_ms,
+                input_shape_order=params.input_shape_order,
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc
