@@ -20,7 +20,7 @@ from emulator_helpers import D2D, D2H, H2D, H2H, dataset_of, malloc
 from onnx import TensorProto, helper
 from test_emulator_models import Model, example_inputs, reference, select
 
-from ge_python_backend.emulator import acl, set_timing
+from ge_python_backend.emulator import acl, set_timing, stats
 from ge_python_backend.emulator.omfile import OmCompileError, compile_onnx
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
@@ -391,3 +391,75 @@ def test_printed_atc_command_for_dims_models_says_nd(
     atc = capsys.readouterr().out.splitlines()[2]
     assert code == 0
     assert "--input_format=ND" in atc and "--input_shape='b:1,-1;a:1,-1'" in atc
+
+
+# ----------------------------------------------------------------------------- desc from file
+
+
+def _description(desc: int) -> dict[str, object]:
+    """Everything a description reports that does not need a loaded model."""
+    mdl = acl.mdl
+    n_in, n_out = mdl.get_num_inputs(desc), mdl.get_num_outputs(desc)
+    count, ret = mdl.get_input_dynamic_gear_count(desc, -1)
+    return {
+        "inputs": [
+            (
+                mdl.get_input_name_by_index(desc, i),
+                mdl.get_input_dims(desc, i),
+                mdl.get_input_data_type(desc, i),
+                mdl.get_input_format(desc, i),
+                mdl.get_input_size_by_index(desc, i),
+            )
+            for i in range(n_in)
+        ],
+        "outputs": [
+            (
+                mdl.get_output_name_by_index(desc, i),
+                mdl.get_output_dims(desc, i),
+                mdl.get_output_data_type(desc, i),
+                mdl.get_output_size_by_index(desc, i),
+            )
+            for i in range(n_out)
+        ],
+        "batch": mdl.get_dynamic_batch(desc),
+        "hw": mdl.get_dynamic_hw(desc, -1),
+        "dims": (count, ret, mdl.get_input_dynamic_dims(desc, -1, count)),
+    }
+
+
+@pytest.mark.parametrize("fixture", ["om_dynamic_batch", "om_hw", "om_dims", "om_static"])
+def test_get_desc_from_file_describes_without_a_device(
+    clean_acl: None, fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """mdl_wrap.cpp WrapAclMdlGetDescFromFile: `acl.mdl.get_desc_from_file(desc, path)` ("ks")
+    -> ret. model.cpp aclmdlGetDescFromFileImpl reads the file on the host
+    (GeExecutor::LoadDataFromFile, GetModelDescInfoFromMem) and fills inputs, outputs, dynamic
+    batch/HW/dims: no model load, no device. pyACL's reference
+    (python/docs/zh/api_ref/ge/function-get_desc_from_file.md): such a description cannot be used
+    with get_cur_output_dims. Here: the same answers as get_desc of the loaded model, with no
+    set_device, and nothing loaded."""
+    om: Path = request.getfixturevalue(fixture)
+    assert acl.init() == 0
+    from_file = acl.mdl.create_desc()
+    assert acl.mdl.get_desc_from_file(from_file, str(om)) == 0
+    described = _description(from_file)
+    used = stats()
+    assert used["loaded_models"] == used["live_contexts"] == used["device_bytes_in_use"] == 0
+    dims, ret = acl.mdl.get_cur_output_dims(from_file, 0)
+    assert (dims, ret) == ({}, 100000)
+    assert acl.mdl.get_desc_from_file(from_file, "/no/such.om") == 100014
+    assert acl.mdl.destroy_desc(from_file) == 0
+
+    assert acl.rt.set_device(0) == 0
+    model = Model(om)
+    assert _description(model.desc) == described
+
+
+def test_get_desc_from_file_argument_rules(clean_acl: None, om_static: Path) -> None:
+    """mdl_wrap.cpp parses (desc: k, path: s): anything else is a TypeError ("args parse
+    failed"); before acl.init 100001, like every desc call here."""
+    assert acl.mdl.get_desc_from_file(1, str(om_static)) == 100001
+    assert acl.init() == 0
+    with pytest.raises(TypeError, match="get_desc_from_file> args parse failed"):
+        acl.mdl.get_desc_from_file(acl.mdl.create_desc(), 5)
+    assert acl.mdl.get_desc_from_file(0xDEAD, str(om_static)) == 100000

@@ -74,9 +74,12 @@ def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int
 
 
 class LoadedModel:
-    """A model id's state: the OM, the loading context and the gear last selected by set_*."""
+    """A model id's state: the OM, the loading context and the gear last selected by set_*.
 
-    def __init__(self, model_id: int, om: OmModel, context: Context) -> None:
+    `context` None: a description read from a file by get_desc_from_file (model id 0, nothing
+    loaded on any device)."""
+
+    def __init__(self, model_id: int, om: OmModel, context: Context | None) -> None:
         self.id = model_id
         self.om = om
         self.context = context
@@ -144,7 +147,7 @@ class LoadedModel:
 
     def check_live(self) -> None:
         """100011 if unloaded or loaded before acl.finalize."""
-        if not self.live or not self.context.live:
+        if not self.live or (self.context is not None and not self.context.live):
             raise AclFailure(100011, f"model {self.id} is no longer loaded")
 
     def gear_text(self) -> str:
@@ -159,10 +162,12 @@ class LoadedModel:
 
 @dataclass(eq=False)
 class ModelDesc:
-    """`aclmdlDesc`: empty until get_desc fills it from a model."""
+    """`aclmdlDesc`: empty until get_desc fills it from a model, or get_desc_from_file from an
+    `.om` on disk (then `model` is a description only: `from_file`, never loaded)."""
 
     handle: int
     model: LoadedModel | None = None
+    from_file: bool = False
 
 
 @dataclass(frozen=True)

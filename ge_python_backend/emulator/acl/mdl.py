@@ -150,6 +150,22 @@ def get_desc(desc: int, model_id: int) -> int:
         target = _desc(desc)
         model = _model(model_id)
         target.model = model
+        target.from_file = False
+    return 0
+
+
+@api("acl.mdl.get_desc_from_file", int, str, fault="none")
+def get_desc_from_file(desc: int, path: str) -> int:
+    """Fill `desc` from the `.om` at `path` without loading it: no context or device needed
+    (GE reads the file and describes it on the host: hicann/ge
+    api/acl/acl_model/model/model.cpp aclmdlGetDescFromFileImpl). The description serves every
+    get_* call except get_cur_output_dims (pyACL's reference says so)."""
+    require_init()
+    om = _read_om(path)
+    with LOCK:
+        target = _desc(desc)
+        target.model = LoadedModel(0, om, None)
+        target.from_file = True
     return 0
 
 
@@ -210,6 +226,15 @@ def get_cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """({"name", "dimCount", "dims"}, ret) for the gear the last set_* call selected."""
     tensor = _tensor(desc, index, False)
     model = _described(desc)
+    if _desc(desc).from_file:
+        # pyACL's reference: a description from get_desc_from_file cannot be used with
+        # get_cur_output_dims (hicann/runtime python/docs/zh/api_ref/ge/
+        # function-get_desc_from_file.md). UNCONFIRMED code: 100000 (ACL_ERROR_INVALID_PARAM).
+        raise AclFailure(
+            100000,
+            f"desc 0x{desc:x} was filled by acl.mdl.get_desc_from_file; get_cur_output_dims "
+            "needs a description of a loaded model (acl.mdl.get_desc)",
+        )
     model.check_live()
     shapes = model.om.description.output_shapes(model.current_gear)
     return tensor.dims_dict(shapes[index]), 0
