@@ -1,4 +1,5 @@
-"""Operations on the real tritonserver: graceful drain on SIGTERM and load shedding.
+"""Operations on the real tritonserver: a hung execution that times out, graceful drain on
+SIGTERM and load shedding.
 
 The device is slowed with `GE_EMULATOR_TIMING` so that requests are really in flight (drain)
 or really pile up (shedding) while the test acts.
@@ -90,6 +91,56 @@ def send(client: grpcclient.InferenceServerClient, x: np.ndarray, callback: Any)
     tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
     client.async_infer("mlp", [tensor], callback)
+
+
+# ----------------------------------------------------------------------------- hung NPU
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_hung_execution_fails_one_request_and_the_instance_serves_on(
+    tmp_path: Path, om_dynamic_batch: Path, depth: int
+) -> None:
+    """The 3rd execution never completes on the device: with execute_timeout_ms 1000 its request
+    fails within a few seconds with an error naming the timeout, and every later one succeeds."""
+    repository = tmp_path / "models"
+    # No warmup: the n-th execution is the n-th request.
+    scaffold(
+        om_dynamic_batch,
+        repository,
+        name="mlp",
+        runtime="emulator",
+        pipeline_depth=depth,
+        execute_timeout_ms=1000,
+        warmup=False,
+    )
+    rng = np.random.default_rng(2)
+    rows = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(6)]
+    hang = {"GE_EMULATOR_FAULTS": "mdl.execute_async:hang:3"}
+    # A short exit timeout: stopping must not wait on a hung stub.
+    with running_server(
+        repository, env=hang, log_path=tmp_path / "triton.log", exit_timeout=2
+    ) as server:
+        client = grpcclient.InferenceServerClient(grpc_address(server))
+        outcomes: list[Any] = []
+        for x in rows:
+            tensor = grpcclient.InferInput("x", [1, 16], "FP32")
+            tensor.set_data_from_numpy(x)
+            started = time.monotonic()
+            try:
+                outcomes.append(client.infer("mlp", [tensor], client_timeout=30))
+            except InferenceServerException as exc:
+                outcomes.append((exc, time.monotonic() - started))
+        client.close()
+    failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, tuple)]
+    assert failed == [2], [str(outcomes[i][0]) for i in failed]
+    error, waited = outcomes[2]
+    assert "did not finish within execute_timeout_ms=1000" in str(error), str(error)
+    assert 1.0 <= waited < 5, waited
+    for i, (x, outcome) in enumerate(zip(rows, outcomes)):
+        if i != 2:
+            want = expected(om_dynamic_batch, x)
+            for name in ("y", "z"):
+                np.testing.assert_allclose(outcome.as_numpy(name), want[name], rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- graceful drain
