@@ -278,7 +278,9 @@ def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
     stats_dir.mkdir()
     env = {
         "GE_EMULATOR_STATS_DIR": str(stats_dir),
-        "GE_EMULATOR_FAULTS": "mdl.execute_async:507011:3,rt.synchronize_stream:507011:6",
+        "GE_EMULATOR_FAULTS": (
+            "mdl.execute_async:507011:3,rt.synchronize_stream_with_timeout:507011:6"
+        ),
     }
     rng = np.random.default_rng(8)
     batches = [rng.standard_normal((1 + i % 4, 16), dtype=np.float32) for i in range(8)]
@@ -289,9 +291,10 @@ def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
         for depth in (1, 2):
             results = [_infer_grpc(client, f"depth{depth}", x) for x in batches]  # one by one
             failed = [i for i, r in enumerate(results) if isinstance(r, Exception)]
-            # One data path at every depth: the failed execute_async (request 3) is followed by
-            # a synchronize of its lane, so the 6th synchronize_stream is request 6's.
-            sync_failure = 5
+            # One data path at every depth: each launched execution is waited for with the
+            # execute timeout; request 3's execute_async failed (its lane is then settled with a
+            # plain synchronize_stream), so the 6th bounded wait is request 7's.
+            sync_failure = 6
             assert failed == [2, sync_failure], (depth, [str(r) for r in results])
             assert "507011" in str(results[2]) and "execute_async" in str(results[2])
             assert "synchronize_stream" in str(results[sync_failure])

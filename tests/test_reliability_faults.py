@@ -52,17 +52,14 @@ def allocations_to_open(om: Path) -> int:
     return emulator.stats()["malloc_calls"] - before
 
 
-def copies_per_request(om: Path) -> tuple[str, int]:
-    """The copy call one 1-row request makes and how many times."""
+def copies_per_request(om: Path) -> int:
+    """How many copies (`memcpy_async`, the runtime's only copy call) one 1-row request makes."""
     with Session(om, runtime="emulator") as session:
         feeds = {spec.name: np.zeros((1, *spec.shape[1:]), spec.dtype) for spec in session.inputs}
         before = emulator.stats()
         session.infer(feeds)
         after = emulator.stats()
-    sync = after["memcpy_calls"] - before["memcpy_calls"]
-    if sync:
-        return "rt.memcpy", sync
-    return "rt.memcpy_async", after["memcpy_async_calls"] - before["memcpy_async_calls"]
+    return after["memcpy_async_calls"] - before["memcpy_async_calls"]
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +70,13 @@ def served(
     repository = root / "models"
     healthy_allocations = allocations_to_open(om_dynamic_batch)
     assert allocations_to_open(om_mixed_types) > healthy_allocations
-    copy_call, copies = copies_per_request(om_dynamic_batch)
+    copies = copies_per_request(om_dynamic_batch)
     faults = {
         "load_fail": "mdl.load_from_file:545001:1",
         "exec_fail": "mdl.execute_async:507011:3",  # the 3rd request
-        "copy_fail": f"{copy_call}:507013:{copies + 1}",  # the first copy of the 2nd request
-        "sync_fail": "rt.synchronize_stream:507000:2",  # the 2nd request
+        "copy_fail": f"rt.memcpy_async:507013:{copies + 1}",  # the first copy of the 2nd request
+        # the 2nd request's wait (bounded by the default execute_timeout_ms)
+        "sync_fail": "rt.synchronize_stream_with_timeout:507000:2",
         "flaky": "mdl.execute_async:507011:*",
     }
     scaffold(om_dynamic_batch, repository, name="healthy", runtime="emulator")
@@ -152,8 +150,13 @@ def test_the_other_models_load_and_serve(served: Served) -> None:
     ("model", "failing", "api", "code"),
     [
         ("exec_fail", 2, "acl.mdl.execute_async", "507011 ACL_ERROR_RT_MODEL_EXECUTE"),
-        ("copy_fail", 1, "acl.rt.memcpy", "507013 ACL_ERROR_RT_SYS_DMA"),
-        ("sync_fail", 1, "acl.rt.synchronize_stream", "507000 ACL_ERROR_RT_INTERNAL_ERROR"),
+        ("copy_fail", 1, "acl.rt.memcpy_async", "507013 ACL_ERROR_RT_SYS_DMA"),
+        (
+            "sync_fail",
+            1,
+            "acl.rt.synchronize_stream_with_timeout",
+            "507000 ACL_ERROR_RT_INTERNAL_ERROR",
+        ),
     ],
 )
 def test_a_device_failure_fails_only_that_request(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from types import ModuleType
@@ -11,6 +12,8 @@ from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.errors import check
 
 __all__ = ["Context", "Device", "Event", "Stream"]
+
+logger = logging.getLogger(__name__)
 
 ACL_DEVICE = 0  # aclrtRunMode: the program runs on the device's own CPU (RC mode)
 ACL_DDR_MEM, ACL_HBM_MEM = 0, 1  # aclrtMemAttr
@@ -127,11 +130,28 @@ class Stream(Resource):
         """
         self.context.activate()
         acl = self.context.acl
-        if timeout_ms > 0:
-            ret = acl.rt.synchronize_stream_with_timeout(self.handle, timeout_ms)
-            check(ret, "acl.rt.synchronize_stream_with_timeout", acl)
-        else:
-            check(acl.rt.synchronize_stream(self.handle), "acl.rt.synchronize_stream", acl)
+        with_timeout = getattr(acl.rt, "synchronize_stream_with_timeout", None)
+        if timeout_ms > 0 and with_timeout is not None:
+            check(
+                with_timeout(self.handle, timeout_ms), "acl.rt.synchronize_stream_with_timeout", acl
+            )
+            return
+        if timeout_ms > 0 and not _warned_no_timeout:
+            _warn_no_timeout()
+        check(acl.rt.synchronize_stream(self.handle), "acl.rt.synchronize_stream", acl)
+
+
+_warned_no_timeout = False
+
+
+def _warn_no_timeout() -> None:
+    """Older CANN releases may lack the call (UNCONFIRMED which): say so once, wait unbounded."""
+    global _warned_no_timeout
+    _warned_no_timeout = True
+    logger.warning(
+        "this pyACL has no acl.rt.synchronize_stream_with_timeout; execute_timeout_ms is not "
+        "enforced and a hung execution blocks its instance"
+    )
 
 
 def _destroy_stream(context: Context, handle: int) -> None:
