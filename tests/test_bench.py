@@ -17,7 +17,19 @@ from e2e_helpers import grpc_address, http_address, running_server, write_python
 from ge_python_backend import cli
 from ge_python_backend.commands.bench_cmd import parse_levels
 from ge_python_backend.errors import UserError
-from ge_python_backend.tools.bench import LevelResult, percentile, plot, results_document, summarize
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.tools.bench import (
+    LevelResult,
+    counters_gained,
+    device_counters,
+    format_table,
+    metric_samples,
+    metrics_url,
+    percentile,
+    plot,
+    results_document,
+    summarize,
+)
 
 SLEEP_MS = 4
 FAIL_EVERY = 3
@@ -114,6 +126,73 @@ def test_plot_writes_a_png_with_one_line_per_series(tmp_path: Path) -> None:
     path = plot(series, tmp_path / "plots" / "bench.png", title="two models")
     assert path.read_bytes().startswith(PNG_MAGIC)
     assert results_document("m", [])["results"] == []
+
+
+METRICS_TEXT = """\
+# HELP ge_device_busy_seconds_total Device time executing this instance's model
+# TYPE ge_device_busy_seconds_total counter
+ge_device_busy_seconds_total{device="0",model="mlp",version="1"} 1.5
+ge_device_busy_seconds_total{device="0",model="mlp",version="2"} 0.25
+ge_device_busy_seconds_total{device="1",model="mlp",version="1"} 2
+ge_device_busy_seconds_total{device="0",model="mlp_other",version="1"} 9
+ge_device_busy_seconds_total_extra{device="0",model="mlp",version="1"} 7
+ge_executions_total{device="0",model="mlp",version="1"} 100 1712345678000
+ge_rows_total{model="mlp",version="1",device="0"} 400
+ge_padded_rows_total{device="0",model="mlp",version="1"} 12
+nv_inference_count{model="mlp",version="1"} 400
+"""
+
+
+def test_metric_samples_are_read_from_the_prometheus_text_format() -> None:
+    samples = metric_samples(METRICS_TEXT, "ge_device_busy_seconds_total")
+    assert [(labels["model"], labels["device"], value) for labels, value in samples] == [
+        ("mlp", "0", 1.5),
+        ("mlp", "0", 0.25),
+        ("mlp", "1", 2.0),
+        ("mlp_other", "0", 9.0),
+    ]
+    assert metric_samples(METRICS_TEXT, "ge_executions_total")[0][1] == 100.0  # timestamp dropped
+    escaped = 'm{model="a\\"b\\\\c",device="0"} 3'
+    assert metric_samples(escaped, "m") == [({"model": 'a"b\\c', "device": "0"}, 3.0)]
+
+
+def test_device_counters_sum_the_model_s_versions_per_device_and_gains_are_deltas() -> None:
+    before = device_counters(METRICS_TEXT, "mlp")
+    assert before == {
+        "0": {"busy_seconds": 1.75, "executions": 100.0, "rows": 400.0, "padded_rows": 12.0},
+        "1": {"busy_seconds": 2.0, "executions": 0.0, "rows": 0.0, "padded_rows": 0.0},
+    }
+    assert device_counters(METRICS_TEXT, "missing") == {}
+    later = METRICS_TEXT.replace("} 1.5", "} 2.5").replace("} 100 ", "} 130 ")
+    gained = counters_gained(before, device_counters(later, "mlp"))
+    assert gained["0"] == {"busy_seconds": 1.0, "executions": 30.0, "rows": 0.0, "padded_rows": 0.0}
+    assert gained["1"]["busy_seconds"] == 0.0
+
+
+def test_device_utilization_is_busy_seconds_gained_over_the_window() -> None:
+    result = summarize(4, [0.01] * 10, 0, 2.0, 1)
+    assert result.device_utilization is None and result.as_dict()["device_utilization"] is None
+    assert "device utilization" not in format_table([result])
+    result.device = {
+        "0": {"busy_seconds": 1.9, "executions": 1.0, "rows": 1.0, "padded_rows": 0.0},
+        "1": {"busy_seconds": 1.0, "executions": 1.0, "rows": 1.0, "padded_rows": 0.0},
+    }
+    assert result.device_utilization == pytest.approx({"0": 0.95, "1": 0.5})
+    assert result.as_dict()["device_utilization"] == {"0": 0.95, "1": 0.5}
+    assert result.as_dict()["device_counters"]["0"]["busy_seconds"] == 1.9
+    table = format_table([result])
+    assert "device utilization" in table and "device 0: 0.950, device 1: 0.500" in table
+    del result.device["1"]
+    assert format_table([result]).splitlines()[1].endswith("  0.950")
+
+
+def test_the_metrics_url_defaults_to_http_and_the_metrics_path() -> None:
+    assert metrics_url("127.0.0.1:8002") == "http://127.0.0.1:8002/metrics"
+    assert metrics_url("http://h:8002/") == "http://h:8002/metrics"
+    assert metrics_url("https://h/triton/metrics") == "https://h/triton/metrics"
+    for bad in ("ftp://h:8002/metrics", "http://"):
+        with pytest.raises(UserError, match="--metrics-url"):
+            metrics_url(bad)
 
 
 # -- a real server -----------------------------------------------------------------------------
@@ -218,3 +297,36 @@ def test_an_unknown_model_is_a_one_line_error(
 ) -> None:
     assert bench(server, "http", "--model", "missing", "--requests", "1") == 2
     assert "missing" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_device_utilization_and_busy_seconds_follow_the_timing_model(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    # Every execution holds the emulated device for E + R * (rows of its gear) microseconds, so
+    # the busy seconds the metrics gained must be that sum over the executions the counters saw,
+    # with the rows the load generator got answered: ge_device_busy_seconds_total's rate agrees
+    # with rows/s under the timing model.
+    execute_us, per_row_us = 10000.0, 1000.0  # long enough that sleep overshoot is noise
+    repository = tmp_path / "models"
+    scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator", pipeline_depth=1)
+    env = {"GE_EMULATOR_TIMING": f"execute_us={execute_us:g},execute_us_per_row={per_row_us:g}"}
+    json_path = tmp_path / "out.json"
+    with running_server(repository, env=env, log_path=tmp_path / "triton.log") as running:
+        args = ["--model", "mlp", "--concurrency", "1,8", "--duration", "2", "--warmup", "5"]
+        args += ["--shape", "x:2,16", "--metrics-url", running.urls.metrics]
+        assert bench(running, "grpc", *args, "--json", str(json_path)) == 0
+    levels = json.loads(json_path.read_text())["results"]
+    for entry in levels:
+        assert entry["errors"] == 0
+        (utilization,) = entry["device_utilization"].values()
+        gained = entry["device_counters"]["0"]
+        expected = (
+            execute_us * gained["executions"]
+            + per_row_us * (entry["rows_per_s"] * entry["seconds"] + gained["padded_rows"])
+        ) / 1e6
+        assert gained["busy_seconds"] == pytest.approx(expected, rel=0.10), entry
+        assert utilization == pytest.approx(gained["busy_seconds"] / entry["seconds"], rel=1e-3)
+        assert 0.2 < utilization <= 1.02, entry
+    # Eight clients keep a batch waiting while one executes: the device is the bottleneck.
+    assert levels[1]["device_utilization"]["0"] > 0.6, levels[1]

@@ -15,6 +15,7 @@ import pytest
 from emulator_helpers import H2D, malloc, model_datasets
 
 from ge_python_backend.emulator import acl, set_timing
+from ge_python_backend.emulator.timing import PROFILES, parse
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
 
@@ -121,3 +122,25 @@ def test_async_executes_on_two_streams_of_one_device_serialize(ctx: int, om_stat
 def test_bad_timing_specs_raise_value_error(spec: str) -> None:
     with pytest.raises(ValueError, match="GE_EMULATOR_TIMING: bad entry"):
         set_timing(spec)
+
+
+def test_a_named_profile_gives_its_calibrated_values_and_keys_override_them() -> None:
+    resnet = parse("profile=resnet50-310p3")
+    assert resnet == PROFILES["resnet50-310p3"]
+    # The published figures it is calibrated from (BENCHMARKS.md, "Device profiles"):
+    # 2.456 ms at batch 1, 64 images in 1/4250 * 64 s at batch 64; PCIe copies at 10 GB/s.
+    assert resnet.execute_seconds(1) == pytest.approx(2.456e-3, rel=0.01)
+    assert resnet.execute_seconds(64) == pytest.approx(64 / 4250, rel=0.01)
+    assert resnet.copy_seconds(10**9) == pytest.approx(0.1)
+    assert parse("copy_gbps=5,profile=resnet50-310p3") == parse(
+        "execute_us=2260,execute_us_per_row=200,copy_gbps=5"
+    )
+    assert parse(" profile = resnet50-310p3 , execute_us_per_row=0").execute_seconds(8) == 2.26e-3
+
+
+@pytest.mark.parametrize(
+    "spec", ["profile=resnet50", "profile", "profile=resnet50-310p3,profile=resnet50-310p3"]
+)
+def test_unknown_or_repeated_profiles_raise_value_error_listing_the_profiles(spec: str) -> None:
+    with pytest.raises(ValueError, match="profile \\(one of resnet50-310p3"):
+        parse(spec)

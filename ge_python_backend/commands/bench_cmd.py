@@ -17,6 +17,7 @@ from ge_python_backend.commands.options import (
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.bench import (
+    MetricsProbe,
     Target,
     format_table,
     plot,
@@ -32,10 +33,13 @@ in flight and send the next as soon as the answer arrives (perf_analyzer's concu
 Per level it prints requests, errors, throughput (requests/s and rows/s) and p50/p90/p99 latency
 of the successful requests; a failed request is counted as an error, never dropped. Requests hold
 random data shaped from the model metadata (batch 1 unless --shape says otherwise) or .npy files
-(--input). Progress goes to stderr, the table to stdout.
+(--input). Progress goes to stderr, the table to stdout. With --metrics-url (Triton's metrics
+endpoint) it adds the device utilization per device: the model's ge_device_busy_seconds_total
+gained during the level, divided by the level's seconds.
 
 examples:
   ge-python-model bench --model resnet --concurrency 1,4,16 --duration 10
+  ge-python-model bench --model resnet --concurrency 32 --metrics-url 127.0.0.1:8002
   ge-python-model bench --url 127.0.0.1:8001 --protocol grpc --model resnet \\
       --shape input:4,3,224,224 --requests 500 --json bench.json --plot bench.png
 """
@@ -71,6 +75,12 @@ def register(subparsers: Any) -> None:
         default=10,
         metavar="N",
         help="unmeasured requests before each level (default: 10)",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        metavar="URL",
+        help="Triton's metrics endpoint, e.g. http://127.0.0.1:8002/metrics (HOST:PORT is "
+        "enough): adds device_utilization per device to the table and the JSON",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
@@ -116,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
     target = describe_target(
         url, args.protocol, args.model, parse_shapes(args.shape), args.seed, parse_files(args.input)
     )
+    metrics = None
+    if args.metrics_url:
+        metrics = MetricsProbe(args.metrics_url, args.model)
+        metrics.read()  # fail now, not after the first level, if the metrics are not there
     duration = None
     if args.requests is None:
         duration = DEFAULT_DURATION_S if args.duration is None else args.duration
@@ -133,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         duration=duration,
         warmup=args.warmup,
         progress=sys.stderr,
+        metrics=metrics,
     )
     print(format_table(results))
     for result in results:

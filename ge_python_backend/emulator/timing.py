@@ -1,5 +1,9 @@
 """Timing model: `GE_EMULATOR_TIMING="execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"`.
 
+`profile=NAME` starts from a named device profile calibrated from published figures (`PROFILES`,
+sources in BENCHMARKS.md); keys given next to it override its values, e.g.
+`GE_EMULATOR_TIMING="profile=resnet50-310p3,copy_gbps=5"`.
+
 Each device has three engines (model execution, host-to-device copy, device-to-host copy). An
 engine is a lock held while the work runs and then while sleeping the rest of its modelled time:
 work on one engine serializes, the three engines overlap. Execution takes
@@ -19,13 +23,10 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ENV = "GE_EMULATOR_TIMING"
-FORMAT = (
-    "comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, "
-    '>= 0) and copy_gbps (GB/s, > 0), e.g. "execute_us=2000,execute_us_per_row=250,copy_gbps=0.05"'
-)
+FIELDS = ("execute_us", "execute_us_per_row", "copy_gbps")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,19 @@ class Timing:
         return nbytes / (self.copy_gbps * 1e9)
 
 
+# Named device profiles; BENCHMARKS.md ("Device profiles") gives the sources.
+PROFILES = {
+    # ResNet-50 fp16 on Atlas 300I Pro (Ascend 310P3): 2.46 ms at batch 1 and 15.06 ms at
+    # batch 64 (4,250 images/s); copies at 10 GB/s, a third of PCIe 4.0 x16's 31.5 GB/s.
+    "resnet50-310p3": Timing(execute_us=2260.0, execute_us_per_row=200.0, copy_gbps=10.0),
+}
+FORMAT = (
+    "comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, "
+    ">= 0), copy_gbps (GB/s, > 0) and profile (one of "
+    f"{', '.join(PROFILES)}: its values, the other keys override them), e.g. "
+    '"execute_us=2000,execute_us_per_row=250,copy_gbps=0.05" or "profile=resnet50-310p3"'
+)
+
 _lock = threading.Lock()
 _timing = Timing()
 _engines: dict[tuple[int, str], threading.Lock] = {}
@@ -54,20 +68,23 @@ _trace: list[tuple[int, str, float, float]] | None = None
 def parse(spec: str) -> Timing:
     """Parse a timing spec; raises ValueError naming the bad entry and the format."""
     values: dict[str, float] = {}
+    profile: Timing | None = None
     for entry in spec.split(","):
         if not entry.strip():
             continue
         key, sep, text = (p.strip() for p in entry.partition("="))
+        if key == "profile" and sep and profile is None and text in PROFILES:
+            profile = PROFILES[text]
+            continue
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        fields = ("execute_us", "execute_us_per_row", "copy_gbps")
         valid = value > 0 if key == "copy_gbps" else value >= 0
-        if not sep or key not in fields or key in values or not valid or math.isinf(value):
+        if not sep or key not in FIELDS or key in values or not valid or math.isinf(value):
             raise ValueError(f"{ENV}: bad entry {entry.strip()!r}; expected {FORMAT}")
         values[key] = value
-    return Timing(**values)
+    return replace(profile or Timing(), **values)
 
 
 def set_timing(spec: str | None) -> None:

@@ -6,6 +6,10 @@ client of its own (`tritonclient.http` clients are gevent based and must not be 
 threads). Per level the result holds every request that completed in the measured window:
 failures are counted (with their first messages), never dropped, and latency percentiles are
 taken over the successful requests.
+
+With a `MetricsProbe` (Triton's metrics endpoint) each level also records what the model's
+`ge_*` device counters gained during its measured window, per device: `device_utilization` is the
+device busy time gained (`ge_device_busy_seconds_total`) divided by the window's seconds.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +32,17 @@ from ge_python_backend.errors import UserError
 
 KEPT_ERROR_MESSAGES = 5
 CONNECT_TIMEOUT_S = 60.0  # also the longest a request may take before it counts as failed
+# The model's device counters read from the metrics endpoint: key -> metric (triton/metrics.py).
+DEVICE_METRICS = {
+    "busy_seconds": "ge_device_busy_seconds_total",
+    "executions": "ge_executions_total",
+    "rows": "ge_rows_total",
+    "padded_rows": "ge_padded_rows_total",
+}
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_ESCAPED = re.compile(r"\\(.)")  # label values escape backslash, double quote and newline
+DeviceCounters = dict[str, dict[str, float]]  # device label -> DEVICE_METRICS key -> value
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,17 @@ class LevelResult:
     p90_ms: float | None
     p99_ms: float | None
     error_messages: list[str] = field(default_factory=list)
+    device: DeviceCounters | None = None  # what the device counters gained in the window
+
+    @property
+    def device_utilization(self) -> dict[str, float] | None:
+        """Per device: busy seconds gained / the window's seconds (None without metrics)."""
+        if self.device is None:
+            return None
+        return {
+            device: gained["busy_seconds"] / self.seconds if self.seconds > 0 else 0.0
+            for device, gained in self.device.items()
+        }
 
     @property
     def throughput_rps(self) -> float:
@@ -77,6 +106,10 @@ class LevelResult:
             "seconds": round(self.seconds, 4),
             "rows": self.rows,
             "error_messages": list(self.error_messages),
+            "device_utilization": None
+            if self.device_utilization is None
+            else {d: round(u, 4) for d, u in self.device_utilization.items()},
+            "device_counters": self.device,
         }
 
 
@@ -114,6 +147,81 @@ def summarize(
         p99_ms=p99,
         error_messages=list(error_messages),
     )
+
+
+def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of metric `name` in Prometheus text format, as (labels, value)."""
+    samples = []
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        match = _SAMPLE.fullmatch(line.strip())
+        if match is None or match.group(1) != name:
+            continue
+        labels = {k: _ESCAPED.sub(_unescape, v) for k, v in _LABEL.findall(match[2] or "")}
+        samples.append((labels, float(match.group(3))))
+    return samples
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return "\n" if match[1] == "n" else match[1]
+
+
+def device_counters(text: str, model: str) -> DeviceCounters:
+    """Per device label, the model's `DEVICE_METRICS` (summed over versions and instances)."""
+    counters: DeviceCounters = {}
+    for key, name in DEVICE_METRICS.items():
+        for labels, value in metric_samples(text, name):
+            if labels.get("model") == model:
+                device = counters.setdefault(
+                    labels.get("device", ""), dict.fromkeys(DEVICE_METRICS, 0.0)
+                )
+                device[key] += value
+    return counters
+
+
+def counters_gained(before: DeviceCounters, after: DeviceCounters) -> DeviceCounters:
+    """What each device's counters gained from `before` to `after`."""
+    zero = dict.fromkeys(DEVICE_METRICS, 0.0)
+    return {
+        device: {key: round(values[key] - before.get(device, zero)[key], 6) for key in values}
+        for device, values in sorted(after.items())
+    }
+
+
+def metrics_url(url: str) -> str:
+    """Triton's metrics endpoint: `HOST:PORT`, or a URL; the path defaults to /metrics."""
+    full = url if "://" in url else f"http://{url}"
+    parts = urllib.parse.urlsplit(full)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UserError(
+            f"--metrics-url {url!r} must be HOST:PORT or an http(s) URL, e.g. "
+            "http://127.0.0.1:8002/metrics"
+        )
+    return parts._replace(path=parts.path if parts.path not in ("", "/") else "/metrics").geturl()
+
+
+class MetricsProbe:
+    """Reads a model's device counters from Triton's metrics endpoint."""
+
+    def __init__(self, url: str, model: str) -> None:
+        self.url = metrics_url(url)
+        self.model = model
+
+    def read(self) -> DeviceCounters:
+        """The model's counters now; UserError if unreachable or the model has none."""
+        try:
+            with urllib.request.urlopen(self.url, timeout=CONNECT_TIMEOUT_S) as response:
+                text = response.read().decode()
+        except OSError as exc:
+            raise UserError(f"cannot read metrics at {self.url}: {exc}") from None
+        counters = device_counters(text, self.model)
+        if not counters:
+            raise UserError(
+                f"the metrics at {self.url} have no {DEVICE_METRICS['busy_seconds']} for model "
+                f"{self.model!r}: is it served by ge-python-backend's model.py?"
+            )
+        return counters
 
 
 class _Phase:
@@ -248,8 +356,10 @@ def run_level(
     duration: float | None = None,
     warmup: int = 0,
     progress: TextIO | None = None,
+    metrics: MetricsProbe | None = None,
 ) -> LevelResult:
-    """Run `warmup` requests, then measure `requests` requests or `duration` seconds."""
+    """Run `warmup` requests, then measure `requests` requests or `duration` seconds; with
+    `metrics`, read the device counters right before and after the measured window."""
     if concurrency < 1:
         raise UserError(f"concurrency must be >= 1, got {concurrency}")
     if (requests is None) == (duration is None):
@@ -270,16 +380,21 @@ def run_level(
         thread.start()
     planned = f"{requests} requests" if requests is not None else f"{duration:g} s"
     show = _Progress(progress)
+    before = after = None
     try:
         for phase in phases:
             warming = phase is not measured
             label = f"concurrency {concurrency}" + (" (warmup)" if warming else "")
+            if metrics is not None and not warming:
+                before = metrics.read()  # the workers wait at the barrier: nothing in flight
             _wait(phase.ready, workers, CONNECT_TIMEOUT_S)
             with show.showing(label, workers, f"{warmup} requests" if warming else planned):
                 _wait(done, workers, None)
             if warming:
                 for worker in workers:
                     worker.reset()
+        if metrics is not None:
+            after = metrics.read()
     finally:
         for barrier in (*(p.ready for p in phases), done):
             barrier.abort()
@@ -289,7 +404,7 @@ def run_level(
     errors = sum(w.errors for w in workers)
     messages = [m for w in workers for m in w.messages][:KEPT_ERROR_MESSAGES]
     finished = max((w.finished for w in workers), default=measured.started)
-    return summarize(
+    result = summarize(
         concurrency,
         latencies,
         errors,
@@ -297,6 +412,9 @@ def run_level(
         target.rows_per_request,
         messages,
     )
+    if before is not None and after is not None:
+        result.device = counters_gained(before, after)
+    return result
 
 
 def _wait(barrier: threading.Barrier, workers: Sequence[_Worker], timeout: float | None) -> None:
@@ -318,11 +436,18 @@ def run_benchmark(
     duration: float | None = None,
     warmup: int = 0,
     progress: TextIO | None = None,
+    metrics: MetricsProbe | None = None,
 ) -> list[LevelResult]:
     """`run_level` for each concurrency level, in order; progress lines go to `progress`."""
     return [
         run_level(
-            target, level, requests=requests, duration=duration, warmup=warmup, progress=progress
+            target,
+            level,
+            requests=requests,
+            duration=duration,
+            warmup=warmup,
+            progress=progress,
+            metrics=metrics,
         )
         for level in levels
     ]
@@ -342,19 +467,32 @@ def write_json(path: str | Path, model: str, results: Sequence[LevelResult]) -> 
 
 
 def format_table(results: Sequence[LevelResult]) -> str:
-    """A plain-text table, one line per level."""
+    """A plain-text table, one line per level (device utilization when it was measured)."""
+    measured = any(r.device is not None for r in results)
     header = (
         f"{'concurrency':>11} {'requests':>9} {'errors':>7} {'req/s':>10} {'rows/s':>10} "
-        f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}"
+        f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}" + ("  device utilization" if measured else "")
     )
     lines = [header]
     for r in results:
         cells = [_ms(r.p50_ms), _ms(r.p90_ms), _ms(r.p99_ms)]
-        lines.append(
+        line = (
             f"{r.concurrency:>11} {r.requests:>9} {r.errors:>7} {r.throughput_rps:>10.1f} "
             f"{r.rows_per_s:>10.1f} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8}"
         )
+        if measured:
+            line += "  " + format_utilization(r.device_utilization)
+        lines.append(line)
     return "\n".join(lines)
+
+
+def format_utilization(utilization: Mapping[str, float] | None) -> str:
+    """`0.953` for one device, `device 0: 0.95, device 1: 0.93` for several, `-` for none."""
+    if not utilization:
+        return "-"
+    if len(utilization) == 1:
+        return f"{next(iter(utilization.values())):.3f}"
+    return ", ".join(f"device {d}: {u:.3f}" for d, u in utilization.items())
 
 
 def _ms(value: float | None) -> str:
