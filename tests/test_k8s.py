@@ -27,9 +27,11 @@ import yaml
 from e2e_helpers import free_port
 
 from ge_python_backend.cli import main
+from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import find_server, server_environment, shm_sizes_for_repository
 from ge_python_backend.tools.k8s import (
+    DEVICE_METRIC,
     EXIT_TIMEOUT_SECONDS,
     GRACE_PERIOD_SECONDS,
     PRESTOP_SLEEP_SECONDS,
@@ -222,6 +224,35 @@ def test_autoscaler_scales_the_deployment_on_queue_time(repository: Path) -> Non
     assert [doc["kind"] for doc in none] == ["Deployment", "Service", "ServiceMonitor"]
 
 
+def test_autoscaler_scales_the_deployment_on_device_utilization(
+    repository: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = K8sOptions(name="m", replicas=2, scale_on="device", scale_utilization=65)
+    deployment, _, _, autoscaler = build_manifests(repository, options).documents
+    assert autoscaler["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert autoscaler["spec"]["metrics"] == [
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": DEVICE_METRIC},
+                "target": {"type": "AverageValue", "averageValue": "650m"},
+            },
+        }
+    ]
+    validate_core(autoscaler)
+    code = main(["k8s", str(repository), "--name", "m", "--scale-on", "device"])
+    *_, printed = documents_of(capsys.readouterr().out)
+    assert code == 0
+    assert printed["spec"]["metrics"][0]["pods"]["target"]["averageValue"] == "700m"
+    validate_core(printed)
+    for bad in ("0", "120"):
+        code = main(["k8s", str(repository), "--name", "m", "--scale-utilization", bad])
+        assert code == 2
+        assert "--scale-utilization must be a percentage in (0, 100]" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--scale-on must be one of queue, device, got 'gpu'"):
+        build_manifests(repository, K8sOptions(name="m", scale_on="gpu"))
+
+
 def test_repository_warnings(tmp_path: Path, om_dynamic_batch: Path) -> None:
     repo = tmp_path / "models"
     scaffold(om_dynamic_batch, repo, name="mlp", runtime="emulator", device_ids=(0, 3))
@@ -272,12 +303,12 @@ def test_the_pod_command_line_serves_the_repository(repository: Path, tmp_path: 
     deployment = build_manifests(repository, K8sOptions(name="mlp", cann_env="")).documents[0]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     binary = find_server()
-    http = free_port()
+    http, metrics = free_port(), free_port()
     local = {
         "--model-repository": str(repository),
         "--http-port": str(http),
         "--grpc-port": str(free_port()),
-        "--metrics-port": str(free_port()),
+        "--metrics-port": str(metrics),
         "--http-address": "127.0.0.1",
         "--grpc-address": "127.0.0.1",
         "--metrics-address": "127.0.0.1",
@@ -311,6 +342,13 @@ def test_the_pod_command_line_serves_the_repository(repository: Path, tmp_path: 
         )
         assert probe.returncode == 0, probe.stderr
         assert probe.stdout.count("ok: model") == 2
+        # The series the device-utilization adapter rule reads (docs/DEPLOYING.md), per device.
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as reply:
+            exported = reply.read().decode()
+        for model in ("mlp", "conv"):
+            assert f'ge_device_busy_seconds_total{{device="0",model="{model}",version="1"}}' in (
+                exported
+            )
     finally:
         process.send_signal(signal.SIGINT)
         try:

@@ -14,8 +14,10 @@ from ge_python_backend.tools.k8s import (
     DEFAULT_IMAGE,
     DEFAULT_NPU_RESOURCE,
     DEFAULT_SCALE_QUEUE_MS,
+    DEFAULT_SCALE_UTILIZATION,
     MIB,
     MODELS_PATH,
+    SCALE_ON,
     K8sOptions,
     build_manifests,
     to_yaml,
@@ -28,8 +30,9 @@ R's models, startup and strict readiness probes on Triton's health endpoints, a 
 running `ge-python-model probe`, a real inference per model, so a hung NPU restarts the pod, and
 a graceful drain: preStop, then Triton's --exit-timeout-secs within the pod's grace period), a
 Service for HTTP 8000, gRPC 8001 and metrics 8002, a Prometheus-operator ServiceMonitor for the
-metrics port, and a HorizontalPodAutoscaler on each pod's average queue time per request (a custom
-metric served by Prometheus Adapter; docs/DEPLOYING.md has its rule).
+metrics port, and a HorizontalPodAutoscaler on each pod's average queue time per request or, with
+--scale-on device, its busiest NPU's utilization (custom metrics served by Prometheus Adapter;
+docs/DEPLOYING.md has the rules).
 
 R is read here to size /dev/shm and the Python backend's shared memory; the pod mounts the same
 repository at {MODELS_PATH} from a PersistentVolumeClaim (default <name>-models) or --host-path.
@@ -40,6 +43,7 @@ examples:
   ge-python-model k8s models --name resnet > resnet.yaml
   ge-python-model k8s models --name resnet --image registry.example.com/ge-triton:1.0 \\
       --npu-resource huawei.com/Ascend310P --replicas 2 --monitor-label release=prometheus
+  ge-python-model k8s models --name resnet --scale-on device --scale-utilization 60
 """
 
 
@@ -101,11 +105,26 @@ def register(subparsers: Any) -> None:
         help="the autoscaler's ceiling (default: twice --replicas, at least 2)",
     )
     parser.add_argument(
+        "--scale-on",
+        choices=SCALE_ON,
+        default="queue",
+        help="the autoscaler's metric: Triton's queue time per request, or the utilization of "
+        "each pod's busiest NPU from ge_device_busy_seconds_total (default: queue)",
+    )
+    parser.add_argument(
         "--scale-queue-ms",
         type=float,
         default=DEFAULT_SCALE_QUEUE_MS,
-        help="scale out when the pods' average queue time per request exceeds this "
-        f"(default: {DEFAULT_SCALE_QUEUE_MS:g})",
+        help="--scale-on queue: scale out when the pods' average queue time per request exceeds "
+        f"this (default: {DEFAULT_SCALE_QUEUE_MS:g})",
+    )
+    parser.add_argument(
+        "--scale-utilization",
+        type=float,
+        default=DEFAULT_SCALE_UTILIZATION,
+        metavar="PERCENT",
+        help="--scale-on device: scale out when the pods' busiest NPU is busier than this on "
+        f"average (default: {DEFAULT_SCALE_UTILIZATION:g})",
     )
     parser.add_argument(
         "--node-selector",
@@ -145,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         ready_model=args.ready_model,
         live_models=tuple(args.live_model),
         max_replicas=args.max_replicas,
+        scale_on=args.scale_on,
         scale_queue_ms=args.scale_queue_ms,
+        scale_utilization=args.scale_utilization,
         node_selector=dict(args.node_selector),
         monitor_labels=dict(args.monitor_label),
     )

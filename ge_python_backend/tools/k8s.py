@@ -6,10 +6,11 @@ repository's models, startup and readiness probes on Triton's health endpoints, 
 livenessProbe running `ge-python-model probe`: a real inference per model, so a hung NPU gets its
 pod restarted, and a graceful drain: preStop sleep, then Triton's `--exit-timeout-secs`, inside
 `terminationGracePeriodSeconds`), a Service for HTTP, gRPC and metrics, a Prometheus-operator
-ServiceMonitor for the metrics port, and an autoscaling/v2 HorizontalPodAutoscaler on the average
-queue time per request of each pod (Triton's `nv_inference_queue_duration_us` and
-`nv_inference_request_success`, served as the custom metric `QUEUE_METRIC` by Prometheus Adapter:
-docs/DEPLOYING.md has the adapter rule).
+ServiceMonitor for the metrics port, and an autoscaling/v2 HorizontalPodAutoscaler on a per-pod
+custom metric served by Prometheus Adapter (docs/DEPLOYING.md has the adapter rules): the average
+queue time per request (Triton's `nv_inference_queue_duration_us` and
+`nv_inference_request_success`, as `QUEUE_METRIC`; the default), or the utilization of the pod's
+busiest NPU (`rate()` of `ge_device_busy_seconds_total`, as `DEVICE_METRIC`).
 
 The server command line is the one `ge_python_backend.server.TritonServer` runs, with two
 differences that matter inside a pod: it listens on 0.0.0.0 (on loopback, the kubelet's probes and
@@ -55,10 +56,13 @@ PROBE_TIMEOUT_SECONDS = 10
 PROBE_START_SECONDS = 5
 LIVENESS_PERIOD_SECONDS = 30
 LIVENESS_FAILURES = 3
-# Autoscaling: the custom per-pod metric Prometheus Adapter serves (average queue time per
-# request, microseconds) and the default target.
+# Autoscaling: the custom per-pod metrics Prometheus Adapter serves (average queue time per
+# request, microseconds; busy seconds per second of the pod's busiest NPU) and default targets.
+SCALE_ON = ("queue", "device")
 QUEUE_METRIC = "triton_queue_us_per_request"
 DEFAULT_SCALE_QUEUE_MS = 50.0
+DEVICE_METRIC = "ge_device_utilization"
+DEFAULT_SCALE_UTILIZATION = 70.0  # percent
 # /dev/shm beyond the Python backend's regions (Triton's own use, a process restarting), and a
 # floor: a memory-backed emptyDir only takes the memory that is written to it.
 SHM_HEADROOM_BYTES = 64 * MIB
@@ -86,7 +90,9 @@ class K8sOptions:
     ready_model: str | None = None  # readiness on this model's endpoint instead of the server's
     live_models: tuple[str, ...] = ()  # models the liveness probe runs; () = every model
     max_replicas: int | None = None  # the autoscaler's ceiling; None: twice the replicas (>= 2)
+    scale_on: str = "queue"  # one of SCALE_ON
     scale_queue_ms: float = DEFAULT_SCALE_QUEUE_MS  # scale out beyond this queue time / request
+    scale_utilization: float = DEFAULT_SCALE_UTILIZATION  # or beyond this busiest-NPU percentage
     node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
     monitor_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -183,8 +189,16 @@ def _check_options(options: K8sOptions, models: Sequence[RepositoryModel]) -> No
         raise UserError(f"--live-model {', '.join(unknown)}: not a model of the repository")
     if options.max_replicas is not None and options.max_replicas < max(options.replicas, 1):
         raise UserError("--max-replicas must be >= --replicas and >= 1")
+    if options.scale_on not in SCALE_ON:
+        raise UserError(
+            f"--scale-on must be one of {', '.join(SCALE_ON)}, got {options.scale_on!r}"
+        )
     if not options.scale_queue_ms > 0:
         raise UserError(f"--scale-queue-ms must be > 0, got {options.scale_queue_ms}")
+    if not 0 < options.scale_utilization <= 100:
+        raise UserError(
+            f"--scale-utilization must be a percentage in (0, 100], got {options.scale_utilization}"
+        )
 
 
 def repository_warnings(models: Sequence[RepositoryModel], npus: int) -> list[str]:
@@ -360,10 +374,15 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
 
 
 def autoscaler(options: K8sOptions, metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """An autoscaling/v2 HorizontalPodAutoscaler of the Deployment on the pods' average queue time
-    per request (`QUEUE_METRIC`, from Prometheus Adapter), between `replicas` and
-    `max_replicas`."""
+    """An autoscaling/v2 HorizontalPodAutoscaler of the Deployment between `replicas` and
+    `max_replicas`, on the pods' average queue time per request (`QUEUE_METRIC`) or their
+    busiest NPU's utilization (`DEVICE_METRIC`), both from Prometheus Adapter."""
     ceiling = options.max_replicas or max(2 * options.replicas, 2)
+    if options.scale_on == "device":
+        # busy seconds per second: a fraction, written as a quantity in thousandths ("700m")
+        metric, target = DEVICE_METRIC, f"{round(options.scale_utilization * 10)}m"
+    else:
+        metric, target = QUEUE_METRIC, str(round(options.scale_queue_ms * 1000))
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -376,11 +395,8 @@ def autoscaler(options: K8sOptions, metadata: Mapping[str, Any]) -> dict[str, An
                 {
                     "type": "Pods",
                     "pods": {
-                        "metric": {"name": QUEUE_METRIC},
-                        "target": {
-                            "type": "AverageValue",
-                            "averageValue": str(round(options.scale_queue_ms * 1000)),
-                        },
+                        "metric": {"name": metric},
+                        "target": {"type": "AverageValue", "averageValue": target},
                     },
                 }
             ],
