@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.compare_cmd",
     "ge_python_backend.commands.k8s_cmd",
     "ge_python_backend.commands.doctor_cmd",
+    "ge_python_backend.commands.selftest_cmd",
 )
 
 DESCRIPTION = """\
