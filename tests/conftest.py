@@ -20,6 +20,8 @@ directly (helpers for them are in `tests/emulator_helpers.py`):
   installed; a module uses it for every test with
   `pytestmark = pytest.mark.usefixtures("clean_acl")`.
 * `ctx`: acl.init + set_device(0); the default context (`clean_acl` finalizes).
+* `emulator_run_mode`: the test runs twice, with the emulator in host mode (ACL_HOST, EP) and in
+  device mode (ACL_DEVICE, RC: `GE_EMULATOR_RUN_MODE=device`); the value is "host" or "device".
 """
 
 from __future__ import annotations
@@ -121,6 +123,23 @@ def clean_acl() -> Iterator[None]:
     acl.finalize()
     set_faults(None)
     set_timing(None)
+
+
+@pytest.fixture(params=["host", "device"])
+def emulator_run_mode(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """Host or device (RC) mode. The emulator reads the mode at acl.init, so an acl initialised
+    in the other mode is finalized first (the runtime initialises again when it next opens a
+    device), and a test in device mode finalizes after itself, back to host mode for others."""
+    mode: str = request.param
+    monkeypatch.setenv("GE_EMULATOR_RUN_MODE", mode)
+    in_force, _ = acl.rt.get_run_mode()  # the initialised mode, else the environment's
+    if in_force != {"host": 1, "device": 0}[mode]:
+        acl.finalize()
+    yield mode
+    if mode == "device":
+        acl.finalize()
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """Pipelined execution (`pipeline_depth` 2): `Session.submit` and the Triton instance at depth 2.
 
-Session level on the emulator: results equal depth 1 and onnxruntime, chunked batches, faults on
-`execute_async` and `synchronize_stream` fail exactly their batch, nothing live after close, and
-the two lanes' executions overlap under the timing model (a structural check, not a timed one).
+Session level on the emulator, in host and device (RC) mode: results equal depth 1 and
+onnxruntime, chunked batches, faults on `execute_async` and `synchronize_stream` fail exactly
+their batch, nothing live after close, and the two lanes' executions overlap under the timing
+model (a structural check, not a timed one).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+# Session-level tests run in host (EP) and device (RC) mode; the e2e ones in host mode only.
+both_run_modes = pytest.mark.usefixtures("emulator_run_mode")
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +65,7 @@ def assert_same(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -
         np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@both_run_modes
 def test_depth_2_matches_depth_1_and_onnxruntime(om_dynamic_batch: Path) -> None:
     batches = [
         [mlp_rows(rows, seed=10 * b + i) for i, rows in enumerate(sizes)]
@@ -83,6 +87,7 @@ def test_depth_2_matches_depth_1_and_onnxruntime(om_dynamic_batch: Path) -> None
             assert_same(h, reference(om_dynamic_batch, feeds))
 
 
+@both_run_modes
 def test_results_harvested_from_another_thread_while_submitting(om_dynamic_batch: Path) -> None:
     """The Triton pattern: one thread submits, a completion thread calls result(); requests
     split across two executions on two lanes are scattered by both threads."""
@@ -107,6 +112,7 @@ def test_results_harvested_from_another_thread_while_submitting(om_dynamic_batch
             assert_same(have, reference(om_dynamic_batch, feeds))
 
 
+@both_run_modes
 def test_depth_2_loads_the_model_twice(om_dynamic_batch: Path) -> None:
     before = emulator.stats()["loaded_models"]
     with Session(om_dynamic_batch, runtime="emulator") as one:
@@ -118,6 +124,7 @@ def test_depth_2_loads_the_model_twice(om_dynamic_batch: Path) -> None:
         Session(om_dynamic_batch, runtime="emulator", pipeline_depth=0)
 
 
+@both_run_modes
 @pytest.mark.parametrize("call", ["mdl.execute_async", "rt.synchronize_stream"])
 def test_a_fault_fails_exactly_its_batch(om_dynamic_batch: Path, call: str) -> None:
     before = live()
@@ -144,6 +151,7 @@ def test_a_fault_fails_exactly_its_batch(om_dynamic_batch: Path, call: str) -> N
     assert live() == before
 
 
+@both_run_modes
 def test_close_drains_in_flight_batches(om_dynamic_batch: Path) -> None:
     before = live()
     emulator.set_timing("execute_us=2000")
@@ -158,6 +166,7 @@ def test_close_drains_in_flight_batches(om_dynamic_batch: Path) -> None:
         session.submit([mlp_rows(1, seed=0)])
 
 
+@both_run_modes
 def test_lanes_overlap_under_the_timing_model(om_dynamic_batch: Path) -> None:
     emulator.set_timing("execute_us=20000,copy_gbps=0.5")
     with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
@@ -321,6 +330,7 @@ def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
         assert "execute_async" in warnings[0] and "synchronize_stream" in warnings[1]
 
 
+@both_run_modes
 @pytest.mark.parametrize("depth", [1, 2])
 def test_any_mix_of_calls_from_several_threads_is_correct(
     om_dynamic_batch: Path, depth: int
@@ -364,6 +374,7 @@ def test_any_mix_of_calls_from_several_threads_is_correct(
         assert_same(got, reference(om_dynamic_batch, feeds))
 
 
+@both_run_modes
 @pytest.mark.parametrize("depth", [1, 2])
 def test_a_hung_execution_times_out_alone_and_the_lane_recovers(
     om_dynamic_batch: Path, depth: int

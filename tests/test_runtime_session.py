@@ -1,4 +1,5 @@
-"""`Session` on the emulator: results against onnxruntime, pooling, errors, threads, teardown."""
+"""`Session` on the emulator, in host and device (RC) mode: results against onnxruntime, pooling,
+errors, threads, teardown."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ from ge_python_backend.runtime import (
     load_acl,
 )
 
-# A failing release in a finalizer would otherwise only be printed.
-pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+pytestmark = [
+    # A failing release in a finalizer would otherwise only be printed.
+    pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.usefixtures("emulator_run_mode"),  # every test in host (EP) and device (RC) mode
+]
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +57,17 @@ def assert_outputs_equal(got: Mapping[str, np.ndarray], want: Mapping[str, np.nd
         assert got[name].dtype == expected.dtype, name
         assert got[name].shape == expected.shape, name
         np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def assert_copied(changed: Mapping[str, Any], run_mode: str, bytes_in: int, bytes_out: int) -> None:
+    """The emulator's copy counters: host to device in and device to host out, or both device
+    to device in device (RC) mode, where host memory is device memory."""
+    if run_mode == "device":
+        assert "h2d_bytes" not in changed and "d2h_bytes" not in changed
+        assert changed["d2d_bytes"] == bytes_in + bytes_out
+    else:
+        assert "d2d_bytes" not in changed
+        assert (changed["h2d_bytes"], changed["d2h_bytes"]) == (bytes_in, bytes_out)
 
 
 def mlp_rows(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -201,7 +216,9 @@ def test_non_contiguous_inputs_are_accepted(om_add_mul: Path) -> None:
 # -- pooling --------------------------------------------------------------------------------
 
 
-def test_steady_state_allocates_nothing_and_copies_once_per_tensor(om_dynamic_batch: Path) -> None:
+def test_steady_state_allocates_nothing_and_copies_once_per_tensor(
+    om_dynamic_batch: Path, emulator_run_mode: str
+) -> None:
     with Session(om_dynamic_batch, runtime="emulator") as session:
         session.infer(mlp_rows(4))  # warm-up
         before, counters_before = emulator.stats(), session.counters
@@ -211,8 +228,8 @@ def test_steady_state_allocates_nothing_and_copies_once_per_tensor(om_dynamic_ba
     changed = delta(before, after)
     for key in ("malloc_calls", "malloc_host_calls", "dataset_creations", "data_buffer_creations"):
         assert key not in changed, f"{key} changed by {changed.get(key)} in steady state"
-    assert changed["memcpy_calls"] == 1 + 2  # one H2D for x, one D2H each for y and z
-    assert (changed["h2d_bytes"], changed["d2h_bytes"]) == (used_in, used_out)
+    assert changed["memcpy_calls"] == 1 + 2  # one copy in for x, one out each for y and z
+    assert_copied(changed, emulator_run_mode, used_in, used_out)
     assert changed["execute_async_calls"] == 1
     assert changed["set_dynamic_calls"] == 1
     assert counters_after.h2d_bytes - counters_before.h2d_bytes == used_in
@@ -220,7 +237,9 @@ def test_steady_state_allocates_nothing_and_copies_once_per_tensor(om_dynamic_ba
     assert counters_after.executions - counters_before.executions == 1
 
 
-def test_padded_chunk_copies_the_gear_in_and_the_real_rows_out(om_dynamic_batch: Path) -> None:
+def test_padded_chunk_copies_the_gear_in_and_the_real_rows_out(
+    om_dynamic_batch: Path, emulator_run_mode: str
+) -> None:
     with Session(om_dynamic_batch, runtime="emulator") as session:
         session.infer(mlp_rows(8))  # warm-up at the largest gear
         before = emulator.stats()
@@ -228,7 +247,7 @@ def test_padded_chunk_copies_the_gear_in_and_the_real_rows_out(om_dynamic_batch:
         changed = delta(before, emulator.stats())
         assert session.counters.padded_rows == 1
     assert changed["memcpy_calls"] == 3
-    assert (changed["h2d_bytes"], changed["d2h_bytes"]) == (4 * 16 * 4, 3 * (8 + 1) * 4)
+    assert_copied(changed, emulator_run_mode, 4 * 16 * 4, 3 * (8 + 1) * 4)
     assert "malloc_calls" not in changed and "dataset_creations" not in changed
 
 
