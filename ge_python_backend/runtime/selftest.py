@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.runtime._acl import load_acl, selected_runtime
+from ge_python_backend.runtime._acl import ensure_initialized, load_acl, selected_runtime
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.device import ACL_DEVICE, Context, Device, Event, Stream
 from ge_python_backend.runtime.errors import AclError, check, describe_code
@@ -220,8 +220,6 @@ def _run_on_lane(lane: Lane, table: GearTable, feeds: Mapping[str, np.ndarray]) 
 def _init(env: _Env) -> str:
     """acl.init succeeds once per process; a repeated acl.init returns 100002, which the runtime
     tolerates."""
-    from ge_python_backend.runtime._acl import ensure_initialized
-
     ensure_initialized(env.acl)
     ret = env.acl.init()
     _expect(
