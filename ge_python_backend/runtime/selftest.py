@@ -137,7 +137,7 @@ _PROBES: list[tuple[str, Probe]] = []
 
 
 def _probe(name: str) -> Callable[[Probe], Probe]:
-    """Register a probe; its docstring's first line is the assumption it checks."""
+    """Register a probe; its docstring is the assumption it checks."""
 
     def register(function: Probe) -> Probe:
         _PROBES.append((name, function))
