@@ -14,6 +14,7 @@ from ge_python_backend.errors import UserError
 COMMAND_MODULES = (
     "ge_python_backend.commands.inspect_cmd",
     "ge_python_backend.commands.scaffold_cmd",
+    "ge_python_backend.commands.template_cmd",
     "ge_python_backend.commands.validate_cmd",
     "ge_python_backend.commands.serve_cmd",
     "ge_python_backend.commands.infer_cmd",

@@ -1,7 +1,10 @@
 """Triton Python-backend model that serves an Ascend `.om` through ge-python-backend.
 
-Written by `ge-python-model scaffold`. Settings (the `.om` file, NPU ids, pyACL or the emulator)
-are `parameters` in config.pbtxt; the work is done by `ge_python_backend.triton.ModelInstance`.
+Copy it next to the `.om` (`<repository>/<model>/<version>/`; `ge-python-model template DIR`
+writes it) or let `ge-python-model scaffold` write the whole model directory. Without a
+config.pbtxt, Triton asks `auto_complete_config` for the inputs, outputs and batching, read from
+the version's `.om`. Settings (NPU ids, pyACL or the emulator, ...) are optional `parameters` in
+config.pbtxt; the work is done by `ge_python_backend.triton`.
 """
 
 import os
@@ -14,11 +17,15 @@ if os.path.isdir(_VENDORED_RUNTIME):
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from ge_python_backend.triton import ModelInstance  # noqa: E402
+from ge_python_backend.triton import ModelInstance, auto_complete_config  # noqa: E402
 
 
 class TritonPythonModel:
     """Requests from Triton's dynamic batcher run together as one NPU batch."""
+
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        return auto_complete_config(auto_complete_model_config, __file__, pb_utils)
 
     def initialize(self, args):
         self.instance = ModelInstance(args, pb_utils)

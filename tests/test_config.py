@@ -272,6 +272,7 @@ def test_scaffold_writes_the_model_directory(tmp_path: Path, om_file: Path) -> N
     assert sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*")) == [
         "3",
         "3/detector.om",
+        "3/detector.om.sha256",
         "3/model.py",
         "config.pbtxt",
     ]
@@ -284,9 +285,10 @@ def test_scaffold_writes_the_model_directory(tmp_path: Path, om_file: Path) -> N
     assert [list(t.dims) for t in config.output] == [[100, 6], [1]]
     assert config.output[1].data_type == model_config_pb2.TYPE_INT32
     params = ModelParameters.from_config(config)
-    assert params.om_sha256 == hashlib.sha256(om_file.read_bytes()).hexdigest()
+    digest = hashlib.sha256(om_file.read_bytes()).hexdigest()
+    assert (model_dir / "3" / "detector.om.sha256").read_text() == f"{digest}  detector.om\n"
     assert params.device_ids == (1, 2)
-    assert params.om_file == "detector.om"
+    assert params.om_file is None and params.om_sha256 is None  # per version, not per model
     assert list(repo.iterdir()) == [model_dir]  # no temporary directories left behind
 
 
@@ -303,7 +305,7 @@ def test_scaffold_refuses_to_overwrite_unless_asked(tmp_path: Path, om_file: Pat
     scaffold_declared(om_file, repo)
     marker = repo / "detector" / "keep.txt"
     marker.write_text("user file")
-    with pytest.raises(UserError, match="already exists; pass --overwrite"):
+    with pytest.raises(UserError, match="already exists; choose another --version"):
         scaffold_declared(om_file, repo, instances=3)
     with pytest.raises(UserError, match="already exists"):
         scaffold_declared(om_file, repo, dry_run=True)
@@ -406,15 +408,23 @@ def test_validate_finds_problems(tmp_path: Path, om_static: Path) -> None:
     [report] = validate_repository(repo, name="mlp")
     assert not report.ok
     assert report.versions == ["1", "2"]
-    assert any("does not match om_sha256" in p for p in report.problems)
-    assert "version 2: model.py is missing" in report.problems
-    assert "version 2: mlp_static.om is missing" in report.problems
+    empty = (
+        f"version 2: version directory {repo / 'mlp' / '2'} holds no .om file (it holds: "
+        "nothing); put the model's .om there"
+    )
+    digest = hashlib.sha256(om_static.read_bytes()).hexdigest()
+    assert report.problems == [
+        f"version 1: mlp_static.om does not have the SHA-256 {digest}",
+        "version 2: model.py is missing",
+        empty,
+    ]
     om_copy.write_bytes(om_static.read_bytes())
     [report] = validate_repository(repo, name="mlp")
     assert report.problems == [
-        "version 1: output 'y': config dims [99] but the .om needs [8]",
+        "version 1: the config does not match mlp_static.om: output 'y': config dims [99] but "
+        "the .om needs [8]",
         "version 2: model.py is missing",
-        "version 2: mlp_static.om is missing",
+        empty,
     ]
 
 

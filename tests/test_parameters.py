@@ -23,7 +23,8 @@ SHA = "0123456789abcdef" * 4
 
 MESSAGES = {
     "om_file": "parameter om_file must name the .om file inside the version directory "
-    "(a plain file name such as 'resnet.om'), got ",
+    "(a plain file name such as 'resnet.om'; or be left out: the only .om of each version "
+    "directory), got ",
     "om_sha256": "parameter om_sha256 must be the .om file's SHA-256 as 64 hexadecimal "
     "characters (or be left out to skip the check), got ",
     "device_ids": "parameter device_ids must be comma-separated NPU ids >= 0 such as '0' or "
@@ -115,10 +116,9 @@ def test_refused_values_name_the_parameter_and_what_is_allowed(name: str, text: 
     assert str(caught.value) == MESSAGES[name] + repr(text)
 
 
-def test_missing_om_file_is_refused() -> None:
-    with pytest.raises(ConfigError) as caught:
-        ModelParameters.from_config(config_with(device_ids="0"))
-    assert str(caught.value) == MESSAGES["om_file"] + "nothing"
+def test_without_om_file_each_version_serves_its_only_om() -> None:
+    assert ModelParameters.from_config(config_with(device_ids="0")).om_file is None
+    assert ModelParameters.from_config(ModelConfig()) == ModelParameters()
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -222,7 +222,6 @@ def test_validate_applies_the_same_rules(tmp_path: Path, om_static: Path) -> Non
     config = result.config
     config.parameters["device_ids"].string_value = "0,,1"
     config.parameters["pipline_depth"].string_value = "2"
-    del config.parameters["om_sha256"]
     write_model_config(config, result.config_path)
     [report] = validate_repository(repo)
     assert report.problems == [MESSAGES["device_ids"] + "'0,,1'"]
@@ -231,7 +230,12 @@ def test_validate_applies_the_same_rules(tmp_path: Path, om_static: Path) -> Non
     write_model_config(config, result.config_path)
     [report] = validate_repository(repo)
     assert report.ok
-    assert "no om_sha256 parameter: the .om is loaded without a checksum" in report.notes
+    (result.om_path.parent / "mlp_static.om.sha256").unlink()
+    [report] = validate_repository(repo)
+    assert (
+        "version 1: mlp_static.om is loaded without a checksum (no mlp_static.om.sha256 and no "
+        "om_sha256 parameter)"
+    ) in report.notes
 
 
 @pytest.mark.usefixtures("clean_acl")

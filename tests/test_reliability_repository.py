@@ -19,6 +19,7 @@ from tritonclient.grpc import model_config_pb2
 
 from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.versions import write_checksum
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
@@ -30,11 +31,11 @@ BROKEN = {
     "atc_om": ("{om}", "100012 ACL_ERROR_DESERIALIZE_MODEL", "real pyACL"),
     "bad_checksum": ("{om}", "sha256 mismatch", "expected " + "0" * 64),
     "mismatched": (
-        "config.pbtxt does not match mlp_batch.om",
+        "the config does not match mlp_batch.om",
         "output 'y': config dims [10] but the .om needs [8]",
         "output 'z': config data_type TYPE_INT32 but the .om has TYPE_FP32",
     ),
-    "missing_om": ("model file not found", "{om}"),
+    "missing_om": ("{om_dir} holds no .om file", "model.py", "put the model's .om there"),
 }
 
 
@@ -55,14 +56,8 @@ def served(
     oms["atc_om"].write_bytes(b"IMOD" + bytes(252))
     oms["missing_om"].unlink()
     for name in ("truncated", "garbage", "atc_om"):  # checksums that match the broken content
-        config = load_model_config(repository / name / "config.pbtxt")
-        config.parameters["om_sha256"].string_value = hashlib.sha256(
-            oms[name].read_bytes()
-        ).hexdigest()
-        write_model_config(config, repository / name / "config.pbtxt")
-    config = load_model_config(repository / "bad_checksum" / "config.pbtxt")
-    config.parameters["om_sha256"].string_value = "0" * 64
-    write_model_config(config, repository / "bad_checksum" / "config.pbtxt")
+        write_checksum(oms[name], hashlib.sha256(oms[name].read_bytes()).hexdigest())
+    write_checksum(oms["bad_checksum"], "0" * 64)
     config = load_model_config(repository / "mismatched" / "config.pbtxt")
     outputs = {tensor.name: tensor for tensor in config.output}
     outputs["y"].dims[:] = [10]
@@ -80,7 +75,7 @@ def test_a_broken_model_fails_to_load_with_the_file_and_the_cause(
     state, reason = model_states(server)[name]
     assert state == "UNAVAILABLE"
     for fragment in BROKEN[name]:
-        fragment = fragment.format(om=oms[name])
+        fragment = fragment.format(om=oms[name], om_dir=oms[name].parent)
         assert fragment in reason, f"{fragment!r} not in {reason!r}"
 
 

@@ -9,18 +9,26 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
-from ge_python_backend.errors import UserError
+from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.autocomplete import complete_config
+from ge_python_backend.repository.config import ModelConfig, config_text
 from ge_python_backend.repository.parameters import parse_input_shape_order
 from ge_python_backend.repository.scaffold import open_session
+from ge_python_backend.runtime.describe import describe_om
 
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
 .om, read through pyACL (the default) or the CPU emulator. Shapes are the full .om shapes: axis 0
 is included and -1 marks a dynamic axis.
 
+--config prints instead the config.pbtxt Triton's auto-complete will produce for the .om in a
+model directory without config.pbtxt (inputs, outputs, max_batch_size, dynamic batching; read
+from the file without a device, as model.py's auto_complete_config does).
+
 examples:
   ge-python-model inspect resnet.om
   ge-python-model inspect resnet.om --runtime emulator --json
+  ge-python-model inspect resnet.om --config --name resnet
 """
 
 
@@ -34,6 +42,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("om", type=Path, help="the .om file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--config",
+        action="store_true",
+        help="print the config auto-complete produces for this .om (protobuf text)",
+    )
+    parser.add_argument(
+        "--name", help="with --config: the model name (default: the .om file name without .om)"
+    )
     add_runtime_option(parser, "open the .om with real pyACL or the CPU emulator", "pyacl")
     add_input_shape_order_option(parser)
     parser.set_defaults(func=run)
@@ -104,8 +120,29 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def completed_config(
+    om: Path, runtime: str, name: str | None, input_shape_order: str | None = None
+) -> ModelConfig:
+    """The config auto-complete makes for `om` in a model directory without config.pbtxt."""
+    if not om.is_file():
+        raise UserError(f".om file {om} does not exist")
+    config = ModelConfig(name=name or om.stem, backend="python")
+    try:
+        described = describe_om(om, runtime, parse_input_shape_order(input_shape_order))
+        complete_config(config, described.inputs, described.outputs, described.gears)
+    except UserError:
+        raise
+    except GeBackendError as exc:
+        raise UserError(f"cannot read {om} with the {runtime} runtime: {exc}") from None
+    return config
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the description of `args.om`."""
+    if args.config:
+        config = completed_config(args.om, args.runtime, args.name, args.input_shape_order)
+        print(config_text(config), end="")
+        return 0
     info = describe(args.om, args.runtime, args.input_shape_order)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -10,13 +10,15 @@ from ge_python_backend.commands.options import add_input_shape_order_option, add
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import DEFAULT_EXECUTE_TIMEOUT_MS
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import PIPELINE_DEPTHS
 
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:
   config.pbtxt              inputs/outputs, batching, instances, warmup, the parameters below
   <version>/model.py        the ge-python-backend model
-  <version>/<file>.om       a copy of the .om (its SHA-256 is checked before every load)
+  <version>/<file>.om       a copy of the .om
+  <version>/<file>.om.sha256  its SHA-256, checked before every load
 
 The inputs, outputs and gears are read from the .om (with pyACL, or the emulator with --runtime
 emulator). Where the .om cannot be opened (a real .om on a machine without CANN), declare them with
@@ -29,12 +31,19 @@ batches run as several gear executions), dynamic batching that prefers the gears
 per gear (random data for floating-point inputs, zeros for integer ones: ids and masks stay in
 range). Instance k runs on NPU device_ids[k % len(device_ids)].
 
+When the model directory exists, --version V adds version V to it: the .om must have the inputs
+and outputs of the model's config (it is refused otherwise), the config is kept (the options
+above are not applied to it) and only --version-policy is written into it. Each version serves
+its own .om, so versions with different weights serve side by side.
+
 examples:
   ge-python-model scaffold resnet.om --repository models
   ge-python-model scaffold resnet.om --repository models --runtime emulator --instances 2 \\
       --device-ids 0,1 --dry-run
   ge-python-model scaffold yolo.om --repository models --name detector --max-batch-size 8 \\
       --input images:FP16:-1,3,640,640 --output boxes:FP16:-1,25200,85
+  ge-python-model scaffold resnet_v2.om --repository models --name resnet --version 2 \
+      --version-policy all
 """
 
 
@@ -51,7 +60,18 @@ def register(subparsers: Any) -> None:
         "--repository", "-r", type=Path, required=True, help="the Triton model repository"
     )
     parser.add_argument("--name", help="model name (default: the .om file name without .om)")
-    parser.add_argument("--version", type=int, default=1, help="model version (default: 1)")
+    parser.add_argument(
+        "--version",
+        type=int,
+        default=1,
+        help="model version (default: 1); a new version of an existing model is added to it",
+    )
+    parser.add_argument(
+        "--version-policy",
+        metavar="POLICY",
+        help="versions Triton serves: latest:K (the K highest), all, or specific:1,3 "
+        "(default: Triton's latest:1)",
+    )
     parser.add_argument(
         "--instances", type=int, default=1, help="model instances (stub processes; default: 1)"
     )
@@ -168,8 +188,11 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         vendor_runtime=args.vendor_runtime,
         warmup=not args.no_warmup,
+        version_policy=args.version_policy,
     )
-    planned = [result.config_path, result.model_py_path, result.om_path]
+    planned = [result.model_py_path, result.om_path, checksum_path(result.om_path)]
+    if not result.added_version or args.version_policy is not None:
+        planned.insert(0, result.config_path)
     if result.vendor_dir is not None:
         planned.append(result.vendor_dir / "ge_python_backend")
     if args.dry_run:
@@ -179,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
         for path in planned:
             print(f"#   {path}")
         return 0
-    print(f"wrote model {result.model_dir.name!r} (sha256 {result.om_sha256[:12]}...):")
+    what = f"version {args.version} of model" if result.added_version else "model"
+    print(f"wrote {what} {result.model_dir.name!r} (sha256 {result.om_sha256[:12]}...):")
     for path in planned:
         print(f"  {path}")
     print(f"next: ge-python-model validate {args.repository} --name {result.model_dir.name}")

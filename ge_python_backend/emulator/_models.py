@@ -73,28 +73,16 @@ def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int
     return max(_nbytes(tensor.acl_dtype, shapes[index]) for shapes in per_gear)
 
 
-class LoadedModel:
-    """A model id's state: the OM, the loading context and the gear last selected by set_*.
+class DescribedModel:
+    """What a model description reports of an OM: inputs (with the mbatch input of a gear model),
+    outputs, sizes and gears. get_desc_from_file fills a desc with one (nothing loaded)."""
 
-    `context` None: a description read from a file by get_desc_from_file (model id 0, nothing
-    loaded on any device)."""
-
-    def __init__(self, model_id: int, om: OmModel, context: Context | None) -> None:
-        self.id = model_id
+    def __init__(self, om: OmModel) -> None:
         self.om = om
-        self.context = context
-        self.live = True
-        # GE refuses to mix execute and execute_async on one model ("NnExecute not support mix
-        # execute"): the first execution fixes the mode.
-        self.exec_mode: str | None = None
-        # (stream, ticket) of the last execute_async: one model id must not run on two streams
-        # at once (GE rebinds the model to each execute's stream and rewrites its task args).
-        self.queued: tuple[Stream, int] | None = None
         desc = om.description
         self.kind = desc.dynamic_kind
         self.gears = desc.gears
         self.largest = desc.largest_gear()
-        self.current_gear = self.largest
         # Sizes are the largest gear's; taking the maximum over gears per tensor gives the same
         # for every model whose tensors grow together, and is never too small for any gear.
         gears: tuple[Gear | None, ...] = desc.gears or (None,)
@@ -120,6 +108,32 @@ class LoadedModel:
             IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _max_nbytes(t, i, out_shapes))
             for i, t in enumerate(desc.outputs)
         )
+
+    def gear_text(self) -> str:
+        """The compiled gears, for messages."""
+        return "; ".join(",".join(str(v) for v in g) for g in self.gears)
+
+    def rows(self, gear: Gear | None) -> int:
+        """Dim 0 of the first input for `gear` (what the timing model scales with)."""
+        shapes = self.om.description.input_shapes(gear)
+        return shapes[0][0] if shapes and shapes[0] else 1
+
+
+class LoadedModel(DescribedModel):
+    """A model id's state: the OM, the loading context and the gear last selected by set_*."""
+
+    def __init__(self, model_id: int, om: OmModel, context: Context) -> None:
+        super().__init__(om)
+        self.id = model_id
+        self.context = context
+        self.live = True
+        self.current_gear = self.largest
+        # GE refuses to mix execute and execute_async on one model ("NnExecute not support mix
+        # execute"): the first execution fixes the mode.
+        self.exec_mode: str | None = None
+        # (stream, ticket) of the last execute_async: one model id must not run on two streams
+        # at once (GE rebinds the model to each execute's stream and rewrites its task args).
+        self.queued: tuple[Stream, int] | None = None
 
     def claim(self, mode: str, stream: Stream | None) -> None:
         """Refuse an execution GE does not allow (caller holds LOCK): a mode other than the
@@ -147,27 +161,17 @@ class LoadedModel:
 
     def check_live(self) -> None:
         """100011 if unloaded or loaded before acl.finalize."""
-        if not self.live or (self.context is not None and not self.context.live):
+        if not self.live or not self.context.live:
             raise AclFailure(100011, f"model {self.id} is no longer loaded")
-
-    def gear_text(self) -> str:
-        """The compiled gears, for messages."""
-        return "; ".join(",".join(str(v) for v in g) for g in self.gears)
-
-    def rows(self, gear: Gear | None) -> int:
-        """Dim 0 of the first input for `gear` (what the timing model scales with)."""
-        shapes = self.om.description.input_shapes(gear)
-        return shapes[0][0] if shapes and shapes[0] else 1
 
 
 @dataclass(eq=False)
 class ModelDesc:
-    """`aclmdlDesc`: empty until get_desc fills it from a model, or get_desc_from_file from an
-    `.om` on disk (then `model` is a description only: `from_file`, never loaded)."""
+    """`aclmdlDesc`: empty until get_desc fills it from a loaded model, or get_desc_from_file
+    from an `.om` on disk (a `DescribedModel` only)."""
 
     handle: int
-    model: LoadedModel | None = None
-    from_file: bool = False
+    model: DescribedModel | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 # Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
 # masks and indices, where random values would be out of range).
 RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")
+# How long the dynamic batcher waits to fill a batch, unless configured (scaffold, auto-complete).
+DEFAULT_MAX_QUEUE_DELAY_US = 100
 # Characters a shell interprets in an unquoted word. Triton 2.51's Python backend starts every stub
 # with `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, paths unquoted, so
 # model names and repository paths must not contain any of them.
@@ -139,7 +141,7 @@ def build_model_config(
     *,
     instances: int,
     max_batch_size: int | None = None,
-    max_queue_delay_us: int = 100,
+    max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
     max_queue_size: int = 0,
     queue_timeout_us: int = 0,
     warmup: bool = True,
@@ -216,6 +218,28 @@ def build_model_config(
                 else:  # ids, masks, indices: zeros are always in range
                     entry.inputs[spec.name].zero_data = True
     return config
+
+
+def parse_version_policy(text: str) -> model_config_pb2.ModelVersionPolicy:
+    """`latest:K`, `all` or `specific:1,3` as Triton's `version_policy` (the versions served)."""
+    kind, _, values = text.partition(":")
+    policy = model_config_pb2.ModelVersionPolicy()
+    try:
+        numbers = [int(value) for value in values.split(",")] if values else []
+    except ValueError:
+        numbers = []
+    if kind == "all" and not values:
+        policy.all.SetInParent()
+    elif kind == "latest" and len(numbers) == 1 and numbers[0] >= 1:
+        policy.latest.num_versions = numbers[0]
+    elif kind == "specific" and numbers and min(numbers) >= 1:
+        policy.specific.versions.extend(numbers)
+    else:
+        raise ConfigError(
+            f"version policy must be latest:K (the K highest versions), all, or specific:1,3 "
+            f"(those versions), versions and K >= 1; got {text!r}"
+        )
+    return policy
 
 
 def config_text(config: ModelConfig) -> str:

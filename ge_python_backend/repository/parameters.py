@@ -7,8 +7,8 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 
 | parameter | value | when absent |
 |---|---|---|
-| `om_file` | the `.om` file name inside the version directory | refused |
-| `om_sha256` | the `.om` file's SHA-256, 64 hex characters | not checked |
+| `om_file` | the `.om` file name inside each version directory | the only `.om` there |
+| `om_sha256` | the `.om` file's SHA-256, 64 hex characters (model-level) | `<file>.om.sha256` |
 | `device_ids` | comma-separated NPU ids; instance k uses `device_ids[k % len]` | `0` |
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `1` |
@@ -54,8 +54,10 @@ def _whole_number(value: object) -> int | None:
     return None
 
 
-def parse_om_file(value: object) -> str:
-    """A plain file name: the `.om` inside the version directory."""
+def parse_om_file(value: object) -> str | None:
+    """None (the only `.om` of each version directory), or a plain file name."""
+    if value is None:
+        return None
     if (
         not isinstance(value, str)
         or value.strip() != value
@@ -65,7 +67,8 @@ def parse_om_file(value: object) -> str:
     ):
         raise ConfigError(
             "parameter om_file must name the .om file inside the version directory (a plain file "
-            f"name such as 'resnet.om'), got {_shown(value)}"
+            "name such as 'resnet.om'; or be left out: the only .om of each version directory), "
+            f"got {_shown(value)}"
         )
     return value
 
@@ -190,7 +193,7 @@ class ModelParameters:
     `ModelParameters(**strings)` and `from_config` apply the same rules.
     """
 
-    om_file: str
+    om_file: str | None = None
     om_sha256: str | None = None
     device_ids: tuple[int, ...] = (0,)
     acl_runtime: str | None = None
@@ -217,7 +220,7 @@ class ModelParameters:
             for name in PARAMETER_NAMES
             if name in config.parameters
         }
-        return cls(given.pop("om_file", None), **given)
+        return cls(**given)
 
     def to_config(self, config: ModelConfig) -> None:
         """Write the parameters into `config` (a None field removes its key)."""

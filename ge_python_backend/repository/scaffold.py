@@ -1,13 +1,16 @@
-"""Write a Triton model directory serving one `.om` (`ge-python-model scaffold`).
+"""Write a Triton model directory serving one `.om`, or add a version to one (`scaffold`).
 
 ```
 <repository>/<name>/config.pbtxt
 <repository>/<name>/<version>/model.py       copy of model_templates/model.py
 <repository>/<name>/<version>/<file>.om
+<repository>/<name>/<version>/<file>.om.sha256   its SHA-256, checked before every load
 <repository>/<name>/<version>/_ge_vendor/ge_python_backend/   only with vendor_runtime
 ```
 The model's inputs, outputs and gears come from the `.om` itself (opened with pyACL or the
 emulator), or from `NAME:TYPE:DIMS` declarations when the `.om` cannot be opened on this machine.
+Each version holds its own `.om` and checksum, so versions with different `.om` files serve side
+by side; adding a version refuses an `.om` that does not fit the model's config.
 """
 
 from __future__ import annotations
@@ -23,16 +26,23 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tritonclient.grpc import model_config_pb2
+
 import ge_python_backend
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import (
     GearsLike,
     ModelConfig,
     TensorLike,
     build_model_config,
     check_model_name,
+    compare_config_with_session,
     config_data_type,
     config_text,
+    load_model_config,
+    parse_version_policy,
+    write_model_config,
 )
 from ge_python_backend.repository.parameters import (
     DEFAULT_EXECUTE_TIMEOUT_MS,
@@ -40,6 +50,7 @@ from ge_python_backend.repository.parameters import (
     parse_device_ids,
     parse_input_shape_order,
 )
+from ge_python_backend.repository.versions import version_dirs, write_checksum
 from ge_python_backend.runtime.checksum import file_sha256
 
 if TYPE_CHECKING:
@@ -85,6 +96,7 @@ class ScaffoldResult:
     gears: GearsLike
     vendor_dir: Path | None = None
     written: bool = False
+    added_version: bool = False  # a version added to an existing model (its config kept)
 
 
 def parse_tensor_declaration(text: str) -> DeclaredTensor:
@@ -241,6 +253,7 @@ def scaffold(
     overwrite: bool = False,
     vendor_runtime: bool = False,
     warmup: bool = True,
+    version_policy: str | None = None,
 ) -> ScaffoldResult:
     """Write `<repository>/<name>/` serving `om_path` (see the module docstring).
 
@@ -251,7 +264,14 @@ def scaffold(
     `input_shape_order` become the config's parameters (`ModelParameters`: the rules and
     messages of the model instance). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
-    instead of marking the model UNAVAILABLE).
+    instead of marking the model UNAVAILABLE). `version_policy` (`latest:K`, `all`,
+    `specific:1,3`) becomes Triton's `version_policy`.
+
+    When the model directory exists and has no version `version`, the version is added to it
+    (without `overwrite`): the `.om` must fit the model's config (its inputs and outputs; for a
+    model without config.pbtxt, the config auto-complete makes of its highest version), the
+    config is kept (model-level options are not applied) and only `version_policy` is written
+    into it. The version directory is built next to its place and renamed in.
     """
     source = Path(om_path)
     if not source.is_file():
@@ -265,9 +285,8 @@ def scaffold(
         raise UserError(f"version must be >= 1, got {version}")
     model_name = check_model_name(name if name is not None else source.stem)
     sha256 = file_sha256(source)
+    policy = parse_version_policy(version_policy) if version_policy is not None else None
     parameters = ModelParameters(
-        om_file=source.name,
-        om_sha256=sha256,
         device_ids=parse_device_ids(device_ids),
         acl_runtime=runtime,
         pipeline_depth=pipeline_depth,
@@ -281,6 +300,30 @@ def scaffold(
         specs_in, specs_out, gears = declared_model(inputs or (), outputs or (), max_batch_size)
     else:
         specs_in, specs_out, gears = describe_om(source, runtime, parameters.input_shape_order)
+    root = Path(repository)
+    model_dir = root / model_name
+    if model_dir.is_symlink():
+        raise UserError(
+            f"{model_dir} is a symbolic link; refusing to write through or replace it "
+            "(remove the link or choose another --name)"
+        )
+    version_dir = model_dir / str(version)
+    if model_dir.exists() and not overwrite:
+        if version_dir.exists():
+            raise UserError(
+                f"{version_dir} already exists; choose another --version to add a version, or "
+                "pass --overwrite to replace the whole model directory"
+            )
+        return _add_version(
+            source,
+            version_dir,
+            sha256,
+            (tuple(specs_in), tuple(specs_out), gears),
+            runtime=runtime,
+            policy=policy,
+            dry_run=dry_run,
+            vendor_runtime=vendor_runtime,
+        )
     config = build_model_config(
         model_name,
         specs_in,
@@ -294,14 +337,8 @@ def scaffold(
         queue_timeout_us=queue_timeout_us,
         warmup=warmup,
     )
-    root = Path(repository)
-    model_dir = root / model_name
-    if model_dir.is_symlink():
-        raise UserError(
-            f"{model_dir} is a symbolic link; refusing to write through or replace it "
-            "(remove the link or choose another --name)"
-        )
-    version_dir = model_dir / str(version)
+    if policy is not None:
+        config.version_policy.CopyFrom(policy)
     result = ScaffoldResult(
         model_dir=model_dir,
         config_path=model_dir / "config.pbtxt",
@@ -316,18 +353,103 @@ def scaffold(
         vendor_dir=version_dir / VENDOR_DIR if vendor_runtime else None,
     )
     if dry_run:
-        if model_dir.exists() and not overwrite:
-            raise UserError(f"{model_dir} already exists; pass --overwrite to replace it")
         return result
     template = model_template()
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
     with _replacing_directory(model_dir, overwrite) as build:
-        build_version = build / str(version)
-        build_version.mkdir(mode=0o755)
         (build / "config.pbtxt").write_text(result.config_text, encoding="utf-8")
-        (build_version / "model.py").write_text(template, encoding="utf-8")
-        shutil.copyfile(source, build_version / source.name)
-        if vendor_runtime:
-            _vendor_package(build_version / VENDOR_DIR / "ge_python_backend")
-        _ordinary_permissions(build, stat.S_IMODE(build_version.stat().st_mode))
+        _write_version(build / str(version), source, source.name, sha256, template, vendor_runtime)
+        _ordinary_permissions(build, stat.S_IMODE((build / str(version)).stat().st_mode))
+    return dataclasses.replace(result, written=True)
+
+
+def _write_version(
+    target: Path, source: Path, om_name: str, sha256: str, template: str, vendor: bool
+) -> None:
+    """A version directory: model.py, the `.om` as `om_name`, its checksum, the vendored
+    runtime."""
+    target.mkdir(mode=0o755)
+    (target / "model.py").write_text(template, encoding="utf-8")
+    shutil.copyfile(source, target / om_name)
+    write_checksum(target / om_name, sha256)
+    if vendor:
+        _vendor_package(target / VENDOR_DIR / "ge_python_backend")
+
+
+def _model_config(model_dir: Path, runtime: str) -> tuple[ModelConfig, bool]:
+    """The config of an existing model and whether it has a config.pbtxt; without one, the
+    config auto-complete makes of its highest version."""
+    path = model_dir / "config.pbtxt"
+    if path.exists():
+        return load_model_config(path), True
+    versions = version_dirs(model_dir)
+    if not versions:
+        raise UserError(
+            f"{model_dir} exists but has neither config.pbtxt nor a version directory; remove "
+            "it or pass --overwrite"
+        )
+    config = ModelConfig(name=model_dir.name, backend="python")
+    try:
+        complete_version(config, versions[-1], runtime)
+    except GeBackendError as exc:
+        raise UserError(
+            f"cannot read the config of model {model_dir.name!r} from its version "
+            f"{versions[-1].name}: {exc}"
+        ) from None
+    return config, False
+
+
+def _add_version(
+    source: Path,
+    version_dir: Path,
+    sha256: str,
+    described: tuple[tuple[TensorLike, ...], tuple[TensorLike, ...], GearsLike],
+    *,
+    runtime: str,
+    policy: model_config_pb2.ModelVersionPolicy | None,
+    dry_run: bool,
+    vendor_runtime: bool,
+) -> ScaffoldResult:
+    """Add `version_dir` serving `source` to its existing model (see `scaffold`)."""
+    model_dir = version_dir.parent
+    config, has_file = _model_config(model_dir, runtime)
+    specs_in, specs_out, gears = described
+    problems = compare_config_with_session(config, specs_in, specs_out, gears)
+    if problems:
+        raise UserError(
+            f"{source} does not fit model {model_dir.name!r} (its config.pbtxt"
+            f"{'' if has_file else ', as auto-complete makes it'}): " + "; ".join(problems)
+        )
+    # A model-level om_file names the .om of every version: the copy takes that name.
+    om_name = ModelParameters.from_config(config).om_file or source.name
+    written = config if has_file else ModelConfig(backend="python")
+    if policy is not None:
+        written.version_policy.CopyFrom(policy)
+    result = ScaffoldResult(
+        model_dir=model_dir,
+        config_path=model_dir / "config.pbtxt",
+        model_py_path=version_dir / "model.py",
+        om_path=version_dir / om_name,
+        config=config,
+        config_text=config_text(written),
+        om_sha256=sha256,
+        inputs=specs_in,
+        outputs=specs_out,
+        gears=gears,
+        vendor_dir=version_dir / VENDOR_DIR if vendor_runtime else None,
+        added_version=True,
+    )
+    if dry_run:
+        return result
+    build = Path(tempfile.mkdtemp(prefix=f".{version_dir.name}.new-", dir=model_dir))
+    try:
+        _write_version(build / "v", source, om_name, sha256, model_template(), vendor_runtime)
+        _ordinary_permissions(build / "v", stat.S_IMODE(model_dir.stat().st_mode))
+        (build / "v").rename(version_dir)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    if policy is not None:
+        # Replaced in one rename, so Triton never reads half a file.
+        staged = write_model_config(written, build.with_suffix(".pbtxt"))
+        staged.rename(model_dir / "config.pbtxt")
     return dataclasses.replace(result, written=True)

@@ -1,11 +1,13 @@
-"""Check a model repository written by `scaffold` (`ge-python-model validate`).
+"""Check a model repository (`ge-python-model validate`), with or without `config.pbtxt`.
 
-Per model: the config parses and names the directory, the parameters pass
-`ModelParameters.from_config` (the rules the model instance applies), every version has
-`model.py` and the `.om` whose SHA-256 matches `om_sha256`, and the config's inputs and outputs
-fit the `.om` (`config.compare_config_with_session`). Problems make a model invalid; notes (the
-`.om` cannot be opened on this machine, an outdated `model.py`, no `om_sha256`, parameters this
-package does not know) do not.
+Per model: the config (when there is one) parses and names the directory, the parameters pass
+`ModelParameters.from_config` (the rules the model instance applies), and every version
+directory has `model.py` and exactly one `.om` (or the `om_file` one) whose SHA-256 matches its
+`<file>.om.sha256` (else `om_sha256`). Each version's config is then completed as Triton's
+auto-complete will (`autocomplete.complete_version`, from the `.om` read without a device) and
+compared with the `.om` loaded (`config.compare_config_with_session`). Problems make a model
+invalid; notes (what auto-complete will fill, the `.om` cannot be opened on this machine, an
+outdated `model.py`, no checksum, parameters this package does not know) do not.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ge_python_backend.errors import UserError
+from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import (
     ConfigError,
     ModelConfig,
@@ -24,6 +27,12 @@ from ge_python_backend.repository.config import (
 )
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
 from ge_python_backend.repository.scaffold import model_template, open_session
+from ge_python_backend.repository.versions import (
+    checksum_path,
+    expected_sha256,
+    find_om,
+    version_dirs,
+)
 from ge_python_backend.runtime.checksum import file_sha256
 
 
@@ -48,19 +57,16 @@ def _read_parameters(report: ModelReport, config: ModelConfig) -> ModelParameter
     if unknown:
         report.notes.append(f"parameters not used by ge-python-backend: {', '.join(unknown)}")
     try:
-        params = ModelParameters.from_config(config)
+        return ModelParameters.from_config(config)
     except ConfigError as exc:
         report.problems.append(str(exc))
         return None
-    if params.om_sha256 is None:
-        report.notes.append("no om_sha256 parameter: the .om is loaded without a checksum")
-    return params
 
 
 def _check_version(
     report: ModelReport,
     config: ModelConfig,
-    params: ModelParameters | None,
+    params: ModelParameters,
     version_dir: Path,
     runtime: str | None,
 ) -> None:
@@ -70,50 +76,72 @@ def _check_version(
         report.problems.append(prefix + "model.py is missing")
     elif model_py.read_text(encoding="utf-8") != model_template():
         report.notes.append(prefix + "model.py differs from this ge-python-backend's template")
-    if params is None:
+    try:
+        om_path = find_om(version_dir, params.om_file)
+        expected = expected_sha256(om_path, params)
+    except ConfigError as exc:
+        report.problems.append(prefix + str(exc))
         return
-    om_path = version_dir / params.om_file
-    if not om_path.is_file():
-        report.problems.append(prefix + f"{params.om_file} is missing")
+    if expected is None:
+        report.notes.append(
+            prefix
+            + f"{om_path.name} is loaded without a checksum (no {checksum_path(om_path).name}"
+            " and no om_sha256 parameter)"
+        )
+    elif file_sha256(om_path) != expected:
+        report.problems.append(prefix + f"{om_path.name} does not have the SHA-256 {expected}")
         return
-    expected = params.om_sha256
-    if expected is not None and file_sha256(om_path) != expected:
-        report.problems.append(prefix + f"{params.om_file} does not match om_sha256 {expected}")
+    completed = ModelConfig()
+    completed.CopyFrom(config)
+    try:
+        completion = complete_version(completed, version_dir, runtime)
+    except ConfigError as exc:
+        report.problems.append(prefix + str(exc))
         return
+    except GeBackendError as exc:
+        report.notes.append(prefix + f"inputs/outputs not checked against the .om: {exc}")
+        return
+    if completion.filled:
+        report.notes.append(prefix + "auto-complete will fill " + "; ".join(completion.filled))
     chosen = runtime or params.acl_runtime or "pyacl"
     try:
         with open_session(om_path, chosen, params.input_shape_order) as session:
             problems = compare_config_with_session(
-                config, session.inputs, session.outputs, session.gears
+                completed, session.inputs, session.outputs, session.gears
             )
     except UserError as exc:
-        report.notes.append(prefix + f"inputs/outputs not checked against the .om: {exc}")
+        report.notes.append(prefix + f"not loaded to check the config against it: {exc}")
         return
     report.problems += [prefix + problem for problem in problems]
 
 
 def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelReport:
-    """Validate one model directory; `runtime` overrides the config's `acl_runtime`."""
+    """Validate one model directory (with or without config.pbtxt); `runtime` overrides the
+    config's `acl_runtime`."""
     report = ModelReport(model_dir.name, model_dir)
-    try:
-        config = load_model_config(model_dir / "config.pbtxt")
-    except ConfigError as exc:
-        report.problems.append(str(exc))
-        return report
-    if config.name and config.name != model_dir.name:
-        report.problems.append(
-            f"config name {config.name!r} differs from its directory name {model_dir.name!r}"
-        )
-    if config.backend != "python":
-        report.problems.append(f"backend is {config.backend!r}, expected 'python'")
+    config_path = model_dir / "config.pbtxt"
+    if config_path.exists():
+        try:
+            config = load_model_config(config_path)
+        except ConfigError as exc:
+            report.problems.append(str(exc))
+            return report
+        if config.name and config.name != model_dir.name:
+            report.problems.append(
+                f"config name {config.name!r} differs from its directory name {model_dir.name!r}"
+            )
+        if config.backend != "python":
+            report.problems.append(f"backend is {config.backend!r}, expected 'python'")
+    else:
+        config = ModelConfig(name=model_dir.name, backend="python")
+        report.notes.append("no config.pbtxt: Triton's auto-complete builds the config")
     params = _read_parameters(report, config)
-    versions = sorted(
-        (path for path in model_dir.iterdir() if path.is_dir() and path.name.isdigit()),
-        key=lambda path: int(path.name),
-    )
+    versions = version_dirs(model_dir)
     report.versions = [path.name for path in versions]
     if not versions:
         report.problems.append("no version directory (e.g. 1/)")
+    if params is None:
+        return report
     for version_dir in versions:
         _check_version(report, config, params, version_dir, runtime)
     return report

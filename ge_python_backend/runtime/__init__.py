@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ge_python_backend.runtime._acl import ENV_VAR, RUNTIMES, load_acl, selected_runtime
 from ge_python_backend.runtime.batching import Chunk, plan_chunks
+from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
 from ge_python_backend.runtime.device import Context, Device, Stream
 from ge_python_backend.runtime.errors import (
     AclError,
@@ -40,6 +41,7 @@ __all__ = [
     "HostBuffer",
     "InputError",
     "Model",
+    "ModelFileDescription",
     "ModelFileError",
     "PendingBatch",
     "RuntimeSelectionError",
@@ -48,6 +50,7 @@ __all__ = [
     "Stream",
     "TensorSpec",
     "check",
+    "describe_om",
     "load_acl",
     "plan_chunks",
     "selected_runtime",

@@ -63,6 +63,24 @@ class GearTable:
         self.info = self._gear_info(desc, self._path)
         return self.info
 
+    def described_outputs(self) -> tuple[GearInfo, list[Shape]]:
+        """The gear info and output shapes from the description alone (no loaded model, so no
+        `get_cur_output_dims`): batch gears put the batch on axis 0 of the shapes
+        `get_output_dims` reports; HW and dims gears may change any output axis, so every axis
+        is -1 but a batch axis 0 shared by all inputs and outputs."""
+        desc = self._desc
+        reported = [info.spec.shape for info in desc.outputs]
+        if desc.kind == "batch":
+            for batch in desc.batch_gears:
+                self.output_shapes[(0, batch)] = [(batch, *shape[1:]) for shape in reported]
+        else:
+            self.output_shapes[(0, 0)] = reported
+        self.info = self._gear_info(desc, self._path)
+        if desc.kind in ("hw", "dims"):
+            kept = 1 if self.info.batched else 0
+            return self.info, [(*s[:kept], *(-1 for _ in s[kept:])) for s in reported]
+        return self.info, [self.merged_output_shape(n) for n in range(len(reported))]
+
     def select(self, model: Model, inputs: Dataset, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
         if self.kind == "batch":

@@ -22,8 +22,9 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.repository.config import compare_config_with_session
+from ge_python_backend.repository.config import ConfigError, compare_config_with_session
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
+from ge_python_backend.repository.versions import expected_sha256, find_om
 from ge_python_backend.runtime import AclError, InputError, PendingBatch, Session
 from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
@@ -61,13 +62,19 @@ class ModelInstance:
                 self._name,
                 name,
             )
-        om_path = Path(args["model_repository"]) / args["model_version"] / params.om_file
+        try:  # each version serves its own .om, checked against its own checksum file
+            om_path = find_om(
+                Path(args["model_repository"]) / args["model_version"], params.om_file
+            )
+            sha256 = expected_sha256(om_path, params)
+        except ConfigError as exc:
+            raise self._load_error(str(exc)) from exc
         try:
             self.session = Session(
                 om_path,
                 device_id=device_id,
                 runtime=params.acl_runtime,
-                sha256=params.om_sha256,
+                sha256=sha256,
                 pipeline_depth=params.pipeline_depth,
                 execute_timeout_ms=params.execute_timeout_ms,
                 input_shape_order=params.input_shape_order,
@@ -89,7 +96,7 @@ class ModelInstance:
             self._name,
             args["model_instance_name"],
             om_path.name,
-            params.om_sha256[:12] if params.om_sha256 else "not checked",
+            sha256[:12] if sha256 else "not checked",
             device_id,
             self.session.runtime,
             gears.kind,

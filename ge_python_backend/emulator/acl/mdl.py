@@ -12,6 +12,7 @@ from ge_python_backend.emulator._models import (
     KIND_LABELS,
     MBATCH_NAME,
     NOT_A_GEAR,
+    DescribedModel,
     IoTensor,
     LoadedModel,
     ModelDesc,
@@ -150,7 +151,6 @@ def get_desc(desc: int, model_id: int) -> int:
         target = _desc(desc)
         model = _model(model_id)
         target.model = model
-        target.from_file = False
     return 0
 
 
@@ -164,8 +164,7 @@ def get_desc_from_file(desc: int, path: str) -> int:
     om = _read_om(path)
     with LOCK:
         target = _desc(desc)
-        target.model = LoadedModel(0, om, None)
-        target.from_file = True
+        target.model = DescribedModel(om)
     return 0
 
 
@@ -226,7 +225,7 @@ def get_cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """({"name", "dimCount", "dims"}, ret) for the gear the last set_* call selected."""
     tensor = _tensor(desc, index, False)
     model = _described(desc)
-    if _desc(desc).from_file:
+    if not isinstance(model, LoadedModel):
         # pyACL's reference: a description from get_desc_from_file cannot be used with
         # get_cur_output_dims (hicann/runtime python/docs/zh/api_ref/ge/
         # function-get_desc_from_file.md). UNCONFIRMED code: 100000 (ACL_ERROR_INVALID_PARAM).
@@ -608,7 +607,7 @@ def _desc(handle: int) -> ModelDesc:
     return desc
 
 
-def _described(handle: int) -> LoadedModel:
+def _described(handle: int) -> DescribedModel:
     """The model a desc was filled from (100000 if the desc is bad or empty)."""
     require_init()
     model = _desc(handle).model

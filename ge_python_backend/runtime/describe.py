@@ -1,0 +1,82 @@
+"""What an `.om` takes and returns, read from the file without loading it or opening a device.
+
+`describe_om` uses `acl.init` and `acl.mdl.get_desc_from_file` only (GE reads the file on the
+host: hicann/ge api/acl/acl_model/model/model.cpp `aclmdlGetDescFromFileImpl`), so it can run
+where a device is busy or absent: Triton's auto-complete, `validate`, `inspect --config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Union
+
+from ge_python_backend.runtime._acl import ensure_initialized, load_acl
+from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
+from ge_python_backend.runtime.gears import GearTable
+from ge_python_backend.runtime.model import GearInfo, TensorSpec, _describe
+
+__all__ = ["ModelFileDescription", "describe_om"]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFileDescription:
+    """An `.om`'s inputs, outputs and gears as `Session` reports them, read without a device.
+
+    Output shapes: a batch gear model's outputs carry the batch on axis 0 (-1 when there are
+    several gears); HW and dims gears may change any output axis, and only a loaded model tells
+    which (`acl.mdl.get_cur_output_dims`), so every output axis but a shared batch axis 0 is -1.
+    """
+
+    path: Path
+    inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
+    outputs: tuple[TensorSpec, ...]
+    gears: GearInfo
+
+
+def describe_om(
+    om_path: PathLike,
+    runtime: str | None = None,
+    input_shape_order: Sequence[str] | None = None,
+) -> ModelFileDescription:
+    """Describe the `.om` at `om_path` with `runtime` (`$GE_PYTHON_BACKEND_ACL` overrides it).
+
+    Raises ModelFileError for a missing or unusable file, AclError when ACL refuses it.
+    `input_shape_order` is `Session`'s, for dims models whose gears do not show the order.
+    """
+    path = Path(om_path)
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path}")
+    acl = load_acl(runtime)
+    ensure_initialized(acl)
+    handle = acl.mdl.create_desc()
+    if not handle:  # acl.finalize was called behind our back
+        ensure_initialized(acl, again=True)
+        handle = acl.mdl.create_desc()
+    desc = check_handle(handle, "acl.mdl.create_desc", acl)
+    try:
+        check(acl.mdl.get_desc_from_file(desc, str(path)), "acl.mdl.get_desc_from_file", acl)
+        description = _describe(acl, desc, path, input_shape_order)
+    except BaseException:
+        ret = acl.mdl.destroy_desc(desc)  # the first failure is the one reported
+        if ret:
+            logger.warning("acl.mdl.destroy_desc failed with %d after a failed description", ret)
+        raise
+    check(acl.mdl.destroy_desc(desc), "acl.mdl.destroy_desc", acl)
+    gears, output_shapes = GearTable(description, path).described_outputs()
+    return ModelFileDescription(
+        path=path,
+        inputs=tuple(info.spec for info in description.inputs),
+        outputs=tuple(
+            dataclasses.replace(info.spec, shape=shape)
+            for info, shape in zip(description.outputs, output_shapes)
+        ),
+        gears=gears,
+    )

@@ -1,0 +1,66 @@
+"""`model.py`'s `auto_complete_config`: fill the config Triton hands over from the version's `.om`.
+
+Triton 2.51 calls it once per version it loads, in a stub process of its own, with the model's
+config (no `config.pbtxt`: only the name, the backend and defaults) and nothing else; the
+version directory is the one holding `model.py`. The completion itself is
+`repository.autocomplete.complete_version` (shared with `validate` and `inspect --config`);
+this module applies its result through `pb_utils.ModelConfig` (`set_max_batch_size`,
+`add_input`, `add_output`, `set_dynamic_batching`) and the preferred batch sizes and queue delay
+through `as_dict()`, which Triton 2.51 reads back whole (checked: they are served).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from ge_python_backend.repository.autocomplete import complete_version
+from ge_python_backend.repository.config import model_config_from_json
+from ge_python_backend.triton.log import forward_to_triton
+
+logger = logging.getLogger(__name__)
+
+
+def auto_complete_config(auto_complete_model_config: Any, model_py: str, pb_utils: Any) -> Any:
+    """Complete Triton's `pb_utils.ModelConfig` from the `.om` beside `model_py` (the template's
+    `__file__`) and return it; an exception (the model then fails to load) says what is wrong."""
+    forward_to_triton(pb_utils)
+    version_dir = Path(model_py).resolve().parent
+    target = auto_complete_model_config
+    given = target.as_dict()
+    config = model_config_from_json(json.dumps(given))
+    name = f"{config.name or version_dir.parent.name!r} version {version_dir.name}"
+    try:
+        completion = complete_version(config, version_dir)
+    except Exception as exc:
+        logger.error("model %s: auto-complete failed: %s", name, exc)
+        raise
+    if config.max_batch_size != given.get("max_batch_size", 0):
+        target.set_max_batch_size(config.max_batch_size)
+    for add, tensors in ((target.add_input, config.input), (target.add_output, config.output)):
+        for tensor in tensors:
+            add(
+                {
+                    "name": tensor.name,
+                    "data_type": model_config_pb2.DataType.Name(tensor.data_type),
+                    "dims": [int(dim) for dim in tensor.dims],
+                }
+            )
+    if "dynamic_batching" not in given and config.HasField("dynamic_batching"):
+        target.set_dynamic_batching()
+        batching = target.as_dict()["dynamic_batching"]
+        batching["preferred_batch_size"] = list(config.dynamic_batching.preferred_batch_size)
+        batching["max_queue_delay_microseconds"] = int(
+            config.dynamic_batching.max_queue_delay_microseconds
+        )
+    logger.info(
+        "model %s: auto-complete from %s filled %s",
+        name,
+        completion.om_path.name,
+        "; ".join(completion.filled) or "nothing (the config has it all)",
+    )
+    return target
