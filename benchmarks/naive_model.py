@@ -6,17 +6,20 @@ the input bytes to the device, select the batch gear, `acl.mdl.execute`, copy ev
 back through pinned host memory (`malloc_host` + `ptr_to_bytes`), then free it all. This is what
 the ResNet-50 sample's `AclModel` and acllite do for each inference. It reads the same
 config.pbtxt parameters as `model.py` (`ModelParameters`: `om_file`, `acl_runtime`, the first of
-`device_ids`), and gets pyACL or the emulator through the runtime's `load_acl`.
+`device_ids`), finds the version's `.om` as it does (`versions.find_om`), and gets pyACL or the
+emulator through the runtime's `load_acl`.
 """
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from ge_python_backend.repository.config import model_config_from_json
 from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime import load_acl
 
 ACL_MEM_MALLOC_HUGE_FIRST = 0
@@ -58,7 +61,8 @@ class TritonPythonModel:
         check(acl.rt.set_device(self.device_id), "acl.rt.set_device")
         self.context, ret = acl.rt.create_context(self.device_id)
         check(ret, "acl.rt.create_context")
-        path = os.path.join(args["model_repository"], args["model_version"], params.om_file)
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        path = str(find_om(Path(version_dir), params.om_file))
         self.model_id, ret = acl.mdl.load_from_file(path)
         check(ret, "acl.mdl.load_from_file")
         self.desc = acl.mdl.create_desc()
