@@ -9,11 +9,12 @@ from ge_python_backend.commands.options import add_repository_argument, add_runt
 from ge_python_backend.repository.validation import validate_repository
 
 DESCRIPTION = """\
-Check every model of a repository (or only --name): config.pbtxt parses and names its directory,
-the parameters are usable, each version has model.py and the .om with the SHA-256 of om_sha256,
-and the config's inputs and outputs fit the .om (opened with the config's acl_runtime, or
---runtime). Exits 1 when a model has problems; notes (e.g. the .om cannot be opened on this
-machine, so its inputs/outputs were not checked) do not fail.
+Check every model of a repository (or only --name): config.pbtxt (optional) parses and names its
+directory, the parameters are usable, each version directory has model.py and exactly one .om (or
+om_file's) with the SHA-256 of its <file>.om.sha256 (else om_sha256), and each version's config,
+completed as Triton's auto-complete will (reported as a note), fits the .om (opened with the
+config's acl_runtime, or --runtime). Exits 1 when a model has problems; notes (e.g. the .om cannot
+be opened on this machine, so its inputs/outputs were not checked) do not fail.
 
 examples:
   ge-python-model validate models
