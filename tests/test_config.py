@@ -103,7 +103,7 @@ def test_batched_config_fields() -> None:
         "om_sha256": "ab" * 32,
         "device_ids": "0,3",
         "acl_runtime": "emulator",
-        "pipeline_depth": "1",
+        "pipeline_depth": "2",
         "execute_timeout_ms": "20000",
     }
 

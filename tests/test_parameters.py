@@ -49,7 +49,7 @@ def config_with(**parameters: str) -> ModelConfig:
 
 def test_defaults_when_only_om_file_is_given() -> None:
     params = ModelParameters.from_config(config_with(om_file="m.om"))
-    assert params == ModelParameters("m.om", None, (0,), None, 1, 20000, None)
+    assert params == ModelParameters("m.om", None, (0,), None, 2, 20000, None)
 
 
 @pytest.mark.parametrize(
@@ -182,7 +182,7 @@ def test_round_trip_through_config_pbtxt(tmp_path: Path) -> None:
 
 def test_other_parameters_are_left_out_and_listed() -> None:
     config = config_with(om_file="m.om", pipline_depth="2", EXECUTION_ENV_PATH="$$TRITON/env")
-    assert ModelParameters.from_config(config).pipeline_depth == 1
+    assert ModelParameters.from_config(config).pipeline_depth == 2  # the default
     assert unknown_parameters(config) == ["pipline_depth"]
     ModelParameters("m.om", pipeline_depth=2).to_config(config)
     assert config.parameters["EXECUTION_ENV_PATH"].string_value == "$$TRITON/env"

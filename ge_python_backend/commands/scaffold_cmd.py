@@ -8,7 +8,10 @@ from typing import Any
 
 from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.parameters import DEFAULT_EXECUTE_TIMEOUT_MS
+from ge_python_backend.repository.parameters import (
+    DEFAULT_EXECUTE_TIMEOUT_MS,
+    DEFAULT_PIPELINE_DEPTH,
+)
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import PIPELINE_DEPTHS
@@ -113,10 +116,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--pipeline-depth",
         type=int,
-        default=1,
+        default=DEFAULT_PIPELINE_DEPTH,
         help=f"batches in flight per instance, one of {', '.join(map(str, PIPELINE_DEPTHS))}: 2 "
-        "overlaps copies and execution of consecutive batches on two streams, loading the .om "
-        "twice (default: 1)",
+        "overlaps copies and execution of consecutive batches on two streams (the device "
+        "executes while the host prepares the next batch), loading the .om twice "
+        f"(default: {DEFAULT_PIPELINE_DEPTH})",
     )
     parser.add_argument(
         "--execute-timeout-ms",

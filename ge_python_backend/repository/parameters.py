@@ -11,7 +11,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `om_sha256` | the `.om` file's SHA-256, 64 hex characters (model-level) | `<file>.om.sha256` |
 | `device_ids` | comma-separated NPU ids; instance k uses `device_ids[k % len]` | `0` |
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
-| `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `1` |
+| `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `2` |
 | `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `20000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 
@@ -39,6 +39,10 @@ _NUMBER = re.compile(r"[0-9]+")
 # Far above any healthy execution, below the liveness probe's restart, the clients' own timeouts
 # and the drain's exit timeout (docs/CONFIGURATION.md, "execute_timeout_ms").
 DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
+# Two batches in flight keep the device executing while the host prepares the next batch
+# (BENCHMARKS.md, section 6: about 0.92 busy at depth 2 against 0.6 at depth 1, same p50 at
+# one client).
+DEFAULT_PIPELINE_DEPTH = 2
 
 
 def _shown(value: object) -> str:
@@ -197,7 +201,7 @@ class ModelParameters:
     om_sha256: str | None = None
     device_ids: tuple[int, ...] = (0,)
     acl_runtime: str | None = None
-    pipeline_depth: int = 1
+    pipeline_depth: int = DEFAULT_PIPELINE_DEPTH
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS
     input_shape_order: tuple[str, ...] | None = None
 

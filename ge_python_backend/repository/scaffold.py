@@ -46,6 +46,7 @@ from ge_python_backend.repository.config import (
 )
 from ge_python_backend.repository.parameters import (
     DEFAULT_EXECUTE_TIMEOUT_MS,
+    DEFAULT_PIPELINE_DEPTH,
     ModelParameters,
     parse_device_ids,
     parse_input_shape_order,
@@ -244,7 +245,7 @@ def scaffold(
     max_queue_size: int = 0,
     queue_timeout_us: int = 0,
     runtime: str = "pyacl",
-    pipeline_depth: int = 1,
+    pipeline_depth: int = DEFAULT_PIPELINE_DEPTH,
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS,
     input_shape_order: Sequence[str] | str | None = None,
     inputs: Sequence[str] | None = None,
