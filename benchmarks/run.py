@@ -41,7 +41,12 @@ sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
 from build_model import build_classifier  # noqa: E402
 
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
+from ge_python_backend.emulator.timing import parse as parse_timing  # noqa: E402
 from ge_python_backend.repository.config import load_model_config, write_model_config  # noqa: E402
+from ge_python_backend.repository.parameters import (  # noqa: E402
+    DEFAULT_PIPELINE_DEPTH,
+    ModelParameters,
+)
 from ge_python_backend.repository.scaffold import scaffold  # noqa: E402
 from ge_python_backend.server import TritonServer  # noqa: E402
 from ge_python_backend.tools.bench import plot  # noqa: E402
@@ -59,6 +64,14 @@ CLASSIFIER_BATCH = 8
 # 2-core host with megabytes of gRPC payload.)
 PIPELINE_TIMING = "execute_us=2000,execute_us_per_row=100,copy_gbps=0.001"
 PIPELINE_LEVELS = [1, 16]
+# Keeping the device busy: the calibrated ResNet-50 / Atlas 300I Pro profile
+# (= execute_us=2260,execute_us_per_row=200,copy_gbps=10), 32 clients of 4-row requests, one
+# instance; scaffolded at pipeline depth 1 and 2 with several dynamic-batching queue delays.
+SATURATION_TIMING = "profile=resnet50-310p3"
+SATURATION_LEVELS = [1, 8, 32]
+SATURATION_ROWS = 4
+SATURATION_DELAYS_US = (0, 100, 1000)
+SATURATION_ROUNDS = 3
 
 
 @dataclasses.dataclass
@@ -85,8 +98,10 @@ class Recorder:
         plan: Plan,
         label: str,
         shape: str | None = None,
+        metrics: bool = False,
     ) -> list[dict[str, Any]]:
-        """One closed-loop run per level; the JSON results."""
+        """One closed-loop run per level (with the device counters from the server's metrics
+        endpoint when `metrics`); the JSON results."""
         path = self.results / f"{label}.json"
         command = [
             CLI,
@@ -108,6 +123,8 @@ class Recorder:
         ]
         if shape:
             command += ["--shape", shape]
+        if metrics:
+            command += ["--metrics-url", server.urls.metrics]
         shown = [str(path.relative_to(ROOT)) if part == str(path) else part for part in command]
         self.commands.append(shlex.join(["ge-python-model", *shown[1:]]))
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -203,6 +220,8 @@ def alternate(
     levels: Sequence[int],
     plan: Plan,
     label: str,
+    shape: str | None = None,
+    metrics: bool = False,
 ) -> dict[str, list[list[dict[str, Any]]]]:
     """`plan.rounds` rounds; in each, every model runs every level. {model: [round results]}."""
     runs: dict[str, list[list[dict[str, Any]]]] = {model: [] for model in models}
@@ -210,7 +229,9 @@ def alternate(
         for model in models:
             say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {levels}")
             runs[model].append(
-                recorder.bench(server, model, levels, plan, f"{label}-{model}-{number + 1}")
+                recorder.bench(
+                    server, model, levels, plan, f"{label}-{model}-{number + 1}", shape, metrics
+                )
             )
     return runs
 
@@ -402,6 +423,241 @@ def scenario_pipeline(
     }
 
 
+def scenario_saturation(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    """The small model under the calibrated profile: scaffold's defaults, and depth 1 and 2 with
+    each queue delay, same server, alternating rounds, device counters from the metrics."""
+    repository = work / "saturation"
+    defaults = scaffold(om, repository, name="defaults", runtime="emulator")
+    config = load_model_config(defaults.config_path)
+    variants = {
+        "defaults": (
+            ModelParameters.from_config(config).pipeline_depth,
+            config.dynamic_batching.max_queue_delay_microseconds,
+        )
+    }
+    for depth in (1, 2):
+        for delay in SATURATION_DELAYS_US:
+            name = f"depth{depth}_delay{delay}"
+            scaffold(
+                om,
+                repository,
+                name=name,
+                runtime="emulator",
+                pipeline_depth=depth,
+                max_queue_delay_us=delay,
+            )
+            variants[name] = (depth, delay)
+    first = len(recorder.commands)
+    rounds = dataclasses.replace(plan, rounds=min(plan.rounds, SATURATION_ROUNDS))
+    shape = f"x:{SATURATION_ROWS},{WIDTH}"
+    with serving(repository, logs, env={"GE_EMULATOR_TIMING": SATURATION_TIMING}) as server:
+        runs = alternate(
+            recorder, server, list(variants), SATURATION_LEVELS, rounds, "saturation", shape, True
+        )
+    return {
+        "runs": runs,
+        "variants": variants,
+        "levels": SATURATION_LEVELS,
+        "timing": SATURATION_TIMING,
+        "commands": recorder.commands[first:],
+    }
+
+
+def device_figures(entry: dict[str, Any]) -> dict[str, float]:
+    """Device utilization of one level three ways: from the events (`ge_device_busy_seconds`),
+    from the timing model on the executions and rows counted, and rows/s over the device limit."""
+    timing = parse_timing(SATURATION_TIMING)
+    (counters,) = entry["device_counters"].values()
+    (events,) = entry["device_utilization"].values()
+    modelled = (
+        timing.execute_us * counters["executions"]
+        + timing.execute_us_per_row * (counters["rows"] + counters["padded_rows"])
+    ) / 1e6
+    return {
+        "events": events,
+        "model": modelled / entry["seconds"],
+        "limit": entry["rows_per_s"] / device_limit(),
+        "rows_per_execution": counters["rows"] / max(counters["executions"], 1),
+    }
+
+
+def device_limit() -> float:
+    """Rows/s of the saturation profile's device running only its largest gear."""
+    gear = int(SMALL_GEARS.split(",")[-1])
+    return gear / parse_timing(SATURATION_TIMING).execute_seconds(gear)
+
+
+def saturation_summary(sat: dict[str, Any]) -> dict[str, Any]:
+    """Medians over the rounds per model and level, and the figures the targets are read from."""
+    levels = sat["levels"]
+    top = levels[-1]
+    table: dict[str, dict[int, dict[str, float]]] = {}
+    for model, rounds in sat["runs"].items():
+        table[model] = {}
+        for level in levels:
+            entries = [next(e for e in r if e["concurrency"] == level) for r in rounds]
+            figures = [device_figures(e) for e in entries]
+            table[model][level] = {
+                "rows_per_s": statistics.median(e["rows_per_s"] for e in entries),
+                "p50_ms": statistics.median(e["p50_ms"] for e in entries),
+                "p99_ms": statistics.median(e["p99_ms"] for e in entries),
+                **{k: statistics.median(f[k] for f in figures) for k in figures[0]},
+            }
+    depth, delay = sat["variants"]["defaults"]
+    one, two = (f"depth{d}_delay{delay}" for d in (1, 2))
+    latency = []
+    if one in sat["runs"] and two in sat["runs"]:
+        latency = [
+            next(e for e in b if e["concurrency"] == 1)["p50_ms"]
+            / next(e for e in a if e["concurrency"] == 1)["p50_ms"]
+            for a, b in zip(sat["runs"][one], sat["runs"][two])
+        ]
+    return {
+        "table": table,
+        "top": top,
+        "depth": depth,
+        "delay": delay,
+        "busy": [
+            device_figures(next(e for e in r if e["concurrency"] == top))["model"]
+            for r in sat["runs"]["defaults"]
+        ],
+        "latency": latency,
+    }
+
+
+def saturation_verdicts(sat: dict[str, Any]) -> list[str]:
+    """The summary table's rows for section 6."""
+    summary = saturation_summary(sat)
+    busy, latency = statistics.median(summary["busy"]), summary["latency"]
+    depth, delay, top = summary["depth"], summary["delay"], summary["top"]
+    reached = "met" if busy >= 0.95 else ("floor met" if busy >= 0.90 else "**not met**")
+    rows = [
+        f"| device busy (timing model) with scaffold's defaults (depth {depth}, "
+        f"max_queue_delay_us {delay}), {top} clients of {SATURATION_ROWS} rows | {busy:.3f} | "
+        + ", ".join(f"{b:.3f}" for b in summary["busy"])
+        + f" | >= 0.95 (floor 0.90) | {reached} |"
+    ]
+    if latency:
+        ratio = statistics.median(latency)
+        rows.append(
+            f"| p50 latency at concurrency 1, depth 2 / depth 1 (max_queue_delay_us {delay}) | "
+            f"{ratio:.3f} | "
+            + ", ".join(f"{r:.3f}" for r in latency)
+            + f" | <= 1.05 | {'met' if ratio <= 1.05 else '**not met**'} |"
+        )
+    return rows
+
+
+def saturation_reading(sat: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """What section 6 measured, in words, from its medians."""
+    table, top, delay = summary["table"], summary["top"], summary["delay"]
+    by_depth = {
+        d: [table[m][top]["model"] for m, (depth, _) in sat["variants"].items() if depth == d]
+        for d in (1, 2)
+    }
+    middle = sorted(SATURATION_LEVELS)[len(SATURATION_LEVELS) // 2]
+    low, chosen = table[f"depth2_delay{min(SATURATION_DELAYS_US)}"], table[f"depth2_delay{delay}"]
+    return [
+        f"With scaffold's defaults (pipeline depth {summary['depth']}, max_queue_delay_us "
+        f"{delay}) the device executed {statistics.median(summary['busy']):.3f} of the time at "
+        f"{top} clients (median of the rounds; target 0.95, floor 0.90). At depth 1 it idles "
+        "while the host takes the outputs, answers Triton and stages the next batch: "
+        f"{min(by_depth[1]):.2f}-{max(by_depth[1]):.2f} busy whatever the queue delay. Depth 2 "
+        "launches the next batch while one executes: "
+        f"{min(by_depth[2]):.2f}-{max(by_depth[2]):.2f}; what is left is host time the second "
+        f"lane could not hide on this 2-core machine, which also runs the {top} clients. The "
+        "queue delay matters below saturation: "
+        f"at {middle} clients and depth 2, {min(SATURATION_DELAYS_US)} us gave "
+        f"{fmt(low[middle]['rows_per_s'])} rows/s in executions of "
+        f"{low[middle]['rows_per_execution']:.1f} rows, {delay} us gave "
+        f"{fmt(chosen[middle]['rows_per_s'])} rows/s in executions of "
+        f"{chosen[middle]['rows_per_execution']:.1f} rows (the batcher waits for the next "
+        f"requests instead of sending one alone); at {top} clients the queue is never empty and "
+        "every delay fills the 16-row gear. p50 at one client: "
+        f"{table[f'depth1_delay{delay}'][1]['p50_ms']:.2f} ms at depth 1, "
+        f"{chosen[1]['p50_ms']:.2f} ms at depth 2.",
+    ]
+
+
+def saturation_lines(sat: dict[str, Any]) -> list[str]:
+    """Section 6 of the report."""
+    summary = saturation_summary(sat)
+    table, top = summary["table"], summary["top"]
+    timing = parse_timing(sat["timing"])
+    gear = int(SMALL_GEARS.split(",")[-1])
+    lines = [
+        "## 6. Keeping the device busy: the defaults",
+        "",
+        f"The small model (gears {SMALL_GEARS}, one instance) under the emulator profile "
+        f"`GE_EMULATOR_TIMING={sat['timing']}` (= `execute_us={timing.execute_us:g},"
+        f"execute_us_per_row={timing.execute_us_per_row:g},copy_gbps={timing.copy_gbps:g}`: "
+        "ResNet-50 fp16 on an Atlas 300I Pro, see Device profiles below), driven by "
+        f"{top} gRPC clients of {SATURATION_ROWS}-row requests (small inputs, "
+        f"{SATURATION_ROWS * WIDTH * 4} bytes, so this 2-core host can feed the device). The "
+        f"device limit is its largest gear back to back: {gear} rows every "
+        f"{timing.execute_seconds(gear) * 1e3:.2f} ms = **{device_limit():,.0f} rows/s**. "
+        "Scaffolded once with scaffold's defaults (`defaults`) and at pipeline depth 1 and 2 "
+        "with each dynamic-batching `max_queue_delay_us`, all on one server, in "
+        f"{len(sat['runs']['defaults'])} alternating rounds; medians over the rounds. "
+        "`ge-python-model bench --metrics-url` read the model's device counters before and "
+        "after each level.",
+        "",
+        "Device busy is given three ways: *events*, what `ge_device_busy_seconds_total` gained "
+        "over the level's seconds (what `bench --metrics-url` prints and `rate()` shows an "
+        "operator); *model*, the timing model's execution time for the executions and rows "
+        "(padding included) the counters saw, "
+        f"`({timing.execute_us:g} x executions + {timing.execute_us_per_row:g} x rows) us` over "
+        "the seconds: exactly how long the emulated device executed; and *share of the limit*, "
+        "rows/s over the device limit. The events also count the emulator's sleep overshoot "
+        "(the engine sleeps out each modelled time on a loaded 2-core host) and, at depth 2, "
+        "the time an execution queued on its stream waits for the other lane's execution to "
+        "leave the device, so they can read above the model.",
+        "",
+        f"| model | pipeline depth | max_queue_delay_us | rows/s at {top} | share of the limit "
+        "| busy (model) | busy (events) | rows per execution | p50 ms at 1 | p50 ms at "
+        f"{top} | p99 ms at {top} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, (depth, delay) in sat["variants"].items():
+        row, one = table[model][top], table[model][1]
+        lines.append(
+            f"| {model} | {depth} | {delay} | {fmt(row['rows_per_s'])} | {row['limit']:.3f} | "
+            f"{row['model']:.3f} | {row['events']:.3f} | {row['rows_per_execution']:.1f} | "
+            f"{one['p50_ms']:.2f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+        )
+    lines += ["", *saturation_reading(sat, summary)]
+    lines += [
+        "",
+        "Per concurrency (medians over the rounds):",
+        "",
+        "| model | concurrency | rows/s | busy (model) | busy (events) | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model, levels in table.items():
+        for level, row in levels.items():
+            lines.append(
+                f"| {model} | {level} | {fmt(row['rows_per_s'])} | {row['model']:.3f} | "
+                f"{row['events']:.3f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+            )
+    lines += [
+        "",
+        "Commands (section-only re-run: `python benchmarks/run.py --only saturation`):",
+        "",
+        "```",
+        f"GE_EMULATOR_TIMING={sat['timing']} ge-python-model serve WORK/saturation",
+        *sat["commands"],
+        "```",
+        "",
+        "Raw results:",
+        "",
+        *level_table(sat["runs"]),
+        "",
+    ]
+    return lines
+
+
 def pipeline_lines(pipe: dict[str, Any]) -> list[str]:
     """Section 5 of the report."""
     rounds_16 = paired(pipe["runs"]["depth2"], pipe["runs"]["depth1"], 16)
@@ -466,10 +722,9 @@ def pipeline_lines(pipe: dict[str, Any]) -> list[str]:
         "",
         "![stream timeline, depth 1 vs 2](benchmarks/results/pipeline-timeline.png)",
         "",
-        "The default stays `pipeline_depth 1`: depth 2 loads the `.om` twice (twice the device "
-        "memory), adds a thread hop per batch (p50 at concurrency 1 a few percent higher, see "
-        "above) and only pays when copies are a large part of a batch's time and enough "
-        "requests are in flight. Choose 2 for models with large inputs or outputs under load.",
+        "Depth 2 is scaffold's default (section 6: it also keeps the device executing while the "
+        "host prepares the next batch when copies are short). It loads the `.om` twice (twice "
+        "the device memory); choose `--pipeline-depth 1` where device memory is short.",
         "",
         "Raw results:",
         "",
@@ -576,6 +831,40 @@ def level_table(runs: dict[str, list[list[dict[str, Any]]]]) -> list[str]:
     return lines
 
 
+PROFILE_SOURCES = [
+    "## Device profiles",
+    "",
+    "`GE_EMULATOR_TIMING=profile=NAME` starts the emulator's timing model from a named profile "
+    "(`PROFILES` in `ge_python_backend/emulator/timing.py`; other keys override its values).",
+    "",
+    "| profile | execute_us | execute_us_per_row | copy_gbps | models |",
+    "|---|---|---|---|---|",
+    "| `resnet50-310p3` | 2260 | 200 | 10 | ResNet-50 (torchvision, 224x224) on an Atlas 300I Pro "
+    "(Ascend 310P3): 2.46 ms at batch 1, 15.06 ms at batch 64; copies over PCIe 4.0 x16 |",
+    "",
+    "Sources:",
+    "",
+    "- Batch 64: Ascend ModelZoo-PyTorch, `ACL_PyTorch/built-in/cv/Resnet50_Pytorch_Infer/"
+    "README.md` (section 模型推理性能&精度, inference through the ACL interface): 310P3, batch 64, "
+    "**4,250 images/s**, i.e. 64 / 4250 = 15.06 ms per execution "
+    "(https://gitee.com/ascend/ModelZoo-PyTorch, GitHub mirror `Ascend/ModelZoo-PyTorch`).",
+    "- Batch 1: the Ascend msit benchmark documentation (`Ascend/msit`, benchmark *Basic Usage*) "
+    "runs `pth_resnet50_bs1.om` and reports `NPU_compute_time` mean **2.456 ms** (407 "
+    "images/s), device compute only, host-device copies excluded. That page does not name the "
+    "chip: UNCONFIRMED that it is a 310P3.",
+    "- Fit: `2260 + 200 x batch` us gives 2.46 ms at batch 1 and 15.06 ms at batch 64 (linear "
+    "between; real NPUs gain less per row at small batches, so mid-size gears are modelled "
+    "slightly slow).",
+    "- Copies: PCIe 4.0 x16 carries 16 GT/s on 16 lanes with 128b/130b coding, 31.5 GB/s per "
+    "direction (the PCI-SIG figures as tabulated in https://hpc-notes.pages.dev/reference/pcie, "
+    "after Wikipedia's PCI Express table). Host-device copies through a driver reach well below "
+    "the link rate (packet headers, DMA set-up per copy); `copy_gbps=10`, about a third of the "
+    "link, is a conservative effective rate. UNCONFIRMED: an `aclrtMemcpy` rate measured on a "
+    "310P card.",
+    "",
+]
+
+
 COUNTER_ROWS = (
     ("malloc_calls", "device allocations (acl.rt.malloc)"),
     ("free_calls", "device frees"),
@@ -639,6 +928,7 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         f"| serving efficiency: classifier through Triton / in-process `Session.infer`, "
         f"batch {CLASSIFIER_BATCH} | {ratio_e:.3f} | {each(rounds_e)} | >= 0.90 | "
         f"{verdict(ratio_e, 0.90)} |",
+        *(saturation_verdicts(data["saturation"]) if "saturation" in data else []),
         "",
         "## Machine",
         "",
@@ -663,7 +953,9 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "",
         f"The small model `y = 2x + 1` on FP32[N, {WIDTH}], compiled for the emulator with batch "
         f"gears {SMALL_GEARS}, served (a) `ours`: scaffolded with `model.py` (pooled buffers, "
-        "gear batching, pyACL emulator) and (b) `floor`: the same model directory and "
+        f"gear batching, pyACL emulator; scaffold's defaults, so pipeline depth "
+        f"{DEFAULT_PIPELINE_DEPTH} here and in sections 2 to 4) and (b) `floor`: the same model "
+        "directory and "
         "config.pbtxt (dynamic batching, 1 instance) with `benchmarks/floor_model.py`, which "
         "computes `x * 2 + 1` with numpy per request and nothing else. No device timing: the "
         "emulator runs the model with onnxruntime as fast as it can.",
@@ -785,6 +1077,9 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
     ]
     if "pipeline" in data:
         lines += pipeline_lines(data["pipeline"])
+    if "saturation" in data:
+        lines += saturation_lines(data["saturation"])
+    lines += PROFILE_SOURCES
     output.write_text("\n".join(lines))
 
 
@@ -800,12 +1095,13 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
         say(f"building the models in {work}")
         small = build_small_model(work)
         classifier = build_classifier_om(work)
-        data = {
+        data: dict[str, Any] = {
             "overhead": scenario_overhead(recorder, work, small, plan, logs),
             "naive": scenario_naive(recorder, work, small, plan, logs),
             "efficiency": scenario_efficiency(recorder, work, classifier, plan, logs),
             "scaling": scenario_scaling(recorder, work, small, plan, logs),
             "pipeline": scenario_pipeline(recorder, work, small, plan, logs),
+            "saturation": scenario_saturation(recorder, work, small, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
@@ -815,13 +1111,17 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
     return data
 
 
-def measure_pipeline(plan: Plan, results: Path) -> dict[str, Any]:
-    """Only the pipeline section (raw JSON next to the others)."""
+SMALL_MODEL_SCENARIOS = {"pipeline": scenario_pipeline, "saturation": scenario_saturation}
+
+
+def measure_only(name: str, plan: Plan, results: Path) -> dict[str, Any]:
+    """Only one section on the small model (raw JSON next to the others)."""
     recorder = Recorder(results)
     with tempfile.TemporaryDirectory(prefix="ge-bench-") as temp:
         work = Path(temp)
         say(f"building the small model in {work}")
-        return scenario_pipeline(recorder, work, build_small_model(work), plan, work / "logs")
+        scenario = SMALL_MODEL_SCENARIOS[name]
+        return scenario(recorder, work, build_small_model(work), plan, work / "logs")
 
 
 def main() -> None:
@@ -835,7 +1135,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["pipeline"],
+        choices=list(SMALL_MODEL_SCENARIOS),
         help="measure only this section; the others are kept from benchmarks/results/all.json",
     )
     args = parser.parse_args()
@@ -845,7 +1145,7 @@ def main() -> None:
     elif args.only:
         data = json.loads((results / "all.json").read_text())
         plan = Plan(rounds=1, seconds=1.0, warmup=5) if args.quick else Plan()
-        data[args.only] = measure_pipeline(plan, results)
+        data[args.only] = measure_only(args.only, plan, results)
         (results / "all.json").write_text(json.dumps(data, indent=1))
     else:
         data = measure(Plan(rounds=1, seconds=1.0, warmup=5) if args.quick else Plan(), results)
@@ -854,6 +1154,11 @@ def main() -> None:
         ("naive", data["naive"]["runs"], "Our model.py vs a sample-style model.py (device timing)"),
         ("scaling", data["scaling"]["runs"], "Instances and dynamic batching (device timing)"),
         ("pipeline", data.get("pipeline", {}).get("runs"), "Pipeline depth 1 vs 2 (device timing)"),
+        (
+            "saturation",
+            data.get("saturation", {}).get("runs"),
+            "Defaults that keep the device busy (ResNet-50 / 310P3 profile)",
+        ),
     ):
         if runs is None:
             continue
