@@ -315,8 +315,13 @@ def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
     # Triton's own log tells the operator what was loaded and which batches failed, and why.
     log = (tmp_path / "triton.log").read_text()
     for depth in (1, 2):
-        load_line = next(line for line in log.splitlines() if f"'depth{depth}' version 1" in line)
+        load_line = next(
+            line
+            for line in log.splitlines()
+            if f"'depth{depth}' version 1 instance" in line and "pipeline depth" in line
+        )
         assert load_line.startswith("I") and "mlp_batch.om (sha256 " in load_line
+        assert "not checked" not in load_line  # scaffold wrote the .om's checksum file
         assert "on device 0, runtime emulator, batch gears 1,2,4,8" in load_line
         assert f"pipeline depth {depth}" in load_line
         warnings = [

@@ -1,8 +1,15 @@
-"""Streams: one worker thread per stream runs the queued work in submission order.
+"""Streams: queued work runs in submission order, lazily or on a worker thread.
 
-Work queued under a hang fault (`faults.hanging()`) never completes: the worker stops there
-(daemon thread, so the process still exits) until the stream is stopped, and waiters block until
-their timeout or until the stream is destroyed."""
+Without a timing model (nothing sleeps) a stream is lazy: its work runs when somebody waits for
+it (`wait`, `wait_for`), in the waiting thread. That is at least as strict as a device that runs
+the work early (results exist only after a synchronize; a host write to a pinned buffer before
+the synchronize lands in the queued copy, as a DMA that has not started yet would read it) and
+costs no thread hand-off per call. Under a timing model the work must overlap the host and the
+other streams, so the first submit starts one worker thread per stream and the worker runs it.
+
+Work queued under a hang fault (`faults.hanging()`) never completes: the stream stops there (a
+worker is a daemon thread, so the process still exits) until the stream is stopped, and waiters
+block until their timeout or until the stream is destroyed."""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import collections
 import threading
 from collections.abc import Callable
 
-from ge_python_backend.emulator import faults
+from ge_python_backend.emulator import faults, timing
 from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Context
 
 Work = Callable[[], None]  # raises AclFailure when the queued operation fails
@@ -29,7 +36,9 @@ class Stream:
         self._failure: AclFailure | None = None  # first failure since the last `wait`
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._hung = ""  # what the worker is stuck on (a hang fault), "" while it is not
+        self._hung = ""  # what the stream is stuck on (a hang fault), "" while it is not
+        self._draining = False  # a waiting thread is running queued work (lazy stream)
+        self._taken: tuple[str, Work] = ("", lambda: None)  # the work `_take` popped
 
     def submit(self, api: str, work: Work) -> int:
         """Queue `work` (from call `api`); returns its ticket for `wait_for`."""
@@ -38,7 +47,7 @@ class Stream:
                 raise AclFailure(107017, f"stream 0x{self.handle:x} was destroyed")
             self._queue.append((api, work, faults.hanging()))
             self._submitted += 1
-            if self._thread is None:
+            if self._thread is None and timing.current().sleeps:
                 self._thread = threading.Thread(
                     target=self._run, name=f"acl-stream-0x{self.handle:x}", daemon=True
                 )
@@ -54,6 +63,7 @@ class Stream:
     def wait_for(self, ticket: int) -> None:
         """Block until the work with `ticket` (and everything before it) has run, or the stream
         is stopped."""
+        self._run_lazily(ticket)
         with self._cond:
             self._cond.wait_for(lambda: self._completed >= ticket or self._stopping)
 
@@ -63,6 +73,8 @@ class Stream:
         a stream destroyed while its work hangs: 107017."""
         with self._cond:
             target = self._submitted
+        self._run_lazily(target)
+        with self._cond:
             done = self._cond.wait_for(
                 lambda: self._completed >= target or self._stopping,
                 None if timeout_ms < 0 else timeout_ms / 1000,
@@ -86,6 +98,8 @@ class Stream:
         queued after it), then end the worker thread."""
         with self._cond:
             target = self._submitted
+        self._run_lazily(target)
+        with self._cond:
             self._cond.wait_for(lambda: self._completed >= target or bool(self._hung))
             self._stopping = True
             self._cond.notify_all()
@@ -94,38 +108,78 @@ class Stream:
             thread.join()
 
     def _run(self) -> None:
+        """The worker thread (streams under a timing model)."""
         TLS.context = self.context
         while True:
             with self._cond:
                 while not self._queue and not self._stopping:
                     self._cond.wait()
-                if not self._queue:
+                if not self._queue or not self._take():
                     return
-                api, work, hang = self._queue.popleft()
-                if hang is not None:
-                    nth = "every call" if hang.nth is None else f"call #{hang.nth}"
-                    self._hung = (
-                        f"queued {api} never completes (injected fault {hang.call}:hang, {nth}, "
-                        f"{faults.ENV})"
-                    )
-                    self._cond.notify_all()
-                    self._cond.wait_for(lambda: self._stopping)
-                    return
-            TLS.api = api
-            failure = None
-            try:
-                work()
-            except AclFailure as exc:
-                failure = AclFailure(exc.code, f"queued {api} failed: {exc}")
-            except Exception as exc:  # a bug in the emulator must not kill the stream silently
-                failure = AclFailure(507000, f"queued {api} hit an emulator error: {exc!r}")
-            if failure is not None:
-                STATE.count("async_failures")
+                api, work = self._taken
+            self._execute(api, work)
+
+    def _run_lazily(self, ticket: int) -> None:
+        """Run the queued work up to `ticket` in the calling thread, unless a worker runs it."""
+        while True:
             with self._cond:
-                self._completed += 1
-                if failure is not None and self._failure is None:
-                    self._failure = failure
-                self._cond.notify_all()
+                while self._draining:
+                    self._cond.wait()
+                if (
+                    self._thread is not None
+                    or self._stopping
+                    or self._hung
+                    or self._completed >= ticket
+                    or not self._queue
+                    or not self._take()
+                ):
+                    return
+                api, work = self._taken
+                self._draining = True
+            saved = getattr(TLS, "context", None), getattr(TLS, "api", "acl")
+            TLS.context = self.context
+            try:
+                self._execute(api, work)
+            finally:
+                TLS.context, TLS.api = saved
+                with self._cond:
+                    self._draining = False
+                    self._cond.notify_all()
+
+    def _take(self) -> bool:
+        """Pop the next work into `_taken` (lock held); False if it hangs (it never completes:
+        waiters time out, `stop` abandons it)."""
+        api, work, hang = self._queue.popleft()
+        if hang is not None:
+            nth = "every call" if hang.nth is None else f"call #{hang.nth}"
+            self._hung = (
+                f"queued {api} never completes (injected fault {hang.call}:hang, {nth}, "
+                f"{faults.ENV})"
+            )
+            self._cond.notify_all()
+            if self._thread is not None:
+                self._cond.wait_for(lambda: self._stopping)
+            return False
+        self._taken = (api, work)
+        return True
+
+    def _execute(self, api: str, work: Work) -> None:
+        """Run one queued work and record its completion (and first failure)."""
+        TLS.api = api
+        failure = None
+        try:
+            work()
+        except AclFailure as exc:
+            failure = AclFailure(exc.code, f"queued {api} failed: {exc}")
+        except Exception as exc:  # a bug in the emulator must not kill the stream silently
+            failure = AclFailure(507000, f"queued {api} hit an emulator error: {exc!r}")
+        if failure is not None:
+            STATE.count("async_failures")
+        with self._cond:
+            self._completed += 1
+            if failure is not None and self._failure is None:
+                self._failure = failure
+            self._cond.notify_all()
 
 
 def stream_in(handle: int, ctx: Context) -> Stream:

@@ -37,6 +37,11 @@ class Timing:
     execute_us_per_row: float = 0.0
     copy_gbps: float = math.inf
 
+    @property
+    def sleeps(self) -> bool:
+        """Whether any work is modelled to take time (then streams run on worker threads)."""
+        return bool(self.execute_us or self.execute_us_per_row or self.copy_gbps != math.inf)
+
     def execute_seconds(self, rows: int) -> float:
         """Modelled time of one model execution."""
         return (self.execute_us + rows * self.execute_us_per_row) / 1e6
