@@ -31,6 +31,7 @@ from reliability_helpers import (
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
 from ge_python_backend.server import TritonServer
@@ -46,9 +47,9 @@ class Served:
 
 
 def allocations_to_open(om: Path) -> int:
-    """Device allocations a Session makes to open `om` (counted in this process)."""
+    """Device allocations a served model's Session makes to open `om` (in this process)."""
     before = emulator.stats()["malloc_calls"]
-    Session(om, runtime="emulator").close()
+    Session(om, runtime="emulator", pipeline_depth=DEFAULT_PIPELINE_DEPTH).close()
     return emulator.stats()["malloc_calls"] - before
 
 

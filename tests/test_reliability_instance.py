@@ -9,6 +9,7 @@ real runtime on the emulator (faults injected in this process).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,7 @@ class FakePbUtils:
     """The parts of `triton_python_backend_utils` that ModelInstance uses."""
 
     Logger = FakeLogger
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
     TritonError = FakeTritonError
     InferenceResponse = FakeResponse
     MetricFamily = FakeMetricFamily
@@ -114,9 +116,26 @@ class FakePbUtils:
         return FakeTensor(name, array)
 
 
+class FakeSender:
+    """A request's response sender (pipeline depth 2 answers through it)."""
+
+    def __init__(self) -> None:
+        self.responses: list[FakeResponse] = []
+        self.sent = threading.Event()
+
+    def send(self, response: FakeResponse, flags: int) -> None:
+        assert flags == FakePbUtils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self.responses.append(response)
+        self.sent.set()
+
+
 class FakeRequest:
     def __init__(self, feeds: Mapping[str, np.ndarray], outputs: tuple[str, ...] = ()) -> None:
         self.feeds, self.outputs = feeds, outputs
+        self.sender = FakeSender()
+
+    def get_response_sender(self) -> FakeSender:
+        return self.sender
 
     def inputs(self) -> list[FakeInput]:
         return [FakeInput(name, array) for name, array in self.feeds.items()]
@@ -132,8 +151,10 @@ def _no_faults() -> Iterator[None]:
     emulator.set_faults(None)
 
 
-def open_instance(om: Path, repository: Path, name: str) -> ModelInstance:
-    result = scaffold(om, repository, name=name, runtime="emulator", max_batch_size=4)
+def open_instance(om: Path, repository: Path, name: str, depth: int) -> ModelInstance:
+    result = scaffold(
+        om, repository, name=name, runtime="emulator", max_batch_size=4, pipeline_depth=depth
+    )
     config = load_model_config(result.config_path)
     args = {
         "model_config": json.dumps(json_format.MessageToDict(config)),
@@ -147,13 +168,26 @@ def open_instance(om: Path, repository: Path, name: str) -> ModelInstance:
     return ModelInstance(args, FakePbUtils)
 
 
+def answers(instance: ModelInstance, requests: list[FakeRequest]) -> list[FakeResponse]:
+    """The response of each request: returned by `execute` (depth 1) or sent (depth 2)."""
+    returned = instance.execute(requests)
+    if returned is not None:
+        assert not any(request.sender.responses for request in requests)
+        return returned
+    for request in requests:
+        assert request.sender.sent.wait(10), "no response was sent"
+    assert all(len(request.sender.responses) == 1 for request in requests)
+    return [request.sender.responses[0] for request in requests]
+
+
 def dims_feeds(length: int, seed: int) -> dict[str, np.ndarray]:
     ids = np.random.default_rng(seed).integers(0, 32, (1, length), dtype=np.int64)
     return {"input_ids": ids, "attention_mask": np.ones((1, length), np.int64)}
 
 
-def test_bad_parts_of_a_batch_fail_alone(tmp_path: Path, om_dims: Path) -> None:
-    instance = open_instance(om_dims, tmp_path, "dims")
+@pytest.mark.parametrize("depth", [1, 2])
+def test_bad_parts_of_a_batch_fail_alone(tmp_path: Path, om_dims: Path, depth: int) -> None:
+    instance = open_instance(om_dims, tmp_path, "dims", depth)
     try:
         good = [dims_feeds(16, seed) for seed in range(3)]
         requests = [
@@ -162,7 +196,7 @@ def test_bad_parts_of_a_batch_fail_alone(tmp_path: Path, om_dims: Path) -> None:
             FakeRequest(good[1]),
             FakeRequest(good[2], outputs=("hidden", "missing")),
         ]
-        responses = instance.execute(requests)
+        responses = answers(instance, requests)
         with Session(om_dims, runtime="emulator") as session:
             expected = [session.infer(feeds)["hidden"] for feeds in good]
     finally:
@@ -179,17 +213,20 @@ def test_bad_parts_of_a_batch_fail_alone(tmp_path: Path, om_dims: Path) -> None:
     np.testing.assert_array_equal(responses[2].outputs["hidden"], expected[1])
 
 
-def test_a_failed_execution_fails_its_batch_only(tmp_path: Path, om_add_mul: Path) -> None:
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_failed_execution_fails_its_batch_only(
+    tmp_path: Path, om_add_mul: Path, depth: int
+) -> None:
     before = emulator.stats()
     emulator.set_faults("mdl.execute_async:507011:2")
-    instance = open_instance(om_add_mul, tmp_path, "add_mul")
+    instance = open_instance(om_add_mul, tmp_path, "add_mul", depth)
     feeds = [
         {"a": np.full((1, 4), i, np.float32), "b": np.ones((1, 4), np.float32)} for i in range(7)
     ]
     try:
-        first = instance.execute([FakeRequest(feeds[0])])
-        failed = instance.execute([FakeRequest(f) for f in feeds[1:4]])
-        after = instance.execute([FakeRequest(f) for f in feeds[4:]])
+        first = answers(instance, [FakeRequest(feeds[0])])
+        failed = answers(instance, [FakeRequest(f) for f in feeds[1:4]])
+        after = answers(instance, [FakeRequest(f) for f in feeds[4:]])
     finally:
         instance.close()
     assert first[0].error is None

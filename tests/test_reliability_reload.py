@@ -28,6 +28,7 @@ from reliability_helpers import (
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
@@ -66,7 +67,9 @@ def assert_released(stats_dir: Path, pids: set[int]) -> None:
     reports = emulator_reports(stats_dir)
     assert pids <= set(reports), sorted(pids - set(reports))
     for pid in pids:
-        assert reports[pid]["model_loads"] == reports[pid]["model_unloads"] == 1, reports[pid]
+        # one model load per lane of the served model's one instance
+        loads = DEFAULT_PIPELINE_DEPTH
+        assert reports[pid]["model_loads"] == reports[pid]["model_unloads"] == loads, reports[pid]
         assert live_resources(reports[pid]) == {}, (pid, reports[pid])
 
 

@@ -102,7 +102,7 @@ def test_an_existing_model_is_kept_without_overwrite(
     assert main(scaffold_cli(om_static, repository, "--name", "mlp")) == 0
     before = tree(tmp_path)
     assert main(scaffold_cli(om_static, repository, "--name", "mlp", "--instances", "3")) == 2
-    assert "already exists; pass --overwrite to replace it" in capsys.readouterr().err
+    assert "already exists; choose another --version" in capsys.readouterr().err
     assert tree(tmp_path) == before
     assert main(scaffold_cli(om_static, repository, "--name", "mlp", "--overwrite")) == 0
 
@@ -241,7 +241,9 @@ def test_a_request_too_large_for_shared_memory_fails_alone(tmp_path: Path) -> No
         pytest.skip(reason)
     om = compile_long(tmp_path / "src", "long", f"1024;{LONG}")
     repository = tmp_path / "models"
-    scaffold(om, repository, name="long", runtime="emulator")
+    # Depth 1: the response travels back with `execute`'s return, through the pool that cannot
+    # grow (depth 2's response sender moved the 32 MiB answer without growing it here).
+    scaffold(om, repository, name="long", runtime="emulator", pipeline_depth=1)
     assert shm_sizes_for_repository(repository).default_bytes == MIB
     binary, env = small_shm_binary(tmp_path, "24m")
     # After the failure the stub never finishes unloading (Triton 2.51): stop without waiting.

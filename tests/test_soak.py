@@ -20,6 +20,7 @@ from reliability_helpers import emulator_reports, run_load, stub_processes
 from tritonclient.grpc import InferResult
 
 from ge_python_backend import emulator
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
 from ge_python_backend.server import TritonServer
@@ -43,7 +44,9 @@ def device_memory_gauge(server: TritonServer) -> float:
 def test_soak_has_no_errors_and_no_growth(tmp_path: Path, om_dynamic_batch: Path) -> None:
     assert REQUESTS > WARMUP_REQUESTS
     before = emulator.stats()["malloc_calls"]
-    with Session(om_dynamic_batch, runtime="emulator") as session:
+    with Session(
+        om_dynamic_batch, runtime="emulator", pipeline_depth=DEFAULT_PIPELINE_DEPTH
+    ) as session:
         x = np.random.default_rng(7).standard_normal((1, 16), dtype=np.float32)
         expected = session.infer({"x": x})["y"]
     allocations_to_open = emulator.stats()["malloc_calls"] - before
