@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import Counter
 from types import ModuleType
 
@@ -17,6 +18,25 @@ logger = logging.getLogger(__name__)
 
 ACL_DEVICE = 0  # aclrtRunMode: the program runs on the device's own CPU (RC mode)
 ACL_DDR_MEM, ACL_HBM_MEM = 0, 1  # aclrtMemAttr
+
+# The Context this thread made current last (ACL's current context is per thread). `activate`
+# skips acl.rt.set_context when it is already this one; every runtime call that changes the
+# thread's current context behind it (set_device, create_context, destroy_context, reset_device)
+# updates or forgets it. Code that calls acl.rt.set_context directly must call `forget_current`.
+_current = threading.local()
+
+
+def forget_current() -> None:
+    """Make the next `Context.activate` in this thread call acl.rt.set_context."""
+    _current.context = _NO_CONTEXT
+
+
+def _no_context() -> None:
+    return None
+
+
+_NO_CONTEXT = _no_context  # stands for a dead weak reference
+
 
 # acl.rt.set_device once per (acl module, device) however many Device objects use it, and
 # acl.rt.reset_device when the last of them closes.
@@ -43,6 +63,7 @@ class Device(Resource):
                     ensure_initialized(acl, again=True)
                     ret = acl.rt.set_device(device_id)
                 check(ret, "acl.rt.set_device", acl)
+                forget_current()  # set_device made the device's default context current
             _device_users[key] += 1
         self.acl = acl
         self.device_id = device_id
@@ -78,6 +99,7 @@ def _release_device(acl: ModuleType, device_id: int) -> None:
         if _device_users[key]:
             return
         del _device_users[key]
+    forget_current()
     check(acl.rt.reset_device(device_id), "acl.rt.reset_device", acl)
 
 
@@ -93,12 +115,17 @@ class Context(Resource):
         self.handle: int = handle
         self._own(_destroy_context, acl, handle, device)
         device._adopt(self)
+        _current.context = weakref.ref(self)  # create_context made it current in this thread
 
     def activate(self) -> None:
-        """`acl.rt.set_context` for this thread: call it before any device work (cheap)."""
+        """`acl.rt.set_context` for this thread unless it is current already: call it before
+        any device work (cheap)."""
         if self.closed:
             raise RuntimeError(f"{self!r} is closed; it cannot be made current")
+        if getattr(_current, "context", _NO_CONTEXT)() is self:
+            return
         check(self.acl.rt.set_context(self.handle), "acl.rt.set_context", self.acl)
+        _current.context = weakref.ref(self)  # weak: the cache must not keep it alive
 
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""
@@ -107,6 +134,7 @@ class Context(Resource):
 
 def _destroy_context(acl: ModuleType, handle: int, device: Device) -> None:
     del device  # held only so the device outlives the context
+    forget_current()
     check(acl.rt.destroy_context(handle), "acl.rt.destroy_context", acl)
 
 
