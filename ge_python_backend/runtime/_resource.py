@@ -69,3 +69,17 @@ class Resource:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def close_all(resources: list[Resource]) -> None:
+    """Close `resources` in the given order, every one even if some fail, then empty the list;
+    the first failure is raised afterwards."""
+    first: BaseException | None = None
+    for resource in resources:
+        try:
+            resource.close()
+        except Exception as exc:
+            first = first or exc
+    resources.clear()
+    if first is not None:
+        raise first

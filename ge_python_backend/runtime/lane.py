@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
 from ge_python_backend.runtime.device import Context, Event, Stream
 from ge_python_backend.runtime.errors import AclError
@@ -259,15 +259,8 @@ def _close_parts(parts: list[Resource]) -> None:
     """Model first (it uses the rest), then datasets, buffers, events, stream (newest first)."""
     ordered: list[Resource] = [p for p in parts if isinstance(p, Model)]
     ordered += [p for p in reversed(parts) if not isinstance(p, Model)]
-    first: BaseException | None = None
-    for part in ordered:
-        try:
-            part.close()
-        except Exception as exc:
-            first = first or exc
     parts.clear()
-    if first is not None:
-        raise first
+    close_all(ordered)
 
 
 def _view(host: HostBuffer, dtype: np.dtype[Any], shape: Shape) -> np.ndarray:

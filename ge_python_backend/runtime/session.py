@@ -25,7 +25,7 @@ from typing import Union
 import numpy as np
 
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
-from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
@@ -402,12 +402,6 @@ class Session(Resource):
 
 def _close_newest_first(parts: list[Resource]) -> None:
     """Lanes (models, buffers, streams) first, then context and device."""
-    first: BaseException | None = None
-    for part in reversed(parts):
-        try:
-            part.close()
-        except Exception as exc:
-            first = first or exc
+    ordered = parts[::-1]
     parts.clear()
-    if first is not None:
-        raise first
+    close_all(ordered)
