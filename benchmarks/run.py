@@ -79,7 +79,7 @@ SATURATION_ROUNDS = 3
 
 @dataclasses.dataclass
 class Plan:
-    """How long to measure (the defaults keep `make bench` under about 10 minutes)."""
+    """How long to measure (the defaults keep `make bench` at about 11 minutes)."""
 
     rounds: int = 5
     seconds: float = 3.0
@@ -918,7 +918,7 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "The load generator is `ge-python-model bench` over gRPC, closed loop (each of C "
         "clients keeps one request in flight). It runs on the same machine as the server, so "
         "client, tritonserver and the model's stub process share its cores; durations are kept "
-        "short so the whole run stays under about 10 minutes. The numbers move by 10-20% "
+        "short so the whole run takes about 11 minutes. The numbers move by 10-20% "
         "between runs on a shared machine; the ratios move less.",
         "",
         "| comparison | ratio (median) | per round | target | |",
