@@ -407,3 +407,41 @@ def test_a_hung_execution_times_out_alone_and_the_lane_recovers(
             if i != 2:
                 assert_same(outcome, reference(om_dynamic_batch, feeds))
         assert session.counters.failed_executions == 1
+
+
+def test_device_busy_time_is_not_counted_twice_at_depth_2(om_dynamic_batch: Path) -> None:
+    # Two lanes keep the device busy back to back; each execution's events must time only its
+    # own device time, so busy seconds follow the timing model and never exceed the wall time.
+    emulator.set_timing("execute_us=20000")
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
+        started = time.perf_counter()
+        pending = [session.submit([mlp_rows(8, seed=i)]) for i in range(12)]
+        for batch in pending:
+            batch.result()
+        wall = time.perf_counter() - started
+        counters = session.counters
+    assert counters.executions == 12
+    modelled = 12 * 0.020
+    assert counters.execute_seconds <= wall
+    assert modelled * 0.95 <= counters.execute_seconds <= modelled * 1.25, counters
+
+
+def test_a_hang_behind_the_other_lane_times_out_both_and_the_session_recovers(
+    om_dynamic_batch: Path,
+) -> None:
+    # Lane 1's execution waits for lane 0's to leave the device; lane 0's never does. Waiting
+    # for lane 1's batch first must still time out (not block), then lane 0's; both lanes get
+    # new streams and serve again.
+    with Session(
+        om_dynamic_batch, runtime="emulator", pipeline_depth=2, execute_timeout_ms=300
+    ) as session:
+        emulator.set_faults("mdl.execute_async:hang:1")
+        first = session.submit([mlp_rows(2, seed=1)])
+        second = session.submit([mlp_rows(3, seed=2)])
+        for batch in (second, first):
+            with pytest.raises(ExecuteTimeoutError, match="execute_timeout_ms=300"):
+                batch.result()
+        emulator.set_faults(None)
+        for seed in range(4):
+            feeds = mlp_rows(1 + seed, seed=seed)
+            assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from ge_python_backend.emulator._state import AclFailure
 from ge_python_backend.emulator._streams import Stream
@@ -32,9 +33,15 @@ class Event:
 
     def wait(self) -> None:
         """Block until the stream has reached the event (returns at once if never recorded)."""
-        stream = self._stream
-        if stream is not None:
-            stream.wait_for(self._ticket)
+        self.waiter(give_up_if_hung=False)()
+
+    def waiter(self, give_up_if_hung: bool = True) -> Callable[[], None]:
+        """Waiting for the event's record as it is now (a later record does not move it); as a
+        queued work (the default) it gives up with StreamHung behind hung work."""
+        stream, ticket = self._stream, self._ticket
+        if stream is None:
+            return lambda: None
+        return lambda: stream.wait_for(ticket, give_up_if_hung)
 
     def stamp(self) -> float:
         """perf_counter when the stream reached the event; 507006 if it has not yet."""

@@ -22,6 +22,13 @@ from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Cont
 
 Work = Callable[[], None]  # raises AclFailure when the queued operation fails
 
+_LAZY = threading.RLock()  # held by the one thread running lazy streams' work
+
+
+class StreamHung(Exception):
+    """Raised into a queued wait (`stream_wait_event`) whose event sits behind hung work: the
+    waiting stream hangs too, as on a device, instead of blocking its runner."""
+
 
 class Stream:
     """An `aclrtStream`; its worker makes the stream's context current for itself."""
@@ -37,7 +44,6 @@ class Stream:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._hung = ""  # what the stream is stuck on (a hang fault), "" while it is not
-        self._draining = False  # a waiting thread is running queued work (lazy stream)
         self._taken: tuple[str, Work] = ("", lambda: None)  # the work `_take` popped
 
     def submit(self, api: str, work: Work) -> int:
@@ -60,11 +66,13 @@ class Stream:
         with self._cond:
             return self._completed >= ticket or self._stopping
 
-    def wait_for(self, ticket: int) -> None:
+    def wait_for(self, ticket: int, give_up_if_hung: bool = False) -> None:
         """Block until the work with `ticket` (and everything before it) has run, or the stream
-        is stopped."""
+        is stopped; with `give_up_if_hung`, StreamHung if hung work stands before it."""
         self._run_lazily(ticket)
         with self._cond:
+            if give_up_if_hung and self._hung and self._completed < ticket:
+                raise StreamHung(f"stream 0x{self.handle:x}: {self._hung}")
             self._cond.wait_for(lambda: self._completed >= ticket or self._stopping)
 
     def wait(self, timeout_ms: int = -1) -> AclFailure | None:
@@ -117,34 +125,37 @@ class Stream:
                 if not self._queue or not self._take():
                     return
                 api, work = self._taken
-            self._execute(api, work)
+            if not self._execute(api, work):
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping)
+                return
 
     def _run_lazily(self, ticket: int) -> None:
-        """Run the queued work up to `ticket` in the calling thread, unless a worker runs it."""
-        while True:
-            with self._cond:
-                while self._draining:
-                    self._cond.wait()
-                if (
-                    self._thread is not None
-                    or self._stopping
-                    or self._hung
-                    or self._completed >= ticket
-                    or not self._queue
-                    or not self._take()
-                ):
-                    return
-                api, work = self._taken
-                self._draining = True
-            saved = getattr(TLS, "context", None), getattr(TLS, "api", "acl")
-            TLS.context = self.context
-            try:
-                self._execute(api, work)
-            finally:
-                TLS.context, TLS.api = saved
+        """Run the queued work up to `ticket` in the calling thread, unless a worker runs it.
+
+        One thread at a time runs lazy work, of any stream (`_LAZY`, re-entrant): a work that
+        waits for another stream's event (`stream_wait_event`) runs that stream's work itself.
+        """
+        with _LAZY:
+            while True:
                 with self._cond:
-                    self._draining = False
-                    self._cond.notify_all()
+                    if (
+                        self._thread is not None
+                        or self._stopping
+                        or self._hung
+                        or self._completed >= ticket
+                        or not self._queue
+                        or not self._take()
+                    ):
+                        return
+                    api, work = self._taken
+                saved = getattr(TLS, "context", None), getattr(TLS, "api", "acl")
+                TLS.context = self.context
+                try:
+                    if not self._execute(api, work):
+                        return
+                finally:
+                    TLS.context, TLS.api = saved
 
     def _take(self) -> bool:
         """Pop the next work into `_taken` (lock held); False if it hangs (it never completes:
@@ -163,12 +174,18 @@ class Stream:
         self._taken = (api, work)
         return True
 
-    def _execute(self, api: str, work: Work) -> None:
-        """Run one queued work and record its completion (and first failure)."""
+    def _execute(self, api: str, work: Work) -> bool:
+        """Run one queued work and record its completion (and first failure); False if it
+        hangs (it waited for hung work of another stream)."""
         TLS.api = api
         failure = None
         try:
             work()
+        except StreamHung as exc:
+            with self._cond:
+                self._hung = f"queued {api} waits for work that never completes ({exc})"
+                self._cond.notify_all()
+            return False
         except AclFailure as exc:
             failure = AclFailure(exc.code, f"queued {api} failed: {exc}")
         except Exception as exc:  # a bug in the emulator must not kill the stream silently
@@ -180,6 +197,7 @@ class Stream:
             if failure is not None and self._failure is None:
                 self._failure = failure
             self._cond.notify_all()
+        return True
 
 
 def stream_in(handle: int, ctx: Context) -> Stream:

@@ -199,6 +199,12 @@ class Event(Resource):
         self._own(_destroy_event, context, handle)
         context._adopt(self)
 
+    def hold(self, stream: Stream) -> None:
+        """Work queued on `stream` after this waits for the event's last record to complete
+        (`acl.rt.stream_wait_event`)."""
+        acl = self.context.acl
+        check(acl.rt.stream_wait_event(stream.handle, self.handle), "acl.rt.stream_wait_event", acl)
+
     def record(self, stream: Stream) -> None:
         """Queue the event on `stream`; it completes when the work queued before it has run."""
         acl = self.context.acl

@@ -146,9 +146,15 @@ class Lane(Resource):
             nbytes += view.nbytes
         return nbytes
 
-    def launch(self, table: GearTable, execution: Execution) -> int:
+    def launch(self, table: GearTable, execution: Execution, after: Lane | None = None) -> int:
         """Queue copy in, gear selection, execute and copy out on the stream; the bytes to copy
-        out. The inputs must have been staged."""
+        out. The inputs must have been staged.
+
+        With `after` (the lane launched before, on the same device), the execution waits for
+        that lane's execution to leave the device: copies still overlap it, executions do not,
+        so each lane's execute events time only its own device time (their sum is the device's
+        busy time, never more than the wall time).
+        """
         assert self.outputs is not None
         start, executing, executed, end = self.events
         self.context.activate()
@@ -160,6 +166,8 @@ class Lane(Resource):
             slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
         if table.kind != "static":
             table.select(self.model, self.inputs, execution.gear, execution.batch)
+        if after is not None and after is not self:
+            after.events[2].hold(self.stream)
         executing.record(self.stream)
         self.model.execute_async(self.inputs, self.outputs, self.stream)
         executed.record(self.stream)

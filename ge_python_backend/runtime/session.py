@@ -169,6 +169,7 @@ class Session(Resource):
         self._counters = SessionCounters()
         self._lanes: list[Lane] = []
         self._next_lane = 0
+        self._launched_last: Lane | None = None  # the lane of the newest launched execution
         self._parts: list[Resource] = []
         self._own(_close_newest_first, self._parts)
         try:
@@ -321,13 +322,14 @@ class Session(Resource):
         queued = time.perf_counter()
         try:
             h2d_bytes = lane.stage(self._table, execution, batch._feeds_list)
-            d2h_bytes = lane.launch(self._table, execution)
+            d2h_bytes = lane.launch(self._table, execution, after=self._launched_last)
         except AclError as exc:
             batch._fail(exc)
             lane.settle()
             with self._counters_lock:
                 self._counters.failed_executions += 1
             return
+        self._launched_last = lane
         job = _Job(weakref.ref(batch), lane, execution, h2d_bytes, d2h_bytes, queued)
         batch._jobs.append(job)
         lane.job = job

@@ -512,6 +512,15 @@ def synchronize_event(event: int) -> int:
     return 0
 
 
+@api("acl.rt.stream_wait_event", int, int)
+def stream_wait_event(stream: int, event: int) -> int:
+    """Work queued on `stream` after this waits until the event's last record has completed
+    (an event never recorded does not hold it)."""
+    target = stream_in(stream, current_context())
+    target.submit("acl.rt.stream_wait_event", _events.find_event(event).waiter())
+    return 0
+
+
 @api("acl.rt.event_elapsed_time", int, int, fail=lambda code, args: (0.0, code))
 def event_elapsed_time(start: int, end: int) -> tuple[float, int]:
     """(ms, ret): stream time from `start` to `end`; 507006 unless both have completed."""
