@@ -615,9 +615,10 @@ def saturation_lines(sat: dict[str, Any]) -> list[str]:
         f"`({timing.execute_us:g} x executions + {timing.execute_us_per_row:g} x rows) us` over "
         "the seconds: exactly how long the emulated device executed; and *share of the limit*, "
         "rows/s over the device limit. The events also count the emulator's sleep overshoot "
-        "(the engine sleeps out each modelled time on a loaded 2-core host) and, at depth 2, "
-        "the time an execution queued on its stream waits for the other lane's execution to "
-        "leave the device, so they can read above the model.",
+        "(the engine sleeps out each modelled time on a loaded 2-core host), so they read a "
+        "little above the model; at depth 2 a lane's execution waits on its stream "
+        "(`stream_wait_event`) for the other lane's to leave the device, so the lanes' "
+        "execution times never overlap and are not counted twice.",
         "",
         f"| model | pipeline depth | max_queue_delay_us | rows/s at {top} | share of the limit "
         "| busy (model) | busy (events) | rows per execution | p50 ms at 1 | p50 ms at "

@@ -232,19 +232,12 @@ class Model(Resource):
             shapes.append(_dims(dims))
         return shapes
 
-    def execute(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
-        """Run the model once on `stream` and wait for it."""
-        self.context.activate()
-        acl = self.context.acl
-        ret = acl.mdl.execute_async(self.model_id, inputs.handle, outputs.handle, stream.handle)
-        check(ret, "acl.mdl.execute_async", acl)
-        stream.synchronize()
-
     def execute_async(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
         """Queue one run of the model on `stream` (results after `stream.synchronize()`).
 
-        One model id must not run on several streams at once: a pipelined session loads the
-        `.om` once per stream.
+        The only way the runtime executes: GE refuses mixing `acl.mdl.execute` and
+        `execute_async` on one model id, and one model id must not run on several streams at
+        once (a pipelined session loads the `.om` once per lane).
         """
         self.context.activate()
         acl = self.context.acl
