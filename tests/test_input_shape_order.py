@@ -99,3 +99,12 @@ def test_scaffold_validate_and_inspect_take_the_order(
     assert "parameter input_shape_order must be the model's input names" in (
         capsys.readouterr().err
     )
+
+
+def test_compare_takes_the_order(om_b_first: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    onnx = om_b_first.parent / "concat.onnx"
+    base = ["compare", "--om", str(om_b_first), "--onnx", str(onnx), "--runtime", "emulator"]
+    assert main([*base, "--shape", "a:1,8", "--shape", "b:1,4"]) == 2
+    assert ORDER_MESSAGE in capsys.readouterr().err
+    assert main([*base, "--shape", "a:1,8", "--shape", "b:1,4", "--input-shape-order", "b,a"]) == 0
+    assert "PASS" in capsys.readouterr().out

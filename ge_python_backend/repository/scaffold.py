@@ -147,14 +147,19 @@ def declared_model(
 
 @contextlib.contextmanager
 def open_session(
-    om_path: Path, runtime: str, input_shape_order: Sequence[str] | None = None
+    om_path: Path,
+    runtime: str,
+    input_shape_order: Sequence[str] | None = None,
+    device_id: int = 0,
 ) -> Iterator[Session]:
     """A runtime `Session` on `om_path` (`input_shape_order`: the parameter, for dims models);
     failures to open it become one-line `UserError`s."""
     from ge_python_backend.runtime import Session
 
     try:
-        session = Session(om_path, runtime=runtime, input_shape_order=input_shape_order)
+        session = Session(
+            om_path, device_id=device_id, runtime=runtime, input_shape_order=input_shape_order
+        )
     except UserError:
         raise
     except GeBackendError as exc:

@@ -10,7 +10,6 @@ and cosine similarity. An output passes when every element satisfies
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -26,8 +25,9 @@ from ge_python_backend.client import (
     server_url,
     typed,
 )
-from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.errors import UserError
 from ge_python_backend.repository.config import first_gear_shapes
+from ge_python_backend.repository.scaffold import open_session
 from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
 
 _ONNX_DTYPES = {
@@ -213,19 +213,12 @@ def run_om(
     shapes: Mapping[str, tuple[int, ...]],
     files: Mapping[str, Path],
     seed: int,
+    input_shape_order: Sequence[str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(inputs, outputs) of one run of the `.om` through a runtime `Session`."""
-    from ge_python_backend.runtime import Session
-
     if not om_path.is_file():
         raise UserError(f".om file {om_path} does not exist")
-    try:
-        session = Session(om_path, device_id=device_id, runtime=runtime)
-    except UserError:
-        raise
-    except GeBackendError as exc:
-        raise UserError(f"cannot open {om_path} with the {runtime} runtime: {exc}") from None
-    with contextlib.closing(session):
+    with open_session(om_path, runtime, input_shape_order, device_id) as session:
         feeds = make_inputs(session.inputs, session.gears, shapes, files, seed)
         try:
             outputs = session.infer(feeds)
@@ -301,6 +294,7 @@ def compare(
     url: str | None = None,
     model: str | None = None,
     protocol: str = "http",
+    input_shape_order: Sequence[str] | None = None,
 ) -> CompareReport:
     """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs."""
     if (url is None) != (model is None):
@@ -308,7 +302,9 @@ def compare(
     if not onnx_path.is_file():
         raise UserError(f"ONNX file {onnx_path} does not exist")
     limits = thresholds or Thresholds()
-    feeds, om_outputs = run_om(om_path, runtime, device_id, shapes or {}, files or {}, seed)
+    feeds, om_outputs = run_om(
+        om_path, runtime, device_id, shapes or {}, files or {}, seed, input_shape_order
+    )
     reference = run_onnx(onnx_path, feeds)
     comparisons = compare_outputs("om", om_outputs, reference, limits)
     if url is not None and model is not None:
