@@ -10,9 +10,10 @@ compile` (batch gears 1,2,4,8; the `atc` equivalent is printed) and scaffolded w
 `num_versions: 1` (Triton's default, written out): Triton serves the highest version present.
 
 Version 1 creates `<repository>/<name>/`. A later version is scaffolded into a staging
-repository next to it; its `N/` directory is moved into the model directory and then
-`config.pbtxt` is replaced in one rename, because the config names the new `.om`'s SHA-256 (the
-`om_sha256` parameter is model-wide). Nothing changes for the server until someone asks it to
+repository next to it; its `N/` directory (the `.om` and its `.om.sha256` checksum) is moved
+into the model directory in one rename and `config.pbtxt` is replaced in another, so a reader
+never sees half a version. (`ge-python-model scaffold NEW.om --repository R --name N --version V`
+adds a version in place too.) Nothing changes for the server until someone asks it to
 load the model again (`tritonclient`'s `load_model`, or `POST /v2/repository/models/<name>/load`).
 """
 
