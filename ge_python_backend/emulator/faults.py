@@ -107,7 +107,10 @@ def load_from_env() -> None:
 
 
 def take(call: str) -> Fault | None:
-    """Count one call of `call`; the fault it must fail with, if any."""
+    """Count one call of `call`; the fault it must fail with, if any. Without faults installed
+    nothing is counted (`set_faults` restarts the counts anyway)."""
+    if not _faults:
+        return None
     with _lock:
         _calls[call] += 1
         number = _calls[call]
