@@ -490,12 +490,7 @@ def set_dataset_tensor_desc(dataset: int, desc: int, index: int) -> tuple[int, i
     drops it). GE uses it only for dynamic-shape models, which the emulator does not run."""
     require_init()
     with LOCK:
-        target = _dataset(dataset)
-        if not 0 <= index < len(target.buffers):
-            raise AclFailure(
-                100000,
-                f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
-            )
+        target = _dataset_with_buffer(dataset, index)
         tensor_descs.attach(target.tensor_descs, desc, index)
     return dataset, 0
 
@@ -505,12 +500,7 @@ def get_dataset_tensor_desc(dataset: int, index: int) -> int:
     """The dataset's tensor desc for buffer `index` (0 if none was set)."""
     require_init()
     with LOCK:
-        target = _dataset(dataset)
-        if not 0 <= index < len(target.buffers):
-            raise AclFailure(
-                100000,
-                f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
-            )
+        target = _dataset_with_buffer(dataset, index)
         return target.tensor_descs.get(index, 0)
 
 
@@ -549,6 +539,17 @@ def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _dataset_with_buffer(dataset: int, index: int) -> Dataset:
+    """Dataset `dataset` (LOCK held), which must have a buffer `index`; else 100000."""
+    target = _dataset(dataset)
+    if not 0 <= index < len(target.buffers):
+        raise AclFailure(
+            100000,
+            f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
+        )
+    return target
 
 
 def _read_om(path: str) -> OmModel:
