@@ -95,6 +95,37 @@ class Lane(Resource):
         self._events_work = True
 
     @classmethod
+    def open_first(
+        cls, context: Context, path: Path, input_shape_order: Sequence[str] | None = None
+    ) -> tuple[Lane, GearTable]:
+        """Lane 0 and the model's gear table: the `.om` loaded, the gears' output shapes read on
+        this lane, every buffer sized for the largest execution of any gear."""
+        model = Model(context, path, input_shape_order)
+        desc = model.description
+        try:
+            table = GearTable(desc, path)
+            input_sizes = [
+                max(table.input_bytes(n, info.spec.dtype), info.size, 1)
+                for n, info in enumerate(desc.inputs)
+            ]
+            lane = cls(0, context, model, input_sizes)
+        except BaseException:
+            model.close()
+            raise
+        try:
+            table.read_outputs(model, lane.inputs)
+            lane.open_outputs(
+                [
+                    max(table.output_bytes(n, info.spec.dtype), info.size, 1)
+                    for n, info in enumerate(desc.outputs)
+                ]
+            )
+        except BaseException:
+            lane.close()
+            raise
+        return lane, table
+
+    @classmethod
     def load(
         cls,
         index: int,

@@ -193,17 +193,6 @@ def _input_dataset(context: Context, model: Model) -> Dataset:
     return Dataset(context, buffers)
 
 
-def _open_lane(context: Context, path: Path) -> tuple[Lane, GearTable]:
-    """A lane on a static model (buffers of the sizes the description reports), its table."""
-    model = Model(context, path)
-    desc = model.description
-    table = GearTable(desc, path)
-    lane = Lane(0, context, model, [info.size for info in desc.inputs])
-    table.read_outputs(model, lane.inputs)
-    lane.open_outputs([info.size for info in desc.outputs])
-    return lane, table
-
-
 def _run_on_lane(lane: Lane, table: GearTable, feeds: Mapping[str, np.ndarray]) -> Execution:
     """Stage and launch one execution of `feeds` on `lane` (not waited for)."""
     rows = len(next(iter(feeds.values())))
@@ -538,7 +527,7 @@ def _execute_async(env: _Env) -> str:
     spec, path = env.model("static")
     feeds = spec.feeds(spec.input_shapes(None), seed=5)
     with env.opened() as context:
-        lane, table = _open_lane(context, path)
+        lane, table = Lane.open_first(context, path)
         execution = _run_on_lane(lane, table, feeds)
         times = lane.finish()
         outputs = [view.copy() for view in lane.output_views(table, execution)]
@@ -557,7 +546,7 @@ def _two_lanes(env: _Env) -> str:
     first_feeds = spec.feeds(spec.input_shapes(None), seed=6)
     second_feeds = spec.feeds(spec.input_shapes(None), seed=7)
     with env.opened() as context:
-        first, table = _open_lane(context, path)
+        first, table = Lane.open_first(context, path)
         second = Lane.load(1, context, path, None, first)
         ids = (first.model.model_id, second.model.model_id)
         _expect(ids[0] != ids[1], f"two loads of the .om gave the same model id {ids[0]}")
@@ -655,7 +644,7 @@ def _teardown(env: _Env) -> str:
     device = Device(env.acl, env.device_id)
     try:
         context = Context(device)
-        lane, table = _open_lane(context, path)
+        lane, table = Lane.open_first(context, path)
         _run_on_lane(lane, table, spec.feeds(spec.input_shapes(None)))
         lane.finish()
         lane.close()  # model first, then datasets, buffers, events, stream

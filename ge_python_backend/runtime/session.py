@@ -31,9 +31,8 @@ from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
 from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, ModelFileError
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
-from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.lane import Lane
-from ge_python_backend.runtime.model import GearInfo, Model, TensorSpec
+from ge_python_backend.runtime.model import GearInfo, TensorSpec
 
 __all__ = ["PIPELINE_DEPTHS", "PendingBatch", "Session", "SessionCounters"]
 
@@ -268,27 +267,11 @@ class Session(Resource):
         self._parts.append(device)
         self._context = Context(device)
         self._parts.append(self._context)
-        model = Model(self._context, self.path, input_shape_order)
-        desc = model.description
-        table = GearTable(desc, self.path)
-        input_sizes = [
-            max(table.input_bytes(n, info.spec.dtype), info.size, 1)
-            for n, info in enumerate(desc.inputs)
-        ]
-        try:
-            first = Lane(0, self._context, model, input_sizes)
-        except BaseException:
-            model.close()
-            raise
+        first, table = Lane.open_first(self._context, self.path, input_shape_order)
         self._parts.append(first)
         self._lanes.append(first)
-        self.gears = table.read_outputs(model, first.inputs)
-        first.open_outputs(
-            [
-                max(table.output_bytes(n, info.spec.dtype), info.size, 1)
-                for n, info in enumerate(desc.outputs)
-            ]
-        )
+        desc = first.model.description
+        self.gears = table.info
         self._table = table
         self.inputs = tuple(info.spec for info in desc.inputs)
         self.outputs = tuple(
