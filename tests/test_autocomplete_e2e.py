@@ -105,7 +105,8 @@ def served(
     copy_path(repository, "no_om", 1)
     with running_server(
         repository,
-        env={"GE_PYTHON_BACKEND_ACL": "emulator"},
+        # a 5 ms device, so concurrent requests queue while both lanes are busy and merge
+        env={"GE_PYTHON_BACKEND_ACL": "emulator", "GE_EMULATOR_TIMING": "execute_us=5000"},
         log_path=root / "triton.log",
         model_control_mode="explicit",
         load_models=list(MODELS),
