@@ -77,7 +77,10 @@ def served(
             max_batch_size=batch,
             max_queue_delay_us=20000,
         )
-    with running_server(repository, log_path=root / "triton.log") as server:
+    # A 5 ms device, so the concurrent requests of the batching test queue while both lanes are
+    # busy and Triton's batcher merges them (pipeline depth 2 returns from `execute` at once).
+    timing = {"GE_EMULATOR_TIMING": "execute_us=5000"}
+    with running_server(repository, env=timing, log_path=root / "triton.log") as server:
         pids = frozenset(stub.pid for stub in stub_processes(server))
         yield Served(server, repository, pids, oms)
 
