@@ -101,6 +101,18 @@ def om_hw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def om_b_first(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The concat model with --input_shape naming b before a (the graph lists a first)."""
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_concat,
+        "concat",
+        input_shape="b:1,-1;a:1,-1",
+        dynamic_dims="4,8;8,16",
+    )
+
+
+@pytest.fixture(scope="session")
 def om_dims(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _compile(
         tmp_path_factory,

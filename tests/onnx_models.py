@@ -138,6 +138,14 @@ def build_mixed_types(path: Path) -> Path:
     )
 
 
+def build_concat(path: Path) -> Path:
+    """`a` FLOAT[1,A], `b` FLOAT[1,B] -> `c` = concat(a, b) on axis 1: FLOAT[1,A+B] (compiled
+    with `--input_shape` naming b first, its dims gears fit both input orders)."""
+    node = helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
+    inputs = [_value("a", TensorProto.FLOAT, [1, "A"]), _value("b", TensorProto.FLOAT, [1, "B"])]
+    return _save(path, "concat", [node], inputs, [_value("c", TensorProto.FLOAT, [1, "C"])])
+
+
 def _value(name: str, elem_type: int, dims: list[int | str]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem_type, dims)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_models
 import pytest
 from emulator_helpers import D2D, D2H, H2D, H2H, dataset_of, malloc
 from onnx import TensorProto, helper
@@ -24,36 +25,6 @@ from ge_python_backend.emulator import acl, set_timing, stats
 from ge_python_backend.emulator.omfile import OmCompileError, compile_onnx
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
-
-
-def build_concat(path: Path) -> Path:
-    """`a` FLOAT[1,A], `b` FLOAT[1,B] -> `c` = concat(a, b) on axis 1: FLOAT[1,A+B]."""
-    node = helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
-    graph = helper.make_graph(
-        [node],
-        "concat",
-        [
-            helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "A"]),
-            helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "B"]),
-        ],
-        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, "C"])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
-
-
-@pytest.fixture(scope="module")
-def om_b_first(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The concat model with --input_shape naming b before a (the graph lists a first)."""
-    directory = tmp_path_factory.mktemp("order")
-    return compile_onnx(
-        build_concat(directory / "concat.onnx"),
-        directory / "concat",
-        input_shape="b:1,-1;a:1,-1",
-        dynamic_dims="4,8;8,16",
-    )
 
 
 # ----------------------------------------------------------------------------- dims gear order
@@ -114,7 +85,7 @@ def test_compiler_accepts_an_input_shape_order_other_than_the_graphs(om_b_first:
 def test_dims_need_nd_format_and_one_to_four_dims(tmp_path: Path) -> None:
     """graphengine ge/ir_build/atc_ir_common.cc CheckDynamicDimsInputShapeValid: E10001 for
     --input_format other than ND, and for an --input_shape entry of more than 4 dims."""
-    onnx_path = build_concat(tmp_path / "concat.onnx")
+    onnx_path = onnx_models.build_concat(tmp_path / "concat.onnx")
     with pytest.raises(OmCompileError, match=r"E10001.*\[NCHW\].*--input_format.*must be ND"):
         compile_onnx(
             onnx_path,
@@ -384,7 +355,7 @@ def test_printed_atc_command_for_dims_models_says_nd(
     CheckDynamicDimsInputShapeValid), so the command printed for real hardware carries it."""
     from ge_python_backend.cli import main
 
-    onnx_path = build_concat(tmp_path / "concat.onnx")
+    onnx_path = onnx_models.build_concat(tmp_path / "concat.onnx")
     flags = ["--input_shape", "b:1,-1;a:1,-1", "--dynamic_dims", "4,8;8,16"]
     argv = ["emulator", "compile", f"--model={onnx_path}", "--framework=5"]
     code = main([*argv, "--output", str(tmp_path / "concat"), *flags])

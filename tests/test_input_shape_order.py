@@ -12,10 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_emulator_fidelity import build_concat
 
 from ge_python_backend.cli import main
-from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.parameters import ModelParameters
@@ -26,17 +24,6 @@ from ge_python_backend.runtime import ModelFileError, Session
 pytestmark = pytest.mark.usefixtures("clean_acl")
 
 ORDER_MESSAGE = "give that order as input_shape_order (e.g. the parameter input_shape_order"
-
-
-@pytest.fixture(scope="module")
-def om_b_first(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("order")
-    return compile_onnx(
-        build_concat(directory / "concat.onnx"),
-        directory / "concat",
-        input_shape="b:1,-1;a:1,-1",
-        dynamic_dims="4,8;8,16",
-    )
 
 
 def test_session_refuses_the_model_without_the_order(om_b_first: Path) -> None:
