@@ -242,7 +242,8 @@ class Session(Resource):
     def close(self) -> None:
         """Complete what is pending, then release the lanes, context and device (idempotent).
 
-        A failure while completing is logged (the batch's `result()` reports it to its owner).
+        A failure while completing goes to its batch's `result()`, or to the log when nobody
+        holds that batch any more.
         """
         with self._lock:
             if not self.closed:
@@ -344,6 +345,8 @@ class Session(Resource):
             if batch is not None:
                 batch._fail(error)
                 batch.times.append((lane.index, job.queued, time.perf_counter()))
+            else:
+                logger.warning("%r: an execution nobody waits for failed: %s", self, error)
             with self._counters_lock:
                 self._counters.failed_executions += 1
             return
