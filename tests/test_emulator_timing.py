@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from emulator_helpers import H2D, malloc, model_datasets
 
-from ge_python_backend.emulator import acl, set_timing
+from ge_python_backend.emulator import acl, set_timing, timing
 from ge_python_backend.emulator.timing import PROFILES, parse
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
@@ -111,6 +111,43 @@ def test_async_executes_on_two_streams_of_one_device_serialize(ctx: int, om_stat
     for stream in streams:
         assert acl.rt.synchronize_stream(stream) == 0
     assert time.monotonic() - start >= 0.45
+    for stream in streams:
+        assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_queued_work_starts_in_device_time_when_the_work_before_it_ends(
+    ctx: int, om_static: Path
+) -> None:
+    # Stream B's execution waits for stream A's (stream_wait_event). On a device it starts the
+    # moment A's ends; the emulator's thread for B wakes up later than that on a busy host, but
+    # the device time (events, engine trace) must not count that wake-up as idle.
+    runners = [Runner(om_static) for _ in range(2)]
+    streams = [acl.rt.create_stream()[0] for _ in range(2)]
+    events = {name: acl.rt.create_event()[0] for name in ("a0", "a1", "b0", "b1")}
+    set_timing("execute_us=50000")
+    timing.start_trace()
+    for runner, stream, first, last in zip(runners, streams, ("a0", "b0"), ("a1", "b1")):
+        if first == "b0":
+            assert acl.rt.stream_wait_event(stream, events["a1"]) == 0
+        assert acl.rt.record_event(events[first], stream) == 0
+        inputs, outputs = runner.datasets
+        assert acl.mdl.execute_async(runner.model_id, inputs, outputs, stream) == 0
+        assert acl.rt.record_event(events[last], stream) == 0
+    for stream in streams:
+        assert acl.rt.synchronize_stream(stream) == 0
+    spans = [span for span in timing.stop_trace() if span[1] == "execute"]
+
+    def elapsed_ms(start: str, end: str) -> float:
+        ms, ret = acl.rt.event_elapsed_time(events[start], events[end])
+        assert ret == 0
+        return float(ms)
+
+    assert elapsed_ms("a1", "b0") == 0.0  # no idle gap between the two executions
+    assert 49.999 <= elapsed_ms("b0", "b1") < 75.0
+    assert 99.999 <= elapsed_ms("a0", "b1") < 150.0
+    assert len(spans) == 2 and spans[1][2] == spans[0][3]  # the engine is busy back to back
+    for event in events.values():
+        assert acl.rt.destroy_event(event) == 0
     for stream in streams:
         assert acl.rt.destroy_stream(stream) == 0
 

@@ -1,13 +1,25 @@
-"""Events: a mark queued on a stream, stamped with the time the stream's worker reaches it."""
+"""Events: a mark queued on a stream, stamped with the device time the stream reaches it."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
+from ge_python_backend.emulator import timing
 from ge_python_backend.emulator._state import AclFailure
 from ge_python_backend.emulator._streams import Stream
+
+
+class _Record:
+    """One record of an event on a stream: its ticket there and, once reached, its stamp."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.ticket = 0
+        self.stamp: float | None = None
+
+    def mark(self) -> None:
+        self.stamp = timing.work_time()
 
 
 class Event:
@@ -15,21 +27,13 @@ class Event:
 
     def __init__(self, handle: int) -> None:
         self.handle = handle
-        self._lock = threading.Lock()
-        self._stream: Stream | None = None
-        self._ticket = 0
-        self._stamp: float | None = None
+        self._record: _Record | None = None
 
     def record(self, stream: Stream) -> None:
         """Queue the stamp on `stream` (a later record replaces an earlier one, as in ACL)."""
-        with self._lock:
-            self._stamp = None
-            self._stream = stream
-        self._ticket = stream.submit("acl.rt.record_event", self._mark)
-
-    def _mark(self) -> None:
-        with self._lock:
-            self._stamp = time.perf_counter()
+        record = _Record(stream)
+        record.ticket = stream.submit("acl.rt.record_event", record.mark)
+        self._record = record
 
     def wait(self) -> None:
         """Block until the stream has reached the event (returns at once if never recorded)."""
@@ -37,20 +41,28 @@ class Event:
 
     def waiter(self, give_up_if_hung: bool = True) -> Callable[[], None]:
         """Waiting for the event's record as it is now (a later record does not move it); as a
-        queued work (the default) it gives up with StreamHung behind hung work."""
-        stream, ticket = self._stream, self._ticket
-        if stream is None:
+        queued work (the default) it gives up with StreamHung behind hung work, and the waiting
+        stream goes on from the device time of the record."""
+        record = self._record
+        if record is None:
             return lambda: None
-        return lambda: stream.wait_for(ticket, give_up_if_hung)
+
+        def wait() -> None:
+            record.stream.wait_for(record.ticket, give_up_if_hung)
+            if record.stamp is not None:  # None: the stream was destroyed before reaching it
+                timing.reach(record.stamp)
+
+        return wait
 
     def stamp(self) -> float:
-        """perf_counter when the stream reached the event; 507006 if it has not yet."""
-        with self._lock:
-            if self._stamp is None:
-                raise AclFailure(
-                    507006, f"event 0x{self.handle:x} has not completed (record it and wait)"
-                )
-            return self._stamp
+        """Device time (perf_counter seconds) when the stream reached the event; 507006 if it
+        has not yet."""
+        record = self._record
+        if record is None or record.stamp is None:
+            raise AclFailure(
+                507006, f"event 0x{self.handle:x} has not completed (record it and wait)"
+            )
+        return record.stamp
 
 
 EVENTS: dict[int, Event] = {}

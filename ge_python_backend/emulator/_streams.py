@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 
 from ge_python_backend.emulator import faults, timing
@@ -37,21 +38,25 @@ class Stream:
         self.handle = handle
         self.context = context
         self._cond = threading.Condition()
-        self._queue: collections.deque[tuple[str, Work, faults.Fault | None]] = collections.deque()
+        # (api, work, hang fault, perf_counter when submitted)
+        self._queue: collections.deque[tuple[str, Work, faults.Fault | None, float]] = (
+            collections.deque()
+        )
+        self._clock = 0.0  # device time at which the stream's last work ended
         self._submitted = 0
         self._completed = 0
         self._failure: AclFailure | None = None  # first failure since the last `wait`
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._hung = ""  # what the stream is stuck on (a hang fault), "" while it is not
-        self._taken: tuple[str, Work] = ("", lambda: None)  # the work `_take` popped
+        self._taken: tuple[str, Work, float] = ("", lambda: None, 0.0)  # what `_take` popped
 
     def submit(self, api: str, work: Work) -> int:
         """Queue `work` (from call `api`); returns its ticket for `wait_for`."""
         with self._cond:
             if self._stopping:
                 raise AclFailure(107017, f"stream 0x{self.handle:x} was destroyed")
-            self._queue.append((api, work, faults.hanging()))
+            self._queue.append((api, work, faults.hanging(), time.perf_counter()))
             self._submitted += 1
             if self._thread is None and timing.current().sleeps:
                 self._thread = threading.Thread(
@@ -124,8 +129,8 @@ class Stream:
                     self._cond.wait()
                 if not self._queue or not self._take():
                     return
-                api, work = self._taken
-            if not self._execute(api, work):
+                api, work, submitted = self._taken
+            if not self._execute(api, work, submitted):
                 with self._cond:
                     self._cond.wait_for(lambda: self._stopping)
                 return
@@ -148,11 +153,11 @@ class Stream:
                         or not self._take()
                     ):
                         return
-                    api, work = self._taken
+                    api, work, submitted = self._taken
                 saved = getattr(TLS, "context", None), getattr(TLS, "api", "acl")
                 TLS.context = self.context
                 try:
-                    if not self._execute(api, work):
+                    if not self._execute(api, work, submitted):
                         return
                 finally:
                     TLS.context, TLS.api = saved
@@ -160,7 +165,7 @@ class Stream:
     def _take(self) -> bool:
         """Pop the next work into `_taken` (lock held); False if it hangs (it never completes:
         waiters time out, `stop` abandons it)."""
-        api, work, hang = self._queue.popleft()
+        api, work, hang, submitted = self._queue.popleft()
         if hang is not None:
             nth = "every call" if hang.nth is None else f"call #{hang.nth}"
             self._hung = (
@@ -171,14 +176,16 @@ class Stream:
             if self._thread is not None:
                 self._cond.wait_for(lambda: self._stopping)
             return False
-        self._taken = (api, work)
+        self._taken = (api, work, submitted)
         return True
 
-    def _execute(self, api: str, work: Work) -> bool:
+    def _execute(self, api: str, work: Work, submitted: float) -> bool:
         """Run one queued work and record its completion (and first failure); False if it
-        hangs (it waited for hung work of another stream)."""
+        hangs (it waited for hung work of another stream). In device time the work starts once
+        it was submitted and the stream's previous work ended (`timing.begin_work`)."""
         TLS.api = api
         failure = None
+        outer = timing.begin_work(max(submitted, self._clock))
         try:
             work()
         except StreamHung as exc:
@@ -190,6 +197,8 @@ class Stream:
             failure = AclFailure(exc.code, f"queued {api} failed: {exc}")
         except Exception as exc:  # a bug in the emulator must not kill the stream silently
             failure = AclFailure(507000, f"queued {api} hit an emulator error: {exc!r}")
+        finally:
+            self._clock = timing.end_work(outer)
         if failure is not None:
             STATE.count("async_failures")
         with self._cond:

@@ -8,11 +8,20 @@ Each device has three engines (model execution, host-to-device copy, device-to-h
 engine is a lock held while the work runs and then while sleeping the rest of its modelled time:
 work on one engine serializes, the three engines overlap. Execution takes
 `execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
-dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds. Without a
-spec nothing sleeps, but the engine locks still serialize work on a device.
+dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds, or as
+long as the work really took if that is longer. Without a spec nothing sleeps, but the engine
+locks still serialize work on a device.
 
-`start_trace()` / `stop_trace()` record when each engine was held (device, engine, start, end in
-`time.perf_counter` seconds), in this process: the benchmarks draw stream timelines from them.
+Device time: work starts when the device could have started it, not when the emulator's thread
+got to it: at the latest of its submission, the end of its stream's previous work (and of the
+events it waits for) and the end of the engine's previous work (`begin_work`, `reach`). It ends
+its modelled time later; the engine sleeps until then. So a late wake-up of a worker thread on a
+loaded host neither idles the modelled device nor stretches its work, as on a device that starts
+queued work the moment it can. Events are stamped with this device time.
+
+`start_trace()` / `stop_trace()` record when each engine was busy (device, engine, start, end in
+`time.perf_counter` seconds of device time), in this process: the benchmarks draw stream
+timelines from them.
 """
 
 from __future__ import annotations
@@ -64,10 +73,20 @@ FORMAT = (
     '"execute_us=2000,execute_us_per_row=250,copy_gbps=0.05" or "profile=resnet50-310p3"'
 )
 
+
+class _Engine:
+    """One engine of one device: held while busy; `free_at` is when its last work ended."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free_at = 0.0
+
+
 _lock = threading.Lock()
 _timing = Timing()
-_engines: dict[tuple[int, str], threading.Lock] = {}
+_engines: dict[tuple[int, str], _Engine] = {}
 _trace: list[tuple[int, str, float, float]] | None = None
+_work = threading.local()  # .at: the device time reached by the stream work this thread runs
 
 
 def parse(spec: str) -> Timing:
@@ -125,18 +144,55 @@ def current() -> Timing:
     return _timing
 
 
+def begin_work(earliest: float) -> float | None:
+    """This thread starts running stream work that the device could start at `earliest`
+    (perf_counter seconds); returns what `end_work` needs to restore (work may nest: a lazy
+    wait runs another stream's work)."""
+    outer: float | None = getattr(_work, "at", None)
+    _work.at = earliest
+    return outer
+
+
+def reach(moment: float) -> None:
+    """The running stream work cannot go on before device time `moment` (an event it waits for);
+    nothing outside stream work."""
+    at: float | None = getattr(_work, "at", None)
+    if at is not None:
+        _work.at = max(at, moment)
+
+
+def work_time() -> float:
+    """The device time the running stream work has reached (now, outside stream work)."""
+    at: float | None = getattr(_work, "at", None)
+    return time.perf_counter() if at is None else at
+
+
+def end_work(outer: float | None) -> float:
+    """The running stream work ended; the device time it reached."""
+    reached: float = _work.at
+    _work.at = outer
+    return reached
+
+
 @contextlib.contextmanager
 def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
-    """Hold the device's `name` engine for the body and until `seconds` have passed in total."""
+    """Hold the device's `name` engine for the body and until its modelled `seconds` have passed
+    in device time (see the module docstring); the running work reaches the end."""
     with _lock:
-        lock = _engines.setdefault((device_id, name), threading.Lock())
-    with lock:
-        start = time.monotonic()
-        traced = time.perf_counter()
+        unit = _engines.get((device_id, name))
+        if unit is None:
+            unit = _engines[(device_id, name)] = _Engine()
+    with unit.lock:
+        start = max(work_time(), unit.free_at)
+        began = time.perf_counter()
         yield
-        remaining = seconds - (time.monotonic() - start)
+        end = start + max(seconds, time.perf_counter() - began)
+        remaining = end - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
+        unit.free_at = end
+        if getattr(_work, "at", None) is not None:
+            _work.at = end
         trace = _trace
         if trace is not None:
-            trace.append((device_id, name, traced, time.perf_counter()))
+            trace.append((device_id, name, start, end))
