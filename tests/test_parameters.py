@@ -34,6 +34,8 @@ MESSAGES = {
     "pipeline_depth": "parameter pipeline_depth must be one of 1, 2, got ",
     "execute_timeout_ms": "parameter execute_timeout_ms must be a whole number of "
     "milliseconds >= 0 (0: no timeout), got ",
+    "pipeline_min_device_us": "parameter pipeline_min_device_us must be a whole number of "
+    "microseconds >= 0 (0: pipeline every execution), got ",
     "input_shape_order": "parameter input_shape_order must be the model's input names in ATC's "
     "--input_shape order, comma-separated and each once, such as 'b,a' (or be left out: found "
     "from the gears), got ",
@@ -67,6 +69,8 @@ def test_defaults_when_only_om_file_is_given() -> None:
         ("pipeline_depth", "2", 2),
         ("execute_timeout_ms", "0", 0),
         ("execute_timeout_ms", "2500", 2500),
+        ("pipeline_min_device_us", "0", 0),
+        ("pipeline_min_device_us", "250", 250),
         ("input_shape_order", "b,a", ("b", "a")),
         ("input_shape_order", " b , a,c", ("b", "a", "c")),
         ("input_shape_order", "x", ("x",)),
@@ -104,6 +108,8 @@ def test_accepted_values(name: str, text: str, value: object) -> None:
         ("execute_timeout_ms", "-1"),
         ("execute_timeout_ms", "1.5"),
         ("execute_timeout_ms", ""),
+        ("pipeline_min_device_us", "-1"),
+        ("pipeline_min_device_us", "1ms"),
         ("input_shape_order", ""),
         ("input_shape_order", "b,,a"),
         ("input_shape_order", "b,a,b"),
@@ -153,7 +159,7 @@ def test_typed_values_follow_the_same_rules(name: str, value: object) -> None:
 
 
 def test_round_trip_through_a_model_config() -> None:
-    params = ModelParameters("resnet.om", SHA, (2, 0, 5), "emulator", 2, 1500, ("b", "a"))
+    params = ModelParameters("resnet.om", SHA, (2, 0, 5), "emulator", 2, 1500, ("b", "a"), 0)
     config = ModelConfig(name="resnet")
     params.to_config(config)
     assert {key: value.string_value for key, value in config.parameters.items()} == {
@@ -164,11 +170,14 @@ def test_round_trip_through_a_model_config() -> None:
         "pipeline_depth": "2",
         "execute_timeout_ms": "1500",
         "input_shape_order": "b,a",
+        "pipeline_min_device_us": "0",
     }
     assert ModelParameters.from_config(config) == params
     defaults = ModelParameters("resnet.om")
     defaults.to_config(config)  # None fields remove their keys
-    assert not {"om_sha256", "acl_runtime", "input_shape_order"} & set(config.parameters)
+    assert not {"om_sha256", "acl_runtime", "input_shape_order", "pipeline_min_device_us"} & set(
+        config.parameters
+    )
     assert ModelParameters.from_config(config) == defaults
 
 
@@ -251,3 +260,9 @@ def test_scaffold_refuses_bad_parameters_with_the_same_messages(
     assert code == 2
     assert MESSAGES["device_ids"] + "'0,,1'" in capsys.readouterr().err
     assert not repo.exists() or not any(repo.iterdir())
+
+
+def test_depth_2_pipelines_executions_of_a_millisecond_unless_told_otherwise() -> None:
+    assert ModelParameters("m.om").pipeline_min_device_s == 0.001
+    assert ModelParameters("m.om", pipeline_min_device_us=0).pipeline_min_device_s == 0.0
+    assert ModelParameters("m.om", pipeline_min_device_us="2500").pipeline_min_device_s == 0.0025

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -151,11 +152,15 @@ def _no_faults() -> Iterator[None]:
     emulator.set_faults(None)
 
 
-def open_instance(om: Path, repository: Path, name: str, depth: int) -> ModelInstance:
+def open_instance(
+    om: Path, repository: Path, name: str, depth: int, **parameters: str
+) -> ModelInstance:
     result = scaffold(
         om, repository, name=name, runtime="emulator", max_batch_size=4, pipeline_depth=depth
     )
     config = load_model_config(result.config_path)
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
     args = {
         "model_config": json.dumps(json_format.MessageToDict(config)),
         "model_instance_kind": "CPU",
@@ -241,3 +246,46 @@ def test_a_failed_execution_fails_its_batch_only(
     assert stats["faults_injected"] - before["faults_injected"] == 1
     for key in ("live_device_allocations", "live_host_allocations", "loaded_models"):
         assert stats[key] == before[key], key
+
+
+def answered_inline_within(instance: ModelInstance, seconds: float) -> bool:
+    """Execute one-row requests for up to `seconds`; whether `execute` began returning the
+    responses itself (checking each answer on the way)."""
+    deadline = time.monotonic() + seconds
+    feeds = {"a": np.full((1, 4), 2, np.float32), "b": np.ones((1, 4), np.float32)}
+    while time.monotonic() < deadline:
+        request = FakeRequest(feeds)
+        returned = instance.execute([request])
+        if returned is None:
+            assert request.sender.sent.wait(10), "no response was sent"
+        response = (returned or request.sender.responses)[0]
+        assert response.error is None
+        np.testing.assert_array_equal(response.outputs["sum"], np.full((1, 4), 3, np.float32))
+        if returned is not None:
+            return True
+    return False
+
+
+def test_depth_2_answers_executions_shorter_than_its_threshold_inline(
+    tmp_path: Path, om_add_mul: Path
+) -> None:
+    # Without a timing model an execution takes microseconds on the emulated device: after the
+    # first metrics interval (0.1 s) depth 2 stops paying for response senders.
+    instance = open_instance(om_add_mul, tmp_path, "add_mul", 2)
+    try:
+        assert answered_inline_within(instance, 5.0)
+    finally:
+        instance.close()
+
+
+@pytest.mark.parametrize(("timing", "threshold"), [("", "0"), ("execute_us=2000", "1000")])
+def test_depth_2_pipelines_executions_as_long_as_its_threshold(
+    tmp_path: Path, om_add_mul: Path, timing: str, threshold: str
+) -> None:
+    emulator.set_timing(timing)
+    instance = open_instance(om_add_mul, tmp_path, "add_mul", 2, pipeline_min_device_us=threshold)
+    try:
+        assert not answered_inline_within(instance, 0.5)
+    finally:
+        instance.close()
+        emulator.set_timing(None)

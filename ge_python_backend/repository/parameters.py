@@ -13,6 +13,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `2` |
 | `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `20000` |
+| `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
@@ -43,6 +44,11 @@ DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
 # (BENCHMARKS.md, section 6: about 0.92 busy at depth 2 against 0.6 at depth 1, same p50 at
 # one client).
 DEFAULT_PIPELINE_DEPTH = 2
+# Depth 2 answers through response senders, which cost the Python backend more than responses
+# returned from `execute` (BENCHMARKS.md, section 1: about 0.1 ms more per request at one client,
+# a third less throughput at eight). Pipelining hides at most one execution's device time, so
+# shorter executions (mean over the last 100 ms) are answered inline.
+DEFAULT_PIPELINE_MIN_DEVICE_US = 1000
 
 
 def _shown(value: object) -> str:
@@ -140,6 +146,20 @@ def parse_execute_timeout_ms(value: object) -> int:
     return timeout
 
 
+def parse_pipeline_min_device_us(value: object) -> int | None:
+    """None (the default, `DEFAULT_PIPELINE_MIN_DEVICE_US`) or microseconds >= 0; 0 pipelines
+    every execution."""
+    if value is None:
+        return None
+    microseconds = _whole_number(value)
+    if microseconds is None:
+        raise ConfigError(
+            "parameter pipeline_min_device_us must be a whole number of microseconds >= 0 "
+            f"(0: pipeline every execution), got {_shown(value)}"
+        )
+    return microseconds
+
+
 def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
     """None (found from the gears), or `"b,a"` / `("b", "a")` -> `("b", "a")`: at least one
     name, none empty or repeated."""
@@ -168,6 +188,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "acl_runtime": parse_acl_runtime,
     "pipeline_depth": parse_pipeline_depth,
     "execute_timeout_ms": parse_execute_timeout_ms,
+    "pipeline_min_device_us": parse_pipeline_min_device_us,
     "input_shape_order": parse_input_shape_order,
 }
 PARAMETER_NAMES = tuple(_PARSERS)
@@ -204,6 +225,7 @@ class ModelParameters:
     pipeline_depth: int = DEFAULT_PIPELINE_DEPTH
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS
     input_shape_order: tuple[str, ...] | None = None
+    pipeline_min_device_us: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -237,6 +259,13 @@ class ModelParameters:
                 config.parameters[field.name].string_value = ",".join(map(str, value))
             else:
                 config.parameters[field.name].string_value = str(value)
+
+    @property
+    def pipeline_min_device_s(self) -> float:
+        """Seconds: at depth 2, executions shorter on average on the device are answered
+        inline (`pipeline_min_device_us`, else its default)."""
+        given = self.pipeline_min_device_us
+        return (DEFAULT_PIPELINE_MIN_DEVICE_US if given is None else given) / 1e6
 
     def device_for_instance(self, instance_name: str) -> int:
         """The NPU of a model instance: instance k of a group uses `device_ids[k % len]`.

@@ -239,6 +239,22 @@ class Session(Resource):
                     self._launch(batch, lane, execution)
         return batch
 
+    def wait_ready(self) -> None:
+        """Block until the next `submit` can launch at once: complete the execution still
+        pending on the lane it takes (its batch gets the outputs or the failure).
+
+        A server that calls this before taking its next batch lets requests gather meanwhile:
+        at depth 2 one execution is then still queued on the device while the next is formed.
+        """
+        with self._lock:
+            if self.closed:
+                return
+            lane = self._lanes[self._next_lane]
+            with lane.lock:
+                if lane.job is not None:
+                    self._context.activate()
+                    self._finish(lane)
+
     def close(self) -> None:
         """Complete what is pending, then release the lanes, context and device (idempotent).
 

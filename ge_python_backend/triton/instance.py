@@ -6,8 +6,12 @@
 One path for every pipeline depth: each request is validated alone (a bad one is answered with
 INVALID_ARG and fails alone), the good ones are submitted to the session together, and their
 responses are built from the batch's result. At depth 1 `execute` waits for the batch and returns
-the responses; at depth 2 it returns `None` at once and a completion thread answers through each
-request's response sender, so Triton hands over the next batch while this one runs.
+the responses; at depth 2 it returns `None` once the lane for the next batch is free, and a
+completion thread answers through each request's response sender: Triton forms the next batch
+while this one is on the device, from the requests that arrived while the one before it ran.
+Response senders cost the Python backend more than returned responses, so depth 2 pipelines only
+while executions take at least `pipeline_min_device_us` on the device (mean over each metrics
+interval, from the session's event times); shorter ones are answered inline, as at depth 1.
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ from tritonclient.grpc import model_config_pb2
 from ge_python_backend.repository.config import ConfigError, compare_config_with_session
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
 from ge_python_backend.repository.versions import expected_sha256, find_om
-from ge_python_backend.runtime import AclError, InputError, PendingBatch, Session
+from ge_python_backend.runtime import (
+    AclError,
+    InputError,
+    PendingBatch,
+    Session,
+    SessionCounters,
+)
 from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
 from ge_python_backend.triton.requests import (
@@ -114,6 +124,9 @@ class ModelInstance:
         )
         self._completions: queue.Queue[Any] | None = None
         self._completer: threading.Thread | None = None
+        self._pipelining = params.pipeline_depth > 1
+        self._min_device_s = params.pipeline_min_device_s
+        self._measured = self.session.counters  # since the last pipelining decision
         if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
             self._completions = queue.Queue(maxsize=params.pipeline_depth)
@@ -125,10 +138,11 @@ class ModelInstance:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Validate each request alone, run the good ones together, answer every request.
 
-        Depth 1: returns the responses. Depth 2: returns `None`; the responses go out through
-        the requests' response senders when the batch completes.
+        Depth 1 (and depth 2 while executions are short): returns the responses. Depth 2:
+        returns `None` when the next batch can be launched at once (`Session.wait_ready`); the
+        responses go out through the requests' response senders when the batch completes.
         """
-        inline = self._completions is None
+        inline = not self._pipelining
         senders = [None if inline else request.get_response_sender() for request in requests]
         responses: list[Any] = [None] * len(requests)
         accepted: list[ParsedRequest] = []
@@ -160,9 +174,37 @@ class ModelInstance:
                 assert self._completions is not None
                 batch = [(parsed, senders[parsed.index]) for parsed in accepted]
                 self._completions.put((pending, batch))  # blocks while the queue is full
+            try:
+                self.session.wait_ready()
+            except Exception:  # the batches keep their own failures; this one is the device's
+                logger.exception("model %s: waiting for a free lane", self._name)
         if self._metrics.due():
-            self._metrics.flush(self.session.counters, self.session.device_memory())
+            counters = self.session.counters
+            if self._completions is not None:
+                self._decide_pipelining(counters)
+            self._metrics.flush(counters, self.session.device_memory())
         return responses if inline else None
+
+    def _decide_pipelining(self, counters: SessionCounters) -> None:
+        """Pipeline while the executions since the last decision took, on average, at least
+        `pipeline_min_device_us` on the device (copies and execution); none: no change."""
+        before, self._measured = self._measured, counters
+        executions = counters.executions - before.executions
+        if executions <= 0:
+            return
+        device_s = sum(
+            getattr(counters, name) - getattr(before, name)
+            for name in ("h2d_seconds", "execute_seconds", "d2h_seconds")
+        )
+        pipelining = device_s / executions >= self._min_device_s
+        if pipelining != self._pipelining:
+            logger.debug(
+                "model %s: executions take %.0f us on the device on average; %s",
+                self._name,
+                device_s / executions * 1e6,
+                "pipelining them" if pipelining else "answering them inline",
+            )
+            self._pipelining = pipelining
 
     def _answers(
         self, pending: PendingBatch, accepted: list[ParsedRequest]
