@@ -45,6 +45,7 @@ from ge_python_backend.emulator.timing import parse as parse_timing  # noqa: E40
 from ge_python_backend.repository.config import load_model_config, write_model_config  # noqa: E402
 from ge_python_backend.repository.parameters import (  # noqa: E402
     DEFAULT_PIPELINE_DEPTH,
+    DEFAULT_PIPELINE_MIN_DEVICE_US,
     ModelParameters,
 )
 from ge_python_backend.repository.scaffold import scaffold  # noqa: E402
@@ -68,9 +69,6 @@ PIPELINE_LEVELS = [1, 16]
 # (= execute_us=2260,execute_us_per_row=200,copy_gbps=10), 32 clients of 4-row requests, one
 # instance; scaffolded at pipeline depth 1 and 2 with several dynamic-batching queue delays.
 SATURATION_TIMING = "profile=resnet50-310p3"
-# Sections 1 to 4 compare model.py at pipeline depth 1, as they always have (the in-process
-# counters drive `execute` directly, which at depth 2 answers through Triton's response sender).
-SECTIONS_DEPTH = 1
 SATURATION_LEVELS = [1, 8, 32]
 SATURATION_ROWS = 4
 SATURATION_DELAYS_US = (0, 100, 1000)
@@ -318,7 +316,7 @@ def scenario_overhead(
     recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
 ) -> dict[str, Any]:
     repository = work / "overhead"
-    scaffold(om, repository, name="ours", runtime="emulator", pipeline_depth=SECTIONS_DEPTH)
+    scaffold(om, repository, name="ours", runtime="emulator")
     add_variant(repository, "ours", "floor", HERE / "floor_model.py")
     levels = [1, 2, 4, 8, 16]
     with serving(repository, logs) as server:
@@ -335,7 +333,7 @@ def scenario_naive(
     recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
 ) -> dict[str, Any]:
     repository = work / "naive"
-    scaffold(om, repository, name="ours", runtime="emulator", pipeline_depth=SECTIONS_DEPTH)
+    scaffold(om, repository, name="ours", runtime="emulator")
     add_variant(repository, "ours", "naive", HERE / "naive_model.py")
     levels = [1, 4, 16]
     with serving(repository, logs, env={"GE_EMULATOR_TIMING": DEVICE_TIMING}) as server:
@@ -352,7 +350,7 @@ def scenario_efficiency(
     recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
 ) -> dict[str, Any]:
     repository = work / "efficiency"
-    scaffold(om, repository, name="classifier", runtime="emulator", pipeline_depth=SECTIONS_DEPTH)
+    scaffold(om, repository, name="classifier", runtime="emulator")
     shape = f"input:{CLASSIFIER_BATCH},3,224,224"
     long = dataclasses.replace(plan, seconds=plan.seconds * 2, warmup=2)
     served, local = [], []
@@ -388,7 +386,6 @@ def scenario_scaling(
                 runtime="emulator",
                 instances=instances,
                 device_ids=list(range(instances)),
-                pipeline_depth=SECTIONS_DEPTH,
             )
             if not batching:
                 without_dynamic_batching(result.model_dir)
@@ -471,7 +468,12 @@ def scenario_saturation(
 
 def device_figures(entry: dict[str, Any]) -> dict[str, float]:
     """Device utilization of one level three ways: from the events (`ge_device_busy_seconds`),
-    from the timing model on the executions and rows counted, and rows/s over the device limit."""
+    from the timing model, and rows/s over the device limit.
+
+    The model's figure is the modelled device time per row the counters saw (executions and
+    padding included) times the rows the clients got per second: the counters reach the metrics
+    endpoint every 100 ms, so their window is off by up to that at each end, the clients' is not.
+    """
     timing = parse_timing(SATURATION_TIMING)
     (counters,) = entry["device_counters"].values()
     (events,) = entry["device_utilization"].values()
@@ -481,7 +483,7 @@ def device_figures(entry: dict[str, Any]) -> dict[str, float]:
     ) / 1e6
     return {
         "events": events,
-        "model": modelled / entry["seconds"],
+        "model": modelled / max(counters["rows"], 1) * entry["rows_per_s"],
         "limit": entry["rows_per_s"] / device_limit(),
         "rows_per_execution": counters["rows"] / max(counters["executions"], 1),
     }
@@ -570,8 +572,7 @@ def saturation_reading(sat: dict[str, Any], summary: dict[str, Any]) -> list[str
         "while the host takes the outputs, answers Triton and stages the next batch: "
         f"{min(by_depth[1]):.2f}-{max(by_depth[1]):.2f} busy whatever the queue delay. Depth 2 "
         "launches the next batch while one executes: "
-        f"{min(by_depth[2]):.2f}-{max(by_depth[2]):.2f}; what is left is host time the second "
-        f"lane could not hide on this 2-core machine, which also runs the {top} clients. The "
+        f"{min(by_depth[2]):.2f}-{max(by_depth[2]):.2f}. The "
         "queue delay matters below saturation: "
         f"at {middle} clients and depth 2, {min(SATURATION_DELAYS_US)} us gave "
         f"{fmt(low[middle]['rows_per_s'])} rows/s in executions of "
@@ -610,13 +611,16 @@ def saturation_lines(sat: dict[str, Any]) -> list[str]:
         "",
         "Device busy is given three ways: *events*, what `ge_device_busy_seconds_total` gained "
         "over the level's seconds (what `bench --metrics-url` prints and `rate()` shows an "
-        "operator); *model*, the timing model's execution time for the executions and rows "
-        "(padding included) the counters saw, "
-        f"`({timing.execute_us:g} x executions + {timing.execute_us_per_row:g} x rows) us` over "
-        "the seconds: exactly how long the emulated device executed; and *share of the limit*, "
-        "rows/s over the device limit. The events also count the emulator's sleep overshoot "
-        "(the engine sleeps out each modelled time on a loaded 2-core host), so they read a "
-        "little above the model; at depth 2 a lane's execution waits on its stream "
+        "operator); *model*, the timing model's execution time per row for the executions and "
+        "rows (padding included) the counters saw, "
+        f"`({timing.execute_us:g} x executions + {timing.execute_us_per_row:g} x rows) us`, "
+        "times the rows/s the clients got: how long the emulated device executed per second; "
+        "and *share of the limit*, rows/s over the device limit. The model's execution enters "
+        "the metrics at most every 100 ms (they are flushed from `execute`), so the events' "
+        "window is off by up to that at each end (about 1% of a 3 s level either way); the "
+        "model figure takes only ratios from the counters. The emulator runs its work in device "
+        "time (work starts when the device could start it, however late its thread wakes on "
+        "this loaded host), and at depth 2 a lane's execution waits on its stream "
         "(`stream_wait_event`) for the other lane's to leave the device, so the lanes' "
         "execution times never overlap and are not counted twice.",
         "",
@@ -958,8 +962,10 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "",
         f"The small model `y = 2x + 1` on FP32[N, {WIDTH}], compiled for the emulator with batch "
         f"gears {SMALL_GEARS}, served (a) `ours`: scaffolded with `model.py` (pooled buffers, "
-        f"gear batching, pyACL emulator; pipeline depth {SECTIONS_DEPTH} here and in sections "
-        f"2 to 4, where scaffold's default is now {DEFAULT_PIPELINE_DEPTH}, see section 6) and "
+        "gear batching, pyACL emulator; scaffold's defaults here and in sections 2 to 4: "
+        f"pipeline depth {DEFAULT_PIPELINE_DEPTH}, which answers executions shorter than "
+        f"{DEFAULT_PIPELINE_MIN_DEVICE_US} us on the device inline, as here, and pipelines longer "
+        "ones, see sections 5 and 6) and "
         "(b) `floor`: the same model directory and "
         "config.pbtxt (dynamic batching, 1 instance) with `benchmarks/floor_model.py`, which "
         "computes `x * 2 + 1` with numpy per request and nothing else. No device timing: the "
