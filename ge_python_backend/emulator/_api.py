@@ -59,15 +59,16 @@ def api(
     if hangable:
         faults.HANGABLE.add(call)
 
+    fewest = len(types) - optional
+
     def decorate(impl: F) -> F:
         @functools.wraps(impl)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if (
-                kwargs
-                or not len(types) - optional <= len(args) <= len(types)
-                or not all(isinstance(a, t) for a, t in zip(args, types))
-            ):
+            if kwargs or not fewest <= len(args) <= len(types):
                 raise TypeError(f"<{name}> args parse failed")
+            for arg, kind in zip(args, types):
+                if not isinstance(arg, kind):
+                    raise TypeError(f"<{name}> args parse failed")
             TLS.api = name
             before = faults.take(call) if fault == "before" else None
             if before is not None:

@@ -63,7 +63,8 @@ class Stream:
                     target=self._run, name=f"acl-stream-0x{self.handle:x}", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify_all()
+            if self._thread is not None:  # only the worker waits for submissions
+                self._cond.notify_all()
             return self._submitted
 
     def reached(self, ticket: int) -> bool:
