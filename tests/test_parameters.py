@@ -266,3 +266,28 @@ def test_depth_2_pipelines_executions_of_a_millisecond_unless_told_otherwise() -
     assert ModelParameters("m.om").pipeline_min_device_s == 0.001
     assert ModelParameters("m.om", pipeline_min_device_us=0).pipeline_min_device_s == 0.0
     assert ModelParameters("m.om", pipeline_min_device_us="2500").pipeline_min_device_s == 0.0025
+
+
+def test_scaffold_writes_pipeline_min_device_us_only_when_given(
+    om_dynamic_batch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "models"
+    scaffold(om_dynamic_batch, repo, name="default", runtime="emulator", warmup=False)
+    code = main(
+        ["scaffold", str(om_dynamic_batch), "-r", str(repo), "--name", "given"]
+        + ["--runtime", "emulator", "--pipeline-min-device-us", "250", "--no-warmup"]
+    )
+    assert code == 0, capsys.readouterr().err
+    default = load_model_config(repo / "default" / "config.pbtxt")
+    given = load_model_config(repo / "given" / "config.pbtxt")
+    assert "pipeline_min_device_us" not in default.parameters
+    assert given.parameters["pipeline_min_device_us"].string_value == "250"
+    assert ModelParameters.from_config(given).pipeline_min_device_s == 0.00025
+    code = main(
+        ["scaffold", str(om_dynamic_batch), "-r", str(repo), "--name", "bad"]
+        + ["--runtime", "emulator", "--pipeline-min-device-us", "-1"]
+    )
+    assert code == 2
+    assert "pipeline_min_device_us must be a whole number of microseconds" in (
+        capsys.readouterr().err
+    )

@@ -445,3 +445,41 @@ def test_a_hang_behind_the_other_lane_times_out_both_and_the_session_recovers(
         for seed in range(4):
             feeds = mlp_rows(1 + seed, seed=seed)
             assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))
+
+
+@pytest.mark.e2e
+def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    # Without a timing model an execution takes microseconds on the emulated device: at
+    # scaffold's defaults depth 2 switches to answering it inline (Triton's stub accepts a
+    # returned list or response senders per execute call); with pipeline_min_device_us 0 it
+    # keeps pipelining. Every answer is checked against onnxruntime across the switch.
+    repository = tmp_path / "models"
+    scaffold(om_dynamic_batch, repository, name="short", runtime="emulator")
+    scaffold(
+        om_dynamic_batch, repository, name="always", runtime="emulator", pipeline_min_device_us=0
+    )
+    log_path = tmp_path / "triton.log"
+    rng = np.random.default_rng(3)
+    expected = onnxruntime.InferenceSession(
+        str(onnx_path_of(om_dynamic_batch)), providers=["CPUExecutionProvider"]
+    )
+    with (
+        running_server(repository, log_path=log_path) as server,
+        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            batches = [rng.standard_normal((1 + i % 3, 16), dtype=np.float32) for i in range(8)]
+            for model in ("short", "always"):
+                calls = [pool.submit(_infer_grpc, client, model, x) for x in batches]
+                for x, call in zip(batches, calls):
+                    result = call.result()
+                    assert not isinstance(result, Exception), str(result)
+                    (want,) = expected.run(["y"], {"x": x})
+                    np.testing.assert_allclose(result.as_numpy("y"), want, rtol=1e-5, atol=1e-6)
+    switches = [line for line in log_path.read_text().splitlines() if "answering them" in line]
+    assert any("'short'" in line and "inline" in line for line in switches), switches
+    assert not any("'always'" in line for line in switches), switches

@@ -278,7 +278,10 @@ def test_depth_2_answers_executions_shorter_than_its_threshold_inline(
         instance.close()
 
 
-@pytest.mark.parametrize(("timing", "threshold"), [("", "0"), ("execute_us=2000", "1000")])
+# Pipelining starts at the limit and stops below half of it: 700 us executions keep it on.
+@pytest.mark.parametrize(
+    ("timing", "threshold"), [("", "0"), ("execute_us=2000", "1000"), ("execute_us=700", "1000")]
+)
 def test_depth_2_pipelines_executions_as_long_as_its_threshold(
     tmp_path: Path, om_add_mul: Path, timing: str, threshold: str
 ) -> None:

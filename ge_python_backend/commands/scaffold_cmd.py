@@ -11,6 +11,7 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import (
     DEFAULT_EXECUTE_TIMEOUT_MS,
     DEFAULT_PIPELINE_DEPTH,
+    DEFAULT_PIPELINE_MIN_DEVICE_US,
 )
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
@@ -131,6 +132,16 @@ def register(subparsers: Any) -> None:
         "device), rebuild its stream and serve on; 0 waits forever "
         f"(default: {DEFAULT_EXECUTE_TIMEOUT_MS})",
     )
+    parser.add_argument(
+        "--pipeline-min-device-us",
+        type=int,
+        default=None,
+        metavar="US",
+        help="at pipeline depth 2, pipeline only executions that take at least US microseconds "
+        "on the device on average (shorter ones are answered inline: Triton's response senders "
+        "cost more than they would hide); 0 pipelines all "
+        f"(default: {DEFAULT_PIPELINE_MIN_DEVICE_US})",
+    )
     add_input_shape_order_option(parser)
     parser.add_argument(
         "--input",
@@ -186,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         pipeline_depth=args.pipeline_depth,
         execute_timeout_ms=args.execute_timeout_ms,
         input_shape_order=args.input_shape_order,
+        pipeline_min_device_us=args.pipeline_min_device_us,
         inputs=args.input,
         outputs=args.output,
         dry_run=args.dry_run,

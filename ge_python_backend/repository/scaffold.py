@@ -253,6 +253,7 @@ def scaffold(
     pipeline_depth: int = DEFAULT_PIPELINE_DEPTH,
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS,
     input_shape_order: Sequence[str] | str | None = None,
+    pipeline_min_device_us: int | None = None,
     inputs: Sequence[str] | None = None,
     outputs: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -266,8 +267,9 @@ def scaffold(
     `name` defaults to the `.om` file's stem. The model directory is built next to its final
     place and renamed in, so a failure leaves nothing half-written; an existing directory is
     replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
-    write. `device_ids`, `runtime`, `pipeline_depth`, `execute_timeout_ms` and
-    `input_shape_order` become the config's parameters (`ModelParameters`: the rules and
+    write. `device_ids`, `runtime`, `pipeline_depth`, `execute_timeout_ms`,
+    `input_shape_order` and `pipeline_min_device_us` (None: left out, its default applies)
+    become the config's parameters (`ModelParameters`: the rules and
     messages of the model instance). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
     instead of marking the model UNAVAILABLE). `version_policy` (`latest:K`, `all`,
@@ -298,6 +300,7 @@ def scaffold(
         pipeline_depth=pipeline_depth,
         execute_timeout_ms=execute_timeout_ms,
         input_shape_order=parse_input_shape_order(input_shape_order),
+        pipeline_min_device_us=pipeline_min_device_us,
     )
     specs_in: Sequence[TensorLike]
     specs_out: Sequence[TensorLike]

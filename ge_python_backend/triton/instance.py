@@ -11,7 +11,8 @@ completion thread answers through each request's response sender: Triton forms t
 while this one is on the device, from the requests that arrived while the one before it ran.
 Response senders cost the Python backend more than returned responses, so depth 2 pipelines only
 while executions take at least `pipeline_min_device_us` on the device (mean over each metrics
-interval, from the session's event times); shorter ones are answered inline, as at depth 1.
+interval, from the session's event times; it stops below half of that); shorter ones are
+answered inline, as at depth 1.
 """
 
 from __future__ import annotations
@@ -186,23 +187,31 @@ class ModelInstance:
         return responses if inline else None
 
     def _decide_pipelining(self, counters: SessionCounters) -> None:
-        """Pipeline while the executions since the last decision took, on average, at least
-        `pipeline_min_device_us` on the device (copies and execution); none: no change."""
+        """From the executions since the last decision (none: no change): start pipelining when
+        they took at least `pipeline_min_device_us` on the device on average (copies and
+        execution), stop when they took less than half of it (no flapping around the limit)."""
         before, self._measured = self._measured, counters
         executions = counters.executions - before.executions
         if executions <= 0:
             return
-        device_s = sum(
-            getattr(counters, name) - getattr(before, name)
-            for name in ("h2d_seconds", "execute_seconds", "d2h_seconds")
+        device_s = (
+            sum(
+                getattr(counters, name) - getattr(before, name)
+                for name in ("h2d_seconds", "execute_seconds", "d2h_seconds")
+            )
+            / executions
         )
-        pipelining = device_s / executions >= self._min_device_s
+        limit = self._min_device_s if not self._pipelining else self._min_device_s / 2
+        pipelining = device_s >= limit
         if pipelining != self._pipelining:
-            logger.debug(
-                "model %s: executions take %.0f us on the device on average; %s",
+            logger.info(
+                "model %s: executions take %.0f us on the device on average, %s; %s",
                 self._name,
-                device_s / executions * 1e6,
-                "pipelining them" if pipelining else "answering them inline",
+                device_s * 1e6,
+                f"{'at least' if pipelining else 'less than'} {limit * 1e6:.0f} us",
+                "pipelining them (pipeline_min_device_us)"
+                if pipelining
+                else "answering them inline (pipeline_min_device_us)",
             )
             self._pipelining = pipelining
 
