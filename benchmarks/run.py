@@ -260,7 +260,8 @@ def paired(
 def cpu_per_request(
     recorder: Recorder, server: TritonServer, model: str, level: int, plan: Plan, label: str
 ) -> dict[str, float]:
-    """CPU microseconds per request of the load generator, tritonserver and the model's stub."""
+    """CPU microseconds per request of the load generator, tritonserver and the model's stub,
+    and Triton's own time per request in the model's `execute` (`compute_infer`)."""
     process = psutil.Process(server.pid)
     stub = next(c for c in process.children() if f"/{model}/" in " ".join(c.cmdline()))
 
@@ -268,10 +269,10 @@ def cpu_per_request(
         times = p.cpu_times()
         return times.user + times.system
 
-    before = used(process), used(stub), triton_counts(server, model)
+    before = used(process), used(stub), triton_counts(server, model), compute_ns(server, model)
     children = psutil.Process().cpu_times()
     entry = recorder.bench(server, model, [level], plan, label)[0]
-    after = used(process), used(stub), triton_counts(server, model)
+    after = used(process), used(stub), triton_counts(server, model), compute_ns(server, model)
     client = psutil.Process().cpu_times()
     requests = entry["requests"]
     spent = (client.children_user + client.children_system) - (
@@ -283,7 +284,14 @@ def cpu_per_request(
         "tritonserver": (after[0] - before[0]) / requests * 1e6,
         "stub": (after[1] - before[1]) / requests * 1e6,
         "per_execution": (after[2][0] - before[2][0]) / max(after[2][1] - before[2][1], 1),
+        "compute_infer": (after[3] - before[3]) / max(after[2][0] - before[2][0], 1) / 1e3,
     }
+
+
+def compute_ns(server: TritonServer, model: str) -> int:
+    """Triton's cumulative `compute_infer` nanoseconds of a model (each request counts the
+    whole `execute` call it was part of, the round trip to the stub included)."""
+    return int(triton_stats(server, model)["inference_stats"]["compute_infer"].get("ns", 0))
 
 
 def triton_stats(server: TritonServer, model: str) -> dict[str, Any]:
@@ -321,12 +329,16 @@ def scenario_overhead(
     levels = [1, 2, 4, 8, 16]
     with serving(repository, logs) as server:
         runs = alternate(recorder, server, ["ours", "floor"], levels, plan, "overhead")
-        say("overhead: CPU per request at concurrency 8")
+        say("overhead: CPU per request at concurrency 8, execute time at 1 and 8")
         cpu = {
             model: cpu_per_request(recorder, server, model, 8, plan, f"overhead-cpu-{model}")
             for model in ("ours", "floor")
         }
-    return {"runs": runs, "levels": levels, "cpu": cpu}
+        alone = {
+            model: cpu_per_request(recorder, server, model, 1, plan, f"overhead-one-{model}")
+            for model in ("ours", "floor")
+        }
+    return {"runs": runs, "levels": levels, "cpu": cpu, "alone": alone}
 
 
 def scenario_naive(
@@ -902,7 +914,7 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
     served = statistics.median(e["rows_per_s"] for e in eff["served"])
     local = statistics.median(e["rows_per_s"] for e in eff["local"])
     counters = naive["counters"]
-    cpu = over["cpu"]
+    cpu, alone = over["cpu"], over["alone"]
 
     def verdict(value: float, target: float) -> str:
         return "met" if value >= target else "**not met**"
@@ -929,14 +941,14 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "| comparison | ratio (median) | per round | target | |",
         "|---|---|---|---|---|",
         f"| overhead: our model.py / numpy floor, throughput at concurrency 1 | "
-        f"{ratio_1:.2f} | {each(rounds_1)} | | |",
+        f"{ratio_1:.2f} | {each(rounds_1)} | >= 0.75 | {verdict(ratio_1, 0.75)} |",
         f"| overhead: our model.py / numpy floor, throughput at concurrency 8 | "
         f"{ratio_8:.3f} | {each(rounds_8)} | >= 0.90 | {verdict(ratio_8, 0.90)} |",
         f"| our model.py / naive sample-style model.py, throughput at concurrency 16 | "
         f"{ratio_n:.1f}x | {each(rounds_n, 1)} | >= 3x | {verdict(ratio_n, 3.0)} |",
         f"| serving efficiency: classifier through Triton / in-process `Session.infer`, "
-        f"batch {CLASSIFIER_BATCH} | {ratio_e:.3f} | {each(rounds_e)} | >= 0.90 | "
-        f"{verdict(ratio_e, 0.90)} |",
+        f"batch {CLASSIFIER_BATCH} | {ratio_e:.3f} | {each(rounds_e)} | >= 0.95 | "
+        f"{verdict(ratio_e, 0.95)} |",
         *(saturation_verdicts(data["saturation"]) if "saturation" in data else []),
         "",
         "## Machine",
@@ -976,17 +988,28 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "",
         "![ours and the floor: throughput and p99 latency](benchmarks/results/overhead.png)",
         "",
-        "CPU time per request at concurrency 8 (one extra run each; microseconds):",
+        "CPU time per request at concurrency 8, and Triton's `compute_infer` per request (the "
+        "model's `execute` call as Triton times it, the round trip to the stub included) at "
+        "concurrency 1 and 8 (one extra run each; microseconds):",
         "",
         "| model | req/s | requests per execution | load generator | tritonserver "
-        "| model stub process | total |",
-        "|---|---|---|---|---|---|---|",
+        "| model stub process | total | compute_infer at 1 | compute_infer at 8 |",
+        "|---|---|---|---|---|---|---|---|---|",
         *[
             f"| {model} | {fmt(c['throughput_rps'])} | {c['per_execution']:.2f} | "
             f"{fmt(c['client'])} | {fmt(c['tritonserver'])} | {fmt(c['stub'])} | "
-            f"{fmt(c['client'] + c['tritonserver'] + c['stub'])} |"
+            f"{fmt(c['client'] + c['tritonserver'] + c['stub'])} | "
+            f"{fmt(alone[model]['compute_infer'])} | {fmt(c['compute_infer'])} |"
             for model, c in cpu.items()
         ],
+        "",
+        "At concurrency 1 the machine is not saturated and latency decides: the difference in "
+        f"p50 is the difference in `compute_infer` ({fmt(alone['ours']['compute_infer'])} "
+        f"against {fmt(alone['floor']['compute_infer'])} us), that is our `execute` with the "
+        "emulated device in the stub process. It takes longer there than in-process (below): "
+        "between requests the client and tritonserver run on the same cores and evict the "
+        "stub's caches, and ours touches far more code and memory per call than the floor's one "
+        "numpy expression.",
         "",
         "What limits the ratio: at concurrency 8 the machine's cores are the bottleneck for both "
         "models (the load generator alone takes a large share), so throughput follows the total "

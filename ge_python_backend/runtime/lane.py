@@ -184,7 +184,8 @@ class Lane(Resource):
         With `after` (the lane launched before, on the same device), the execution waits for
         that lane's execution to leave the device: copies still overlap it, executions do not,
         so each lane's execute events time only its own device time (their sum is the device's
-        busy time, never more than the wall time).
+        busy time, never more than the wall time). A lane with nothing pending (its execution
+        was waited for) needs no such wait.
         """
         assert self.outputs is not None
         start, executing, executed, end = self.events
@@ -197,7 +198,7 @@ class Lane(Resource):
             slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
         if table.kind != "static":
             table.select(self.model, self.inputs, execution.gear, execution.batch)
-        if after is not None and after is not self:
+        if after is not None and after is not self and after.job is not None:
             after.events[2].hold(self.stream)
         executing.record(self.stream)
         self.model.execute_async(self.inputs, self.outputs, self.stream)
