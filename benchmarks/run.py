@@ -326,9 +326,11 @@ def scenario_overhead(
     repository = work / "overhead"
     scaffold(om, repository, name="ours", runtime="emulator")
     add_variant(repository, "ours", "floor", HERE / "floor_model.py")
+    add_variant(repository, "ours", "floor_sender", HERE / "floor_sender_model.py")
     levels = [1, 2, 4, 8, 16]
     with serving(repository, logs) as server:
-        runs = alternate(recorder, server, ["ours", "floor"], levels, plan, "overhead")
+        models = ["ours", "floor", "floor_sender"]
+        runs = alternate(recorder, server, models, levels, plan, "overhead")
         say("overhead: CPU per request at concurrency 8, execute time at 1 and 8")
         cpu = {
             model: cpu_per_request(recorder, server, model, 8, plan, f"overhead-cpu-{model}")
@@ -582,9 +584,9 @@ def saturation_reading(sat: dict[str, Any], summary: dict[str, Any]) -> list[str
         f"{delay}) the device executed {statistics.median(summary['busy']):.3f} of the time at "
         f"{top} clients (median of the rounds; target 0.95, floor 0.90). At depth 1 it idles "
         "while the host takes the outputs, answers Triton and stages the next batch: "
-        f"{min(by_depth[1]):.2f}-{max(by_depth[1]):.2f} busy whatever the queue delay. Depth 2 "
+        f"{span(by_depth[1])} busy whatever the queue delay. Depth 2 "
         "launches the next batch while one executes: "
-        f"{min(by_depth[2]):.2f}-{max(by_depth[2]):.2f}. The "
+        f"{span(by_depth[2])}. The "
         "queue delay matters below saturation: "
         f"at {middle} clients and depth 2, {min(SATURATION_DELAYS_US)} us gave "
         f"{fmt(low[middle]['rows_per_s'])} rows/s in executions of "
@@ -596,6 +598,12 @@ def saturation_reading(sat: dict[str, Any], summary: dict[str, Any]) -> list[str
         f"{table[f'depth1_delay{delay}'][1]['p50_ms']:.2f} ms at depth 1, "
         f"{chosen[1]['p50_ms']:.2f} ms at depth 2.",
     ]
+
+
+def span(values: list[float]) -> str:
+    """`0.74-0.76`, or one value when they round alike."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def saturation_lines(sat: dict[str, Any]) -> list[str]:
@@ -771,7 +779,9 @@ def machine() -> list[tuple[str, str]]:
         check=False,
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        # what this run writes does not count as a change to what it measured
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", "."]
+        + [":(exclude)BENCHMARKS.md", ":(exclude)benchmarks/results"],
         capture_output=True,
         text=True,
         check=False,
@@ -906,6 +916,10 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
     over, naive, eff, scale = data["overhead"], data["naive"], data["efficiency"], data["scaling"]
     rounds_1 = paired(over["runs"]["ours"], over["runs"]["floor"], 1)
     rounds_8 = paired(over["runs"]["ours"], over["runs"]["floor"], 8)
+    senders = {
+        level: statistics.median(paired(over["runs"]["floor_sender"], over["runs"]["floor"], level))
+        for level in (1, 8)
+    }
     rounds_n = paired(naive["runs"]["ours"], naive["runs"]["naive"], 16)
     rounds_e = [se["rows_per_s"] / lo["rows_per_s"] for se, lo in zip(eff["served"], eff["local"])]
     ratio_1, ratio_8, ratio_n, ratio_e = (
@@ -944,6 +958,9 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         f"{ratio_1:.2f} | {each(rounds_1)} | >= 0.75 | {verdict(ratio_1, 0.75)} |",
         f"| overhead: our model.py / numpy floor, throughput at concurrency 8 | "
         f"{ratio_8:.3f} | {each(rounds_8)} | >= 0.90 | {verdict(ratio_8, 0.90)} |",
+        "| the floor answering through response senders from a thread (as pipeline depth 2 "
+        "does) / the floor, throughput at concurrency 1 and 8 | "
+        f"{senders[1]:.2f}, {senders[8]:.2f} | | | |",
         f"| our model.py / naive sample-style model.py, throughput at concurrency 16 | "
         f"{ratio_n:.1f}x | {each(rounds_n, 1)} | >= 3x | {verdict(ratio_n, 3.0)} |",
         f"| serving efficiency: classifier through Triton / in-process `Session.infer`, "
@@ -980,11 +997,18 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "ones, see sections 5 and 6) and "
         "(b) `floor`: the same model directory and "
         "config.pbtxt (dynamic batching, 1 instance) with `benchmarks/floor_model.py`, which "
-        "computes `x * 2 + 1` with numpy per request and nothing else. No device timing: the "
-        "emulator runs the model with onnxruntime as fast as it can.",
+        "computes `x * 2 + 1` with numpy per request and nothing else; and (c) `floor_sender`: "
+        "the same numpy work answered the way pipeline depth 2 answers, through each request's "
+        "response sender from a completion thread (`benchmarks/floor_sender_model.py`). No "
+        "device timing: the emulator runs the model with onnxruntime as fast as it can.",
         "",
         f"Throughput ratio ours / floor: **{ratio_1:.2f} at concurrency 1**, "
-        f"**{ratio_8:.2f} at concurrency 8**.",
+        f"**{ratio_8:.2f} at concurrency 8**. The floor answering through response senders "
+        f"reaches {senders[1]:.2f} and {senders[8]:.2f} of the floor: that path costs Triton's "
+        "Python backend more per request than responses returned from `execute` (the stub "
+        "sends a returned list in one message), which is why pipeline depth 2 pipelines only "
+        f"executions of at least {DEFAULT_PIPELINE_MIN_DEVICE_US} us on the device "
+        "(`pipeline_min_device_us`) and answers shorter ones, like these, inline.",
         "",
         "![ours and the floor: throughput and p99 latency](benchmarks/results/overhead.png)",
         "",
@@ -1006,10 +1030,10 @@ def write_report(output: Path, data: dict[str, Any]) -> None:
         "At concurrency 1 the machine is not saturated and latency decides: the difference in "
         f"p50 is the difference in `compute_infer` ({fmt(alone['ours']['compute_infer'])} "
         f"against {fmt(alone['floor']['compute_infer'])} us), that is our `execute` with the "
-        "emulated device in the stub process. It takes longer there than in-process (below): "
-        "between requests the client and tritonserver run on the same cores and evict the "
-        "stub's caches, and ours touches far more code and memory per call than the floor's one "
-        "numpy expression.",
+        "emulated device in the stub process. It takes longer there than in-process (below), "
+        "most likely because between requests the client and tritonserver run on the same two "
+        "cores and evict the stub's caches, and ours touches far more code and memory per call "
+        "than the floor's one numpy expression (not measured further).",
         "",
         "What limits the ratio: at concurrency 8 the machine's cores are the bottleneck for both "
         "models (the load generator alone takes a large share), so throughput follows the total "

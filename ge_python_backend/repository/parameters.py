@@ -41,13 +41,13 @@ _NUMBER = re.compile(r"[0-9]+")
 # and the drain's exit timeout (docs/CONFIGURATION.md, "execute_timeout_ms").
 DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
 # Two batches in flight keep the device executing while the host prepares the next batch
-# (BENCHMARKS.md, section 6: about 0.92 busy at depth 2 against 0.6 at depth 1, same p50 at
-# one client).
+# (BENCHMARKS.md, section 6: 1.00 busy at depth 2 against 0.75 at depth 1, about the same p50
+# at one client).
 DEFAULT_PIPELINE_DEPTH = 2
 # Depth 2 answers through response senders, which cost the Python backend more than responses
-# returned from `execute` (BENCHMARKS.md, section 1: about 0.1 ms more per request at one client,
-# a third less throughput at eight). Pipelining hides at most one execution's device time, so
-# shorter executions (mean over the last 100 ms) are answered inline.
+# returned from `execute` (BENCHMARKS.md, section 1, `floor_sender`). Pipelining hides at most
+# one execution's device time, so shorter executions (mean over the last 100 ms) are answered
+# inline.
 DEFAULT_PIPELINE_MIN_DEVICE_US = 1000
 
 
