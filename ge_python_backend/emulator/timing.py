@@ -191,8 +191,7 @@ def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
         if remaining > 0:
             time.sleep(remaining)
         unit.free_at = end
-        if getattr(_work, "at", None) is not None:
-            _work.at = end
+        reach(end)
         trace = _trace
         if trace is not None:
             trace.append((device_id, name, start, end))

@@ -63,6 +63,11 @@ class SessionCounters:
     failed_executions: int = 0
     device_bytes_held: int = 0
 
+    @property
+    def device_seconds(self) -> float:
+        """Device time of the executions: copy in, execute, copy out."""
+        return self.h2d_seconds + self.execute_seconds + self.d2h_seconds
+
 
 @dataclasses.dataclass
 class _Job:

@@ -194,24 +194,18 @@ class ModelInstance:
         executions = counters.executions - before.executions
         if executions <= 0:
             return
-        device_s = (
-            sum(
-                getattr(counters, name) - getattr(before, name)
-                for name in ("h2d_seconds", "execute_seconds", "d2h_seconds")
-            )
-            / executions
-        )
+        device_s = (counters.device_seconds - before.device_seconds) / executions
         limit = self._min_device_s if not self._pipelining else self._min_device_s / 2
         pipelining = device_s >= limit
         if pipelining != self._pipelining:
             logger.info(
-                "model %s: executions take %.0f us on the device on average, %s; %s",
+                "model %s: executions take %.0f us on the device on average, %s %.0f us; %s "
+                "(pipeline_min_device_us)",
                 self._name,
                 device_s * 1e6,
-                f"{'at least' if pipelining else 'less than'} {limit * 1e6:.0f} us",
-                "pipelining them (pipeline_min_device_us)"
-                if pipelining
-                else "answering them inline (pipeline_min_device_us)",
+                "at least" if pipelining else "less than",
+                limit * 1e6,
+                "pipelining them" if pipelining else "answering them inline",
             )
             self._pipelining = pipelining
 
