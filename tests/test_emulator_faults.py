@@ -242,6 +242,41 @@ def test_a_slow_execution_times_out_and_then_completes(ctx: int, om_static: Path
     assert acl.rt.destroy_stream(stream) == 0
 
 
+def test_synchronize_event_with_timeout_waits_for_the_event_not_the_stream(
+    ctx: int, om_static: Path
+) -> None:
+    # hicann/ge aclrtSynchronizeEventWithTimeoutImpl: timeout in [-1, INT_MAX] (else 107000),
+    # 507047 ACL_ERROR_RT_EVENT_SYNC_TIMEOUT past it; the binding parses (event "k", timeout "i").
+    model_id, (inputs, outputs) = _loaded(om_static)
+    stream, _ = acl.rt.create_stream()
+    executed, _ = acl.rt.create_event()
+    set_timing("execute_us=50000,copy_gbps=0.0001")  # a 64-byte copy out takes about 0.6 ms
+    assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0
+    assert acl.rt.record_event(executed, stream) == 0
+    device, (host, ret) = malloc(64), acl.rt.malloc_host(64)
+    assert ret == 0
+    assert acl.rt.memcpy_async(host, 64, device, 64, D2H, stream) == 0
+    assert acl.rt.synchronize_event_with_timeout(executed, 0) == 507047  # only looks
+    assert "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT (507047)" in acl.get_recent_err_msg()
+    assert acl.rt.synchronize_event_with_timeout(executed, 5000) == 0
+    assert acl.rt.synchronize_event_with_timeout(executed, -1) == 0
+    assert acl.rt.synchronize_event_with_timeout(executed, -2) == 107000
+    for bad in ((executed,), (executed, 1.5)):
+        with pytest.raises(TypeError, match="synchronize_event_with_timeout> args parse failed"):
+            acl.rt.synchronize_event_with_timeout(*bad)
+    assert acl.rt.synchronize_stream(stream) == 0
+    assert acl.rt.free_host(host) == 0
+    set_timing(None)
+    set_faults("mdl.execute_async:hang:1")
+    assert acl.mdl.execute_async(model_id, inputs, outputs, stream) == 0
+    assert acl.rt.record_event(executed, stream) == 0
+    start = time.monotonic()
+    assert acl.rt.synchronize_event_with_timeout(executed, 200) == 507047  # behind hung work
+    assert 0.19 <= time.monotonic() - start < 2.0
+    assert acl.rt.destroy_stream(stream) == 0
+    assert acl.rt.destroy_event(executed) == 0
+
+
 def test_synchronize_stream_with_timeout_checks_its_arguments(ctx: int) -> None:
     stream, _ = acl.rt.create_stream()
     assert acl.rt.synchronize_stream_with_timeout(stream, 1) == 0

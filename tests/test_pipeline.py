@@ -409,6 +409,44 @@ def test_a_hung_execution_times_out_alone_and_the_lane_recovers(
         assert session.counters.failed_executions == 1
 
 
+def test_wait_ready_returns_once_the_next_lanes_execution_left_the_execute_engine(
+    om_dynamic_batch: Path,
+) -> None:
+    # Its copy out may still run: the batch is not completed by wait_ready (a later submit or
+    # result() completes it), so the next batch can launch right behind the running one.
+    emulator.set_timing("execute_us=20000,copy_gbps=0.00002")  # 64 bytes copy in 3.2 ms
+    with Session(
+        om_dynamic_batch, runtime="emulator", pipeline_depth=2, execute_timeout_ms=5000
+    ) as session:
+        feeds = [mlp_rows(1, seed=i) for i in range(3)]
+        first, second = session.submit([feeds[0]]), session.submit([feeds[1]])
+        session.wait_ready()  # the next submit takes lane 0, where `first` runs
+        assert not first.done()
+        third = session.submit([feeds[2]])
+        for batch, want in zip((first, second, third), feeds):
+            assert_same(batch.result()[0], reference(om_dynamic_batch, want))
+
+
+def test_wait_ready_fails_a_hung_execution_after_execute_timeout_ms_once(
+    om_dynamic_batch: Path,
+) -> None:
+    with Session(
+        om_dynamic_batch, runtime="emulator", pipeline_depth=2, execute_timeout_ms=300
+    ) as session:
+        emulator.set_faults("mdl.execute_async:hang:1")
+        hung = session.submit([mlp_rows(1, seed=0)])
+        behind = session.submit([mlp_rows(1, seed=1)])  # its execution waits for the hung one
+        started = time.perf_counter()
+        session.wait_ready()  # waits for the event, then completes the hung batch at once
+        assert 0.29 <= time.perf_counter() - started < 0.6
+        assert hung.done()
+        for batch in (hung, behind):
+            with pytest.raises(ExecuteTimeoutError, match="execute_timeout_ms=300"):
+                batch.result()
+        feeds = mlp_rows(2, seed=2)
+        assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))
+
+
 def test_device_busy_time_is_not_counted_twice_at_depth_2(om_dynamic_batch: Path) -> None:
     # Two lanes keep the device busy back to back; each execution's events must time only its
     # own device time, so busy seconds follow the timing model and never exceed the wall time.

@@ -35,9 +35,11 @@ class Event:
         record.ticket = stream.submit("acl.rt.record_event", record.mark)
         self._record = record
 
-    def wait(self) -> None:
-        """Block until the stream has reached the event (returns at once if never recorded)."""
-        self.waiter(give_up_if_hung=False)()
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the stream has reached the event (at once if never recorded), at most
+        `timeout` seconds (None: no limit); False if it has not by then."""
+        record = self._record
+        return record is None or record.stream.wait_for(record.ticket, timeout=timeout)
 
     def waiter(self, give_up_if_hung: bool = True) -> Callable[[], None]:
         """Waiting for the event's record as it is now (a later record does not move it); as a

@@ -72,14 +72,17 @@ class Stream:
         with self._cond:
             return self._completed >= ticket or self._stopping
 
-    def wait_for(self, ticket: int, give_up_if_hung: bool = False) -> None:
+    def wait_for(
+        self, ticket: int, give_up_if_hung: bool = False, timeout: float | None = None
+    ) -> bool:
         """Block until the work with `ticket` (and everything before it) has run, or the stream
-        is stopped; with `give_up_if_hung`, StreamHung if hung work stands before it."""
+        is stopped, at most `timeout` seconds (None: no limit); False if it timed out. With
+        `give_up_if_hung`, StreamHung if hung work stands before it."""
         self._run_lazily(ticket)
         with self._cond:
             if give_up_if_hung and self._hung and self._completed < ticket:
                 raise StreamHung(f"stream 0x{self.handle:x}: {self._hung}")
-            self._cond.wait_for(lambda: self._completed >= ticket or self._stopping)
+            return self._cond.wait_for(lambda: self._completed >= ticket or self._stopping, timeout)
 
     def wait(self, timeout_ms: int = -1) -> AclFailure | None:
         """Block until everything queued so far has run (at most `timeout_ms`, -1: no limit);

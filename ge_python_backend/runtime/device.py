@@ -187,6 +187,9 @@ def _destroy_stream(context: Context, handle: int) -> None:
     check(context.acl.rt.destroy_stream(handle), "acl.rt.destroy_stream", context.acl)
 
 
+EVENT_SYNC_TIMEOUT = 507047  # ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+
+
 class Event(Resource):
     """An event in `context`: recorded on a stream, it marks a point of the stream's work."""
 
@@ -209,6 +212,21 @@ class Event(Resource):
         """Queue the event on `stream`; it completes when the work queued before it has run."""
         acl = self.context.acl
         check(acl.rt.record_event(self.handle, stream.handle), "acl.rt.record_event", acl)
+
+    def reached(self, timeout_ms: int) -> bool | None:
+        """Wait until the event's last record has completed, at most `timeout_ms` (-1: no
+        limit; `acl.rt.synchronize_event_with_timeout`): True if it has, False if not by then,
+        None when this pyACL lacks the call (older CANN)."""
+        acl = self.context.acl
+        with_timeout = getattr(acl.rt, "synchronize_event_with_timeout", None)
+        if with_timeout is None:
+            return None
+        self.context.activate()
+        ret = with_timeout(self.handle, timeout_ms)
+        if ret == EVENT_SYNC_TIMEOUT:
+            return False
+        check(ret, "acl.rt.synchronize_event_with_timeout", acl)
+        return True
 
     def seconds_since(self, start: Event) -> float:
         """Device time from `start` to this event (both completed), in seconds."""

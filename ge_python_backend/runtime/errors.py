@@ -125,6 +125,7 @@ ACL_ERRORS: dict[int, tuple[str, str]] = {
     507035: ("ACL_ERROR_RT_VECTOR_CORE_EXCEPTION", "vector core exception"),
     507036: ("ACL_ERROR_RT_VECTOR_CORE_TRAP_EXCEPTION", "vector core trap exception"),
     507046: ("ACL_ERROR_RT_STREAM_SYNC_TIMEOUT", "waiting for the stream timed out"),
+    507047: ("ACL_ERROR_RT_EVENT_SYNC_TIMEOUT", "waiting for the event timed out"),
     507053: ("ACL_ERROR_RT_DEVICE_MEM_ERROR", "device memory error"),
     507054: ("ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR", "HBM multi-bit ECC error"),
     507055: ("ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR", "suspected device memory error"),

@@ -367,16 +367,24 @@ def _events(env: _Env) -> str:
 @_probe("synchronize with timeout")
 def _sync_timeout(env: _Env) -> str:
     """acl.rt.synchronize_stream_with_timeout returns 0 once the stream's work is done (the
-    runtime's execute_timeout_ms waits with it)."""
+    runtime's execute_timeout_ms waits with it), and acl.rt.synchronize_event_with_timeout
+    once the stream reached the event (depth 2 waits with it for a lane's execution to leave
+    the execute engine; without it the lane is waited for whole)."""
     with env.opened() as context:
         host, device = HostBuffer(context, 4096), DeviceBuffer(context, 4096)
         stream = Stream(context)
+        copied = Event(context)
         device.copy_from_host_async(host, 4096, stream)
+        copied.record(stream)
+        reached = copied.reached(SYNC_TIMEOUT_MS)
         stream.synchronize(SYNC_TIMEOUT_MS)
         stream.synchronize(1)  # idle
+    _expect(reached is not False, f"the event was not reached within {SYNC_TIMEOUT_MS} ms")
+    event = "event: 0" if reached else "acl.rt.synchronize_event_with_timeout: not in this pyACL"
     return (
-        f"busy stream within {SYNC_TIMEOUT_MS} ms and idle stream within 1 ms: 0 (the timeout "
-        "code 507046 needs a hung stream; the emulator's hang fault tests it)"
+        f"busy stream within {SYNC_TIMEOUT_MS} ms and idle stream within 1 ms: 0; {event} (the "
+        "timeout codes 507046 and 507047 need a hung stream; the emulator's hang fault tests "
+        "them)"
     )
 
 

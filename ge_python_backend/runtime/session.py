@@ -245,20 +245,27 @@ class Session(Resource):
         return batch
 
     def wait_ready(self) -> None:
-        """Block until the next `submit` can launch at once: complete the execution still
-        pending on the lane it takes (its batch gets the outputs or the failure).
+        """Block until the execution pending on the lane the next `submit` takes has left the
+        device's execute engine (its copy out may still run), so that the next batch launches
+        right behind the execution running now.
 
-        A server that calls this before taking its next batch lets requests gather meanwhile:
-        at depth 2 one execution is then still queued on the device while the next is formed.
+        A server that calls this before taking its next batch lets requests gather meanwhile.
+        The wait is bounded by `execute_timeout_ms` (`acl.rt.synchronize_event_with_timeout`);
+        past it, or with a pyACL that lacks that call, the pending execution is completed as
+        `submit` would complete it (a hung one fails its batch, the lane gets a new stream).
         """
         with self._lock:
             if self.closed:
                 return
             lane = self._lanes[self._next_lane]
             with lane.lock:
-                if lane.job is not None:
-                    self._context.activate()
-                    self._finish(lane)
+                if lane.job is None:
+                    return
+                self._context.activate()
+                executed = lane.events[2]
+                reached = executed.reached(self.execute_timeout_ms or -1)
+                if not reached:  # timed out (then it is over) or no event wait in this pyACL
+                    self._finish(lane, 1 if reached is False else None)
 
     def close(self) -> None:
         """Complete what is pending, then release the lanes, context and device (idempotent).
@@ -347,14 +354,15 @@ class Session(Resource):
                 self._context.activate()
                 self._finish(lane)
 
-    def _finish(self, lane: Lane) -> None:
-        """Wait for the lane's pending execution and scatter its outputs (lane lock held)."""
+    def _finish(self, lane: Lane, timeout_ms: int | None = None) -> None:
+        """Wait for the lane's pending execution and scatter its outputs (lane lock held); the
+        wait is bounded by `timeout_ms`, by default `execute_timeout_ms`."""
         job, lane.job = lane.job, None
         if job is None:
             return
         batch = job.batch_ref()
         try:
-            times = lane.finish(self.execute_timeout_ms)
+            times = lane.finish(self.execute_timeout_ms if timeout_ms is None else timeout_ms)
         except AclError as exc:
             error: AclError = exc
             if exc.code == ExecuteTimeoutError.CODE:

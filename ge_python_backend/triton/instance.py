@@ -6,9 +6,10 @@
 One path for every pipeline depth: each request is validated alone (a bad one is answered with
 INVALID_ARG and fails alone), the good ones are submitted to the session together, and their
 responses are built from the batch's result. At depth 1 `execute` waits for the batch and returns
-the responses; at depth 2 it returns `None` once the lane for the next batch is free, and a
-completion thread answers through each request's response sender: Triton forms the next batch
-while this one is on the device, from the requests that arrived while the one before it ran.
+the responses; at depth 2 it returns `None` once the execution before this one has left the
+device's execute engine (`Session.wait_ready`), and a completion thread answers through each
+request's response sender: Triton forms the next batch while this one executes, from the
+requests that arrived while the one before it ran.
 Response senders cost the Python backend more than returned responses, so depth 2 pipelines only
 while executions take at least `pipeline_min_device_us` on the device (mean over each metrics
 interval, from the session's event times; it stops below half of that); shorter ones are
@@ -140,8 +141,9 @@ class ModelInstance:
         """Validate each request alone, run the good ones together, answer every request.
 
         Depth 1 (and depth 2 while executions are short): returns the responses. Depth 2:
-        returns `None` when the next batch can be launched at once (`Session.wait_ready`); the
-        responses go out through the requests' response senders when the batch completes.
+        returns `None` once the execution before this one has left the execute engine
+        (`Session.wait_ready`); the responses go out through the requests' response senders
+        when the batch completes.
         """
         inline = not self._pipelining
         senders = [None if inline else request.get_response_sender() for request in requests]
@@ -178,7 +180,7 @@ class ModelInstance:
             try:
                 self.session.wait_ready()
             except Exception:  # the batches keep their own failures; this one is the device's
-                logger.exception("model %s: waiting for a free lane", self._name)
+                logger.exception("model %s: waiting for the previous execution", self._name)
         if self._metrics.due():
             counters = self.session.counters
             if self._completions is not None:

@@ -512,6 +512,25 @@ def synchronize_event(event: int) -> int:
     return 0
 
 
+@api("acl.rt.synchronize_event_with_timeout", int, int, fault="after")
+def synchronize_event_with_timeout(event: int, timeout: int) -> int:
+    """synchronize_event waiting at most `timeout` ms (-1: no limit, 0: only look); 507047
+    (ACL_ERROR_RT_EVENT_SYNC_TIMEOUT) when the stream has not reached the event by then, 107000
+    for a timeout below -1 (hicann/ge aclrtSynchronizeEventWithTimeoutImpl; the binding parses
+    the timeout as a C int)."""
+    if not -(2**31) <= timeout < 2**31:
+        side = "greater than maximum" if timeout > 0 else "less than minimum"
+        raise OverflowError(f"signed integer is {side}")
+    if timeout < -1:
+        raise AclFailure(107000, f"timeout must be in [-1, INT_MAX] ms, got {timeout}")
+    current_context()
+    if not _events.find_event(event).wait(None if timeout < 0 else timeout / 1000):
+        raise AclFailure(
+            507047, f"event 0x{event:x}: its stream did not reach it within {timeout} ms"
+        )
+    return 0
+
+
 @api("acl.rt.stream_wait_event", int, int)
 def stream_wait_event(stream: int, event: int) -> int:
     """Work queued on `stream` after this waits until the event's last record has completed
