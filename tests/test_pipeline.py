@@ -427,6 +427,19 @@ def test_wait_ready_returns_once_the_next_lanes_execution_left_the_execute_engin
             assert_same(batch.result()[0], reference(om_dynamic_batch, want))
 
 
+def test_wait_ready_completes_the_execution_when_the_event_wait_reports_an_error(
+    om_dynamic_batch: Path,
+) -> None:
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
+        feeds = [mlp_rows(1, seed=i) for i in range(2)]
+        first, second = session.submit([feeds[0]]), session.submit([feeds[1]])
+        emulator.set_faults("rt.synchronize_event_with_timeout:507011:1")
+        session.wait_ready()  # the error is not raised: the stream wait completes `first`
+        assert first.done()
+        for batch, want in zip((first, second), feeds):
+            assert_same(batch.result()[0], reference(om_dynamic_batch, want))
+
+
 def test_wait_ready_fails_a_hung_execution_after_execute_timeout_ms_once(
     om_dynamic_batch: Path,
 ) -> None:

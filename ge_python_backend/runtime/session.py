@@ -251,8 +251,9 @@ class Session(Resource):
 
         A server that calls this before taking its next batch lets requests gather meanwhile.
         The wait is bounded by `execute_timeout_ms` (`acl.rt.synchronize_event_with_timeout`);
-        past it, or with a pyACL that lacks that call, the pending execution is completed as
-        `submit` would complete it (a hung one fails its batch, the lane gets a new stream).
+        past it, when the wait reports an error, or with a pyACL that lacks that call, the
+        pending execution is completed as `submit` would complete it (a failed or hung one fails
+        its batch; a hung one's lane gets a new stream).
         """
         with self._lock:
             if self.closed:
@@ -262,8 +263,10 @@ class Session(Resource):
                 if lane.job is None:
                     return
                 self._context.activate()
-                executed = lane.events[2]
-                reached = executed.reached(self.execute_timeout_ms or -1)
+                try:
+                    reached = lane.events[2].reached(self.execute_timeout_ms or -1)
+                except AclError:  # the device reports a failure: completing hands it to the batch
+                    reached = None
                 if not reached:  # timed out (then it is over) or no event wait in this pyACL
                     self._finish(lane, 1 if reached is False else None)
 
