@@ -269,10 +269,10 @@ def cpu_per_request(
         times = p.cpu_times()
         return times.user + times.system
 
-    before = used(process), used(stub), triton_counts(server, model), compute_ns(server, model)
+    before = used(process), used(stub), triton_counts(server, model)
     children = psutil.Process().cpu_times()
     entry = recorder.bench(server, model, [level], plan, label)[0]
-    after = used(process), used(stub), triton_counts(server, model), compute_ns(server, model)
+    after = used(process), used(stub), triton_counts(server, model)
     client = psutil.Process().cpu_times()
     requests = entry["requests"]
     spent = (client.children_user + client.children_system) - (
@@ -284,14 +284,8 @@ def cpu_per_request(
         "tritonserver": (after[0] - before[0]) / requests * 1e6,
         "stub": (after[1] - before[1]) / requests * 1e6,
         "per_execution": (after[2][0] - before[2][0]) / max(after[2][1] - before[2][1], 1),
-        "compute_infer": (after[3] - before[3]) / max(after[2][0] - before[2][0], 1) / 1e3,
+        "compute_infer": (after[2][2] - before[2][2]) / max(after[2][0] - before[2][0], 1) / 1e3,
     }
-
-
-def compute_ns(server: TritonServer, model: str) -> int:
-    """Triton's cumulative `compute_infer` nanoseconds of a model (each request counts the
-    whole `execute` call it was part of, the round trip to the stub included)."""
-    return int(triton_stats(server, model)["inference_stats"]["compute_infer"].get("ns", 0))
 
 
 def triton_stats(server: TritonServer, model: str) -> dict[str, Any]:
@@ -303,10 +297,13 @@ def triton_stats(server: TritonServer, model: str) -> dict[str, Any]:
     return stats
 
 
-def triton_counts(server: TritonServer, model: str) -> tuple[int, int]:
-    """Triton's (inference_count, execution_count) of a model: requests and executions."""
+def triton_counts(server: TritonServer, model: str) -> tuple[int, int, int]:
+    """Triton's cumulative requests, executions and `compute_infer` nanoseconds of a model (each
+    request counts the whole `execute` call it was part of, the round trip to the stub
+    included), from one read of its statistics."""
     stats = triton_stats(server, model)
-    return int(stats["inference_count"]), int(stats["execution_count"])
+    compute = int(stats["inference_stats"]["compute_infer"].get("ns", 0))
+    return int(stats["inference_count"]), int(stats["execution_count"]), compute
 
 
 def inprocess(*args: str) -> dict[str, Any]:
