@@ -41,16 +41,16 @@ class Event:
         record = self._record
         return record is None or record.stream.wait_for(record.ticket, timeout=timeout)
 
-    def waiter(self, give_up_if_hung: bool = True) -> Callable[[], None]:
-        """Waiting for the event's record as it is now (a later record does not move it); as a
-        queued work (the default) it gives up with StreamHung behind hung work, and the waiting
-        stream goes on from the device time of the record."""
+    def waiter(self) -> Callable[[], None]:
+        """A queued work (`stream_wait_event`) waiting for the event's record as it is now (a
+        later record does not move it): it gives up with StreamHung behind hung work, and the
+        waiting stream goes on from the device time of the record."""
         record = self._record
         if record is None:
             return lambda: None
 
         def wait() -> None:
-            record.stream.wait_for(record.ticket, give_up_if_hung)
+            record.stream.wait_for(record.ticket, give_up_if_hung=True)
             if record.stamp is not None:  # None: the stream was destroyed before reaching it
                 timing.reach(record.stamp)
 
