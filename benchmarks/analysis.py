@@ -1,0 +1,435 @@
+"""Figures derived from one run's data (what `scenarios.measure` returns): medians, ratios, the
+targets and whether they were met, and every fact the report's sentences state. Numbers only;
+`report` turns them into text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from scenarios import (
+    CLASSIFIER_BATCH,
+    COUNTER_REQUESTS,
+    CPU_CONCURRENCY,
+    SATURATION_TIMING,
+    SMALL_GEARS,
+    WIDTH,
+)
+
+from ge_python_backend.emulator.timing import parse as parse_timing
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_MIN_DEVICE_US
+
+Entry = dict[str, Any]  # one concurrency level of `ge-python-model bench --json`
+Rounds = list[list[Entry]]  # per round, the entries of every level
+
+# Targets of the summary table.
+OVERHEAD_TARGETS = {1: 0.75, CPU_CONCURRENCY: 0.90}  # ours / floor throughput, by concurrency
+NAIVE_LEVEL, NAIVE_TARGET = 16, 3.0  # ours / naive throughput
+EFFICIENCY_TARGET = 0.95  # served / in-process
+BUSY_TARGET, BUSY_FLOOR = 0.95, 0.90  # device busy with scaffold's defaults
+DEFAULTS_LATENCY_TARGET = 1.05  # p50 at concurrency 1, depth 2 / depth 1, at most
+PIPELINE_LEVEL, PIPELINE_TARGET = 16, 1.4  # depth 2 / depth 1 throughput
+PIPELINE_LATENCY_TARGET = 1.10  # p50 at concurrency 1, depth 2 / depth 1, at most
+# Below these the report says two figures agree: ...
+AGREE = 0.10  # ... two ratios within 10% of each other
+SAME_BUSY = 0.05  # ... device-busy figures within 0.05 of each other
+SATURATED = 0.90  # a run used at least this share of the machine's cores
+# The metrics endpoint's counters are flushed at most this often (`ge_python_backend.triton`).
+METRICS_PERIOD_S = 0.1
+
+
+def at_level(entries: list[Entry], level: int) -> Entry:
+    """The entry of concurrency `level`."""
+    return next(e for e in entries if e["concurrency"] == level)
+
+
+def medians(rounds: Rounds) -> list[Entry]:
+    """Per level, the entry of the round with the median throughput."""
+    result = []
+    for entries in zip(*rounds):
+        ordered = sorted(entries, key=lambda e: e["throughput_rps"])
+        result.append(ordered[(len(ordered) - 1) // 2])
+    return result
+
+
+def paired(ours: Rounds, other: Rounds, level: int, key: str = "throughput_rps") -> list[float]:
+    """`key` of ours / of other at `level`, round by round."""
+    return [at_level(a, level)[key] / at_level(b, level)[key] for a, b in zip(ours, other)]
+
+
+def median_at(rounds: Rounds, level: int, key: str) -> float:
+    """The median over the rounds of `key` at `level`."""
+    return float(statistics.median(at_level(r, level)[key] for r in rounds))
+
+
+def spread(values: list[float]) -> float:
+    """(max - min) / median: how far apart repeated measurements of one figure are."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A figure measured once per round, its median checked against a target: at least
+    `target` (or at most, `at_most`); `floor`, a lower figure still accepted."""
+
+    rounds: list[float]
+    target: float
+    at_most: bool = False
+    floor: float | None = None
+
+    @property
+    def value(self) -> float:
+        return float(statistics.median(self.rounds))
+
+    @property
+    def met(self) -> bool:
+        return self.value <= self.target if self.at_most else self.value >= self.target
+
+    @property
+    def verdict(self) -> str:
+        """`met`, `floor met` or `not met`."""
+        if self.met:
+            return "met"
+        if self.floor is not None and self.value >= self.floor:
+            return "floor met"
+        return "not met"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variability:
+    """How much the rounds of this run moved: each model's throughput at each level, and each
+    ratio of the summary table, as `spread` over the rounds."""
+
+    throughput: float  # median spread of the throughputs
+    largest: float
+    largest_at: tuple[str, int]  # model and concurrency of the largest spread
+    ratios: float  # median spread of the summary table's per-round ratios
+
+
+def variability(data: dict[str, Any], targets: list[Target]) -> Variability | None:
+    """None when the run had one round."""
+    spreads = {
+        (model, entries[0]["concurrency"]): spread([e["throughput_rps"] for e in entries])
+        for section in ("overhead", "naive", "pipeline", "saturation")
+        if section in data
+        for model, rounds in data[section]["runs"].items()
+        for entries in zip(*rounds)
+        if len(entries) > 1
+    }
+    ratios = [spread(t.rounds) for t in targets if len(t.rounds) > 1]
+    if not spreads or not ratios:
+        return None
+    largest_at = max(spreads, key=lambda k: spreads[k])
+    return Variability(
+        throughput=statistics.median(spreads.values()),
+        largest=spreads[largest_at],
+        largest_at=largest_at,
+        ratios=statistics.median(ratios),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuUse:
+    """CPU per request of one model at `CPU_CONCURRENCY` (microseconds), from the extra run."""
+
+    throughput_rps: float
+    client: float
+    tritonserver: float
+    stub: float
+    per_execution: float  # requests per execution
+
+    @property
+    def total(self) -> float:
+        return self.client + self.tritonserver + self.stub
+
+    @property
+    def cores(self) -> float:
+        """CPU-seconds per second the three processes used."""
+        return self.total * self.throughput_rps / 1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class Overhead:
+    """Section 1: ours against the numpy floor."""
+
+    ratios: dict[int, Target]  # ours / floor throughput by concurrency
+    senders: dict[int, float]  # floor_sender / floor throughput by concurrency
+    cpu: dict[str, CpuUse]
+    cpu_count: int | None  # the machine's logical cores (runs saved before it was recorded: None)
+    p50_ms: dict[str, float]  # median p50 at concurrency 1
+    compute_infer_1: dict[str, float]  # us per request at concurrency 1 (extra run)
+    us_per_batch: float  # in-process `execute` of COUNTER_REQUESTS requests (section 2's run)
+    acl_share: float  # share of it inside the emulated pyACL calls
+
+    @property
+    def acl_us_per_batch(self) -> float:
+        return self.us_per_batch * self.acl_share
+
+    @property
+    def host_us_per_request(self) -> float:
+        """Our Python outside pyACL, per request."""
+        return self.us_per_batch * (1 - self.acl_share) / COUNTER_REQUESTS
+
+    @property
+    def inline(self) -> bool:
+        """Whether the pyACL calls of an execution (the emulated device's work included: with no
+        timing model it runs in the calls that synchronize) stayed below
+        `pipeline_min_device_us`, so that depth 2 answers these executions inline."""
+        return self.acl_us_per_batch < DEFAULT_PIPELINE_MIN_DEVICE_US
+
+    @property
+    def senders_slower(self) -> bool:
+        return all(value < 1 for value in self.senders.values())
+
+    @property
+    def cpu_ratio(self) -> float:
+        """The floor's CPU per request over ours."""
+        return self.cpu["floor"].total / self.cpu["ours"].total
+
+    @property
+    def throughput_ratio(self) -> float:
+        """Ours / the floor in the CPU runs."""
+        return self.cpu["ours"].throughput_rps / self.cpu["floor"].throughput_rps
+
+    @property
+    def follows_cpu(self) -> bool:
+        """Whether throughput went with the inverse of the CPU per request."""
+        return abs(self.throughput_ratio / self.cpu_ratio - 1) <= AGREE
+
+    @property
+    def stub_share(self) -> float:
+        """Share of the difference in CPU per request that is in the model's stub process."""
+        ours, floor = self.cpu["ours"], self.cpu["floor"]
+        return (ours.stub - floor.stub) / (ours.total - floor.total)
+
+    @property
+    def saturated(self) -> bool | None:
+        """Whether both CPU runs kept the machine's cores busy (None: core count unknown)."""
+        if self.cpu_count is None:
+            return None
+        return all(c.cores >= SATURATED * self.cpu_count for c in self.cpu.values())
+
+
+def overhead(data: dict[str, Any]) -> Overhead:
+    runs, counters = data["overhead"]["runs"], data["naive"]["counters"]["ours"]
+    return Overhead(
+        ratios={
+            level: Target(paired(runs["ours"], runs["floor"], level), target)
+            for level, target in OVERHEAD_TARGETS.items()
+        },
+        senders={
+            level: statistics.median(paired(runs["floor_sender"], runs["floor"], level))
+            for level in OVERHEAD_TARGETS
+        },
+        cpu={
+            model: CpuUse(**{f.name: c[f.name] for f in dataclasses.fields(CpuUse)})
+            for model, c in data["overhead"]["cpu"].items()
+        },
+        cpu_count=data.get("cpu_count"),
+        p50_ms={model: median_at(runs[model], 1, "p50_ms") for model in ("ours", "floor")},
+        compute_infer_1={m: a["compute_infer"] for m, a in data["overhead"]["alone"].items()},
+        us_per_batch=counters["us_per_batch"],
+        acl_share=counters["acl_share"],
+    )
+
+
+def naive(data: dict[str, Any]) -> Target:
+    """Section 2: ours / naive throughput."""
+    runs = data["naive"]["runs"]
+    return Target(paired(runs["ours"], runs["naive"], NAIVE_LEVEL), NAIVE_TARGET)
+
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+    """Section 3: the classifier through Triton against in-process `Session.infer`."""
+
+    ratio: Target
+    served: float  # median images/s
+    local: float
+    execute_ms: float  # Triton's compute_infer per execution of a full batch
+    input_ms: float  # Triton's compute_input per request
+    megabytes: float  # input per request
+
+    @property
+    def local_ms(self) -> float:
+        """One `Session.infer` of a batch in-process."""
+        return CLASSIFIER_BATCH / self.local * 1e3
+
+
+def efficiency(data: dict[str, Any]) -> Efficiency:
+    eff = data["efficiency"]
+    stats = eff["stats"]
+    full = next(b for b in stats["batch_stats"] if int(b["batch_size"]) == CLASSIFIER_BATCH)
+    inputs = stats["inference_stats"]["compute_input"]
+    return Efficiency(
+        ratio=Target(
+            [se["rows_per_s"] / lo["rows_per_s"] for se, lo in zip(eff["served"], eff["local"])],
+            EFFICIENCY_TARGET,
+        ),
+        served=statistics.median(e["rows_per_s"] for e in eff["served"]),
+        local=statistics.median(e["rows_per_s"] for e in eff["local"]),
+        execute_ms=int(full["compute_infer"]["ns"]) / int(full["compute_infer"]["count"]) / 1e6,
+        input_ms=int(inputs["ns"]) / max(int(inputs["count"]), 1) / 1e6,
+        megabytes=CLASSIFIER_BATCH * 3 * 224 * 224 * 4 / 1e6,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """One stream timeline (section 5): when it ended and which engines overlapped."""
+
+    end_ms: float
+    batches: int
+    copy_in_during_execute: int  # batches k+1 copied in while batch k executed
+    copy_out_during_execute: int  # batches k-1 copied out while batch k executed
+    waited_for_lane: int  # batches k+2 copied in only after batch k was copied out
+
+
+def overlaps(a: Entry, b: Entry) -> bool:
+    return bool(a["start_ms"] < b["end_ms"] and b["start_ms"] < a["end_ms"])
+
+
+def timeline(spans: list[Entry]) -> Timeline:
+    by_engine: dict[str, dict[int, Entry]] = {}
+    for s in spans:
+        by_engine.setdefault(s["engine"], {})[s["batch"]] = s
+    h2d, execute, d2h = by_engine["h2d"], by_engine["execute"], by_engine["d2h"]
+    batches = len(execute)
+    return Timeline(
+        end_ms=max(s["end_ms"] for s in spans),
+        batches=batches,
+        copy_in_during_execute=sum(overlaps(h2d[k + 1], execute[k]) for k in range(batches - 1)),
+        copy_out_during_execute=sum(overlaps(d2h[k - 1], execute[k]) for k in range(1, batches)),
+        waited_for_lane=sum(h2d[k + 2]["start_ms"] >= d2h[k]["end_ms"] for k in range(batches - 2)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """Section 5: depth 2 against depth 1."""
+
+    throughput: Target  # depth 2 / depth 1 at PIPELINE_LEVEL
+    latency: Target  # p50 depth 2 / depth 1 at concurrency 1
+    p50_ms: dict[int, float]  # median p50 at concurrency 1, by depth
+    copy_ms: float  # one copy of a PIPELINE_LEVEL-row batch, each way
+    execute_ms: float  # its execution
+    timelines: dict[str, Timeline]
+
+
+def pipeline(data: dict[str, Any]) -> Pipeline:
+    pipe = data["pipeline"]
+    runs, timing = pipe["runs"], parse_timing(pipe["timing"])
+    rows = PIPELINE_LEVEL
+    return Pipeline(
+        throughput=Target(paired(runs["depth2"], runs["depth1"], PIPELINE_LEVEL), PIPELINE_TARGET),
+        latency=Target(
+            paired(runs["depth2"], runs["depth1"], 1, "p50_ms"),
+            PIPELINE_LATENCY_TARGET,
+            at_most=True,
+        ),
+        p50_ms={depth: median_at(runs[f"depth{depth}"], 1, "p50_ms") for depth in (1, 2)},
+        copy_ms=timing.copy_seconds(rows * WIDTH * 4) * 1e3,
+        execute_ms=timing.execute_seconds(rows) * 1e3,
+        timelines={name: timeline(spans) for name, spans in pipe["timeline"].items()},
+    )
+
+
+def largest_gear() -> int:
+    return int(SMALL_GEARS.split(",")[-1])
+
+
+def device_limit() -> float:
+    """Rows/s of the saturation profile's device running only its largest gear."""
+    gear = largest_gear()
+    return gear / parse_timing(SATURATION_TIMING).execute_seconds(gear)
+
+
+def device_figures(entry: Entry) -> dict[str, float]:
+    """Device utilization of one level three ways: from the events (`ge_device_busy_seconds`),
+    from the timing model, and rows/s over the device limit.
+
+    The model's figure is the modelled device time per row the counters saw (executions and
+    padding included) times the rows the clients got per second: the counters reach the metrics
+    endpoint every 100 ms, so their window is off by up to that at each end, the clients' is not.
+    """
+    timing = parse_timing(SATURATION_TIMING)
+    (counters,) = entry["device_counters"].values()
+    (events,) = entry["device_utilization"].values()
+    modelled = (
+        timing.execute_us * counters["executions"]
+        + timing.execute_us_per_row * (counters["rows"] + counters["padded_rows"])
+    ) / 1e6
+    return {
+        "events": events,
+        "model": modelled / max(counters["rows"], 1) * entry["rows_per_s"],
+        "limit": entry["rows_per_s"] / device_limit(),
+        "rows_per_execution": counters["rows"] / max(counters["executions"], 1),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Saturation:
+    """Section 6: scaffold's defaults and each depth and queue delay under the profile."""
+
+    table: dict[str, dict[int, dict[str, float]]]  # model -> level -> medians over the rounds
+    levels: list[int]
+    depth: int  # scaffold's defaults
+    delay: int
+    busy: Target  # device busy (model) with the defaults at the top level
+    latency: Target | None  # p50 at 1, depth 2 / depth 1 at the defaults' delay
+
+    @property
+    def top(self) -> int:
+        return self.levels[-1]
+
+    @property
+    def middle(self) -> int:
+        return sorted(self.levels)[len(self.levels) // 2]
+
+    def busy_at_depth(self, depth: int, variants: dict[str, Any]) -> list[float]:
+        """Device busy (model) at the top level of every variant of `depth`."""
+        return [self.table[m][self.top]["model"] for m, (d, _) in variants.items() if d == depth]
+
+    def rows_per_execution_at_top(self) -> list[float]:
+        return [levels[self.top]["rows_per_execution"] for levels in self.table.values()]
+
+
+def saturation(data: dict[str, Any]) -> Saturation:
+    sat = data["saturation"]
+    levels = sat["levels"]
+    top = levels[-1]
+    table: dict[str, dict[int, dict[str, float]]] = {}
+    for model, rounds in sat["runs"].items():
+        table[model] = {}
+        for level in levels:
+            entries = [at_level(r, level) for r in rounds]
+            figures = [device_figures(e) for e in entries]
+            table[model][level] = {
+                "rows_per_s": statistics.median(e["rows_per_s"] for e in entries),
+                "p50_ms": statistics.median(e["p50_ms"] for e in entries),
+                "p99_ms": statistics.median(e["p99_ms"] for e in entries),
+                **{k: statistics.median(f[k] for f in figures) for k in figures[0]},
+            }
+    depth, delay = sat["variants"]["defaults"]
+    one, two = (f"depth{d}_delay{delay}" for d in (1, 2))
+    latency = None
+    if one in sat["runs"] and two in sat["runs"]:
+        latency = Target(
+            paired(sat["runs"][two], sat["runs"][one], 1, "p50_ms"),
+            DEFAULTS_LATENCY_TARGET,
+            at_most=True,
+        )
+    return Saturation(
+        table=table,
+        levels=levels,
+        depth=depth,
+        delay=delay,
+        busy=Target(
+            [device_figures(at_level(r, top))["model"] for r in sat["runs"]["defaults"]],
+            BUSY_TARGET,
+            floor=BUSY_FLOOR,
+        ),
+        latency=latency,
+    )

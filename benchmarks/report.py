@@ -1,0 +1,774 @@
+"""BENCHMARKS.md and its plots from one run's data and `analysis` of it.
+
+Setup (what was run, and how) is described in fixed words; every sentence that draws a conclusion
+is chosen by a figure of the run, so it changes when the numbers do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import analysis
+import timeline as timeline_plot
+from analysis import Rounds, Target
+from scenarios import (
+    CLASSIFIER_BATCH,
+    COUNTER_BATCHES,
+    COUNTER_REQUESTS,
+    CPU_CONCURRENCY,
+    DEVICE_TIMING,
+    SATURATION_DELAYS_US,
+    SATURATION_ROWS,
+    SMALL_GEARS,
+    WIDTH,
+)
+
+from ge_python_backend.emulator.timing import PROFILES
+from ge_python_backend.emulator.timing import parse as parse_timing
+from ge_python_backend.repository.parameters import (
+    DEFAULT_PIPELINE_DEPTH,
+    DEFAULT_PIPELINE_MIN_DEVICE_US,
+)
+from ge_python_backend.tools.bench import plot
+
+COUNTER_ROWS = (
+    ("malloc_calls", "device allocations (acl.rt.malloc)"),
+    ("free_calls", "device frees"),
+    ("malloc_host_calls", "pinned host allocations"),
+    ("dataset_creations", "dataset creations"),
+    ("data_buffer_creations", "data buffer creations"),
+    ("memcpy_calls", "copies (acl.rt.memcpy)"),
+    ("h2d_bytes", "bytes host to device"),
+    ("d2h_bytes", "bytes device to host"),
+    ("execute_calls", "model executions"),
+    ("set_dynamic_calls", "gear selections"),
+)
+# What each profile of `PROFILES` models, and where its figures come from.
+PROFILE_MODELS = {
+    "resnet50-310p3": "ResNet-50 (torchvision, 224x224) on an Atlas 300I Pro (Ascend 310P3): "
+    "2.46 ms at batch 1, 15.06 ms at batch 64; copies over PCIe 4.0 x16",
+}
+PROFILE_SOURCES = [
+    "- Batch 64: Ascend ModelZoo-PyTorch, `ACL_PyTorch/built-in/cv/Resnet50_Pytorch_Infer/"
+    "README.md` (section 模型推理性能&精度, inference through the ACL interface): 310P3, batch 64, "
+    "**4,250 images/s**, i.e. 64 / 4250 = 15.06 ms per execution "
+    "(https://gitee.com/ascend/ModelZoo-PyTorch, GitHub mirror `Ascend/ModelZoo-PyTorch`).",
+    "- Batch 1: the Ascend msit benchmark documentation (`Ascend/msit`, benchmark *Basic Usage*) "
+    "runs `pth_resnet50_bs1.om` and reports `NPU_compute_time` mean **2.456 ms** (407 "
+    "images/s), device compute only, host-device copies excluded. That page does not name the "
+    "chip: UNCONFIRMED that it is a 310P3.",
+    "- Fit: `2260 + 200 x batch` us gives 2.46 ms at batch 1 and 15.06 ms at batch 64 (linear "
+    "between; real NPUs gain less per row at small batches, so mid-size gears are modelled "
+    "slightly slow).",
+    "- Copies: PCIe 4.0 x16 carries 16 GT/s on 16 lanes with 128b/130b coding, 31.5 GB/s per "
+    "direction (the PCI-SIG figures as tabulated in https://hpc-notes.pages.dev/reference/pcie, "
+    "after Wikipedia's PCI Express table). Host-device copies through a driver reach well below "
+    "the link rate (packet headers, DMA set-up per copy); `copy_gbps=10`, about a third of the "
+    "link, is a conservative effective rate. UNCONFIRMED: an `aclrtMemcpy` rate measured on a "
+    "310P card.",
+]
+PLOTS = (
+    ("overhead", "Overhead: our model.py vs the numpy floor"),
+    ("naive", "Our model.py vs a sample-style model.py (device timing)"),
+    ("scaling", "Instances and dynamic batching (device timing)"),
+    ("pipeline", "Pipeline depth 1 vs 2 (device timing)"),
+    ("saturation", "Defaults that keep the device busy (ResNet-50 / 310P3 profile)"),
+)
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def each(values: list[float], digits: int = 2) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
+
+
+def span(values: list[float], digits: int = 2) -> str:
+    """`0.74-0.76`, or one value when they round alike."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def verdict(target: Target) -> str:
+    return "**not met**" if target.verdict == "not met" else target.verdict
+
+
+def target_text(target: Target, shown: str = "") -> str:
+    """`>= 0.95`, `<= 1.05`, `>= 0.95 (floor 0.90)`."""
+    text = f"{'<=' if target.at_most else '>='} {shown or f'{target.target:.2f}'}"
+    return text if target.floor is None else f"{text} (floor {target.floor:.2f})"
+
+
+def summary_row(
+    text: str, target: Target, digits: int, per_round: int | None = None, unit: str = ""
+) -> str:
+    """One row of a comparison table: median, rounds (`per_round` digits, else `digits`),
+    target, verdict; `unit` follows the median and the target."""
+    shown = f"{target.target:g}{unit}" if unit else ""
+    return (
+        f"| {text} | {target.value:.{digits}f}{unit} | "
+        f"{each(target.rounds, digits if per_round is None else per_round)} | "
+        f"{target_text(target, shown)} | {verdict(target)} |"
+    )
+
+
+def label(data: dict[str, Any], model: str) -> str:
+    """How tables and plots name a model: scaling variants in words."""
+    variant = data["scaling"]["variants"].get(model)
+    if variant is None:
+        return model
+    instances, batching = variant
+    plural = "s" if instances > 1 else ""
+    return f"{instances} instance{plural}, dynamic batching {'on' if batching else 'off'}"
+
+
+def level_table(runs: dict[str, Rounds]) -> list[str]:
+    lines = [
+        "| model | round | concurrency | requests | errors | req/s | rows/s | p50 ms | p90 ms "
+        "| p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, rounds in runs.items():
+        for number, entries in enumerate(rounds, 1):
+            for e in entries:
+                lines.append(
+                    f"| {model} | {number} | {e['concurrency']} | {e['requests']} | "
+                    f"{e['errors']} | {fmt(e['throughput_rps'])} | {fmt(e['rows_per_s'])} | "
+                    f"{fmt(e['p50_ms'], 2)} | {fmt(e['p90_ms'], 2)} | {fmt(e['p99_ms'], 2)} |"
+                )
+    return lines
+
+
+def timing_words(spec: str) -> str:
+    """What a `GE_EMULATOR_TIMING` spec costs, in words."""
+    timing = parse_timing(spec)
+    return (
+        f"every execution costs {timing.execute_us / 1e3:g} ms plus "
+        f"{timing.execute_us_per_row / 1e3:g} ms per row of its gear, copies "
+        f"{timing.copy_gbps:g} GB/s"
+    )
+
+
+# -- the summary -------------------------------------------------------------------------------
+
+
+def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
+    plan, elapsed = data["plan"], data["elapsed_s"]
+    moved = analysis.variability(data, targets)
+    if moved is None:
+        variation = "One round: how much the figures move between rounds was not measured."
+    else:
+        model, level = moved.largest_at
+        variation = (
+            "Across this run's rounds a model's throughput at one concurrency level spread by "
+            f"{moved.throughput:.0%} (median; (max - min) / median), at most {moved.largest:.0%} "
+            f"({model} at concurrency {level}); the per-round ratios of the table below spread "
+            f"by {moved.ratios:.0%} (median), "
+            + (
+                "less than the throughputs."
+                if moved.ratios < moved.throughput
+                else "no less than the throughputs."
+            )
+        )
+    return [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`python benchmarks/run.py`) in one run of {elapsed / 60:.1f} "
+        "minutes. Every comparison below was measured side by side in that run: the models "
+        "compared were served by one server and measured in alternating rounds "
+        f"({plan['rounds']} rounds of {plan['seconds']:g} s per concurrency level after "
+        f"{plan['warmup']} warmup requests). Each ratio is the median of the per-round ratios: a "
+        "round measures both sides back to back, so a burst of other load on the machine spoils "
+        "one round, not the result. "
+        "The load generator is `ge-python-model bench` over gRPC, closed loop (each of C "
+        "clients keeps one request in flight). It runs on the same machine as the server, so "
+        "client, tritonserver and the model's stub process share its cores. " + variation,
+        "",
+    ]
+
+
+def summary_lines(
+    over: analysis.Overhead,
+    naive: Target,
+    eff: analysis.Efficiency,
+    sat: analysis.Saturation | None,
+) -> list[str]:
+    low, high = sorted(over.senders)
+    lines = [
+        "| comparison | ratio (median) | per round | target | |",
+        "|---|---|---|---|---|",
+        *(
+            summary_row(
+                f"overhead: our model.py / numpy floor, throughput at concurrency {level}",
+                target,
+                2 if level == 1 else 3,
+                per_round=2,
+            )
+            for level, target in over.ratios.items()
+        ),
+        "| the floor answering through response senders from a thread (as pipeline depth 2 "
+        f"does) / the floor, throughput at concurrency {low} and {high} | "
+        f"{over.senders[low]:.2f}, {over.senders[high]:.2f} | | | |",
+        summary_row(
+            "our model.py / naive sample-style model.py, throughput at concurrency "
+            f"{analysis.NAIVE_LEVEL}",
+            naive,
+            1,
+            unit="x",
+        ),
+        summary_row(
+            "serving efficiency: classifier through Triton / in-process `Session.infer`, "
+            f"batch {CLASSIFIER_BATCH}",
+            eff.ratio,
+            3,
+            per_round=2,
+        ),
+    ]
+    if sat is not None:
+        lines.append(
+            summary_row(
+                f"device busy (timing model) with scaffold's defaults (depth {sat.depth}, "
+                f"max_queue_delay_us {sat.delay}), {sat.top} clients of {SATURATION_ROWS} rows",
+                sat.busy,
+                3,
+            )
+        )
+        if sat.latency is not None:
+            lines.append(
+                summary_row(
+                    "p50 latency at concurrency 1, depth 2 / depth 1 (max_queue_delay_us "
+                    f"{sat.delay})",
+                    sat.latency,
+                    3,
+                )
+            )
+    return lines
+
+
+def machine_lines(data: dict[str, Any]) -> list[str]:
+    return [
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {key} | {value} |" for key, value in data["machine"]],
+        "",
+        "## Commands",
+        "",
+        "```",
+        "make bench          # = .venv/bin/python benchmarks/run.py --output BENCHMARKS.md",
+        "```",
+        "",
+        "Runs, as they were issued (ports were free ports picked at start, `WORK` the "
+        "temporary folder the models were built in; raw JSON in `benchmarks/results/`):",
+        "",
+        "```",
+        *data["commands"],
+        "```",
+        "",
+    ]
+
+
+# -- sections ----------------------------------------------------------------------------------
+
+
+def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[str]:
+    low, high = sorted(over.ratios)
+    ours, floor = over.cpu["ours"], over.cpu["floor"]
+    alone = over.compute_infer_1
+    p50_gap = (over.p50_ms["ours"] - over.p50_ms["floor"]) * 1e3
+    compute_gap = alone["ours"] - alone["floor"]
+    if over.senders_slower:
+        senders = (
+            ": that path costs Triton's Python backend more per request than responses "
+            "returned from `execute` (the stub sends a returned list in one message), which is "
+            "why pipeline depth 2 pipelines only executions of at least "
+            f"{DEFAULT_PIPELINE_MIN_DEVICE_US} us on the device (`pipeline_min_device_us`) and "
+            "answers shorter ones inline."
+        )
+    else:
+        senders = ": in this run that path was not slower than responses returned from `execute`."
+    cores = "" if over.cpu_count is None else f" of the machine's {over.cpu_count} cores"
+    if over.saturated:
+        limit = "Both runs kept the cores busy, so CPU per request limited throughput. "
+    elif over.saturated is None:
+        limit = ""
+    else:
+        limit = "The cores were not kept busy in both runs. "
+    return [
+        "## 1. Overhead against the floor",
+        "",
+        f"The small model `y = 2x + 1` on FP32[N, {WIDTH}], compiled for the emulator with batch "
+        f"gears {SMALL_GEARS}, served (a) `ours`: scaffolded with `model.py` (pooled buffers, "
+        "gear batching, pyACL emulator; scaffold's defaults here and in sections 2 to 4: "
+        f"pipeline depth {DEFAULT_PIPELINE_DEPTH}, which answers executions shorter than "
+        f"{DEFAULT_PIPELINE_MIN_DEVICE_US} us on the device inline and pipelines longer "
+        "ones, see sections 5 and 6) and "
+        "(b) `floor`: the same model directory and "
+        "config.pbtxt (dynamic batching, 1 instance) with `benchmarks/floor_model.py`, which "
+        "computes `x * 2 + 1` with numpy per request and nothing else; and (c) `floor_sender`: "
+        "the same numpy work answered the way pipeline depth 2 answers, through each request's "
+        "response sender from a completion thread (`benchmarks/floor_sender_model.py`). No "
+        "device timing: the emulator runs the model with onnxruntime as fast as it can.",
+        "",
+        f"Throughput ratio ours / floor: **{over.ratios[low].value:.2f} at concurrency {low}**, "
+        f"**{over.ratios[high].value:.2f} at concurrency {high}**. The floor answering through "
+        f"response senders reaches {over.senders[low]:.2f} and {over.senders[high]:.2f} of the "
+        "floor" + senders,
+        "",
+        "![ours and the floor: throughput and p99 latency](benchmarks/results/overhead.png)",
+        "",
+        f"CPU time per request at concurrency {CPU_CONCURRENCY}, and Triton's `compute_infer` "
+        "per request (the model's `execute` call as Triton times it, the round trip to the stub "
+        f"included) at concurrency 1 and {CPU_CONCURRENCY} (one extra run each; microseconds):",
+        "",
+        "| model | req/s | requests per execution | load generator | tritonserver "
+        "| model stub process | total | compute_infer at 1 | compute_infer at "
+        f"{CPU_CONCURRENCY} |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *[
+            f"| {model} | {fmt(c['throughput_rps'])} | {c['per_execution']:.2f} | "
+            f"{fmt(c['client'])} | {fmt(c['tritonserver'])} | {fmt(c['stub'])} | "
+            f"{fmt(c['client'] + c['tritonserver'] + c['stub'])} | "
+            f"{fmt(alone[model])} | {fmt(c['compute_infer'])} |"
+            for model, c in data["overhead"]["cpu"].items()
+        ],
+        "",
+        f"At concurrency 1 the median p50 was {over.p50_ms['ours']:.2f} ms for ours and "
+        f"{over.p50_ms['floor']:.2f} ms for the floor, {fmt(p50_gap)} us apart; `compute_infer` "
+        f"at concurrency 1 was {fmt(alone['ours'])} against {fmt(alone['floor'])} us, "
+        f"{fmt(compute_gap)} us apart ({compute_gap / p50_gap:.0%} of the p50 difference; "
+        "the two come from different runs). Served, our `execute` of one request took "
+        f"{fmt(alone['ours'])} us; in-process (section 2's counters run) one `execute` of "
+        f"{COUNTER_REQUESTS} requests took {fmt(over.us_per_batch)} us.",
+        "",
+        f"At concurrency {CPU_CONCURRENCY} the load generator, tritonserver and the model's stub "
+        f"process used {fmt(ours.total)} us of CPU per request with ours and {fmt(floor.total)} "
+        f"with the floor: {ours.cores:.2f} and {floor.cores:.2f} CPU-seconds per second"
+        f"{cores}, the load generator {ours.client / ours.total:.0%} and "
+        f"{floor.client / floor.total:.0%} of it. " + limit + "The floor needed "
+        f"{over.cpu_ratio:.2f} of our CPU per request and ours reached "
+        f"{over.throughput_ratio:.2f} of its throughput"
+        + (
+            ": throughput followed the total CPU per request. "
+            if over.follows_cpu
+            else ": throughput did not follow the total CPU per request. "
+        )
+        + f"{over.stub_share:.0%} of the difference in CPU per request is in the model's stub "
+        f"process ({fmt(ours.stub)} against {fmt(floor.stub)} us). Ours runs every execution "
+        "through the emulated device: pyACL calls through the emulator's checking layer, copies "
+        "to and from emulated device memory, onnxruntime (its queued stream work runs lazily, "
+        "in the thread that synchronizes, when no timing model is set). Of the in-process "
+        f"`execute` of {COUNTER_REQUESTS} requests ({fmt(over.us_per_batch)} us), "
+        f"{over.acl_share:.0%} was inside those emulated pyACL calls; the rest is our Python "
+        "(validation, staging in the pinned buffers, responses): **host time outside pyACL "
+        f"{fmt(over.host_us_per_request)} us per request**. The time inside pyACL is the "
+        "emulator standing in for the NPU, paid once per execution; Triton's dynamic batcher "
+        f"formed executions of {ours.per_execution:.2f} requests on average at concurrency "
+        f"{CPU_CONCURRENCY} here. On an Ascend host the same calls go to the driver. Those "
+        f"pyACL calls, the emulated device's work included, took {fmt(over.acl_us_per_batch)} "
+        "us per execution, "
+        + (
+            f"below `pipeline_min_device_us` ({DEFAULT_PIPELINE_MIN_DEVICE_US} us): depth "
+            f"{DEFAULT_PIPELINE_DEPTH} answers these executions inline."
+            if over.inline
+            else f"not below `pipeline_min_device_us` ({DEFAULT_PIPELINE_MIN_DEVICE_US} us)."
+        ),
+        "",
+        "Raw results:",
+        "",
+        *level_table(data["overhead"]["runs"]),
+        "",
+    ]
+
+
+def naive_lines(data: dict[str, Any], naive: Target) -> list[str]:
+    counters = data["naive"]["counters"]
+    return [
+        "## 2. Against a naive model.py (sample style)",
+        "",
+        "`benchmarks/naive_model.py` drives pyACL (through the runtime's `load_acl`, so here "
+        "the emulator) the way the Ascend samples and acllite do: for every request, one at a "
+        "time, `acl.rt.malloc` for each input, the gear input and each output, data buffers and "
+        "two datasets, `acl.rt.memcpy` in, `set_dynamic_batch_size`, `acl.mdl.execute`, each "
+        "output copied back through `malloc_host` + `ptr_to_bytes`, then everything freed. Same "
+        f"`.om`, same config.pbtxt as `ours`. Emulator device timing `{DEVICE_TIMING}` "
+        f"({timing_words(DEVICE_TIMING)}).",
+        "",
+        f"Throughput ratio ours / naive at concurrency {analysis.NAIVE_LEVEL}: "
+        f"**{naive.value:.1f}x**.",
+        "",
+        "![ours and the naive model.py](benchmarks/results/naive.png)",
+        "",
+        f"Steady-state emulator counters per batch of {COUNTER_REQUESTS} one-row requests (the "
+        f"model's `execute` called in-process with the same {COUNTER_REQUESTS} requests, "
+        f"{COUNTER_BATCHES} times after 20 warm-up calls, `benchmarks/inprocess.py counters`; no "
+        "device timing):",
+        "",
+        f"| per batch of {COUNTER_REQUESTS} requests | ours | naive |",
+        "|---|---|---|",
+        *[
+            f"| {text} | {fmt(counters['ours']['per_batch'][key], 1)} | "
+            f"{fmt(counters['naive']['per_batch'][key], 1)} |"
+            for key, text in COUNTER_ROWS
+        ],
+        f"| wall time of `execute` (us) | {fmt(counters['ours']['us_per_batch'])} | "
+        f"{fmt(counters['naive']['us_per_batch'])} |",
+        f"| share of it inside (emulated) pyACL calls | {counters['ours']['acl_share']:.0%} | "
+        f"{counters['naive']['acl_share']:.0%} |",
+        "",
+        "Raw results:",
+        "",
+        *level_table(data["naive"]["runs"]),
+        "",
+    ]
+
+
+def efficiency_lines(data: dict[str, Any], eff: analysis.Efficiency) -> list[str]:
+    sooner = eff.execute_ms < eff.local_ms
+    return [
+        "## 3. Serving efficiency on a compute-heavy model",
+        "",
+        "The ResNet-style classifier of `examples/image_classifier` (input FP32[N, 3, 224, 224], "
+        "gears 1, 2, 4, 8). Through Triton: requests of "
+        f"{CLASSIFIER_BATCH} images at concurrency 2 (one executing, one waiting: the instance "
+        f"never idles; {CLASSIFIER_BATCH}-image requests cannot be merged, so every execution is "
+        f"batch {CLASSIFIER_BATCH}). In-process: `Session.infer` on {CLASSIFIER_BATCH} images "
+        "in a loop (`benchmarks/inprocess.py session`). Both run onnxruntime with one thread.",
+        "",
+        f"Served / in-process: **{eff.ratio.value:.3f}** (median of the rounds; median "
+        f"throughputs {eff.served:.1f} served and {eff.local:.1f} in-process images/s).",
+        "",
+        "Where the time went, from Triton's statistics of the run: `model.py`'s `execute` of a "
+        f"batch of {CLASSIFIER_BATCH} took {eff.execute_ms:.1f} ms per call on average, one "
+        f"`Session.infer` in-process {eff.local_ms:.1f} ms: "
+        + (
+            "less than a whole inference in-process (at pipeline depth 2 executions longer "
+            "than `pipeline_min_device_us` are pipelined: `execute` stages and launches a "
+            "batch and returns once the lane for the next one is free)"
+            if sooner
+            else "no less than a whole inference in-process"
+        )
+        + f". Triton spent {eff.input_ms:.1f} ms per request on its input handling before "
+        "handing it to the model. Both paths make the same copies (the request into the pinned "
+        "buffer, then the emulated device copy); served, onnxruntime shares the machine's cores "
+        f"with the load generator and tritonserver, which move {eff.megabytes:.1f} MB per "
+        "request.",
+        "",
+        "| round | in-process images/s | served images/s | ratio | served p50 ms | served p99 ms |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {n} | {fmt(lo['rows_per_s'], 1)} | {fmt(se['rows_per_s'], 1)} | "
+            f"{se['rows_per_s'] / lo['rows_per_s']:.2f} | "
+            f"{fmt(se['p50_ms'], 1)} | {fmt(se['p99_ms'], 1)} |"
+            for n, (lo, se) in enumerate(
+                zip(data["efficiency"]["local"], data["efficiency"]["served"]), 1
+            )
+        ],
+        "",
+    ]
+
+
+def scaling_lines(data: dict[str, Any]) -> list[str]:
+    scale = data["scaling"]
+    rounds = {len(r) for r in scale["runs"].values()}
+    return [
+        "## 4. Scaling with instances and dynamic batching",
+        "",
+        "`ours` on the small model with the device timing of section 2, scaffolded with 1 or 2 "
+        "instances (`device_ids` 0,1: each instance drives its own emulated NPU; instances are "
+        "separate stub processes, so with the emulator they cannot share one device) and with "
+        "dynamic batching on (the scaffold default) or off. "
+        + ("One round each." if rounds == {1} else f"{span(list(rounds), 0)} rounds each."),
+        "",
+        "![scaling with instances and batching](benchmarks/results/scaling.png)",
+        "",
+        "| variant | " + " | ".join(f"req/s at {c}" for c in scale["levels"]) + " |",
+        "|---|" + "---|" * len(scale["levels"]),
+        *[
+            f"| {label(data, name)} | "
+            + " | ".join(fmt(e["throughput_rps"]) for e in runs[0])
+            + " |"
+            for name, runs in scale["runs"].items()
+        ],
+        "",
+        "Raw results:",
+        "",
+        *level_table(scale["runs"]),
+        "",
+    ]
+
+
+def timeline_words(name: str, line: analysis.Timeline) -> str:
+    pairs, lanes = line.batches - 1, line.batches - 2
+    return (
+        f"{name}: {line.end_ms:.1f} ms; the next batch copied in while one executed "
+        f"{line.copy_in_during_execute} of {pairs} times, the previous one copied out while one "
+        f"executed {line.copy_out_during_execute} of {pairs} times, batch k+2 copied in only "
+        f"after batch k was copied out {line.waited_for_lane} of {lanes} times"
+    )
+
+
+def pipeline_lines(
+    data: dict[str, Any], pipe: analysis.Pipeline, sat: analysis.Saturation | None
+) -> list[str]:
+    raw = data["pipeline"]
+    copy_share = pipe.copy_ms / pipe.execute_ms
+    if sat is None:
+        busier = ""
+    else:
+        one, two = (span(sat.busy_at_depth(d, data["saturation"]["variants"])) for d in (1, 2))
+        deeper = min(sat.busy_at_depth(2, data["saturation"]["variants"])) > max(
+            sat.busy_at_depth(1, data["saturation"]["variants"])
+        )
+        busier = (
+            f" (section 6: under the profile's short copies depth 2 kept the device busy {two} "
+            f"of the time at {sat.top} clients, depth 1 {one})"
+            if deeper
+            else f" (section 6: under the profile's short copies depth 2 did not keep the "
+            f"device busier than depth 1 at {sat.top} clients: {two} against {one})"
+        )
+    return [
+        "## 5. Pipeline depth 1 vs 2",
+        "",
+        "The small model scaffolded twice on one server, `depth1` (`--pipeline-depth 1`) and "
+        "`depth2` (`--pipeline-depth 2`: two lanes, each its own loaded model, stream and "
+        f"buffers), measured in alternating rounds. Emulator device timing `{raw['timing']}`: "
+        f"a {analysis.PIPELINE_LEVEL}-row batch copies for {pipe.copy_ms:.1f} ms in and "
+        f"{pipe.copy_ms:.1f} ms out and executes for {pipe.execute_ms:.1f} ms, each copy "
+        f"{copy_share:.2f} times as long as execution (three engines per device: copy in, "
+        f"execute, copy out). The small model moves {WIDTH * 4} bytes per row each way; the slow "
+        "link stands for a fast link with a large model without loading the host with "
+        "megabytes of gRPC payload.",
+        "",
+        "| comparison | ratio (median) | per round | target | |",
+        "|---|---|---|---|---|",
+        summary_row(
+            f"throughput depth 2 / depth 1 at concurrency {analysis.PIPELINE_LEVEL}",
+            pipe.throughput,
+            2,
+            unit="x",
+        ),
+        summary_row("p50 latency depth 2 / depth 1 at concurrency 1", pipe.latency, 3),
+        "",
+        f"Median p50 at concurrency 1: depth 1 {pipe.p50_ms[1]:.2f} ms, depth 2 "
+        f"{pipe.p50_ms[2]:.2f} ms.",
+        "",
+        "Commands (section-only re-run: `python benchmarks/run.py --only pipeline`):",
+        "",
+        "```",
+        *raw["commands"],
+        "```",
+        "",
+        "![throughput and p99, depth 1 vs 2](benchmarks/results/pipeline.png)",
+        "",
+        f"Stream timeline: {next(iter(pipe.timelines.values())).batches} batches of "
+        f"{analysis.PIPELINE_LEVEL} rows "
+        "submitted back to back through a `Session` in one process (`Session.infer` at depth 1, "
+        "`Session.infer_async` then `result()` at depth 2), with the emulator's engine trace "
+        "(`ge_python_backend.emulator.timing.start_trace`) recording when each engine was "
+        "busy; the number on a bar is the batch. At depth 2 a batch waits for its lane (the "
+        "copy out of the batch two before it): that wait is the backpressure. "
+        + "; ".join(timeline_words(name, line) for name, line in pipe.timelines.items())
+        + ".",
+        "",
+        "![stream timeline, depth 1 vs 2](benchmarks/results/pipeline-timeline.png)",
+        "",
+        f"Scaffold's default is depth {DEFAULT_PIPELINE_DEPTH}{busier}. Depth 2 loads the `.om` "
+        "twice (twice the device memory); choose `--pipeline-depth 1` where device memory is "
+        "short.",
+        "",
+        "Raw results:",
+        "",
+        *level_table(raw["runs"]),
+        "",
+    ]
+
+
+def saturation_reading(data: dict[str, Any], sat: analysis.Saturation) -> str:
+    """What section 6 measured, in words, from its medians."""
+    variants = data["saturation"]["variants"]
+    top, middle, delay, table = sat.top, sat.middle, sat.delay, sat.table
+    depth1 = sat.busy_at_depth(1, variants)
+    lowest = min(SATURATION_DELAYS_US)
+    low, chosen = table[f"depth2_delay{lowest}"][middle], table[f"depth2_delay{delay}"][middle]
+    fills = sat.rows_per_execution_at_top()
+    steady = max(depth1) - min(depth1) <= analysis.SAME_BUSY
+    gained = chosen["rows_per_s"] > low["rows_per_s"]
+    return (
+        f"With scaffold's defaults (pipeline depth {sat.depth}, max_queue_delay_us {delay}) the "
+        f"device executed {sat.busy.value:.3f} of the time at {top} clients (median of the "
+        f"rounds; target {sat.busy.target:.2f}, floor {sat.busy.floor:.2f}: "
+        f"{sat.busy.verdict}). At depth 1 it was busy {span(depth1)} "
+        + ("whatever the queue delay" if steady else "depending on the queue delay")
+        + " (depth 1 executes, takes the outputs, answers Triton and stages the next batch one "
+        "after the other); depth 2, which launches the next batch while one executes: "
+        f"{span(sat.busy_at_depth(2, variants))}. At {middle} clients and depth 2, {lowest} us "
+        f"of queue delay gave {fmt(low['rows_per_s'])} rows/s in executions of "
+        f"{low['rows_per_execution']:.1f} rows, {delay} us gave {fmt(chosen['rows_per_s'])} "
+        f"rows/s in executions of {chosen['rows_per_execution']:.1f} rows"
+        + (
+            " (the batcher waits for the next requests instead of sending one alone)"
+            if gained and chosen["rows_per_execution"] > low["rows_per_execution"]
+            else ""
+        )
+        + f"; at {top} clients executions held {span(fills, 1)} rows at every delay (largest "
+        f"gear {analysis.largest_gear()}). p50 at one client: "
+        f"{table[f'depth1_delay{delay}'][1]['p50_ms']:.2f} ms at depth 1, "
+        f"{table[f'depth2_delay{delay}'][1]['p50_ms']:.2f} ms at depth 2."
+    )
+
+
+def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str]:
+    raw = data["saturation"]
+    table, top = sat.table, sat.top
+    timing = parse_timing(raw["timing"])
+    gear = analysis.largest_gear()
+    window = analysis.METRICS_PERIOD_S / data["plan"]["seconds"]
+    lines = [
+        "## 6. Keeping the device busy: the defaults",
+        "",
+        f"The small model (gears {SMALL_GEARS}, one instance) under the emulator profile "
+        f"`GE_EMULATOR_TIMING={raw['timing']}` (= `execute_us={timing.execute_us:g},"
+        f"execute_us_per_row={timing.execute_us_per_row:g},copy_gbps={timing.copy_gbps:g}`: "
+        "ResNet-50 fp16 on an Atlas 300I Pro, see Device profiles below), driven by "
+        f"{top} gRPC clients of {SATURATION_ROWS}-row requests (small inputs, "
+        f"{SATURATION_ROWS * WIDTH * 4} bytes, chosen so that the host can feed the device). The "
+        f"device limit is its largest gear back to back: {gear} rows every "
+        f"{timing.execute_seconds(gear) * 1e3:.2f} ms = **{analysis.device_limit():,.0f} "
+        "rows/s**. Scaffolded once with scaffold's defaults (`defaults`) and at pipeline depth "
+        "1 and 2 with each dynamic-batching `max_queue_delay_us`, all on one server, in "
+        f"{len(raw['runs']['defaults'])} alternating rounds; medians over the rounds. "
+        "`ge-python-model bench --metrics-url` read the model's device counters before and "
+        "after each level.",
+        "",
+        "Device busy is given three ways: *events*, what `ge_device_busy_seconds_total` gained "
+        "over the level's seconds (what `bench --metrics-url` prints and `rate()` shows an "
+        "operator); *model*, the timing model's execution time per row for the executions and "
+        "rows (padding included) the counters saw, "
+        f"`({timing.execute_us:g} x executions + {timing.execute_us_per_row:g} x rows) us`, "
+        "times the rows/s the clients got: how long the emulated device executed per second; "
+        "and *share of the limit*, rows/s over the device limit. The model's execution enters "
+        f"the metrics at most every {analysis.METRICS_PERIOD_S * 1e3:g} ms (they are flushed "
+        "from `execute`), so the events' window is off by up to that at each end (about "
+        f"{window:.0%} of a {data['plan']['seconds']:g} s level either way); the model figure "
+        "takes only ratios from the counters. The emulator runs its work in device "
+        "time (work starts when the device could start it, however late its thread wakes on "
+        "this loaded host), and at depth 2 a lane's execution waits on its stream "
+        "(`stream_wait_event`) for the other lane's to leave the device, so the lanes' "
+        "execution times never overlap and are not counted twice.",
+        "",
+        f"| model | pipeline depth | max_queue_delay_us | rows/s at {top} | share of the limit "
+        "| busy (model) | busy (events) | rows per execution | p50 ms at 1 | p50 ms at "
+        f"{top} | p99 ms at {top} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, (depth, delay) in raw["variants"].items():
+        row, one = table[model][top], table[model][1]
+        lines.append(
+            f"| {model} | {depth} | {delay} | {fmt(row['rows_per_s'])} | {row['limit']:.3f} | "
+            f"{row['model']:.3f} | {row['events']:.3f} | {row['rows_per_execution']:.1f} | "
+            f"{one['p50_ms']:.2f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+        )
+    lines += [
+        "",
+        saturation_reading(data, sat),
+        "",
+        "Per concurrency (medians over the rounds):",
+        "",
+        "| model | concurrency | rows/s | busy (model) | busy (events) | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model, levels in table.items():
+        for level, row in levels.items():
+            lines.append(
+                f"| {model} | {level} | {fmt(row['rows_per_s'])} | {row['model']:.3f} | "
+                f"{row['events']:.3f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+            )
+    lines += [
+        "",
+        "Commands (section-only re-run: `python benchmarks/run.py --only saturation`):",
+        "",
+        "```",
+        f"GE_EMULATOR_TIMING={raw['timing']} ge-python-model serve WORK/saturation",
+        *raw["commands"],
+        "```",
+        "",
+        "Raw results:",
+        "",
+        *level_table(raw["runs"]),
+        "",
+    ]
+    return lines
+
+
+def profile_lines() -> list[str]:
+    return [
+        "## Device profiles",
+        "",
+        "`GE_EMULATOR_TIMING=profile=NAME` starts the emulator's timing model from a named "
+        "profile (`PROFILES` in `ge_python_backend/emulator/timing.py`; other keys override its "
+        "values).",
+        "",
+        "| profile | execute_us | execute_us_per_row | copy_gbps | models |",
+        "|---|---|---|---|---|",
+        *[
+            f"| `{name}` | {t.execute_us:g} | {t.execute_us_per_row:g} | {t.copy_gbps:g} | "
+            f"{PROFILE_MODELS[name]} |"
+            for name, t in PROFILES.items()
+        ],
+        "",
+        "Sources:",
+        "",
+        *PROFILE_SOURCES,
+        "",
+    ]
+
+
+# -- the document ------------------------------------------------------------------------------
+
+
+def render(data: dict[str, Any]) -> str:
+    """BENCHMARKS.md from a run's data (`scenarios.measure`, or `all.json` read back)."""
+    over, naive, eff = analysis.overhead(data), analysis.naive(data), analysis.efficiency(data)
+    sat = analysis.saturation(data) if "saturation" in data else None
+    targets = [*over.ratios.values(), naive, eff.ratio]
+    if sat is not None:
+        targets += [sat.busy, *([sat.latency] if sat.latency else [])]
+    lines = [
+        *header_lines(data, targets),
+        *summary_lines(over, naive, eff, sat),
+        "",
+        *machine_lines(data),
+        *overhead_lines(data, over),
+        *naive_lines(data, naive),
+        *efficiency_lines(data, eff),
+        *scaling_lines(data),
+    ]
+    if "pipeline" in data:
+        lines += pipeline_lines(data, analysis.pipeline(data), sat)
+    if sat is not None:
+        lines += saturation_lines(data, sat)
+    lines += profile_lines()
+    return "\n".join(lines)
+
+
+def draw(data: dict[str, Any], results: Path) -> None:
+    """The report's plots, into `results`."""
+    for name, title in PLOTS:
+        if name not in data:
+            continue
+        series = [
+            (label(data, model), analysis.medians(rounds))
+            for model, rounds in data[name]["runs"].items()
+        ]
+        plot(series, results / f"{name}.png", title=title)
+    if "pipeline" in data:
+        timeline_plot.draw(
+            data["pipeline"]["timeline"],
+            results / "pipeline-timeline.png",
+            f"Stream timeline, {analysis.PIPELINE_LEVEL}-row batches "
+            f"({data['pipeline']['timing']})",
+        )

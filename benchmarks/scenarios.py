@@ -1,0 +1,545 @@
+"""What `make bench` runs and measures: the models, the servers, the scenarios; plain data.
+
+Each comparison is measured side by side: the models compared are served by the same server and
+measured in alternating rounds (so a slow spell of the machine hits both). The load generator is
+`ge-python-model bench` (gRPC, closed loop) on the same machine as the server. Models are built
+into a temporary folder. `measure` returns one JSON-ready dict (also written to
+`benchmarks/results/all.json`) that `analysis` and `report` read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import psutil
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
+
+from build_model import build_classifier  # noqa: E402
+
+from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
+from ge_python_backend.repository.config import load_model_config, write_model_config  # noqa: E402
+from ge_python_backend.repository.parameters import ModelParameters  # noqa: E402
+from ge_python_backend.repository.scaffold import scaffold  # noqa: E402
+from ge_python_backend.server import TritonServer  # noqa: E402
+
+CLI = str(Path(sys.executable).with_name("ge-python-model"))
+PROTOCOL = "grpc"
+WIDTH = 64  # the small model: x FP32[N, 64] -> y = 2x + 1
+SMALL_GEARS = "1,2,4,8,16"
+# The emulator's device timing model for the comparisons that need a device that takes time.
+DEVICE_TIMING = "execute_us=2000,execute_us_per_row=100,copy_gbps=5"
+CLASSIFIER_BATCH = 8
+# The overhead scenario's extra runs: CPU per request at this concurrency (and at 1).
+CPU_CONCURRENCY = 8
+# The emulator counters run (in-process): batches of this many one-row requests, this many times.
+COUNTER_REQUESTS = 8
+COUNTER_BATCHES = 200
+# Pipeline depth: each copy about as long as execution. The small model moves 256 bytes per row
+# each way; at 1 MB/s a 16-row batch copies for 4.1 ms in and 4.1 ms out and executes for 3.6 ms.
+# (A slow link with the small model stands for a fast link with a large one without loading the
+# 2-core host with megabytes of gRPC payload.)
+PIPELINE_TIMING = "execute_us=2000,execute_us_per_row=100,copy_gbps=0.001"
+PIPELINE_LEVELS = [1, 16]
+# Keeping the device busy: the calibrated ResNet-50 / Atlas 300I Pro profile
+# (= execute_us=2260,execute_us_per_row=200,copy_gbps=10), 32 clients of 4-row requests, one
+# instance; scaffolded at pipeline depth 1 and 2 with several dynamic-batching queue delays.
+SATURATION_TIMING = "profile=resnet50-310p3"
+SATURATION_LEVELS = [1, 8, 32]
+SATURATION_ROWS = 4
+SATURATION_DELAYS_US = (0, 100, 1000)
+SATURATION_ROUNDS = 3
+
+
+@dataclasses.dataclass
+class Plan:
+    """How long to measure (the defaults are `make bench`'s)."""
+
+    rounds: int = 5
+    seconds: float = 3.0
+    warmup: int = 20
+
+
+class Recorder:
+    """Runs `ge-python-model bench` and remembers each command line for the report."""
+
+    def __init__(self, results: Path) -> None:
+        self.results = results
+        self.commands: list[str] = []
+
+    def bench(
+        self,
+        server: TritonServer,
+        model: str,
+        levels: Sequence[int],
+        plan: Plan,
+        label: str,
+        shape: str | None = None,
+        metrics: bool = False,
+    ) -> list[dict[str, Any]]:
+        """One closed-loop run per level (with the device counters from the server's metrics
+        endpoint when `metrics`); the JSON results."""
+        path = self.results / f"{label}.json"
+        command = [
+            CLI,
+            "bench",
+            "--url",
+            server.urls.grpc,
+            "--protocol",
+            PROTOCOL,
+            "--model",
+            model,
+            "--concurrency",
+            ",".join(map(str, levels)),
+            "--duration",
+            f"{plan.seconds:g}",
+            "--warmup",
+            str(plan.warmup),
+            "--json",
+            str(path),
+        ]
+        if shape:
+            command += ["--shape", shape]
+        if metrics:
+            command += ["--metrics-url", server.urls.metrics]
+        shown = [str(path.relative_to(ROOT)) if part == str(path) else part for part in command]
+        self.commands.append(shlex.join(["ge-python-model", *shown[1:]]))
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        results: list[dict[str, Any]] = json.loads(path.read_text())["results"]
+        for entry in results:
+            if entry["errors"]:
+                raise SystemExit(f"{model}: {entry['errors']} failed requests: {entry}")
+        return results
+
+    def inprocess(self, work: Path, *args: str) -> dict[str, Any]:
+        """Run `benchmarks/inprocess.py` in a fresh process (the emulator is per process)."""
+        shown = [a.replace(str(work), "WORK") for a in args]
+        self.commands.append(shlex.join(["python", "benchmarks/inprocess.py", *shown]))
+        return inprocess(*args)
+
+
+def say(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+def build_small_model(work: Path) -> Path:
+    """The small model (`y = 2x + 1` on FP32[N, 64]) as an emulator `.om` with batch gears."""
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["doubled"]),
+        helper.make_node("Add", ["doubled", "one"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "affine",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", WIDTH])],
+        [
+            numpy_helper.from_array(np.array(2, np.float32), "two"),
+            numpy_helper.from_array(np.array(1, np.float32), "one"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(work / "affine.onnx"))
+    return compile_onnx(
+        work / "affine.onnx",
+        work / "affine",
+        input_shape=f"x:-1,{WIDTH}",
+        dynamic_batch_size=SMALL_GEARS,
+    )
+
+
+def build_classifier_om(work: Path) -> Path:
+    """The ResNet-style example classifier as an emulator `.om` (batch gears 1, 2, 4, 8)."""
+    onnx_path = build_classifier(work / "classifier.onnx")
+    return compile_onnx(
+        onnx_path,
+        work / "classifier",
+        input_shape="input:-1,3,224,224",
+        dynamic_batch_size="1,2,4,8",
+    )
+
+
+def add_variant(repository: Path, source: str, name: str, model_py: Path) -> None:
+    """A copy of model `source` (same config, same `.om`) whose model.py is `model_py`."""
+    shutil.copytree(repository / source, repository / name)
+    config_path = repository / name / "config.pbtxt"
+    config = load_model_config(config_path)
+    config.name = name
+    write_model_config(config, config_path)
+    shutil.copyfile(model_py, repository / name / "1" / "model.py")
+
+
+def without_dynamic_batching(model_dir: Path) -> None:
+    config_path = model_dir / "config.pbtxt"
+    config = load_model_config(config_path)
+    config.ClearField("dynamic_batching")
+    write_model_config(config, config_path)
+
+
+@contextlib.contextmanager
+def serving(repository: Path, logs: Path, env: dict[str, str] | None = None) -> Iterator[Any]:
+    server = TritonServer(repository, env=env, log_path=logs / f"{repository.name}.log")
+    with server:
+        yield server
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def alternate(
+    recorder: Recorder,
+    server: TritonServer,
+    models: Sequence[str],
+    levels: Sequence[int],
+    plan: Plan,
+    label: str,
+    shape: str | None = None,
+    metrics: bool = False,
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """`plan.rounds` rounds; in each, every model runs every level. {model: [round results]}."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {model: [] for model in models}
+    for number in range(plan.rounds):
+        for model in models:
+            say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {levels}")
+            runs[model].append(
+                recorder.bench(
+                    server, model, levels, plan, f"{label}-{model}-{number + 1}", shape, metrics
+                )
+            )
+    return runs
+
+
+def cpu_per_request(
+    recorder: Recorder, server: TritonServer, model: str, level: int, plan: Plan, label: str
+) -> dict[str, float]:
+    """CPU microseconds per request of the load generator, tritonserver and the model's stub,
+    and Triton's own time per request in the model's `execute` (`compute_infer`)."""
+    process = psutil.Process(server.pid)
+    stub = next(c for c in process.children() if f"/{model}/" in " ".join(c.cmdline()))
+
+    def used(p: psutil.Process) -> float:
+        times = p.cpu_times()
+        return times.user + times.system
+
+    before = used(process), used(stub), triton_counts(server, model)
+    children = psutil.Process().cpu_times()
+    entry = recorder.bench(server, model, [level], plan, label)[0]
+    after = used(process), used(stub), triton_counts(server, model)
+    client = psutil.Process().cpu_times()
+    requests = entry["requests"]
+    spent = (client.children_user + client.children_system) - (
+        children.children_user + children.children_system
+    )
+    return {
+        "throughput_rps": entry["throughput_rps"],
+        "client": spent / requests * 1e6,
+        "tritonserver": (after[0] - before[0]) / requests * 1e6,
+        "stub": (after[1] - before[1]) / requests * 1e6,
+        "per_execution": (after[2][0] - before[2][0]) / max(after[2][1] - before[2][1], 1),
+        "compute_infer": (after[2][2] - before[2][2]) / max(after[2][0] - before[2][0], 1) / 1e3,
+    }
+
+
+def triton_stats(server: TritonServer, model: str) -> dict[str, Any]:
+    """Triton's own statistics of a model (`/v2/models/<model>/stats`)."""
+    import tritonclient.http as httpclient
+
+    with httpclient.InferenceServerClient(server.urls.http.removeprefix("http://")) as client:
+        stats: dict[str, Any] = client.get_inference_statistics(model)["model_stats"][0]
+    return stats
+
+
+def triton_counts(server: TritonServer, model: str) -> tuple[int, int, int]:
+    """Triton's cumulative requests, executions and `compute_infer` nanoseconds of a model (each
+    request counts the whole `execute` call it was part of, the round trip to the stub
+    included), from one read of its statistics."""
+    stats = triton_stats(server, model)
+    compute = int(stats["inference_stats"]["compute_infer"].get("ns", 0))
+    return int(stats["inference_count"]), int(stats["execution_count"]), compute
+
+
+def inprocess(*args: str) -> dict[str, Any]:
+    """Run `benchmarks/inprocess.py` in a fresh process; its JSON answer."""
+    command = [sys.executable, str(HERE / "inprocess.py"), *args]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return result
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+
+
+def scenario_overhead(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    repository = work / "overhead"
+    scaffold(om, repository, name="ours", runtime="emulator")
+    add_variant(repository, "ours", "floor", HERE / "floor_model.py")
+    add_variant(repository, "ours", "floor_sender", HERE / "floor_sender_model.py")
+    levels = [1, 2, 4, 8, 16]
+    with serving(repository, logs) as server:
+        models = ["ours", "floor", "floor_sender"]
+        runs = alternate(recorder, server, models, levels, plan, "overhead")
+        say(f"overhead: CPU per request at concurrency {CPU_CONCURRENCY}, execute time at 1 too")
+        cpu = {
+            model: cpu_per_request(
+                recorder, server, model, CPU_CONCURRENCY, plan, f"overhead-cpu-{model}"
+            )
+            for model in ("ours", "floor")
+        }
+        alone = {
+            model: cpu_per_request(recorder, server, model, 1, plan, f"overhead-one-{model}")
+            for model in ("ours", "floor")
+        }
+    return {"runs": runs, "levels": levels, "cpu": cpu, "alone": alone}
+
+
+def scenario_naive(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    repository = work / "naive"
+    scaffold(om, repository, name="ours", runtime="emulator")
+    add_variant(repository, "ours", "naive", HERE / "naive_model.py")
+    levels = [1, 4, 16]
+    with serving(repository, logs, env={"GE_EMULATOR_TIMING": DEVICE_TIMING}) as server:
+        runs = alternate(recorder, server, ["ours", "naive"], levels, plan, "naive")
+    say(f"counters: ours and naive, in-process, {COUNTER_REQUESTS} one-row requests per batch")
+    counters = {
+        model: recorder.inprocess(
+            work, "counters", str(repository / model), str(COUNTER_REQUESTS), str(COUNTER_BATCHES)
+        )
+        for model in ("ours", "naive")
+    }
+    return {"runs": runs, "levels": levels, "counters": counters}
+
+
+def scenario_efficiency(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    repository = work / "efficiency"
+    scaffold(om, repository, name="classifier", runtime="emulator")
+    shape = f"input:{CLASSIFIER_BATCH},3,224,224"
+    long = dataclasses.replace(plan, seconds=plan.seconds * 2, warmup=2)
+    served, local = [], []
+    with serving(repository, logs) as server:
+        for number in range(plan.rounds):
+            say(f"efficiency: Session.infer in-process, round {number + 1}/{plan.rounds}")
+            local.append(
+                recorder.inprocess(
+                    work, "session", str(om), str(CLASSIFIER_BATCH), f"{long.seconds:g}"
+                )
+            )
+            say(f"efficiency: through Triton, round {number + 1}/{plan.rounds}")
+            (entry,) = recorder.bench(
+                server, "classifier", [2], long, f"efficiency-{number + 1}", shape
+            )
+            served.append(entry)
+        stats = triton_stats(server, "classifier")
+    return {"served": served, "local": local, "stats": stats}
+
+
+def scenario_scaling(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    repository = work / "scaling"
+    variants = {}
+    for instances in (1, 2):
+        for batching in (True, False):
+            name = f"i{instances}_{'batching' if batching else 'nobatching'}"
+            result = scaffold(
+                om,
+                repository,
+                name=name,
+                runtime="emulator",
+                instances=instances,
+                device_ids=list(range(instances)),
+            )
+            if not batching:
+                without_dynamic_batching(result.model_dir)
+            variants[name] = (instances, batching)
+    levels = [1, 4, 16]
+    single = dataclasses.replace(plan, rounds=1)
+    with serving(repository, logs, env={"GE_EMULATOR_TIMING": DEVICE_TIMING}) as server:
+        runs = alternate(recorder, server, list(variants), levels, single, "scaling")
+    return {"runs": runs, "levels": levels, "variants": variants}
+
+
+def scenario_pipeline(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    """The small model scaffolded with pipeline depth 1 and 2, same server, alternating rounds;
+    then in-process stream timelines of both depths."""
+    import timeline
+
+    repository = work / "pipeline"
+    for depth in (1, 2):
+        scaffold(om, repository, name=f"depth{depth}", runtime="emulator", pipeline_depth=depth)
+    first = len(recorder.commands)
+    with serving(repository, logs, env={"GE_EMULATOR_TIMING": PIPELINE_TIMING}) as server:
+        runs = alternate(recorder, server, ["depth1", "depth2"], PIPELINE_LEVELS, plan, "pipeline")
+    say("pipeline: stream timelines in-process")
+    traces = {
+        f"pipeline_depth {depth}": timeline.record(om, depth, 6, 16, PIPELINE_TIMING)
+        for depth in (1, 2)
+    }
+    return {
+        "runs": runs,
+        "levels": PIPELINE_LEVELS,
+        "timing": PIPELINE_TIMING,
+        "timeline": traces,
+        "commands": recorder.commands[first:],
+    }
+
+
+def scenario_saturation(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    """The small model under the calibrated profile: scaffold's defaults, and depth 1 and 2 with
+    each queue delay, same server, alternating rounds, device counters from the metrics."""
+    repository = work / "saturation"
+    defaults = scaffold(om, repository, name="defaults", runtime="emulator")
+    config = load_model_config(defaults.config_path)
+    variants = {
+        "defaults": (
+            ModelParameters.from_config(config).pipeline_depth,
+            config.dynamic_batching.max_queue_delay_microseconds,
+        )
+    }
+    for depth in (1, 2):
+        for delay in SATURATION_DELAYS_US:
+            name = f"depth{depth}_delay{delay}"
+            scaffold(
+                om,
+                repository,
+                name=name,
+                runtime="emulator",
+                pipeline_depth=depth,
+                max_queue_delay_us=delay,
+            )
+            variants[name] = (depth, delay)
+    first = len(recorder.commands)
+    rounds = dataclasses.replace(plan, rounds=min(plan.rounds, SATURATION_ROUNDS))
+    shape = f"x:{SATURATION_ROWS},{WIDTH}"
+    with serving(repository, logs, env={"GE_EMULATOR_TIMING": SATURATION_TIMING}) as server:
+        runs = alternate(
+            recorder, server, list(variants), SATURATION_LEVELS, rounds, "saturation", shape, True
+        )
+    return {
+        "runs": runs,
+        "variants": variants,
+        "levels": SATURATION_LEVELS,
+        "timing": SATURATION_TIMING,
+        "commands": recorder.commands[first:],
+    }
+
+
+def machine() -> list[tuple[str, str]]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        # what this run writes does not count as a change to what it measured
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", "."]
+        + [":(exclude)BENCHMARKS.md", ":(exclude)benchmarks/results"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return [
+        ("date", datetime.datetime.now().strftime("%Y-%m-%d %H:%M")),
+        ("CPU", f"{cpu}, {os.cpu_count()} logical cores"),
+        ("memory", f"{psutil.virtual_memory().total / 2**30:.1f} GiB"),
+        ("OS", platform.platform()),
+        ("Python", platform.python_version()),
+        (
+            "packages",
+            ", ".join(
+                f"{n} {version(n)}"
+                for n in ("nvidia-pytriton", "tritonclient", "numpy", "onnxruntime")
+            )
+            + " (Triton Inference Server 2.51 from nvidia-pytriton)",
+        ),
+        ("commit", (commit or "unknown") + (" with uncommitted changes" if dirty else "")),
+    ]
+
+
+def measure(plan: Plan, results: Path) -> dict[str, Any]:
+    """Every scenario, in a temporary folder; the data the report is written from."""
+    started = time.monotonic()
+    shutil.rmtree(results, ignore_errors=True)
+    results.mkdir(parents=True)
+    recorder = Recorder(results)
+    with tempfile.TemporaryDirectory(prefix="ge-bench-") as temp:
+        work = Path(temp)
+        logs = work / "logs"
+        say(f"building the models in {work}")
+        small = build_small_model(work)
+        classifier = build_classifier_om(work)
+        data: dict[str, Any] = {
+            "overhead": scenario_overhead(recorder, work, small, plan, logs),
+            "naive": scenario_naive(recorder, work, small, plan, logs),
+            "efficiency": scenario_efficiency(recorder, work, classifier, plan, logs),
+            "scaling": scenario_scaling(recorder, work, small, plan, logs),
+            "pipeline": scenario_pipeline(recorder, work, small, plan, logs),
+            "saturation": scenario_saturation(recorder, work, small, plan, logs),
+        }
+    data["commands"] = recorder.commands
+    data["plan"] = dataclasses.asdict(plan)
+    data["machine"] = machine()
+    data["cpu_count"] = os.cpu_count()
+    data["elapsed_s"] = time.monotonic() - started
+    (results / "all.json").write_text(json.dumps(data, indent=1))
+    return data
+
+
+SMALL_MODEL_SCENARIOS = {"pipeline": scenario_pipeline, "saturation": scenario_saturation}
+
+
+def measure_only(name: str, plan: Plan, results: Path) -> dict[str, Any]:
+    """Only one section on the small model (raw JSON next to the others)."""
+    recorder = Recorder(results)
+    with tempfile.TemporaryDirectory(prefix="ge-bench-") as temp:
+        work = Path(temp)
+        say(f"building the small model in {work}")
+        scenario = SMALL_MODEL_SCENARIOS[name]
+        return scenario(recorder, work, build_small_model(work), plan, work / "logs")
