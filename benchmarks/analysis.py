@@ -199,10 +199,12 @@ class Overhead:
         return abs(self.throughput_ratio / self.cpu_ratio - 1) <= AGREE
 
     @property
-    def stub_share(self) -> float:
-        """Share of the difference in CPU per request that is in the model's stub process."""
+    def stub_share(self) -> float | None:
+        """Share of the difference in CPU per request that is in the model's stub process (None:
+        no difference)."""
         ours, floor = self.cpu["ours"], self.cpu["floor"]
-        return (ours.stub - floor.stub) / (ours.total - floor.total)
+        gap = ours.total - floor.total
+        return (ours.stub - floor.stub) / gap if gap else None
 
     @property
     def saturated(self) -> bool | None:

@@ -339,8 +339,9 @@ def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[str]:
         f"At concurrency 1 the median p50 was {over.p50_ms['ours']:.2f} ms for ours and "
         f"{over.p50_ms['floor']:.2f} ms for the floor, {fmt(p50_gap)} us apart; `compute_infer` "
         f"at concurrency 1 was {fmt(alone['ours'])} against {fmt(alone['floor'])} us, "
-        f"{fmt(compute_gap)} us apart ({compute_gap / p50_gap:.0%} of the p50 difference; "
-        "the two come from different runs). Served, our `execute` of one request took "
+        f"{fmt(compute_gap)} us apart ("
+        + (f"{compute_gap / p50_gap:.0%} of the p50 difference; " if p50_gap else "")
+        + "the two come from different runs). Served, our `execute` of one request took "
         f"{fmt(alone['ours'])} us; in-process (section 2's counters run) one `execute` of "
         f"{COUNTER_REQUESTS} requests took {fmt(over.us_per_batch)} us.",
         "",
@@ -356,8 +357,14 @@ def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[str]:
             if over.follows_cpu
             else ": throughput did not follow the total CPU per request. "
         )
-        + f"{over.stub_share:.0%} of the difference in CPU per request is in the model's stub "
-        f"process ({fmt(ours.stub)} against {fmt(floor.stub)} us). Ours runs every execution "
+        + f"The model's stub process used {fmt(ours.stub)} against {fmt(floor.stub)} us per "
+        "request"
+        + (
+            ""
+            if over.stub_share is None
+            else f", {over.stub_share:.0%} of the difference in CPU per request"
+        )
+        + ". Ours runs every execution "
         "through the emulated device: pyACL calls through the emulator's checking layer, copies "
         "to and from emulated device memory, onnxruntime (its queued stream work runs lazily, "
         "in the thread that synchronizes, when no timing model is set). Of the in-process "

@@ -1,0 +1,279 @@
+"""The benchmark report (`benchmarks/report.py`) from data, without measuring: a small synthetic
+run whose figures are set by hand, and the saved run behind BENCHMARKS.md.
+
+Each conclusion the report states must follow its numbers: flipping a number flips the sentence.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import analysis  # noqa: E402
+import report  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ROUNDS = 3
+# The saturation profile's device time per row when every execution fills the 16-row gear:
+# (2260 + 16 x 200) / 16 us, so rows/s = busy / this.
+SECONDS_PER_ROW = (2260 + 16 * 200) / 16 / 1e6
+
+
+def entry(concurrency: int, rps: float, p50_ms: float = 1.0, rows: int = 1) -> dict[str, Any]:
+    return {
+        "concurrency": concurrency,
+        "requests": int(rps * 3),
+        "errors": 0,
+        "throughput_rps": rps,
+        "rows_per_s": rps * rows,
+        "p50_ms": p50_ms,
+        "p90_ms": p50_ms * 1.2,
+        "p99_ms": p50_ms * 1.5,
+    }
+
+
+def rounds(levels: dict[int, float], p50_ms: float = 1.0) -> list[list[dict[str, Any]]]:
+    """ROUNDS identical rounds: throughput by level."""
+    return [[entry(c, rps, p50_ms) for c, rps in levels.items()] for _ in range(ROUNDS)]
+
+
+def saturated(concurrency: int, busy: float, rows_per_execution: float = 16) -> dict[str, Any]:
+    """A saturation level whose device was busy `busy` of the time under the timing model."""
+    rows_per_s = busy / SECONDS_PER_ROW
+    result = entry(concurrency, rows_per_s / 4, p50_ms=5.0, rows=4)
+    executions = 1000.0
+    result["device_counters"] = {
+        "0": {
+            "busy_seconds": busy * 3,
+            "executions": executions,
+            "rows": executions * rows_per_execution,
+            "padded_rows": executions * (16 - rows_per_execution),
+        }
+    }
+    result["device_utilization"] = {"0": busy}
+    return result
+
+
+def spans(batches: int, overlap: bool) -> list[dict[str, Any]]:
+    """A stream timeline: each engine 4 ms per batch, one after the other or overlapped."""
+    result = []
+    for k in range(batches):
+        start = 4.0 * k if overlap else 12.0 * k
+        for n, engine in enumerate(("h2d", "execute", "d2h")):
+            begin = start + 4.0 * n
+            result.append({"engine": engine, "batch": k, "start_ms": begin, "end_ms": begin + 4})
+    return result
+
+
+def run_data() -> dict[str, Any]:
+    """A run in the shape `scenarios.measure` returns; every target met."""
+    per_batch = {key: 1.0 for key, _ in report.COUNTER_ROWS}
+    cpu = {"client": 250.0, "tritonserver": 150.0, "stub": 150.0}
+    saturation_variants = {"defaults": [2, 100]}
+    saturation_runs = {"defaults": [[saturated(c, 0.99) for c in (1, 8, 32)]] * ROUNDS}
+    for depth in (1, 2):
+        for delay in (0, 100, 1000):
+            name = f"depth{depth}_delay{delay}"
+            saturation_variants[name] = [depth, delay]
+            busy = 0.70 if depth == 1 else 0.99
+            saturation_runs[name] = [[saturated(c, busy) for c in (1, 8, 32)]] * ROUNDS
+    return {
+        "overhead": {
+            "runs": {
+                "ours": rounds({1: 800.0, 8: 2850.0}, p50_ms=1.4),
+                "floor": rounds({1: 1000.0, 8: 3000.0}),
+                "floor_sender": rounds({1: 900.0, 8: 2000.0}),
+            },
+            "levels": [1, 8],
+            "cpu": {
+                # CPU per request 550 and 500 us, throughput 2700 and 2970 req/s: 1.49 cores
+                "ours": {
+                    **cpu,
+                    "throughput_rps": 2700.0,
+                    "per_execution": 3.0,
+                    "compute_infer": 700,
+                },
+                "floor": {
+                    **cpu,
+                    "throughput_rps": 2970.0,
+                    "stub": 100.0,
+                    "per_execution": 2.0,
+                    "compute_infer": 200,
+                },
+            },
+            "alone": {"ours": {"compute_infer": 600.0}, "floor": {"compute_infer": 150.0}},
+        },
+        "naive": {
+            "runs": {"ours": rounds({16: 1000.0}), "naive": rounds({16: 200.0})},
+            "levels": [16],
+            "counters": {
+                model: {"per_batch": per_batch, "us_per_batch": 400.0, "acl_share": 0.6}
+                for model in ("ours", "naive")
+            },
+        },
+        "efficiency": {
+            "served": [entry(2, 24.0, 80.0, rows=8)] * ROUNDS,
+            "local": [{"rows_per_s": 200.0}] * ROUNDS,
+            "stats": {
+                "batch_stats": [{"batch_size": 8, "compute_infer": {"ns": 36e6 * 10, "count": 10}}],
+                "inference_stats": {"compute_input": {"ns": 6e6, "count": 10}},
+            },
+        },
+        "scaling": {
+            "runs": {"i1_batching": rounds({1: 300.0, 16: 2000.0})[:1]},
+            "levels": [1, 16],
+            "variants": {"i1_batching": [1, True]},
+        },
+        "pipeline": {
+            "runs": {
+                "depth1": rounds({1: 200.0, 16: 1000.0}, p50_ms=4.0),
+                "depth2": rounds({1: 200.0, 16: 1500.0}, p50_ms=4.0),
+            },
+            "levels": [1, 16],
+            "timing": "execute_us=2000,execute_us_per_row=100,copy_gbps=0.001",
+            "timeline": {
+                "pipeline_depth 1": spans(4, overlap=False),
+                "pipeline_depth 2": spans(4, overlap=True),
+            },
+            "commands": ["ge-python-model bench --model depth1"],
+        },
+        "saturation": {
+            "runs": saturation_runs,
+            "variants": saturation_variants,
+            "levels": [1, 8, 32],
+            "timing": "profile=resnet50-310p3",
+            "commands": ["ge-python-model bench --model defaults"],
+        },
+        "commands": ["ge-python-model bench --model ours"],
+        "plan": {"rounds": ROUNDS, "seconds": 3.0, "warmup": 20},
+        "machine": [["CPU", "test, 2 logical cores"]],
+        "cpu_count": 2,
+        "elapsed_s": 60.0,
+    }
+
+
+def row(text: str, starting: str) -> str:
+    """The one line of the report that starts with `starting`."""
+    (line,) = [line for line in text.splitlines() if line.startswith(starting)]
+    return line
+
+
+def scale(runs: list[list[dict[str, Any]]], level: int, factor: float, key: str) -> None:
+    for entries in runs:
+        analysis.at_level(entries, level)[key] *= factor
+
+
+def test_every_target_of_the_synthetic_run_is_met() -> None:
+    text = report.render(run_data())
+    summary = [line for line in text.splitlines() if line.endswith((" met |", " met** |"))]
+    assert len(summary) == 8, summary  # 6 in the summary table, 2 in section 5
+    assert all(line.endswith("| met |") for line in summary), summary
+    assert row(text, "| overhead: our model.py / numpy floor, throughput at concurrency 1 |") == (
+        "| overhead: our model.py / numpy floor, throughput at concurrency 1 | 0.80 | "
+        "0.80, 0.80, 0.80 | >= 0.75 | met |"
+    )
+    assert "| 5.0x | 5.0, 5.0, 5.0 | >= 3x | met |" in text
+    assert "| 1.50x | 1.50, 1.50, 1.50 | >= 1.4x | met |" in text
+
+
+def test_a_throughput_target_flips_with_its_number() -> None:
+    data = run_data()
+    scale(data["overhead"]["runs"]["ours"], 1, 0.7 / 0.8, "throughput_rps")
+    line = row(
+        report.render(data), "| overhead: our model.py / numpy floor, throughput at concurrency 1 |"
+    )
+    assert line.endswith("| 0.70 | 0.70, 0.70, 0.70 | >= 0.75 | **not met** |"), line
+
+
+def test_a_latency_target_is_an_upper_bound() -> None:
+    data = run_data()
+    scale(data["pipeline"]["runs"]["depth2"], 1, 1.2, "p50_ms")
+    line = row(report.render(data), "| p50 latency depth 2 / depth 1 at concurrency 1 |")
+    assert line.endswith("| 1.200 | 1.200, 1.200, 1.200 | <= 1.10 | **not met** |"), line
+
+
+@pytest.mark.parametrize(
+    ("busy", "verdict"), [(0.99, "| met |"), (0.92, "| floor met |"), (0.85, "| **not met** |")]
+)
+def test_device_busy_with_the_defaults_has_a_floor(busy: float, verdict: str) -> None:
+    data = run_data()
+    data["saturation"]["runs"]["defaults"] = [[saturated(c, busy) for c in (1, 8, 32)]] * ROUNDS
+    text = report.render(data)
+    line = row(text, "| device busy (timing model) with scaffold's defaults")
+    assert f"| {busy:.3f} |" in line and line.endswith(verdict), line
+    assert f"the device executed {busy:.3f} of the time at 32 clients" in text
+
+
+def test_the_sentences_follow_the_numbers() -> None:
+    data = run_data()
+    text = report.render(data)
+    assert "that path costs Triton's Python backend more per request" in text
+    assert "busy 0.70 whatever the queue delay" in text
+    assert "throughput followed the total CPU per request" in text
+    assert "Both runs kept the cores busy" not in text  # 1.49 of 2 cores
+    assert "depth 2 answers these executions inline" in text  # 400 us x 0.6 < 1000 us
+
+    flipped = copy.deepcopy(data)
+    flipped["overhead"]["runs"]["floor_sender"] = flipped["overhead"]["runs"]["floor"]
+    for variant, busy in (("depth1_delay0", 0.60), ("depth1_delay1000", 0.80)):
+        flipped["saturation"]["runs"][variant] = [[saturated(c, busy) for c in (1, 8, 32)]] * ROUNDS
+    # 1.82 and 2.2 cores; ours reached 0.75 of the floor's throughput on 0.91 of its CPU
+    flipped["overhead"]["cpu"]["ours"]["throughput_rps"] = 3300.0
+    flipped["overhead"]["cpu"]["floor"]["throughput_rps"] = 4400.0
+    flipped["naive"]["counters"]["ours"].update(us_per_batch=2000.0, acl_share=0.6)
+    text = report.render(flipped)
+    assert "that path was not slower than responses returned from `execute`" in text
+    assert "busy 0.60-0.80 depending on the queue delay" in text
+    assert "throughput did not follow the total CPU per request" in text
+    assert "Both runs kept the cores busy" in text
+    assert "depth 2 answers these executions inline" not in text
+
+
+def test_the_timeline_counts_overlapping_engines() -> None:
+    text = report.render(run_data())
+    assert (
+        "pipeline_depth 1: 48.0 ms; the next batch copied in while one executed 0 of 3 times"
+        in text
+    )
+    assert (
+        "pipeline_depth 2: 24.0 ms; the next batch copied in while one executed 3 of 3 times, "
+        "the previous one copied out while one executed 3 of 3 times" in text
+    )
+
+
+def test_variability_is_computed_from_the_rounds() -> None:
+    data = run_data()
+    assert "spread by 0% (median" in report.render(data)
+    data["plan"]["rounds"] = 1
+    for section in ("overhead", "naive", "pipeline", "saturation"):
+        for runs in data[section]["runs"].values():
+            del runs[1:]
+    data["efficiency"]["served"] = data["efficiency"]["served"][:1]
+    data["efficiency"]["local"] = data["efficiency"]["local"][:1]
+    assert "One round: how much the figures move between rounds was not measured." in (
+        report.render(data)
+    )
+
+
+def test_the_plots_are_drawn_from_the_data(tmp_path: Path) -> None:
+    report.draw(run_data(), tmp_path)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {
+        f"{n}.png" for n in ("overhead", "naive", "scaling", "pipeline", "saturation")
+    } | {"pipeline-timeline.png"}
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in tmp_path.iterdir())
+
+
+def test_benchmarks_md_is_what_its_saved_run_renders_to() -> None:
+    # `make bench` writes both; `python benchmarks/run.py --rewrite` renders the report again
+    # from the saved data after a change to the report's code.
+    data = json.loads((ROOT / "benchmarks" / "results" / "all.json").read_text())
+    assert report.render(data) == (ROOT / "BENCHMARKS.md").read_text()
