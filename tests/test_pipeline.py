@@ -518,9 +518,12 @@ def test_a_timeout_on_one_lane_while_the_other_launches_behind_it(
         return stream_wait_event(stream, event)
 
     monkeypatch.setattr(emulator.acl.rt, "stream_wait_event", slow_stream_wait_event)
-    with Session(
-        om_dynamic_batch, runtime="emulator", pipeline_depth=2, execute_timeout_ms=timeout_ms
-    ) as session, ThreadPoolExecutor(1) as launcher:
+    with (
+        Session(
+            om_dynamic_batch, runtime="emulator", pipeline_depth=2, execute_timeout_ms=timeout_ms
+        ) as session,
+        ThreadPoolExecutor(1) as launcher,
+    ):
         for round_ in range(16):
             delay = (round_ % 4) * timeout_ms / 1000
             calling.clear()
