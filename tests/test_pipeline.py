@@ -498,6 +498,50 @@ def test_a_hang_behind_the_other_lane_times_out_both_and_the_session_recovers(
             assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))
 
 
+def test_a_timeout_on_one_lane_while_the_other_launches_behind_it(
+    om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lane 1's launch (one thread) queues a wait on lane 0's "executed" event while lane 0's hung
+    # batch times out in another thread, which then replaces lane 0's stream and events. The
+    # emulator's stream_wait_event is slowed by 0 to 3 timeouts (as a pyACL call blocked in C
+    # would be), so in most rounds the timeout lands between the launch picking the event and
+    # the call reaching it: the event must still exist then. The batch behind waited for the
+    # hung execution, so it times out too; the session keeps serving.
+    timeout_ms = 20
+    stream_wait_event = emulator.acl.rt.stream_wait_event
+    calling = threading.Event()
+    delay = 0.0
+
+    def slow_stream_wait_event(stream: int, event: int) -> int:
+        calling.set()
+        time.sleep(delay)
+        return stream_wait_event(stream, event)
+
+    monkeypatch.setattr(emulator.acl.rt, "stream_wait_event", slow_stream_wait_event)
+    with (
+        Session(
+            om_dynamic_batch, runtime="emulator", pipeline_depth=2, execute_timeout_ms=timeout_ms
+        ) as session,
+        ThreadPoolExecutor(1) as launcher,
+    ):
+        for round_ in range(16):
+            delay = (round_ % 4) * timeout_ms / 1000
+            calling.clear()
+            emulator.set_faults("mdl.execute_async:hang:1")
+            hung = session.submit([mlp_rows(1, seed=round_)])  # lane 0, never completes
+            behind = launcher.submit(session.submit, [mlp_rows(2, seed=100 + round_)])  # lane 1
+            assert calling.wait(5)
+            with pytest.raises(ExecuteTimeoutError, match=f"execute_timeout_ms={timeout_ms}"):
+                hung.result()  # replaces lane 0's stream and events
+            with pytest.raises(ExecuteTimeoutError, match=f"execute_timeout_ms={timeout_ms}"):
+                behind.result(timeout=5).result()
+        emulator.set_faults(None)
+        for seed in range(4):
+            feeds = mlp_rows(1 + seed, seed=seed)
+            assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))
+        assert session.counters.failed_executions == 2 * 16
+
+
 @pytest.mark.e2e
 def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
     tmp_path: Path, om_dynamic_batch: Path

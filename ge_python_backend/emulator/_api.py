@@ -60,6 +60,8 @@ def api(
         faults.HANGABLE.add(call)
 
     fewest = len(types) - optional
+    # The public module the function is declared in (`acl.rt`), wherever it is implemented.
+    module = f"{__name__.rpartition('.')[0]}.{name.rpartition('.')[0]}"
 
     def decorate(impl: F) -> F:
         @functools.wraps(impl)
@@ -88,6 +90,7 @@ def api(
                 return fail(_injected(injected), args)
             return result
 
+        wrapper.__module__ = module
         return cast(F, wrapper)
 
     return decorate

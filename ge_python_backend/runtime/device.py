@@ -168,6 +168,12 @@ class Stream(Resource):
             _warn_no_timeout()
         check(acl.rt.synchronize_stream(self.handle), "acl.rt.synchronize_stream", acl)
 
+    def wait(self, event: Event) -> None:
+        """Work queued on this stream from now on waits until `event`'s last record has
+        completed (`acl.rt.stream_wait_event`); the host does not wait."""
+        acl = self.context.acl
+        check(acl.rt.stream_wait_event(self.handle, event.handle), "acl.rt.stream_wait_event", acl)
+
 
 _warned_no_timeout = False
 
@@ -201,12 +207,6 @@ class Event(Resource):
         self.handle: int = handle
         self._own(_destroy_event, context, handle)
         context._adopt(self)
-
-    def hold(self, stream: Stream) -> None:
-        """Work queued on `stream` after this waits for the event's last record to complete
-        (`acl.rt.stream_wait_event`)."""
-        acl = self.context.acl
-        check(acl.rt.stream_wait_event(stream.handle, self.handle), "acl.rt.stream_wait_event", acl)
 
     def record(self, stream: Stream) -> None:
         """Queue the event on `stream`; it completes when the work queued before it has run."""

@@ -3,8 +3,13 @@
 A `Session` runs every execution on a lane: stage the rows in the lane's pinned buffers, queue
 copy in, gear selection, execute and copy out on its stream (`launch`), wait (`finish`), read the
 outputs from the pinned buffers. One model id never runs on two streams (GE refuses it), so each
-lane loads the `.om` itself. Four events per lane time the copies and the execution on the
-device; they are created once with the lane, never per execution.
+lane loads the `.om` itself. Four events per lane (`LaneEvents`) time the copies and the
+execution on the device; they are created once with the lane, never per execution (a timeout
+replaces them with the stream).
+
+Locks, always taken in this order: the session's, then one lane's `lock` (the lane being
+launched or finished), then the `_events_lock` of the lane launched before it (held only to
+queue the wait on its "executed" event or to replace its events; nothing is taken under it).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +33,7 @@ from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, Model, TensorSpec
 
-__all__ = ["DeviceTimes", "Lane"]
+__all__ = ["DeviceTimes", "Lane", "LaneEvents"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +58,15 @@ class DeviceTimes:
     d2h: float
 
 
+class LaneEvents(NamedTuple):
+    """The events recorded on a lane's stream around one execution."""
+
+    start: Event  # before the copies in
+    executing: Event  # before the execution
+    executed: Event  # the execution left the execute engine
+    end: Event  # the copies out completed
+
+
 class Lane(Resource):
     """One model id, its stream and buffer set; `index` is its place in the session."""
 
@@ -70,7 +84,7 @@ class Lane(Resource):
         self._own(_close_parts, self._parts)
         try:
             self.stream = self._keep(Stream(context))
-            self.events = [self._keep(Event(context)) for _ in range(4)]
+            self.events = self._new_events()
             desc = model.description
             buffers: dict[int, DeviceBuffer] = {}
             self.input_slots: list[Slot] = []
@@ -90,6 +104,7 @@ class Lane(Resource):
             raise
         self._views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
         self.lock = threading.Lock()  # held while staging into, or finishing, the lane
+        self._events_lock = threading.Lock()  # replacing `events` vs another lane waiting on them
         self.job: Any = None  # the session's execution launched here and not yet finished
         self._launched = 0.0
         self._events_work = True
@@ -188,27 +203,40 @@ class Lane(Resource):
         was waited for) needs no such wait.
         """
         assert self.outputs is not None
-        start, executing, executed, end = self.events
+        events = self.events
         self.context.activate()
         self._launched = time.perf_counter()
-        start.record(self.stream)
+        events.start.record(self.stream)
         for slot, view in zip(
             self.input_slots, self._input_views(table, execution.gear, execution.batch)
         ):
             slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
         if table.kind != "static":
             table.select(self.model, self.inputs, execution.gear, execution.batch)
-        if after is not None and after is not self and after.job is not None:
-            after.events[2].hold(self.stream)
-        executing.record(self.stream)
+        if after is not None and after is not self:
+            after.queue_wait_for_execution(self.stream)
+        events.executing.record(self.stream)
         self.model.execute_async(self.inputs, self.outputs, self.stream)
-        executed.record(self.stream)
+        events.executed.record(self.stream)
         nbytes = 0
         for slot, view in zip(self.output_slots, self.output_views(table, execution)):
             slot.device.copy_to_host_async(slot.host, view.nbytes, self.stream)
             nbytes += view.nbytes
-        end.record(self.stream)
+        events.end.record(self.stream)
         return nbytes
+
+    def queue_wait_for_execution(self, stream: Stream) -> None:
+        """Make work queued on `stream` (another lane's) from now on wait until this lane's
+        pending execution has left the execute engine; no wait when none is pending.
+
+        The caller holds its own lane's lock, not this one's: `_events_lock` keeps a timeout
+        finishing this lane in another thread from destroying the event meanwhile
+        (`replace_stream`). A `job` read just as it is finished only adds or skips a wait on an
+        event that exists.
+        """
+        with self._events_lock:
+            if self.job is not None:
+                stream.wait(self.events.executed)
 
     def finish(self, timeout_ms: int = 0) -> DeviceTimes:
         """Wait for the launched work (at most `timeout_ms` when > 0); its device times."""
@@ -228,9 +256,11 @@ class Lane(Resource):
         The buffers and the model are kept.
         """
         self.context.activate()
-        old = [self.stream, *self.events]
-        self.stream = self._keep(Stream(self.context))
-        self.events = [self._keep(Event(self.context)) for _ in range(4)]
+        stream = self._keep(Stream(self.context))
+        events = self._new_events()
+        with self._events_lock:
+            old = [self.stream, *self.events]
+            self.stream, self.events = stream, events
         for resource in old:
             self._parts.remove(resource)
             try:
@@ -264,13 +294,13 @@ class Lane(Resource):
 
     def _times(self) -> DeviceTimes:
         """Device times from the events; the host's wall time if events cannot be timed."""
-        start, executing, executed, end = self.events
+        events = self.events
         if self._events_work:
             try:
                 return DeviceTimes(
-                    executing.seconds_since(start),
-                    executed.seconds_since(executing),
-                    end.seconds_since(executed),
+                    events.executing.seconds_since(events.start),
+                    events.executed.seconds_since(events.executing),
+                    events.end.seconds_since(events.executed),
                 )
             except AclError as exc:
                 # UNCONFIRMED on hardware: whether default events can be timed on every CANN.
@@ -282,6 +312,9 @@ class Lane(Resource):
                     exc,
                 )
         return DeviceTimes(0.0, time.perf_counter() - self._launched, 0.0)
+
+    def _new_events(self) -> LaneEvents:
+        return LaneEvents(*(self._keep(Event(self.context)) for _ in LaneEvents._fields))
 
     def _slot(self, spec: TensorSpec, size: int) -> Slot:
         host = self._keep(HostBuffer(self.context, size))

@@ -264,7 +264,7 @@ class Session(Resource):
                     return
                 self._context.activate()
                 try:
-                    reached = lane.events[2].reached(self.execute_timeout_ms or -1)
+                    reached = lane.events.executed.reached(self.execute_timeout_ms or -1)
                 except AclError:  # the device reports a failure: completing hands it to the batch
                     reached = None
                 if not reached:  # timed out (then it is over) or no event wait in this pyACL

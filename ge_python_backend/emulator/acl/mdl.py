@@ -1,679 +1,95 @@
-"""`acl.mdl`: model loading, descriptions, datasets, gears and execution."""
+"""`acl.mdl` of the emulated pyACL: model loading, descriptions, datasets, gears and execution.
 
-from __future__ import annotations
+Only names real pyACL's `acl.mdl` has (pinned by tests/test_emulator_surface.py); they are
+implemented in `_mdl.py`.
+"""
 
-import ctypes
-import math
-from typing import Any
-
-from ge_python_backend.emulator._api import api, value, zero_ret
-from ge_python_backend.emulator._memory import MEMORY
-from ge_python_backend.emulator._models import (
-    KIND_LABELS,
-    MBATCH_NAME,
-    NOT_A_GEAR,
-    DescribedModel,
-    IoTensor,
-    LoadedModel,
-    ModelDesc,
-    prepare,
-    write_gear,
+from ge_python_backend.emulator.acl._mdl import (
+    add_dataset_buffer,
+    create_dataset,
+    create_desc,
+    destroy_dataset,
+    destroy_desc,
+    execute,
+    execute_async,
+    get_cur_output_dims,
+    get_dataset_buffer,
+    get_dataset_num_buffers,
+    get_dataset_tensor_desc,
+    get_desc,
+    get_desc_from_file,
+    get_dynamic_batch,
+    get_dynamic_hw,
+    get_input_data_type,
+    get_input_dims,
+    get_input_dims_v2,
+    get_input_dynamic_dims,
+    get_input_dynamic_gear_count,
+    get_input_format,
+    get_input_index_by_name,
+    get_input_name_by_index,
+    get_input_size_by_index,
+    get_num_inputs,
+    get_num_outputs,
+    get_output_data_type,
+    get_output_dims,
+    get_output_format,
+    get_output_index_by_name,
+    get_output_name_by_index,
+    get_output_size_by_index,
+    get_tensor_real_name,
+    load_from_file,
+    load_from_file_with_mem,
+    load_from_mem,
+    query_size,
+    set_dataset_tensor_desc,
+    set_dynamic_batch_size,
+    set_dynamic_hw_size,
+    set_input_dynamic_dims,
+    unload,
 )
-from ge_python_backend.emulator._state import (
-    LOCK,
-    STATE,
-    AclFailure,
-    Context,
-    Dataset,
-    current_context,
-    require_init,
-)
-from ge_python_backend.emulator._streams import stream_in
-from ge_python_backend.emulator.acl import _tensor as tensor_descs
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmFormatError, OmModel
 
-MAX_GEAR_QUERY = 4096
-RESERVED_INDEX = -1
-
-
-def _none_ret(code: int, args: tuple[Any, ...]) -> tuple[None, int]:
-    return None, code
-
-
-def _dict_ret(code: int, args: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
-    return {}, code
-
-
-# ----------------------------------------------------------------------------- loading
-
-
-@api("acl.mdl.load_from_file", str, fail=zero_ret)
-def load_from_file(path: str) -> tuple[int, int]:
-    """(model_id, ret): load an emulator .om under the current context."""
-    ctx = current_context()
-    try:
-        om = OmModel.load(path)
-    except OmFormatError as exc:
-        raise AclFailure(exc.acl_code, str(exc)) from exc
-    return _register(om, ctx), 0
-
-
-@api("acl.mdl.load_from_mem", int, int, fail=zero_ret)
-def load_from_mem(ptr: int, size: int) -> tuple[int, int]:
-    """(model_id, ret): load an emulator .om from `size` bytes of host memory at `ptr`."""
-    ctx = current_context()
-    if size <= 0:
-        raise AclFailure(100000, f"size must be > 0, got {size}")
-    with LOCK:
-        try:
-            span = MEMORY.resolve(ptr, "ptr")
-        except AclFailure as exc:
-            raise AclFailure(100000, str(exc)) from exc
-    if span.on_device:
-        raise AclFailure(
-            100000, f"ptr 0x{ptr:x} is device memory; the model must be in host memory"
-        )
-    if span.remaining is not None and size > span.remaining:
-        raise AclFailure(100000, f"size {size} runs past the end of the allocation at 0x{ptr:x}")
-    try:
-        om = OmModel.load(ctypes.string_at(span.address, size))
-    except OmFormatError as exc:
-        raise AclFailure(exc.acl_code, str(exc)) from exc
-    return _register(om, ctx), 0
-
-
-@api("acl.mdl.query_size", str, fail=lambda code, args: (0, 0, code), fault="none")
-def query_size(path: str) -> tuple[int, int, int]:
-    """(work size, weight size, ret) of an .om on disk: what load_from_file_with_mem needs.
-    The emulator's work size is the inputs' and outputs' bytes for the largest gear, its
-    weight size the ONNX graph's bytes."""
-    require_init()
-    return (*_mem_sizes(_read_om(path)), 0)
-
-
-@api("acl.mdl.load_from_file_with_mem", str, int, int, int, int, fail=zero_ret)
-def load_from_file_with_mem(
-    path: str, work_ptr: int, work_size: int, weight_ptr: int, weight_size: int
-) -> tuple[int, int]:
-    """(model_id, ret): load with caller-owned work and weight memory (device memory at least
-    query_size's sizes; a 0 pointer with size 0 lets ACL allocate that part)."""
-    ctx = current_context()
-    om = _read_om(path)
-    for what, ptr, size, need in zip(
-        ("work", "weight"), (work_ptr, weight_ptr), (work_size, weight_size), _mem_sizes(om)
-    ):
-        if ptr == 0 and size == 0:
-            continue
-        with LOCK:
-            span = MEMORY.resolve(ptr, f"{what}_ptr")
-        if not span.on_device or span.remaining is None or size > span.remaining:
-            raise AclFailure(
-                100000, f"{what}_ptr 0x{ptr:x} must be device memory of at least {what}_size bytes"
-            )
-        if size < need:
-            # UNCONFIRMED code for memory smaller than query_size reports.
-            raise AclFailure(
-                145000, f"{what}_size {size} is smaller than the {need} bytes query_size reports"
-            )
-    return _register(om, ctx), 0
-
-
-@api("acl.mdl.unload", int)
-def unload(model_id: int) -> int:
-    """Unload a model (under the context that loaded it)."""
-    ctx = current_context()
-    with LOCK:
-        model = _model_in(model_id, ctx)
-        model.live = False
-        del STATE.models[model_id]
-        STATE.count("model_unloads")
-    return 0
-
-
-# ----------------------------------------------------------------------------- descriptions
-
-
-@api("acl.mdl.create_desc", fail=value(0), fault="none")
-def create_desc() -> int:
-    """A new, empty model description (0 on failure)."""
-    require_init()
-    desc = ModelDesc(STATE.new_handle())
-    with LOCK:
-        STATE.descs[desc.handle] = desc
-    return desc.handle
-
-
-@api("acl.mdl.get_desc", int, int, fault="none")
-def get_desc(desc: int, model_id: int) -> int:
-    """Fill `desc` from a loaded model."""
-    require_init()
-    with LOCK:
-        target = _desc(desc)
-        model = _model(model_id)
-        target.model = model
-    return 0
-
-
-@api("acl.mdl.get_desc_from_file", int, str, fault="none")
-def get_desc_from_file(desc: int, path: str) -> int:
-    """Fill `desc` from the `.om` at `path` without loading it: no context or device needed
-    (GE reads the file and describes it on the host: hicann/ge
-    api/acl/acl_model/model/model.cpp aclmdlGetDescFromFileImpl). The description serves every
-    get_* call except get_cur_output_dims (pyACL's reference says so)."""
-    require_init()
-    om = _read_om(path)
-    with LOCK:
-        target = _desc(desc)
-        target.model = DescribedModel(om)
-    return 0
-
-
-@api("acl.mdl.destroy_desc", int, fault="none")
-def destroy_desc(desc: int) -> int:
-    """Destroy a description."""
-    require_init()
-    with LOCK:
-        _desc(desc)
-        del STATE.descs[desc]
-    return 0
-
-
-@api("acl.mdl.get_num_inputs", int, fail=value(0), fault="none")
-def get_num_inputs(desc: int) -> int:
-    """Inputs, including ascend_mbatch_shape_data of a gear model (0 for a bad desc)."""
-    return len(_described(desc).inputs)
-
-
-@api("acl.mdl.get_num_outputs", int, fail=value(0), fault="none")
-def get_num_outputs(desc: int) -> int:
-    """Outputs (0 for a bad desc)."""
-    return len(_described(desc).outputs)
-
-
-@api("acl.mdl.get_input_size_by_index", int, int, fail=value(0), fault="none")
-def get_input_size_by_index(desc: int, index: int) -> int:
-    """Bytes of input `index` for the largest gear (0 on failure)."""
-    return _tensor(desc, index, True).size
-
-
-@api("acl.mdl.get_output_size_by_index", int, int, fail=value(0), fault="none")
-def get_output_size_by_index(desc: int, index: int) -> int:
-    """Bytes of output `index` for the largest gear (0 on failure)."""
-    return _tensor(desc, index, False).size
-
-
-@api("acl.mdl.get_input_dims", int, int, fail=_dict_ret, fault="none")
-def get_input_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """({"name", "dimCount", "dims"}, ret); -1 on dynamic axes."""
-    return _tensor(desc, index, True).dims_dict(), 0
-
-
-@api("acl.mdl.get_input_dims_v2", int, int, fail=_dict_ret, fault="none")
-def get_input_dims_v2(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """As get_input_dims: v2 differs only for static-AIPP inputs, which the emulator has none of."""
-    return _tensor(desc, index, True).dims_dict(), 0
-
-
-@api("acl.mdl.get_output_dims", int, int, fail=_dict_ret, fault="none")
-def get_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """({"name", "dimCount", "dims"}, ret) for the largest gear."""
-    return _tensor(desc, index, False).dims_dict(), 0
-
-
-@api("acl.mdl.get_cur_output_dims", int, int, fail=_dict_ret, fault="none")
-def get_cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """({"name", "dimCount", "dims"}, ret) for the gear the last set_* call selected."""
-    tensor = _tensor(desc, index, False)
-    model = _described(desc)
-    if not isinstance(model, LoadedModel):
-        # pyACL's reference: a description from get_desc_from_file cannot be used with
-        # get_cur_output_dims (hicann/runtime python/docs/zh/api_ref/ge/
-        # function-get_desc_from_file.md). UNCONFIRMED code: 100000 (ACL_ERROR_INVALID_PARAM).
-        raise AclFailure(
-            100000,
-            f"desc 0x{desc:x} was filled by acl.mdl.get_desc_from_file; get_cur_output_dims "
-            "needs a description of a loaded model (acl.mdl.get_desc)",
-        )
-    model.check_live()
-    shapes = model.om.description.output_shapes(model.current_gear)
-    return tensor.dims_dict(shapes[index]), 0
-
-
-@api("acl.mdl.get_input_data_type", int, int, fail=value(-1), fault="none")
-def get_input_data_type(desc: int, index: int) -> int:
-    """aclDataType of input `index` (-1 on failure)."""
-    return _tensor(desc, index, True).acl_dtype
-
-
-@api("acl.mdl.get_output_data_type", int, int, fail=value(-1), fault="none")
-def get_output_data_type(desc: int, index: int) -> int:
-    """aclDataType of output `index` (-1 on failure)."""
-    return _tensor(desc, index, False).acl_dtype
-
-
-@api("acl.mdl.get_input_format", int, int, fail=value(-1), fault="none")
-def get_input_format(desc: int, index: int) -> int:
-    """aclFormat of input `index` (-1 on failure)."""
-    return _tensor(desc, index, True).acl_format
-
-
-@api("acl.mdl.get_output_format", int, int, fail=value(-1), fault="none")
-def get_output_format(desc: int, index: int) -> int:
-    """aclFormat of output `index` (-1 on failure)."""
-    return _tensor(desc, index, False).acl_format
-
-
-@api("acl.mdl.get_input_name_by_index", int, int, fail=value(None), fault="none")
-def get_input_name_by_index(desc: int, index: int) -> str:
-    """Name of input `index` (None on failure)."""
-    return _tensor(desc, index, True).name
-
-
-@api("acl.mdl.get_output_name_by_index", int, int, fail=value(None), fault="none")
-def get_output_name_by_index(desc: int, index: int) -> str:
-    """Name of output `index` (None on failure)."""
-    return _tensor(desc, index, False).name
-
-
-@api("acl.mdl.get_tensor_real_name", int, str, fail=value(None), fault="none")
-def get_tensor_real_name(desc: int, name: str) -> str:
-    """The real name of input or output `name` (None if the model has none). ATC shortens
-    names over 127 characters; the emulator keeps every name, so a known name maps to itself."""
-    model = _described(desc)
-    for tensor in model.inputs + model.outputs:
-        if tensor.name == name:
-            return name
-    raise AclFailure(100000, f"the model has no input or output named {name!r}")
-
-
-def _index_fail(code: int, args: tuple[Any, ...]) -> tuple[int, int]:
-    return -1, code
-
-
-@api("acl.mdl.get_input_index_by_name", int, str, fail=_index_fail, fault="none")
-def get_input_index_by_name(desc: int, name: str) -> tuple[int, int]:
-    """(index, ret); an unknown name gives (-1, 100000)."""
-    return _index_of(_described(desc).inputs, name, "input"), 0
-
-
-@api("acl.mdl.get_output_index_by_name", int, str, fail=_index_fail, fault="none")
-def get_output_index_by_name(desc: int, name: str) -> tuple[int, int]:
-    """(index, ret); an unknown name gives (-1, 100000)."""
-    return _index_of(_described(desc).outputs, name, "output"), 0
-
-
-# ----------------------------------------------------------------------------- gears
-
-
-@api("acl.mdl.get_dynamic_batch", int, fail=_dict_ret, fault="none")
-def get_dynamic_batch(desc: int) -> tuple[dict[str, Any], int]:
-    """({"batchCount", "batch"}, ret); count 0 when the model has no batch gears."""
-    model = _described(desc)
-    batches = [g[0] for g in model.gears] if model.kind == "batch" else []
-    return {"batchCount": len(batches), "batch": batches}, 0
-
-
-@api("acl.mdl.get_dynamic_hw", int, int, fail=_dict_ret, fault="none")
-def get_dynamic_hw(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """({"hwCount", "hw": [[h, w], ...]}, ret); `index` is -1 (reserved) or an input index."""
-    model = _described(desc)
-    if index != RESERVED_INDEX and not 0 <= index < len(model.inputs):
-        raise AclFailure(100000, f"index must be -1 or an input index, got {index}")
-    hw = [list(g) for g in model.gears] if model.kind == "hw" else []
-    return {"hwCount": len(hw), "hw": hw}, 0
-
-
-@api("acl.mdl.get_input_dynamic_gear_count", int, int, fail=zero_ret, fault="none")
-def get_input_dynamic_gear_count(desc: int, index: int) -> tuple[int, int]:
-    """(number of dynamic-dims gears, ret); `index` must be -1 (reserved)."""
-    model = _described(desc)
-    _reserved(index)
-    return (len(model.gears) if model.kind == "dims" else 0), 0
-
-
-@api("acl.mdl.get_input_dynamic_dims", int, int, int, fail=_none_ret, fault="none")
-def get_input_dynamic_dims(desc: int, index: int, gear_count: int) -> tuple[list[Any], int]:
-    """(one {"name": "", "dimCount", "dims"} per gear, ret): each gear's dims of every input
-    concatenated in --input_shape order (GE: dataNameOrder / user_designate_shape_order, hicann/ge
-    api/acl/acl_model/model/model_om2.cpp aclmdlGetInputDynamicDimsImplOm2), not graph order."""
-    if gear_count > MAX_GEAR_QUERY:
-        raise AclFailure(100000, f"gear count {gear_count} exceeds {MAX_GEAR_QUERY}")
-    model = _described(desc)
-    _reserved(index)
-    gears = model.gears if model.kind == "dims" else ()
-    if gear_count != len(gears):
-        # Stricter reading: the count must be what get_input_dynamic_gear_count returned.
-        raise AclFailure(
-            100000, f"gear count {gear_count} differs from the model's {len(gears)} gears"
-        )
-    result = []
-    for gear in gears:
-        dims = model.om.description.ordered_dims(gear)
-        result.append({"name": "", "dimCount": len(dims), "dims": dims})
-    return result, 0
-
-
-@api("acl.mdl.set_dynamic_batch_size", int, int, int, int)
-def set_dynamic_batch_size(model_id: int, dataset: int, index: int, batch_size: int) -> int:
-    """Write batch gear `batch_size` into the ascend_mbatch_shape_data buffer at `index`;
-    0 is 100000, a value that is no batch gear (or a model without batch gears) 145013."""
-    if batch_size <= 0:
-        raise AclFailure(100000, f"batch size must be > 0, got {batch_size}")
-    with LOCK:
-        model, target = _gear_target(model_id, dataset, index)
-        _check_gear(model, "batch", (batch_size,), f"batch size {batch_size}")
-        write_gear(model, target, index, (batch_size,))
-    return 0
-
-
-@api("acl.mdl.set_dynamic_hw_size", int, int, int, int, int)
-def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, width: int) -> int:
-    """Write HW gear (height, width) into the ascend_mbatch_shape_data buffer at `index`;
-    0 is 100000, a pair that is no HW gear (or a model without HW gears) 145013."""
-    if height <= 0 or width <= 0:
-        raise AclFailure(100000, f"height and width must be > 0, got {height},{width}")
-    with LOCK:
-        model, target = _gear_target(model_id, dataset, index)
-        _check_gear(model, "hw", (height, width), f"height,width {height},{width}")
-        write_gear(model, target, index, (height, width))
-    return 0
-
-
-@api("acl.mdl.set_input_dynamic_dims", int, int, int, dict)
-def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: dict[str, Any]) -> int:
-    """Select a gear from every dim of the inputs in --input_shape order, as GE does
-    (hicann/ge ge_executor.cc SetDynamicDims, GetCurDynamicDims, IsDynmaicDimsSizeMatchModel):
-    the values at the -1 dims must equal a gear of any kind (dims; a batch gear for a
-    one-input batch model; an HW gear for a one-input HW model). Wrong count or a static dim
-    changed: 145012; no gear matches (or the model has none): 145013; dimCount 0: 100000."""
-    values = dims.get("dims")
-    count = dims.get("dimCount")
-    if (
-        not isinstance(values, list)
-        or not all(isinstance(v, int) for v in values)
-        or count != len(values)
-    ):
-        raise AclFailure(
-            100000,
-            'dims must be {"dimCount": n, "name": "", "dims": [n ints]}: every dim of every '
-            "input, concatenated in --input_shape order",
-        )
-    if not values:
-        raise AclFailure(100000, "dimCount must not be 0")
-    with LOCK:
-        model, target = _gear_target(model_id, dataset, index)
-        desc = model.om.description
-        raw = desc.ordered_dims() if model.gears else []
-        names = ", ".join(desc.inputs[i].name for i in desc.ordered_inputs())
-        if len(values) != len(raw):
-            raise AclFailure(
-                145012,
-                f"dims has {len(values)} values; the model's inputs in --input_shape order "
-                f"({names}) have {len(raw)} dims ({raw})",
-            )
-        for i, (given, fixed) in enumerate(zip(values, raw)):
-            if fixed >= 0 and given != fixed:
-                raise AclFailure(
-                    145012, f"dim {i} is static ({fixed}) but dims gives {given} (all dims: {raw})"
-                )
-        gear = tuple(v for v, fixed in zip(values, raw) if fixed < 0)
-        if gear not in model.gears:
-            choices = "; ".join(str(desc.ordered_dims(g)) for g in model.gears) or "none"
-            raise AclFailure(
-                NOT_A_GEAR,
-                f"dims {values} are not a compiled gear; the gears (inputs' dims in "
-                f"--input_shape order: {names}) are: {choices}",
-            )
-        write_gear(model, target, index, gear)
-    return 0
-
-
-# ----------------------------------------------------------------------------- datasets
-
-
-@api("acl.mdl.create_dataset", fail=value(0), fault="none")
-def create_dataset() -> int:
-    """A new empty dataset (0 on failure)."""
-    require_init()
-    dataset = Dataset(STATE.new_handle())
-    with LOCK:
-        STATE.datasets[dataset.handle] = dataset
-        STATE.count("dataset_creations")
-    return dataset.handle
-
-
-@api("acl.mdl.add_dataset_buffer", int, int, fail=lambda code, args: (args[0], code))
-def add_dataset_buffer(dataset: int, data_buffer: int) -> tuple[int, int]:
-    """(dataset, ret): append a data buffer."""
-    require_init()
-    with LOCK:
-        target = _dataset(dataset)
-        buf = STATE.data_buffers.get(data_buffer)
-        if buf is None:
-            raise AclFailure(100000, f"0x{data_buffer:x} is not a live data buffer handle")
-        target.buffers.append(buf)
-    return dataset, 0
-
-
-@api("acl.mdl.get_dataset_buffer", int, int, fail=value(0), fault="none")
-def get_dataset_buffer(dataset: int, index: int) -> int:
-    """The data buffer at `index` (0 on failure)."""
-    require_init()
-    buffers = _dataset(dataset).buffers
-    if not 0 <= index < len(buffers):
-        raise AclFailure(100000, f"index {index} is out of range ({len(buffers)} buffers)")
-    return buffers[index].handle
-
-
-@api("acl.mdl.get_dataset_num_buffers", int, fail=value(0), fault="none")
-def get_dataset_num_buffers(dataset: int) -> int:
-    """Number of buffers (0 for a bad dataset)."""
-    require_init()
-    return len(_dataset(dataset).buffers)
-
-
-@api("acl.mdl.destroy_dataset", int)
-def destroy_dataset(dataset: int) -> int:
-    """Destroy the dataset (not its data buffers; its tensor desc copies go with it)."""
-    require_init()
-    with LOCK:
-        target = _dataset(dataset)
-        target.live = False
-        tensor_descs.detach_all(target.tensor_descs)
-        del STATE.datasets[dataset]
-    return 0
-
-
-@api("acl.mdl.set_dataset_tensor_desc", int, int, int, fail=lambda code, args: (args[0], code))
-def set_dataset_tensor_desc(dataset: int, desc: int, index: int) -> tuple[int, int]:
-    """(dataset, ret): the dataset keeps a copy of tensor desc `desc` for buffer `index` (0
-    drops it). GE uses it only for dynamic-shape models, which the emulator does not run."""
-    require_init()
-    with LOCK:
-        target = _dataset_with_buffer(dataset, index)
-        tensor_descs.attach(target.tensor_descs, desc, index)
-    return dataset, 0
-
-
-@api("acl.mdl.get_dataset_tensor_desc", int, int, fail=value(0), fault="none")
-def get_dataset_tensor_desc(dataset: int, index: int) -> int:
-    """The dataset's tensor desc for buffer `index` (0 if none was set)."""
-    require_init()
-    with LOCK:
-        target = _dataset_with_buffer(dataset, index)
-        return target.tensor_descs.get(index, 0)
-
-
-# ----------------------------------------------------------------------------- execution
-
-
-@api("acl.mdl.execute", int, int, int)
-def execute(model_id: int, input: int, output: int) -> int:
-    """Run the model synchronously on device memory datasets (500002 after execute_async)."""
-    ctx = current_context()
-    with LOCK:
-        model = _model_in(model_id, ctx)
-        execution = prepare(model, _dataset(input), _dataset(output))
-        model.claim("execute", None)
-    execution.run()
-    STATE.count("execute_calls")
-    return 0
-
-
-@api("acl.mdl.execute_async", int, int, int, int, hangable=True)
-def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
-    """Validate now, run on the stream's worker; results after synchronize_stream. 500002
-    after execute, or while the model still runs on another stream."""
-    ctx = current_context()
-    target = stream_in(stream, ctx)
-    with LOCK:
-        model = _model_in(model_id, ctx)
-        execution = prepare(model, _dataset(input), _dataset(output))
-        execution.read_gear()
-        model.claim("execute_async", target)
-        model.queued = (target, target.submit("acl.mdl.execute_async", execution.run))
-    with LOCK:
-        STATE.count("execute_calls")
-        STATE.count("execute_async_calls")
-    return 0
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def _dataset_with_buffer(dataset: int, index: int) -> Dataset:
-    """Dataset `dataset` (LOCK held), which must have a buffer `index`; else 100000."""
-    target = _dataset(dataset)
-    if not 0 <= index < len(target.buffers):
-        raise AclFailure(
-            100000,
-            f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
-        )
-    return target
-
-
-def _read_om(path: str) -> OmModel:
-    try:
-        return OmModel.load(path)
-    except OmFormatError as exc:
-        raise AclFailure(exc.acl_code, str(exc)) from exc
-
-
-def _mem_sizes(om: OmModel) -> tuple[int, int]:
-    """(work, weight) bytes the emulator reports for `om` (see query_size)."""
-    desc = om.description
-    gear = desc.largest_gear()
-    tensors = list(zip(desc.inputs, desc.input_shapes(gear))) + list(
-        zip(desc.outputs, desc.output_shapes(gear))
-    )
-    work = sum(math.prod(shape) * ACL_DTYPE_TO_NUMPY[t.acl_dtype].itemsize for t, shape in tensors)
-    return work, len(om.onnx_bytes)
-
-
-def _register(om: OmModel, ctx: Context) -> int:
-    with LOCK:
-        if not ctx.live:
-            raise AclFailure(107002, "the current context was destroyed during the load")
-        model_id = STATE.next_model_id
-        STATE.next_model_id += 1
-        STATE.models[model_id] = LoadedModel(model_id, om, ctx)
-        STATE.count("model_loads")
-    return model_id
-
-
-def _model(model_id: int) -> LoadedModel:
-    model = STATE.models.get(model_id)
-    if model is None:
-        raise AclFailure(100011, f"model id {model_id} is not loaded")
-    model.check_live()
-    return model
-
-
-def _model_in(model_id: int, ctx: Context) -> LoadedModel:
-    """A loaded model usable under `ctx` (107004 if another context loaded it)."""
-    model = _model(model_id)
-    if model.context is not ctx:
-        raise AclFailure(
-            107004,
-            f"model {model_id} was loaded under context 0x{model.context.handle:x}, but the "
-            f"current context is 0x{ctx.handle:x}; load, execute and unload must share one",
-        )
-    return model
-
-
-def _desc(handle: int) -> ModelDesc:
-    desc = STATE.descs.get(handle)
-    if desc is None:
-        raise AclFailure(100000, f"0x{handle:x} is not a live model desc handle")
-    return desc
-
-
-def _described(handle: int) -> DescribedModel:
-    """The model a desc was filled from (100000 if the desc is bad or empty)."""
-    require_init()
-    model = _desc(handle).model
-    if model is None:
-        raise AclFailure(100000, f"desc 0x{handle:x} is empty: call acl.mdl.get_desc first")
-    return model
-
-
-def _tensor(desc: int, index: int, is_input: bool) -> IoTensor:
-    tensors = _described(desc).inputs if is_input else _described(desc).outputs
-    if not 0 <= index < len(tensors):
-        what = "input" if is_input else "output"
-        raise AclFailure(
-            100000, f"{what} index {index} is out of range (the model has {len(tensors)})"
-        )
-    return tensors[index]
-
-
-def _index_of(tensors: tuple[IoTensor, ...], name: str, what: str) -> int:
-    for i, tensor in enumerate(tensors):
-        if tensor.name == name:
-            return i
-    # UNCONFIRMED code for an unknown name: 100000 (ACL_ERROR_INVALID_PARAM).
-    raise AclFailure(
-        100000,
-        f"the model has no {what} named {name!r}; {what}s: {', '.join(t.name for t in tensors)}",
-    )
-
-
-def _reserved(index: int) -> None:
-    if index != RESERVED_INDEX:
-        raise AclFailure(100000, f"index is reserved and must be -1, got {index}")
-
-
-def _dataset(handle: int) -> Dataset:
-    dataset = STATE.datasets.get(handle)
-    if dataset is None:
-        raise AclFailure(100000, f"0x{handle:x} is not a live dataset handle")
-    return dataset
-
-
-def _gear_target(model_id: int, dataset: int, index: int) -> tuple[LoadedModel, Dataset]:
-    """Checks shared by the set_* calls (caller holds LOCK)."""
-    ctx = current_context()
-    # Stricter reading: set_* is accepted only under the context that loaded the model.
-    model = _model_in(model_id, ctx)
-    target = _dataset(dataset)
-    if model.mbatch_index is None:
-        raise AclFailure(
-            NOT_A_GEAR, f"model {model_id} is static: it has no gears to choose (no {MBATCH_NAME})"
-        )
-    if index != model.mbatch_index:
-        raise AclFailure(
-            100000,
-            f"index {index} is not the {MBATCH_NAME} input; use {model.mbatch_index} "
-            f"(get_input_index_by_name(desc, {MBATCH_NAME!r}))",
-        )
-    return model, target
-
-
-def _check_gear(model: LoadedModel, kind: str, gear: tuple[int, ...], text: str) -> None:
-    """145013 unless `gear` is a gear of `kind` (GE checks every kind's call this way)."""
-    if model.kind != kind or gear not in model.gears:
-        raise AclFailure(
-            NOT_A_GEAR,
-            f"{text} is not a compiled {KIND_LABELS[kind]} gear; the model has "
-            f"{KIND_LABELS[model.kind]} gears ({model.gear_text()})",
-        )
+__all__ = [
+    "add_dataset_buffer",
+    "create_dataset",
+    "create_desc",
+    "destroy_dataset",
+    "destroy_desc",
+    "execute",
+    "execute_async",
+    "get_cur_output_dims",
+    "get_dataset_buffer",
+    "get_dataset_num_buffers",
+    "get_dataset_tensor_desc",
+    "get_desc",
+    "get_desc_from_file",
+    "get_dynamic_batch",
+    "get_dynamic_hw",
+    "get_input_data_type",
+    "get_input_dims",
+    "get_input_dims_v2",
+    "get_input_dynamic_dims",
+    "get_input_dynamic_gear_count",
+    "get_input_format",
+    "get_input_index_by_name",
+    "get_input_name_by_index",
+    "get_input_size_by_index",
+    "get_num_inputs",
+    "get_num_outputs",
+    "get_output_data_type",
+    "get_output_dims",
+    "get_output_format",
+    "get_output_index_by_name",
+    "get_output_name_by_index",
+    "get_output_size_by_index",
+    "get_tensor_real_name",
+    "load_from_file",
+    "load_from_file_with_mem",
+    "load_from_mem",
+    "query_size",
+    "set_dataset_tensor_desc",
+    "set_dynamic_batch_size",
+    "set_dynamic_hw_size",
+    "set_input_dynamic_dims",
+    "unload",
+]
