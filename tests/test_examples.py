@@ -27,7 +27,8 @@ from e2e_helpers import grpc_address, http_address, model_states, running_server
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.repository.config import load_model_config
-from ge_python_backend.server import MIB, ShmSizes, TritonServer
+from ge_python_backend.repository.shm import MIB, ShmSizes
+from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
 

@@ -29,7 +29,8 @@ from reliability_helpers import MIB, compile_scale, stub_processes
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import TritonServer, shm_sizes_for_repository
+from ge_python_backend.repository.shm import shm_sizes_for_repository
+from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
 

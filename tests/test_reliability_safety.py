@@ -29,7 +29,8 @@ import ge_python_backend
 from ge_python_backend.cli import build_parser, main
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import MIB, TritonServer, shm_sizes_for_repository
+from ge_python_backend.repository.shm import MIB, shm_sizes_for_repository
+from ge_python_backend.server import TritonServer
 
 SHELL_BAIT = "$(touch PWNED)"
 

@@ -28,16 +28,18 @@ from tritonclient.utils import InferenceServerException
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import (
+from ge_python_backend.repository.shm import (
     MIB,
     SHM_DEFAULT_CAP_BYTES,
     SHM_GROWTH_CAP_BYTES,
+    shm_sizes_for_repository,
+)
+from ge_python_backend.server import (
     ServerError,
     TritonServer,
     bundled_server_root,
     find_server,
     prepare_backend_directory,
-    shm_sizes_for_repository,
 )
 
 ADD_CONFIG = """\
