@@ -24,8 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from e2e_helpers import grpc_address, model_states, running_server, wait_for_state
 from onnx import numpy_helper
-from onnx_models import onnx_path_of
-from test_e2e_triton import reference
+from onnx_models import onnx_path_of, reference
 
 from ge_python_backend.cli import main
 from ge_python_backend.emulator.omfile import compile_onnx

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
-from onnx_models import onnx_path_of
+from onnx_models import reference
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.repository.scaffold import scaffold
@@ -29,13 +28,6 @@ from ge_python_backend.server import TritonServer
 pytestmark = pytest.mark.e2e
 
 BATCH_MODEL, HW_MODEL, BROKEN_MODEL = "mlp", "conv_hw", "truncated"
-
-
-def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """What onnxruntime computes for `feeds` on the ONNX the `.om` came from."""
-    session = ort.InferenceSession(str(onnx_path_of(om)), providers=["CPUExecutionProvider"])
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
 
 
 def build_repository(root: Path, om_batch: Path, om_hw: Path) -> Path:

@@ -19,11 +19,11 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
+from onnx_models import reference
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.repository.config import load_model_config
@@ -110,12 +110,6 @@ def load(served: Served, *names: str) -> None:
     states = model_states(served.server)
     for name in names:
         assert states[name][0] == "READY", states[name]
-
-
-def reference(onnx_path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
 
 
 def atc_line(build_output: str) -> str:

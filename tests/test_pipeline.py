@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime
 import pytest
 import tritonclient.grpc as grpcclient
 from e2e_helpers import grpc_address, running_server
 from emulator_helpers import live
-from onnx_models import onnx_path_of
+from onnx_models import reference, reference_session
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
@@ -44,14 +43,6 @@ def _emulator_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     emulator.set_faults(None)
     emulator.set_timing(None)
-
-
-def reference(om: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = onnxruntime.InferenceSession(
-        str(onnx_path_of(om)), providers=["CPUExecutionProvider"]
-    )
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, dict(feeds))))
 
 
 def mlp_rows(rows: int, seed: int) -> dict[str, np.ndarray]:
@@ -513,9 +504,7 @@ def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
     )
     log_path = tmp_path / "triton.log"
     rng = np.random.default_rng(3)
-    expected = onnxruntime.InferenceSession(
-        str(onnx_path_of(om_dynamic_batch)), providers=["CPUExecutionProvider"]
-    )
+    expected = reference_session(om_dynamic_batch)
     with (
         running_server(repository, log_path=log_path) as server,
         grpcclient.InferenceServerClient(grpc_address(server)) as client,

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
-from onnx_models import onnx_path_of
+from onnx_models import reference
 from reliability_helpers import MIB, compile_scale, stub_processes
 from tritonclient.utils import InferenceServerException
 
@@ -84,12 +83,6 @@ def served(
     with running_server(repository, env=timing, log_path=root / "triton.log") as server:
         pids = frozenset(stub.pid for stub in stub_processes(server))
         yield Served(server, repository, pids, oms)
-
-
-def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = ort.InferenceSession(str(onnx_path_of(om)), providers=["CPUExecutionProvider"])
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
 
 
 Tensor = tuple[str, np.ndarray, str]  # name, data, Triton data type
