@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from e2e_helpers import http_address, running_server, write_python_model
 
+from ge_python_backend.client import TritonClient
 from ge_python_backend.triton import testing
 
 FACTS = '''
@@ -115,11 +115,9 @@ def test_the_stand_in_matches_the_real_pb_utils(tmp_path: Path) -> None:
     write_python_model(repository, "probe", CONFIG, MODEL)
     out = tmp_path / "facts.json"
     with running_server(repository, env={"STAND_IN_FACTS": str(out)}) as server:
-        with httpclient.InferenceServerClient(http_address(server)) as client:
-            x = httpclient.InferInput("X", [2], "FP32")  # raw: a model outside our client's use
-            x.set_data_from_numpy(np.array([1, 2], np.float32))
-            result = client.infer("probe", [x])
-        np.testing.assert_array_equal(result.as_numpy("Y"), [2, 3])
+        with TritonClient(http_address(server), "http") as client:
+            result = client.infer("probe", {"X": (np.array([1, 2], np.float32), "FP32")})
+        np.testing.assert_array_equal(result["Y"], [2, 3])
     real = json.loads(out.read_text())
     real_request = json.loads(Path(str(out) + ".request").read_text())
     ours, our_request = stand_in_facts()
