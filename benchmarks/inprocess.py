@@ -1,9 +1,10 @@
-"""Model files run in this process, without Triton, through a stand-in for `pb_utils`.
+"""Model files run in this process, without Triton, through the shipped stand-in for `pb_utils`.
 
 `triton_python_backend_utils` exists only inside the Python backend's stub. `load_model(path)`
-imports a `model.py` with `StandInUtils` in its place, so the emulator's counters and the time of
-`execute` can be read per batch with nothing else in the process. `run_batches` collects the
-responses at any pipeline depth (at depth 2 they arrive through each request's response sender).
+imports a `model.py` with `ge_python_backend.triton.testing`'s stand-in in its place (`install`),
+so the emulator's counters and the time of `execute` can be read per batch with nothing else in
+the process. `run_batches` collects the responses at any pipeline depth (at depth 2 they arrive
+through each request's response sender).
 """
 
 from __future__ import annotations
@@ -11,116 +12,26 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from ge_python_backend.repository.config import load_model_config
+from ge_python_backend.triton import testing
 
 # Warm-up before counting: at pipeline depth 2 the instance decides every 0.1 s whether its
 # executions are long enough to pipeline (`pipeline_min_device_us`); served, it runs settled.
 WARMUP_S = 0.5
 
 
-class StandInUtils(ModuleType):
-    """The parts of `triton_python_backend_utils` that the benchmarked models use."""
-
-    class TritonError:
-        INTERNAL, INVALID_ARG = 13, 3
-
-        def __init__(self, message: str, code: int = 13) -> None:
-            self._message, self.code = message, code
-
-        def message(self) -> str:
-            return self._message
-
-    class TritonModelException(Exception):
-        pass
-
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
-
-    class Tensor:
-        def __init__(self, name: str, array: np.ndarray) -> None:
-            self._name = name
-            self._array = np.array(array)  # the real one copies into shared memory
-
-        def name(self) -> str:
-            return self._name
-
-        def as_numpy(self) -> np.ndarray:
-            return self._array
-
-    class InferenceResponse:
-        def __init__(self, output_tensors: Sequence[Any], error: Any = None) -> None:
-            self.output_tensors, self.error = list(output_tensors), error
-
-    class InferenceRequest:
-        def __init__(self, tensors: Sequence[Any], requested: Sequence[str] = ()) -> None:
-            self._tensors, self._requested = list(tensors), list(requested)
-            self.sent: queue.SimpleQueue[Any] = queue.SimpleQueue()  # through response senders
-
-        def inputs(self) -> list[Any]:
-            return self._tensors
-
-        def requested_output_names(self) -> list[str]:
-            return self._requested
-
-        def get_response_sender(self) -> Any:
-            return StandInUtils.ResponseSender(self.sent)
-
-    class ResponseSender:
-        def __init__(self, sent: queue.SimpleQueue[Any]) -> None:
-            self._sent = sent
-
-        def send(self, response: Any = None, flags: int = 0) -> None:
-            self._sent.put(response)
-
-    class MetricFamily:
-        COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
-
-        def __init__(self, name: str, description: str, kind: int) -> None:
-            self.name = name
-
-        def Metric(self, labels: Mapping[str, str]) -> Any:  # noqa: N802 (Triton's name)
-            return StandInUtils.Metric()
-
-    class Logger:
-        """Triton's log: the stand-in prints nothing."""
-
-        @staticmethod
-        def log_info(message: str) -> None:
-            pass
-
-        log_warn = log_error = log_verbose = log_info
-
-    class Metric:
-        def __init__(self) -> None:
-            self.value = 0.0
-
-        def increment(self, value: float) -> None:
-            self.value += value
-
-        def set(self, value: float) -> None:
-            self.value = value
-
-    def __init__(self) -> None:
-        super().__init__("triton_python_backend_utils")
-
-    @staticmethod
-    def get_input_tensor_by_name(request: Any, name: str) -> Any:
-        return next((t for t in request.inputs() if t.name() == name), None)
-
-
 def load_model(model_dir: Path, version: str = "1") -> Any:
     """`TritonPythonModel()` of `<model_dir>/<version>/model.py`, initialized as Triton would."""
-    sys.modules["triton_python_backend_utils"] = StandInUtils()
+    testing.install()
     path = model_dir / version / "model.py"
     spec = importlib.util.spec_from_file_location(f"bench_model_{model_dir.name}", path)
     assert spec is not None and spec.loader is not None
@@ -146,15 +57,16 @@ def load_model(model_dir: Path, version: str = "1") -> Any:
     return model
 
 
-def requests_of(feeds: Sequence[Mapping[str, np.ndarray]]) -> list[Any]:
+def requests_of(feeds: Sequence[Mapping[str, np.ndarray]]) -> list[testing.InferenceRequest]:
     """Stand-in requests carrying `feeds` (one request per mapping)."""
     return [
-        StandInUtils.InferenceRequest([StandInUtils.Tensor(n, a) for n, a in f.items()])
-        for f in feeds
+        testing.InferenceRequest(inputs=[testing.Tensor(n, a) for n, a in f.items()]) for f in feeds
     ]
 
 
-def run_batches(model: Any, requests: Sequence[Any], times: int) -> list[Any]:
+def run_batches(
+    model: Any, requests: Sequence[testing.InferenceRequest], times: int
+) -> list[testing.InferenceResponse]:
     """`model.execute(requests)` `times` times back to back; the responses of the last call.
 
     At pipeline depth 2 `execute` returns None and the responses come through the requests'
@@ -166,7 +78,7 @@ def run_batches(model: Any, requests: Sequence[Any], times: int) -> list[Any]:
         answered = model.execute(requests)
     if answered is not None:
         return list(answered)
-    sent = [[request.sent.get(timeout=60) for _ in range(times)] for request in requests]
+    sent = [[request.sent.get(timeout=60)[0] for _ in range(times)] for request in requests]
     return [responses[-1] for responses in sent]
 
 
@@ -189,7 +101,7 @@ def measure_counters(model_dir: Path, requests: int, batches: int) -> dict[str, 
     responses = run_batches(model, batch, batches)
     seconds = time.perf_counter() - started
     after = emulator.stats()
-    failed = [r.error.message() for r in responses if r.error is not None]
+    failed = [r.error().message() for r in responses if r.error() is not None]
     if failed:
         raise RuntimeError(f"{model_dir.name}: {failed[0]}")
     with acl_clock() as inside:

@@ -2,7 +2,8 @@
 
 `TritonClient` wraps one HTTP or gRPC client (tritonclient's HTTP clients are gevent based: one
 per thread, never shared) behind one interface for both protocols; `prepare` builds the
-`InferInput`/`InferRequestedOutput` objects of a request once, `send` sends them. `server_errors`
+`InferInput`/`InferRequestedOutput` objects of a request once, `send` sends them (`send_async`:
+without waiting, gRPC), `infer` does both and returns the outputs by name. `server_errors`
 turns the failures of a block into one-line `UserError`s for the CLI, `error_text` gives the
 message of one. `random_array` and `load_array` make request data of a Triton data type. The
 `tritonclient` protocol modules are imported only when a client is made: they are slow to import.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,12 @@ class PreparedRequest:
     """The tritonclient objects of one request, built once and sent any number of times."""
 
     inputs: list[Any]
-    outputs: list[Any]
+    outputs: list[Any] | None  # None: no outputs named, the server returns all of them
 
 
 class TritonClient:
-    """One tritonclient client of `url` (HOST:PORT) over `protocol`; use from one thread.
+    """One tritonclient client of `url` (HOST:PORT) over `protocol`. Over HTTP use it from one
+    thread; tritonclient's gRPC client may be shared by threads.
 
     `timeout_s` bounds connecting and each call (None: tritonclient's defaults).
     """
@@ -110,26 +112,81 @@ class TritonClient:
         config = self._client.get_model_config(model)
         return json_format.ParseDict(config, ModelConfig(), ignore_unknown_fields=True)
 
-    def prepare(self, inputs: TypedArrays, outputs: Sequence[str]) -> PreparedRequest:
-        """The request carrying `inputs` and asking for `outputs` (binary data over HTTP)."""
+    def inference_statistics(self, model: str) -> dict[str, Any]:
+        """`GET v2/models/<model>/stats` as JSON (`{"model_stats": [{"inference_count", ...}]}`;
+        gRPC gives its 64-bit counts as strings)."""
+        if self.protocol == "grpc":
+            return dict(self._client.get_inference_statistics(model, as_json=True, **self._options))
+        return dict(self._client.get_inference_statistics(model))
+
+    def is_model_ready(self, model: str, version: str = "") -> bool:
+        """Whether `version` of `model` ("": the server's choice of version) is ready."""
+        return bool(self._client.is_model_ready(model, version, **self._options))
+
+    def load_model(self, model: str) -> None:
+        """Load (or reload) `model`; needs `--model-control-mode=explicit`."""
+        self._client.load_model(model, **self._options)
+
+    def unload_model(self, model: str) -> None:
+        """Unload `model`; needs `--model-control-mode=explicit`."""
+        self._client.unload_model(model, **self._options)
+
+    def prepare(self, inputs: TypedArrays, outputs: Sequence[str] | None) -> PreparedRequest:
+        """The request carrying `inputs` and asking for `outputs` (binary data over HTTP; None:
+        name none, so that the server returns every output)."""
         tensors = []
         for name, (array, datatype) in inputs.items():
             tensor = self._module.InferInput(name, list(array.shape), datatype)
             tensor.set_data_from_numpy(array)
             tensors.append(tensor)
-        wanted = [self._module.InferRequestedOutput(name) for name in outputs]
-        return PreparedRequest(tensors, wanted)
+        if outputs is None:
+            return PreparedRequest(tensors, None)
+        return PreparedRequest(tensors, [self._module.InferRequestedOutput(n) for n in outputs])
 
-    def send(self, model: str, request: PreparedRequest) -> Any:
-        """Send a prepared request; tritonclient's result (`.as_numpy(name)`), or it raises."""
-        return self._client.infer(model, request.inputs, outputs=request.outputs, **self._options)
+    def send(self, model: str, request: PreparedRequest, version: str = "") -> Any:
+        """Send a prepared request to `version` of `model` ("": the server's choice);
+        tritonclient's result (`.as_numpy(name)`), or it raises."""
+        return self._client.infer(
+            model, request.inputs, model_version=version, outputs=request.outputs, **self._options
+        )
+
+    def send_async(
+        self,
+        model: str,
+        request: PreparedRequest,
+        callback: Callable[[Any, Exception | None], None],
+        version: str = "",
+    ) -> None:
+        """Send without waiting (gRPC only); `callback(result, error)` runs when it is answered."""
+        if self.protocol != "grpc":
+            raise UserError("send_async needs the grpc protocol")
+        self._client.async_infer(
+            model,
+            request.inputs,
+            callback,
+            model_version=version,
+            outputs=request.outputs,
+            **self._options,
+        )
 
     def infer(
-        self, model: str, inputs: TypedArrays, outputs: Sequence[str]
+        self,
+        model: str,
+        inputs: TypedArrays,
+        outputs: Sequence[str] | None = None,
+        version: str = "",
     ) -> dict[str, np.ndarray]:
-        """One request: `{output name: array}` for every name of `outputs`."""
-        result = self.send(model, self.prepare(inputs, outputs))
-        return {name: result.as_numpy(name) for name in outputs}
+        """One request: `{output name: array}` for every name of `outputs` (None: every output
+        the server returned, in its order)."""
+        result = self.send(model, self.prepare(inputs, outputs), version)
+        names = self._output_names(result) if outputs is None else outputs
+        return {name: result.as_numpy(name) for name in names}
+
+    def _output_names(self, result: Any) -> list[str]:
+        response = result.get_response()
+        if self.protocol == "grpc":
+            return [output.name for output in response.outputs]
+        return [output["name"] for output in response.get("outputs", [])]
 
 
 def typed(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:

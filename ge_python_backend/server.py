@@ -36,42 +36,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
-
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.repository.config import (
-    ConfigError,
-    load_model_config,
-    shell_unsafe_characters,
-)
+from ge_python_backend.repository.config import shell_unsafe_characters
+from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 
-MIB = 1024 * 1024
-# Triton's own default for both shm-default-byte-size and shm-growth-byte-size.
-SHM_FLOOR_BYTES = 1 * MIB
-# Pre-sizing caps. Larger tensors still work: the backend grows a region by as many growth steps
-# as one allocation needs. The caps keep a many-instance server inside a container's /dev/shm.
-SHM_DEFAULT_CAP_BYTES = 256 * MIB
-SHM_GROWTH_CAP_BYTES = 64 * MIB
-# Guess for one TYPE_STRING element, whose size a config does not tell.
-STRING_ELEMENT_BYTES = 64
 MODEL_CONTROL_MODES = ("none", "explicit")
-
-_ELEMENT_BYTES = {
-    "TYPE_BOOL": 1,
-    "TYPE_UINT8": 1,
-    "TYPE_INT8": 1,
-    "TYPE_UINT16": 2,
-    "TYPE_INT16": 2,
-    "TYPE_FP16": 2,
-    "TYPE_BF16": 2,
-    "TYPE_UINT32": 4,
-    "TYPE_INT32": 4,
-    "TYPE_FP32": 4,
-    "TYPE_UINT64": 8,
-    "TYPE_INT64": 8,
-    "TYPE_FP64": 8,
-    "TYPE_STRING": STRING_ELEMENT_BYTES,
-}
 
 
 class ServerError(GeBackendError):
@@ -94,14 +63,6 @@ class ServerUrls:
     http: str  # "http://127.0.0.1:8000"
     grpc: str  # "127.0.0.1:8001" (what tritonclient.grpc takes)
     metrics: str  # "http://127.0.0.1:8002/metrics"
-
-
-@dataclass(frozen=True)
-class ShmSizes:
-    """`--backend-config python,shm-default-byte-size=...,shm-growth-byte-size=...` values."""
-
-    default_bytes: int
-    growth_bytes: int
 
 
 def default_cache_dir() -> Path:
@@ -224,54 +185,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _tensor_bytes(tensor: Any, batch: int, warmup_dims: Mapping[str, list[int]]) -> int:
-    """Bytes of one tensor at `batch` rows; -1 axes take the warmup's size, else 1."""
-    dims = [int(dim) for dim in tensor.dims]
-    known = warmup_dims.get(tensor.name, [])
-    sizes = [dim if dim >= 0 else (known[i] if i < len(known) else 1) for i, dim in enumerate(dims)]
-    count = batch
-    for size in sizes:
-        count *= max(size, 1)
-    type_name = model_config_pb2.DataType.Name(tensor.data_type)
-    return count * _ELEMENT_BYTES.get(type_name, 8)
-
-
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
-
-
-def shm_sizes_for_repository(repository: str | os.PathLike[str]) -> ShmSizes:
-    """Shared-memory sizes for the Python backend, from every `*/config.pbtxt` in `repository`.
-
-    The largest exchange is the biggest model's request plus response at `max_batch_size` rows
-    (1 row for `max_batch_size: 0`); -1 axes take the size of that input's `model_warmup` dims,
-    else 1 (so it is a lower bound). Each stub's region starts at twice that (one batch
-    arriving while the previous answer leaves), rounded up to MiB, between Triton's 1 MiB and
-    256 MiB; it grows in steps of one exchange, between 1 MiB and 64 MiB. Configs that do not
-    parse are skipped: the server reports them itself.
-    """
-    largest = 0
-    for path in sorted(Path(repository).glob("*/config.pbtxt")):
-        try:
-            config = load_model_config(path)
-        except ConfigError:
-            continue
-        warmup_dims: dict[str, list[int]] = {}
-        for warmup in config.model_warmup:
-            for name, tensor in warmup.inputs.items():
-                previous = warmup_dims.get(name, [])
-                dims = [int(dim) for dim in tensor.dims]
-                warmup_dims[name] = [max(pair) for pair in zip(dims, previous)] or dims
-        batch = max(int(config.max_batch_size), 1)
-        exchange = sum(
-            _tensor_bytes(tensor, batch, warmup_dims) for tensor in [*config.input, *config.output]
-        )
-        largest = max(largest, exchange)
-    default = min(max(_round_up(2 * largest, MIB), SHM_FLOOR_BYTES), SHM_DEFAULT_CAP_BYTES)
-    growth = min(max(_round_up(largest, MIB), SHM_FLOOR_BYTES), SHM_GROWTH_CAP_BYTES)
-    return ShmSizes(default, growth)
 
 
 def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:

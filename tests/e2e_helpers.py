@@ -4,7 +4,8 @@
 from e2e_helpers import running_server, write_python_model
 
 with running_server(repo, log_path=tmp_path / "triton.log", env={...}) as server:
-    client = tritonclient.http.InferenceServerClient(http_address(server))
+    with TritonClient(http_address(server), "http") as client:  # ge_python_backend.client
+        client.infer("model", {"x": (array, "FP32")})
 ```
 """
 

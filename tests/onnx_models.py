@@ -1,4 +1,5 @@
-"""Small ONNX test models with deterministic weights, and a way back from an `.om` to its ONNX.
+"""Small ONNX test models with deterministic weights, a way back from an `.om` to its ONNX, and
+the one onnxruntime reference every test compares with (`reference`, `reference_session`).
 
 Every builder writes the model to `path` and returns `path` as a `Path`. Batch axes are the
 symbolic dim "N", so any batch works; compile them with `--input_shape` to fix or mark dims.
@@ -6,10 +7,12 @@ symbolic dim "N", so any batch works; compile them with `--input_shape` to fix o
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 from ge_python_backend.emulator.omfile import OmModel
@@ -21,6 +24,24 @@ IR_VERSION = 8  # what onnxruntime accepts for opset 17
 def onnx_path_of(om: Path) -> Path:
     """The ONNX file an emulator `.om` was compiled from (recorded in its header)."""
     return Path(OmModel.load(om).header["onnx"]["path"])
+
+
+def reference_session(model: Path) -> onnxruntime.InferenceSession:
+    """onnxruntime (CPU) on `model`: an ONNX file, or the ONNX an emulator `.om` came from."""
+    onnx_path = model if model.suffix == ".onnx" else onnx_path_of(model)
+    return onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+
+
+def reference(
+    model: Path, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+) -> dict[str, np.ndarray]:
+    """What onnxruntime computes for `feeds` (by name, or a list in the graph's input order) on
+    `model` (see `reference_session`): every output by name, in the graph's order."""
+    session = reference_session(model)
+    if not isinstance(feeds, Mapping):
+        feeds = dict(zip((i.name for i in session.get_inputs()), feeds))
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds))))
 
 
 def build_mlp(path: Path) -> Path:

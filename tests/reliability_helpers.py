@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import onnx
 import psutil
-import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.server import ServerBinary, TritonServer, find_server
 
@@ -136,17 +136,6 @@ def wait_for_exit(pid: int, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def grpc_inputs(feeds: Mapping[str, np.ndarray]) -> list[grpcclient.InferInput]:
-    """gRPC inputs for numpy arrays (the Triton type from the array's dtype)."""
-    inputs = []
-    for name, array in feeds.items():
-        dtype = {np.float32: "FP32", np.int64: "INT64", np.int32: "INT32", np.float16: "FP16"}
-        tensor = grpcclient.InferInput(name, list(array.shape), dtype[array.dtype.type])
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
-
-
 @dataclasses.dataclass
 class LoadResult:
     """What a `run_load` run saw."""
@@ -176,7 +165,6 @@ def run_load(
     `check(result)` may raise to count a wrong answer as an error. `milestones[n]` is called
     (once, from a worker) when the n-th request has completed; the workers wait meanwhile.
     """
-    inputs = grpc_inputs(feeds)
     lock = threading.Lock()
     pending = dict(milestones or {})
     state = {"sent": 0, "done": 0, "errors": 0}
@@ -185,7 +173,8 @@ def run_load(
     gate.set()
 
     def worker() -> None:
-        with grpcclient.InferenceServerClient(address) as client:
+        with TritonClient(address, "grpc") as client:
+            request = client.prepare(typed(feeds), None)
             while True:
                 gate.wait()
                 with lock:
@@ -193,7 +182,7 @@ def run_load(
                         return
                     state["sent"] += 1
                 try:
-                    result = client.infer(model, inputs)
+                    result = client.send(model, request)
                     if check is not None:
                         check(result)
                     failed = None

@@ -20,7 +20,8 @@ from ge_python_backend.repository.config import (
     load_model_config,
     parse_version_policy,
 )
-from ge_python_backend.repository.scaffold import model_template, scaffold
+from ge_python_backend.repository.model_files import model_template
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.runtime import Session, describe_om
 

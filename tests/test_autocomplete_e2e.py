@@ -21,13 +21,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import tritonclient.grpc as grpcclient
 from e2e_helpers import grpc_address, model_states, running_server, wait_for_state
 from onnx import numpy_helper
-from onnx_models import onnx_path_of
-from test_e2e_triton import reference
+from onnx_models import onnx_path_of, reference
 
 from ge_python_backend.cli import main
+from ge_python_backend.client import TritonClient
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
@@ -114,11 +113,11 @@ def served(
         yield server, repository, oms
 
 
-def infer(client: grpcclient.InferenceServerClient, model: str, x: np.ndarray, version: str = ""):
-    tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
-    result = client.infer(model, [tensor], model_version=version)
-    return result.as_numpy("y"), result.as_numpy("z")
+def infer(
+    client: TritonClient, model: str, x: np.ndarray, version: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    result = client.infer(model, {"x": (x, "FP32")}, ["y", "z"], version)
+    return result["y"], result["z"]
 
 
 def assert_answers(om: Path, x: np.ndarray, answer: tuple[np.ndarray, np.ndarray]) -> None:
@@ -131,9 +130,9 @@ def test_zero_and_minimal_config_directories_get_the_om_config(
     served: tuple[TritonServer, Path, dict[str, Path]],
 ) -> None:
     server, _, _ = served
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+    with TritonClient(grpc_address(server), "grpc") as client:
         for model in ("zero", "minimal"):
-            config = client.get_model_config(model).config
+            config = client.model_config(model)
             assert config.max_batch_size == 8
             assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
                 ("x", 11, [16])  # TYPE_FP32
@@ -141,7 +140,7 @@ def test_zero_and_minimal_config_directories_get_the_om_config(
             assert [(t.name, list(t.dims)) for t in config.output] == [("y", [8]), ("z", [1])]
             assert list(config.dynamic_batching.preferred_batch_size) == list(GEARS)
             assert config.dynamic_batching.max_queue_delay_microseconds == 100
-        minimal = client.get_model_config("minimal").config
+        minimal = client.model_config("minimal")
         assert minimal.parameters["pipeline_depth"].string_value == "2"  # the user's, kept
 
 
@@ -151,7 +150,7 @@ def test_every_batch_size_up_to_the_largest_gear_is_correct(
 ) -> None:
     server, _, oms = served
     rng = np.random.default_rng(13)
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+    with TritonClient(grpc_address(server), "grpc") as client:
         for rows in range(1, max(GEARS) + 1):
             x = rng.standard_normal((rows, 16)).astype(np.float32)
             assert_answers(oms["v1"], x, infer(client, model, x))
@@ -165,18 +164,18 @@ def test_dynamic_batching_merges_concurrent_requests(
     xs = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(48)]
 
     def one(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+        with TritonClient(grpc_address(server), "grpc") as client:
             return infer(client, "zero", x)
 
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
-        before = client.get_inference_statistics("zero").model_stats[0]
+    with TritonClient(grpc_address(server), "grpc") as client:
+        before = client.inference_statistics("zero")["model_stats"][0]
         with ThreadPoolExecutor(12) as pool:
             answers = list(pool.map(one, xs))
-        after = client.get_inference_statistics("zero").model_stats[0]
+        after = client.inference_statistics("zero")["model_stats"][0]
     for x, answer in zip(xs, answers):
         assert_answers(oms["v1"], x, answer)
-    inferences = after.inference_count - before.inference_count
-    executions = after.execution_count - before.execution_count
+    inferences = int(after["inference_count"]) - int(before["inference_count"])
+    executions = int(after["execution_count"]) - int(before["execution_count"])
     assert inferences == 48
     assert executions < inferences, (executions, inferences)
 
@@ -192,7 +191,7 @@ def test_two_versions_serve_side_by_side_with_their_own_om(
         "model.py",
     ]
     x = np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32)
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+    with TritonClient(grpc_address(server), "grpc") as client:
         assert client.is_model_ready("versions", "1") and client.is_model_ready("versions", "2")
         one, two = infer(client, "versions", x, "1"), infer(client, "versions", x, "2")
     assert_answers(oms["v1"], x, one)
@@ -232,7 +231,7 @@ def test_a_version_added_and_the_old_one_unloaded_under_load_loses_no_request(
     failures: list[str] = []
 
     def client_loop() -> None:
-        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+        with TritonClient(grpc_address(server), "grpc") as client:
             while not stop.is_set():
                 try:
                     y, _ = infer(client, "hot", x)
@@ -262,7 +261,7 @@ def test_a_version_added_and_the_old_one_unloaded_under_load_loses_no_request(
             )
             == 0
         )
-        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+        with TritonClient(grpc_address(server), "grpc") as client:
             client.load_model("hot")
             wait_for_state(server, "hot", "READY")
             assert client.is_model_ready("hot", "2")

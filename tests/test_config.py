@@ -24,10 +24,10 @@ from ge_python_backend.repository.config import (
     load_model_config,
     write_model_config,
 )
+from ge_python_backend.repository.model_files import model_template
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.scaffold import (
     ScaffoldResult,
-    model_template,
     parse_tensor_declaration,
     scaffold,
 )

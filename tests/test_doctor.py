@@ -12,6 +12,7 @@ import pytest
 
 from ge_python_backend.cli import main
 from ge_python_backend.emulator import acl as emulator_acl
+from ge_python_backend.runtime import AclProbe, probe_acl
 from ge_python_backend.server import ServerBinary, bundled_server_root, find_server
 from ge_python_backend.tools.doctor import (
     FAIL,
@@ -25,7 +26,6 @@ from ge_python_backend.tools.doctor import (
     check_shm,
     check_stub_python,
     check_tritonserver,
-    import_pyacl,
     run_checks,
     stub_python_version,
 )
@@ -95,23 +95,24 @@ def test_cann_environment(tmp_path: Path) -> None:
 
 
 def test_pyacl_check_with_an_acl_module() -> None:
-    passed = check_pyacl(emulator_acl, "")
+    passed = check_pyacl(probe_acl("emulator"))
     assert passed.status == OK and "ACL 8.0.0" in passed.detail
-    module, error = import_pyacl()
-    if module is None:
-        failed = check_pyacl(None, error)
+    pyacl = probe_acl("pyacl")
+    if not pyacl.imported:
+        failed = check_pyacl(pyacl)
         assert failed.status == FAIL and "No module named 'acl'" in failed.detail
 
 
 def test_npu_devices(tmp_path: Path) -> None:
     for name in ("davinci0", "davinci1", "davinci_manager", "devmm_svm"):
         (tmp_path / name).touch()
-    counted = check_npu_devices(emulator_acl, tmp_path)
+    counted = check_npu_devices(probe_acl("emulator"), tmp_path)
     assert counted.status == OK and "device nodes: davinci0, davinci1" in counted.detail
-    uncounted = check_npu_devices(None, tmp_path)
+    absent = AclProbe("pyacl", None, "ModuleNotFoundError: No module named 'acl'", "", None, "")
+    uncounted = check_npu_devices(absent, tmp_path)
     assert uncounted.status == FAIL and "cannot be imported" in uncounted.detail
     (tmp_path / "empty").mkdir()
-    nothing = check_npu_devices(None, tmp_path / "empty")
+    nothing = check_npu_devices(absent, tmp_path / "empty")
     assert nothing.status == FAIL and nothing.detail.startswith("no NPU present")
 
 

@@ -1,7 +1,8 @@
 """End to end: emulator `.om` models scaffolded into a repository, served by the real tritonserver.
 
-Talks to the server with tritonclient over HTTP and gRPC, compares every answer with onnxruntime on
-the ONNX the `.om` was compiled from, and reads Triton's own statistics and metrics.
+Talks to the server with the project's client (`ge_python_backend.client`) over HTTP and gRPC,
+compares every answer with onnxruntime on the ONNX the `.om` was compiled from, and reads
+Triton's own statistics and metrics.
 """
 
 from __future__ import annotations
@@ -15,27 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
-from onnx_models import onnx_path_of
+from onnx_models import reference
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
 
 BATCH_MODEL, HW_MODEL, BROKEN_MODEL = "mlp", "conv_hw", "truncated"
-
-
-def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """What onnxruntime computes for `feeds` on the ONNX the `.om` came from."""
-    session = ort.InferenceSession(str(onnx_path_of(om)), providers=["CPUExecutionProvider"])
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
 
 
 def build_repository(root: Path, om_batch: Path, om_hw: Path) -> Path:
@@ -75,25 +67,13 @@ def served(
 def infer_http(
     server: TritonServer, model: str, feeds: dict[str, np.ndarray], outputs: list[str] | None = None
 ) -> Any:
-    with httpclient.InferenceServerClient(http_address(server)) as client:
-        inputs = []
-        for name, array in feeds.items():
-            tensor = httpclient.InferInput(name, list(array.shape), "FP32")
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        requested = [httpclient.InferRequestedOutput(n) for n in outputs] if outputs else None
-        return client.infer(model, inputs, outputs=requested)
+    """tritonclient's result of one request over HTTP (`outputs` None: name none)."""
+    with TritonClient(http_address(server), "http") as client:
+        return client.send(model, client.prepare(typed(feeds), outputs))
 
 
-def infer_grpc(
-    client: grpcclient.InferenceServerClient, model: str, feeds: dict[str, np.ndarray]
-) -> Any:
-    inputs = []
-    for name, array in feeds.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return client.infer(model, inputs)
+def infer_grpc(client: TritonClient, model: str, feeds: dict[str, np.ndarray]) -> Any:
+    return client.send(model, client.prepare(typed(feeds), None))
 
 
 def mixed_batches(count: int, seed: int) -> list[np.ndarray]:
@@ -102,8 +82,8 @@ def mixed_batches(count: int, seed: int) -> list[np.ndarray]:
 
 
 def execution_stats(server: TritonServer, model: str) -> tuple[int, int]:
-    with httpclient.InferenceServerClient(http_address(server)) as client:
-        stats = client.get_inference_statistics(model)["model_stats"][0]
+    with TritonClient(http_address(server), "http") as client:
+        stats = client.inference_statistics(model)["model_stats"][0]
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
@@ -126,7 +106,7 @@ def test_concurrent_mixed_batches_over_grpc_equal_onnxruntime(
     server, _ = served
     batches = mixed_batches(24, seed=2)
     with (
-        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+        TritonClient(grpc_address(server), "grpc") as client,
         ThreadPoolExecutor(8) as pool,
     ):
         results = list(pool.map(lambda x: infer_grpc(client, BATCH_MODEL, {"x": x}), batches))

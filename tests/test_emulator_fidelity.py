@@ -17,9 +17,19 @@ import numpy as np
 import onnx
 import onnx_models
 import pytest
-from emulator_helpers import D2D, D2H, H2D, H2H, dataset_of, malloc
+from emulator_helpers import (
+    D2D,
+    D2H,
+    H2D,
+    H2H,
+    Model,
+    dataset_of,
+    example_inputs,
+    malloc,
+    select,
+)
 from onnx import TensorProto, helper
-from test_emulator_models import Model, example_inputs, reference, select
+from onnx_models import reference
 
 from ge_python_backend.emulator import acl, set_timing, stats
 from ge_python_backend.emulator.omfile import OmCompileError, compile_onnx
@@ -200,7 +210,7 @@ def test_input_sized_for_the_gear_runs_once_a_gear_is_set(ctx: int, om_dynamic_b
     assert acl.mdl.execute(model.model_id, inputs, model.outputs) == 145000
     assert acl.mdl.set_dynamic_batch_size(model.model_id, inputs, 1, 2) == 0
     assert acl.mdl.execute(model.model_id, inputs, model.outputs) == 0
-    for got, want in zip(model.fetch(), reference(om_dynamic_batch, [x])):
+    for got, want in zip(model.fetch(), reference(om_dynamic_batch, [x]).values()):
         np.testing.assert_allclose(got, want, rtol=1e-5)
     # a buffer smaller than the gear's input is refused (GE would read past it)
     assert acl.mdl.set_dynamic_batch_size(model.model_id, inputs, 1, 4) == 0
@@ -315,7 +325,7 @@ def test_device_mode_host_memory_is_device_memory(ctx: int, om_static: Path) -> 
     outputs = dataset_of(list(zip(host_outs, model.out_sizes)))
     assert acl.mdl.execute(model.model_id, inputs, outputs) == 0
     out = np.frombuffer(acl.util.ptr_to_bytes(host_outs[0], 4 * 8 * 4), np.float32).reshape(4, 8)
-    np.testing.assert_allclose(out, reference(om_static, [x])[0], rtol=1e-5)
+    np.testing.assert_allclose(out, reference(om_static, [x])["y"], rtol=1e-5)
     assert acl.rt.memcpy(host_in, 64, host_in, 64, 4) == 100000
     assert acl.rt.destroy_stream(stream) == 0
 
@@ -344,7 +354,7 @@ def test_gear_models_run_in_device_mode(
         assert select(model, kind, gear if kind != "dims" else (), dims) == 0
         assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
         expected = reference(request.getfixturevalue(fixture), arrays)
-        for got, want in zip(model.fetch(), expected):
+        for got, want in zip(model.fetch(), expected.values()):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 

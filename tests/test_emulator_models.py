@@ -9,93 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx_models
-import onnxruntime
 import pytest
-from emulator_helpers import D2H, H2D, dataset_of, malloc
+from emulator_helpers import (
+    H2D,
+    MBATCH,
+    Model,
+    dataset_of,
+    example_inputs,
+    malloc,
+    select,
+)
+from onnx_models import reference, reference_session
 
 from ge_python_backend.emulator import acl, set_timing
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, MAGIC, compile_onnx
-
-MBATCH = "ascend_mbatch_shape_data"
-
+from ge_python_backend.emulator.omfile import MAGIC, compile_onnx
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
-
-
-class Model:
-    """A loaded model with one device buffer per input and output, sized as the desc says."""
-
-    def __init__(self, om: Path) -> None:
-        self.model_id, ret = acl.mdl.load_from_file(str(om))
-        assert ret == 0, acl.get_recent_err_msg()
-        self.desc = acl.mdl.create_desc()
-        assert acl.mdl.get_desc(self.desc, self.model_id) == 0
-        n_in = acl.mdl.get_num_inputs(self.desc)
-        n_out = acl.mdl.get_num_outputs(self.desc)
-        self.in_sizes = [acl.mdl.get_input_size_by_index(self.desc, i) for i in range(n_in)]
-        self.out_sizes = [acl.mdl.get_output_size_by_index(self.desc, i) for i in range(n_out)]
-        self.in_ptrs = [malloc(size) for size in self.in_sizes]
-        self.out_ptrs = [malloc(size) for size in self.out_sizes]
-        self.inputs = dataset_of(list(zip(self.in_ptrs, self.in_sizes)))
-        self.outputs = dataset_of(list(zip(self.out_ptrs, self.out_sizes)))
-        self.mbatch, ret = acl.mdl.get_input_index_by_name(self.desc, MBATCH)
-        if ret != 0:
-            self.mbatch = -1
-
-    def feed(self, arrays: list[np.ndarray]) -> None:
-        for ptr, size, array in zip(self.in_ptrs, self.in_sizes, arrays):
-            data = np.ascontiguousarray(array).tobytes()
-            assert acl.rt.memcpy(ptr, size, acl.util.bytes_to_ptr(data), len(data), H2D) == 0
-
-    def fetch(self) -> list[np.ndarray]:
-        results = []
-        for i, ptr in enumerate(self.out_ptrs):
-            dims, ret = acl.mdl.get_cur_output_dims(self.desc, i)
-            assert ret == 0
-            dtype = ACL_DTYPE_TO_NUMPY[acl.mdl.get_output_data_type(self.desc, i)]
-            nbytes = int(np.prod(dims["dims"])) * dtype.itemsize
-            out = bytes(nbytes)
-            assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), nbytes, ptr, nbytes, D2H) == 0
-            results.append(np.frombuffer(out, dtype).reshape(dims["dims"]))
-        return results
-
-    def mbatch_values(self, count: int) -> tuple[int, ...]:
-        out = bytes(8 * count)
-        ptr = self.in_ptrs[self.mbatch]
-        assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), len(out), ptr, len(out), D2H) == 0
-        return struct.unpack(f"<{count}q", out)
-
-
-def reference(om: Path, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """onnxruntime on the ONNX the .om was compiled from."""
-    session = onnxruntime.InferenceSession(
-        str(onnx_models.onnx_path_of(om)), providers=["CPUExecutionProvider"]
-    )
-    names = [i.name for i in session.get_inputs()]
-    return list(session.run(None, dict(zip(names, arrays))))
-
-
-def select(model: Model, kind: str, gear: tuple[int, ...], dims: list[int]) -> int:
-    if kind == "batch":
-        return acl.mdl.set_dynamic_batch_size(model.model_id, model.inputs, model.mbatch, *gear)
-    if kind == "hw":
-        return acl.mdl.set_dynamic_hw_size(model.model_id, model.inputs, model.mbatch, *gear)
-    value = {"dimCount": len(dims), "name": "", "dims": dims}
-    return acl.mdl.set_input_dynamic_dims(model.model_id, model.inputs, model.mbatch, value)
-
-
-def example_inputs(name: str, gear: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:
-    if name in ("om_static", "om_dynamic_batch"):
-        batch = gear[0] if gear else 4
-        return [rng.standard_normal((batch, 16)).astype(np.float32)]
-    if name == "om_mixed_types":
-        x = rng.integers(-50, 50, (gear[0], 4)).astype(np.int32)
-        return [x, rng.standard_normal((gear[0], 4)).astype(np.float16)]
-    if name == "om_hw":
-        return [rng.standard_normal((1, 3, *gear)).astype(np.float32)]
-    ids = rng.integers(0, 32, (1, gear[0])).astype(np.int64)
-    return [ids, rng.integers(0, 2, (1, gear[0])).astype(np.int64)]
 
 
 CASES = [
@@ -124,7 +53,7 @@ def test_outputs_equal_onnxruntime_for_every_gear(
         assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0, (
             acl.get_recent_err_msg()
         )
-        expected = reference(om, arrays)
+        expected = list(reference(om, arrays).values())
         actual = model.fetch()
         assert [a.shape for a in actual] == [e.shape for e in expected]
         for got, want in zip(actual, expected):
@@ -405,7 +334,7 @@ def test_execute_async_validates_now_and_runs_on_the_stream(
     assert acl.mdl.execute_async(model.model_id, model.inputs, model.outputs, stream) == 0
     assert acl.rt.synchronize_stream(stream) == 0
     np.testing.assert_allclose(
-        model.fetch()[0], reference(om_dynamic_batch, [x])[0], rtol=1e-5, atol=1e-6
+        model.fetch()[0], reference(om_dynamic_batch, [x])["y"], rtol=1e-5, atol=1e-6
     )
     explicit, _ = acl.rt.create_context(0)
     other_stream, _ = acl.rt.create_stream()
@@ -483,9 +412,7 @@ def test_dataset_calls(ctx: int) -> None:
 
 def test_threads_sharing_a_context_execute_concurrently(ctx: int, om_static: Path) -> None:
     models = [Model(om_static) for _ in range(4)]
-    session = onnxruntime.InferenceSession(
-        str(onnx_models.onnx_path_of(om_static)), providers=["CPUExecutionProvider"]
-    )
+    session = reference_session(om_static)
 
     def expected(x: np.ndarray) -> np.ndarray:
         return np.asarray(session.run(["y"], {"x": x})[0])

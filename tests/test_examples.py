@@ -17,17 +17,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
+from onnx_models import reference
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.client import TritonClient
 from ge_python_backend.repository.config import load_model_config
-from ge_python_backend.server import MIB, ShmSizes, TritonServer
+from ge_python_backend.repository.shm import MIB, ShmSizes
+from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
 
@@ -103,18 +104,12 @@ def build(served: Served, example: str, *args: str) -> str:
 
 
 def load(served: Served, *names: str) -> None:
-    with httpclient.InferenceServerClient(served.url, network_timeout=180) as client:
+    with TritonClient(served.url, "http", timeout_s=180) as client:
         for name in names:
             client.load_model(name)
     states = model_states(served.server)
     for name in names:
         assert states[name][0] == "READY", states[name]
-
-
-def reference(onnx_path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
 
 
 def atc_line(build_output: str) -> str:
@@ -209,13 +204,11 @@ def test_yolov8n_answers_three_outputs_and_the_client_draws_boxes(served: Served
 # --------------------------------------------------------------------------------- bert_base
 
 
-def _bert_inputs(encoded: object) -> list[grpcclient.InferInput]:
-    inputs = []
-    for name, array in encoded.feeds().items():  # type: ignore[attr-defined]
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT64")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+def _bert_infer(grpc: TritonClient, encoded: object) -> Any:
+    """tritonclient's result for the example client's encoded text (every output)."""
+    feeds = encoded.feeds()  # type: ignore[attr-defined]
+    inputs = {name: (array, "INT64") for name, array in feeds.items()}
+    return grpc.send("bert_base", grpc.prepare(inputs, None))
 
 
 def test_bert_base_runs_each_sequence_gear(served: Served) -> None:
@@ -237,12 +230,12 @@ def test_bert_base_runs_each_sequence_gear(served: Served) -> None:
     client = example_module("bert_base", "client.py")
     onnx_path = served.workdir / "bert_base" / "bert_base.onnx"
     long_text = " ".join(f"word{i}" for i in range(100))
-    with grpcclient.InferenceServerClient(grpc_address(served.server)) as grpc:
+    with TritonClient(grpc_address(served.server), "grpc") as grpc:
         pooled = {}
         for text, gear in [("short sentence ||| second part", 32), (long_text, 128)]:
             encoded = client.encode(text)
             assert encoded.gear == gear
-            result = grpc.infer("bert_base", _bert_inputs(encoded))
+            result = _bert_infer(grpc, encoded)
             expected = reference(onnx_path, encoded.feeds())
             for name in ("last_hidden_state", "pooler_output"):
                 np.testing.assert_allclose(
@@ -256,14 +249,14 @@ def test_bert_base_runs_each_sequence_gear(served: Served) -> None:
             client.encode("the same words", (32,)),
             client.encode("the same words", (128,)),
         )
-        at_32 = grpc.infer("bert_base", _bert_inputs(short)).as_numpy("pooler_output")
-        at_128 = grpc.infer("bert_base", _bert_inputs(padded)).as_numpy("pooler_output")
+        at_32 = _bert_infer(grpc, short).as_numpy("pooler_output")
+        at_128 = _bert_infer(grpc, padded).as_numpy("pooler_output")
         np.testing.assert_allclose(at_32, at_128, rtol=1e-4, atol=1e-5)
 
         # A length that is no gear is refused with the gears named.
         odd = client.encode("forty tokens", (40,))
         with pytest.raises(InferenceServerException, match="match none of the model's"):
-            grpc.infer("bert_base", _bert_inputs(odd))
+            _bert_infer(grpc, odd)
 
 
 # ---------------------------------------------------------------------------------- ensemble
@@ -344,10 +337,10 @@ def test_hot_reload_switches_to_version_2_without_failed_requests(served: Served
     assert sorted(p.name for p in model_dir.iterdir() if p.is_dir()) == ["1", "2"]
 
     features = np.random.default_rng(7).standard_normal((3, 64), dtype=np.float32)
-    with httpclient.InferenceServerClient(served.url) as client:
-        request = httpclient.InferInput("features", [3, 64], "FP32")
-        request.set_data_from_numpy(features)
-        result = client.infer("tiny_classifier", [request])
+    with TritonClient(served.url, "http") as client:
+        result = client.send(
+            "tiny_classifier", client.prepare({"features": (features, "FP32")}, None)
+        )
     assert result.get_response()["model_version"] == "2"
     onnx_of = {v: served.workdir / "hot_reload" / f"v{v}" / "tiny_classifier.onnx" for v in (1, 2)}
     v2 = reference(onnx_of[2], {"features": features})["scores"]

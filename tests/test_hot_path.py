@@ -8,24 +8,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import onnxruntime
 import pytest
-from onnx_models import onnx_path_of
+from onnx_models import reference
 
 from ge_python_backend.runtime import InputError, Session, SessionCounters
-from ge_python_backend.triton import metrics
+from ge_python_backend.triton import metrics, testing
 from ge_python_backend.triton.metrics import FLUSH_INTERVAL_S, MetricsPublisher
-
-
-def expected(om: Path, x: np.ndarray) -> dict[str, np.ndarray]:
-    session = onnxruntime.InferenceSession(
-        str(onnx_path_of(om)), providers=["CPUExecutionProvider"]
-    )
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, {"x": x})))
 
 
 def rows(count: int, seed: int) -> np.ndarray:
@@ -55,48 +45,21 @@ def test_repeated_mixed_batches_give_the_same_answers(om_dynamic_batch: Path) ->
             parts = [rows(n, seed * 10 + n) for n in (1, 5, 3, 11)]
             results = session.infer_many([{"x": x} for x in parts])
             for x, got in zip(parts, results):
-                for name, want in expected(om_dynamic_batch, x).items():
+                for name, want in reference(om_dynamic_batch, {"x": x}).items():
                     np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
         first = session.infer({"x": rows(4, 99)})
         session.infer({"x": rows(4, 100)})  # overwrites the pinned buffers: `first` is a copy
-        np.testing.assert_allclose(first["y"], expected(om_dynamic_batch, rows(4, 99))["y"])
-
-
-class _Family:
-    COUNTER, GAUGE = 0, 1
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        self.name = name
-
-    def Metric(self, labels: dict[str, str]) -> Any:  # noqa: N802 (Triton's name)
-        return _Metric(self.name)
-
-
-class _Metric:
-    calls: list[tuple[str, str, float]] = []
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def increment(self, value: float) -> None:
-        self.calls.append(("increment", self.name, value))
-
-    def set(self, value: float) -> None:
-        self.calls.append(("set", self.name, value))
-
-
-class _PbUtils:
-    MetricFamily = _Family
+        np.testing.assert_allclose(first["y"], reference(om_dynamic_batch, {"x": rows(4, 99)})["y"])
 
 
 def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
     monkeypatch.setattr(metrics.time, "monotonic", lambda: now[0])
-    _Metric.calls = []
+    pb_utils = testing.StandInUtils()
     publisher = MetricsPublisher(
-        _PbUtils, {"model": "m"}, SessionCounters(device_bytes_held=64), (900, 1000)
+        pb_utils, {"model": "m"}, SessionCounters(device_bytes_held=64), (900, 1000)
     )
-    assert _Metric.calls == [
+    assert pb_utils.metric_calls == [
         ("set", "ge_device_memory_bytes", 64.0),
         ("set", "ge_device_memory_free_bytes", 900.0),
         ("set", "ge_device_memory_total_bytes", 1000.0),
@@ -105,14 +68,14 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
     now[0] += FLUSH_INTERVAL_S
     assert publisher.due()
     publisher.flush(SessionCounters(executions=3, rows=5, device_bytes_held=64), (900, 1000))
-    assert sorted(_Metric.calls[3:]) == [
+    assert sorted(pb_utils.metric_calls[3:]) == [
         ("increment", "ge_executions_total", 3.0),
         ("increment", "ge_rows_total", 5.0),
     ]  # only what changed, and the unchanged gauge is not set again
     assert not publisher.due()
     now[0] += FLUSH_INTERVAL_S
     publisher.flush(SessionCounters(executions=4, rows=5, device_bytes_held=64), (800, 1000))
-    assert _Metric.calls[-2:] == [
+    assert pb_utils.metric_calls[-2:] == [
         ("increment", "ge_executions_total", 1.0),
         ("set", "ge_device_memory_free_bytes", 800.0),
     ]

@@ -29,18 +29,21 @@ from e2e_helpers import free_port
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import find_server, server_environment, shm_sizes_for_repository
+from ge_python_backend.repository.shm import (
+    SHM_MIN_BYTES,
+    repository_models,
+    shm_limit_bytes,
+    shm_sizes_for_repository,
+)
+from ge_python_backend.server import find_server, server_environment
 from ge_python_backend.tools.k8s import (
     DEVICE_METRIC,
     EXIT_TIMEOUT_SECONDS,
     GRACE_PERIOD_SECONDS,
     PRESTOP_SLEEP_SECONDS,
     QUEUE_METRIC,
-    SHM_MIN_BYTES,
     K8sOptions,
     build_manifests,
-    repository_models,
-    shm_limit_bytes,
     to_yaml,
 )
 

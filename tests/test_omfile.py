@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 from onnx_models import (
@@ -20,6 +19,7 @@ from onnx_models import (
     build_dims_model,
     build_mlp,
     onnx_path_of,
+    reference_session,
 )
 
 from ge_python_backend import cli
@@ -54,10 +54,6 @@ def random_inputs(desc: OmDescription, gear: tuple[int, ...] | None, seed: int) 
         else:  # ints in [0, 32) are valid token ids for the dims model
             arrays.append(rng.integers(0, 32, shape).astype(dtype))
     return arrays
-
-
-def reference_session(om: Path) -> onnxruntime.InferenceSession:
-    return onnxruntime.InferenceSession(str(onnx_path_of(om)), providers=["CPUExecutionProvider"])
 
 
 def reseal(data: bytes) -> bytes:

@@ -19,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime
 import pytest
-import tritonclient.grpc as grpcclient
 from e2e_helpers import grpc_address, running_server
 from emulator_helpers import live
-from onnx_models import onnx_path_of
+from onnx_models import reference, reference_session
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
+from ge_python_backend.client import TritonClient
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session
 
@@ -44,14 +43,6 @@ def _emulator_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     emulator.set_faults(None)
     emulator.set_timing(None)
-
-
-def reference(om: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = onnxruntime.InferenceSession(
-        str(onnx_path_of(om)), providers=["CPUExecutionProvider"]
-    )
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, dict(feeds))))
 
 
 def mlp_rows(rows: int, seed: int) -> dict[str, np.ndarray]:
@@ -183,13 +174,10 @@ def test_lanes_overlap_under_the_timing_model(om_dynamic_batch: Path) -> None:
 # -- end to end: depth 2 on the real tritonserver ---------------------------------------------
 
 
-def _infer_grpc(
-    client: grpcclient.InferenceServerClient, model: str, x: np.ndarray, name: str = "x"
-) -> Any:
-    tensor = grpcclient.InferInput(name, list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
+def _infer_grpc(client: TritonClient, model: str, x: np.ndarray, name: str = "x") -> Any:
+    """tritonclient's result, or the exception the server answered with."""
     try:
-        return client.infer(model, [tensor])
+        return client.send(model, client.prepare({name: (x, "FP32")}, None))
     except InferenceServerException as exc:
         return exc
 
@@ -234,7 +222,7 @@ def test_depth_2_serves_concurrent_batches_and_isolates_bad_requests(
     env = {"GE_EMULATOR_STATS_DIR": str(stats_dir), "GE_EMULATOR_TIMING": "execute_us=1000"}
     with (
         running_server(repository, env=env, log_path=tmp_path / "triton.log") as server,
-        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+        TritonClient(grpc_address(server), "grpc") as client,
         ThreadPoolExecutor(12) as pool,
     ):
         results = list(pool.map(lambda x: _infer_grpc(client, "mlp2", x), batches))
@@ -295,7 +283,7 @@ def test_device_faults_fail_only_their_batch_at_depth_1_and_2(
     batches = [rng.standard_normal((1 + i % 4, 16), dtype=np.float32) for i in range(8)]
     with (
         running_server(repository, env=env, log_path=tmp_path / "triton.log") as server,
-        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+        TritonClient(grpc_address(server), "grpc") as client,
     ):
         for depth in (1, 2):
             results = [_infer_grpc(client, f"depth{depth}", x) for x in batches]  # one by one
@@ -557,12 +545,10 @@ def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
     )
     log_path = tmp_path / "triton.log"
     rng = np.random.default_rng(3)
-    expected = onnxruntime.InferenceSession(
-        str(onnx_path_of(om_dynamic_batch)), providers=["CPUExecutionProvider"]
-    )
+    expected = reference_session(om_dynamic_batch)
     with (
         running_server(repository, log_path=log_path) as server,
-        grpcclient.InferenceServerClient(grpc_address(server)) as client,
+        TritonClient(grpc_address(server), "grpc") as client,
         ThreadPoolExecutor(4) as pool,
     ):
         deadline = time.monotonic() + 1.0

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from e2e_helpers import http_address, model_states, running_server
 from reliability_helpers import (
     emulator_reports,
@@ -31,6 +30,7 @@ from reliability_helpers import (
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend import emulator
+from ge_python_backend.client import TritonClient
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
@@ -106,10 +106,8 @@ def served(
 
 
 def infer(server: TritonServer, model: str, x: np.ndarray) -> Any:
-    tensor = httpclient.InferInput("x", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
-    with httpclient.InferenceServerClient(http_address(server)) as client:
-        return client.infer(model, [tensor])
+    with TritonClient(http_address(server), "http") as client:
+        return client.send(model, client.prepare({"x": (x, "FP32")}, None))
 
 
 def outcomes(server: TritonServer, model: str, count: int) -> list[str]:
@@ -186,7 +184,7 @@ def test_repeated_failures_leave_the_model_serving_errors(served: Served) -> Non
 
 def test_nothing_stays_allocated_after_unload(served: Served) -> None:
     """Runs last: unload every model, then read each stub's emulator stats file."""
-    with httpclient.InferenceServerClient(http_address(served.server)) as client:
+    with TritonClient(http_address(served.server), "http") as client:
         for name in model_states(served.server):
             client.unload_model(name)
     for pid in served.stub_pids.values():

@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import psutil
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from e2e_helpers import grpc_address, http_address, model_states, running_server
-from onnx_models import onnx_path_of
+from onnx_models import reference
 from reliability_helpers import MIB, compile_scale, stub_processes
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.client import TritonClient
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import TritonServer, shm_sizes_for_repository
+from ge_python_backend.repository.shm import shm_sizes_for_repository
+from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
 
@@ -85,39 +84,29 @@ def served(
         yield Served(server, repository, pids, oms)
 
 
-def reference(om: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = ort.InferenceSession(str(onnx_path_of(om)), providers=["CPUExecutionProvider"])
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
-
-
 Tensor = tuple[str, np.ndarray, str]  # name, data, Triton data type
 
 
 def _infer(
-    protocol: Any, address: str, model: str, tensors: list[Tensor], outputs: tuple[str, ...]
+    protocol: str, address: str, model: str, tensors: list[Tensor], outputs: tuple[str, ...]
 ) -> Any:
-    """One request through `protocol` (`tritonclient.http` or `tritonclient.grpc`)."""
-    inputs = []
-    for name, data, dtype in tensors:
-        tensor = protocol.InferInput(name, list(data.shape), dtype)
-        tensor.set_data_from_numpy(data)
-        inputs.append(tensor)
-    requested = [protocol.InferRequestedOutput(name) for name in outputs] or None
-    with protocol.InferenceServerClient(address) as client:
-        return client.infer(model, inputs, outputs=requested)
+    """One request over `protocol` ("http" or "grpc"); tritonclient's result. No `outputs`:
+    none named, so the server returns all."""
+    inputs = {name: (data, dtype) for name, data, dtype in tensors}
+    with TritonClient(address, protocol) as client:
+        return client.send(model, client.prepare(inputs, list(outputs) or None))
 
 
 def http_infer(
     server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple[str, ...] = ()
 ) -> Any:
-    return _infer(httpclient, http_address(server), model, tensors, outputs)
+    return _infer("http", http_address(server), model, tensors, outputs)
 
 
 def grpc_infer(
     server: TritonServer, model: str, tensors: list[Tensor], outputs: tuple[str, ...] = ()
 ) -> Any:
-    return _infer(grpcclient, grpc_address(server), model, tensors, outputs)
+    return _infer("grpc", grpc_address(server), model, tensors, outputs)
 
 
 def f32(*shape: int) -> np.ndarray:
@@ -354,8 +343,8 @@ def test_requests_batched_with_bad_ones_succeed(served: Served) -> None:
 
 
 def execution_stats(server: TritonServer, model: str) -> tuple[int, int]:
-    with httpclient.InferenceServerClient(http_address(server)) as client:
-        stats = client.get_inference_statistics(model)["model_stats"][0]
+    with TritonClient(http_address(server), "http") as client:
+        stats = client.inference_statistics(model)["model_stats"][0]
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 

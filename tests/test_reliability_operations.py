@@ -22,26 +22,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from e2e_helpers import free_port, grpc_address, running_server
+from onnx_models import reference
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.cli import main
+from ge_python_backend.client import TritonClient
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 
 pytestmark = pytest.mark.e2e
 
 SLOW_DEVICE = {"GE_EMULATOR_TIMING": "execute_us=300000"}  # every execution takes 300 ms
-
-
-def expected(om: Path, x: np.ndarray) -> dict[str, np.ndarray]:
-    """The model's outputs for `x`, computed in this process by the emulator's own model."""
-    from ge_python_backend.emulator.omfile import OmModel
-
-    y, z = OmModel.load(om).run([x])
-    return {"y": y, "z": z}
 
 
 def ready(url: str) -> bool:
@@ -55,7 +48,7 @@ def ready(url: str) -> bool:
 @contextlib.contextmanager
 def serving(
     repository: Path, log: Path, env: dict[str, str], *options: str
-) -> Iterator[tuple[subprocess.Popen[str], grpcclient.InferenceServerClient]]:
+) -> Iterator[tuple[subprocess.Popen[str], TritonClient]]:
     """`ge-python-model serve REPOSITORY --emulator OPTIONS` as a process, ready, and a gRPC
     client of it; the process is killed on the way out if it still runs."""
     http, grpc, metrics = free_port(), free_port(), free_port()
@@ -75,22 +68,17 @@ def serving(
             assert process.poll() is None, process.communicate()[1]
             assert time.monotonic() < deadline, "serve was not ready in time"
             time.sleep(0.2)
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
-        try:
+        with TritonClient(f"127.0.0.1:{grpc}", "grpc") as client:
             yield process, client
-        finally:
-            client.close()
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
 
-def send(client: grpcclient.InferenceServerClient, x: np.ndarray, callback: Any) -> None:
-    """Send `x` (FLOAT[1,16]) to model mlp; `callback(result=..., error=...)` gets the answer."""
-    tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
-    client.async_infer("mlp", [tensor], callback)
+def send(client: TritonClient, x: np.ndarray, callback: Any) -> None:
+    """Send `x` (FLOAT[1,16]) to model mlp; `callback(result, error)` gets the answer."""
+    client.send_async("mlp", client.prepare({"x": (x, "FP32")}, None), callback)
 
 
 # ----------------------------------------------------------------------------- hung NPU
@@ -120,17 +108,14 @@ def test_a_hung_execution_fails_one_request_and_the_instance_serves_on(
     with running_server(
         repository, env=hang, log_path=tmp_path / "triton.log", exit_timeout=2
     ) as server:
-        client = grpcclient.InferenceServerClient(grpc_address(server))
         outcomes: list[Any] = []
-        for x in rows:
-            tensor = grpcclient.InferInput("x", [1, 16], "FP32")
-            tensor.set_data_from_numpy(x)
-            started = time.monotonic()
-            try:
-                outcomes.append(client.infer("mlp", [tensor], client_timeout=30))
-            except InferenceServerException as exc:
-                outcomes.append((exc, time.monotonic() - started))
-        client.close()
+        with TritonClient(grpc_address(server), "grpc", timeout_s=30) as client:
+            for x in rows:
+                started = time.monotonic()
+                try:
+                    outcomes.append(client.send("mlp", client.prepare({"x": (x, "FP32")}, None)))
+                except InferenceServerException as exc:
+                    outcomes.append((exc, time.monotonic() - started))
     failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, tuple)]
     assert failed == [2], [str(outcomes[i][0]) for i in failed]
     error, waited = outcomes[2]
@@ -138,7 +123,7 @@ def test_a_hung_execution_fails_one_request_and_the_instance_serves_on(
     assert 1.0 <= waited < 5, waited
     for i, (x, outcome) in enumerate(zip(rows, outcomes)):
         if i != 2:
-            want = expected(om_dynamic_batch, x)
+            want = reference(om_dynamic_batch, {"x": x})
             for name in ("y", "z"):
                 np.testing.assert_allclose(outcome.as_numpy(name), want[name], rtol=1e-5)
 
@@ -183,7 +168,7 @@ def test_sigterm_drains_requests_in_flight_and_serve_exits_0(
     failures = [r for r in results if isinstance(r, InferenceServerException)]
     assert not failures, [str(f) for f in failures]
     for x, result in zip(rows, results):
-        want = expected(om_dynamic_batch, x)
+        want = reference(om_dynamic_batch, {"x": x})
         for name in ("y", "z"):
             np.testing.assert_allclose(result.as_numpy(name), want[name], rtol=1e-5)  # type: ignore[attr-defined]
     assert process.returncode == 0, err
@@ -267,7 +252,7 @@ def test_a_full_queue_refuses_at_once_and_the_server_serves_on(
         env={"GE_EMULATOR_TIMING": "execute_us=100000"},
         log_path=tmp_path / "triton.log",
     ) as server:
-        client = grpcclient.InferenceServerClient(grpc_address(server))
+        client = TritonClient(grpc_address(server), "grpc")
         done = threading.Semaphore(0)
         results: list[object] = [None] * len(rows)
         latency = [0.0] * len(rows)
@@ -288,14 +273,12 @@ def test_a_full_queue_refuses_at_once_and_the_server_serves_on(
             assert "Exceeds maximum queue size" in str(results[i]), str(results[i])
             assert latency[i] < 0.1  # refused at once, not after a device execution
         for i in answered:
-            want = expected(om_dynamic_batch, rows[i])
+            want = reference(om_dynamic_batch, {"x": rows[i]})
             for name in ("y", "z"):
                 np.testing.assert_allclose(results[i].as_numpy(name), want[name], rtol=1e-5)  # type: ignore[attr-defined]
         # The server serves on: a request after the burst is answered.
-        tensor = grpcclient.InferInput("x", [1, 16], "FP32")
-        tensor.set_data_from_numpy(rows[0])
-        after = client.infer("mlp", [tensor])
+        after = client.infer("mlp", {"x": (rows[0], "FP32")})
         np.testing.assert_allclose(
-            after.as_numpy("y"), expected(om_dynamic_batch, rows[0])["y"], rtol=1e-5
+            after["y"], reference(om_dynamic_batch, {"x": rows[0]})["y"], rtol=1e-5
         )
         client.close()

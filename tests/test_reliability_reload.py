@@ -16,17 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from e2e_helpers import grpc_address, model_states, running_server
 from reliability_helpers import (
     emulator_reports,
-    grpc_inputs,
     live_resources,
     stub_processes,
     wait_for_exit,
 )
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
@@ -77,16 +76,14 @@ def test_unload_and_load_again_many_times(served: tuple[TritonServer, Path, Path
     server, _, stats_dir = served
     x = np.ones((2, 16), np.float32)
     seen: set[int] = set()
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
-        expected = client.infer("mlp", grpc_inputs({"x": x})).as_numpy("y")
+    with TritonClient(grpc_address(server), "grpc") as client:
+        expected = client.infer("mlp", typed({"x": x}))["y"]
         for _ in range(CYCLES):
             seen |= stub_pids(server)
             client.unload_model("mlp")
             client.load_model("mlp")
             assert client.is_model_ready("mlp")
-            np.testing.assert_array_equal(
-                client.infer("mlp", grpc_inputs({"x": x})).as_numpy("y"), expected
-            )
+            np.testing.assert_array_equal(client.infer("mlp", typed({"x": x}))["y"], expected)
     current = stub_pids(server)
     assert len(seen) == CYCLES and not seen & current  # a new stub process per load
     assert_released(stats_dir, seen)
@@ -109,11 +106,12 @@ def test_a_new_version_loads_while_clients_send(
     lock = threading.Lock()
 
     def send() -> None:
-        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+        with TritonClient(grpc_address(server), "grpc") as client:
+            request = client.prepare(typed({"x": np.ones((1, 16), np.float32)}), None)
             while not stop.is_set():
                 sent = time.monotonic()
                 try:
-                    result = client.infer("mlp", grpc_inputs({"x": np.ones((1, 16), np.float32)}))
+                    result = client.send("mlp", request)
                 except InferenceServerException as exc:
                     with lock:
                         errors.append(str(exc))
@@ -127,7 +125,7 @@ def test_a_new_version_loads_while_clients_send(
     try:
         time.sleep(0.5)
         scaffold(new_om, repository, name="mlp", runtime="emulator", version=2, overwrite=True)
-        with grpcclient.InferenceServerClient(grpc_address(server)) as client:
+        with TritonClient(grpc_address(server), "grpc") as client:
             client.load_model("mlp")
         switched = time.monotonic()
         time.sleep(0.5)

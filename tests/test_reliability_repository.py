@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from e2e_helpers import grpc_address, model_states, running_server
-from reliability_helpers import grpc_inputs
 from tritonclient.grpc import model_config_pb2
 
+from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import write_checksum
@@ -85,6 +84,6 @@ def test_the_server_and_the_healthy_model_keep_serving(
     server, _ = served
     assert server.poll() is None
     assert model_states(server)["healthy"] == ("READY", "")
-    with grpcclient.InferenceServerClient(grpc_address(server)) as client:
-        result = client.infer("healthy", grpc_inputs({"x": np.ones((3, 16), np.float32)}))
-    assert result.as_numpy("y").shape == (3, 8)
+    with TritonClient(grpc_address(server), "grpc") as client:
+        result = client.infer("healthy", typed({"x": np.ones((3, 16), np.float32)}))
+    assert result["y"].shape == (3, 8)

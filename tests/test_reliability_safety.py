@@ -20,16 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from e2e_helpers import http_address, model_states, running_server
 from reliability_helpers import can_limit_shm, compile_long, small_shm_binary, stub_for
 from tritonclient.utils import InferenceServerException
 
 import ge_python_backend
 from ge_python_backend.cli import build_parser, main
+from ge_python_backend.client import TritonClient
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import MIB, TritonServer, shm_sizes_for_repository
+from ge_python_backend.repository.shm import MIB, shm_sizes_for_repository
+from ge_python_backend.server import TritonServer
 
 SHELL_BAIT = "$(touch PWNED)"
 
@@ -254,10 +255,8 @@ def test_a_request_too_large_for_shared_memory_fails_alone(tmp_path: Path) -> No
 
         def infer(length: int) -> np.ndarray:
             x = np.full((1, length), 1.5, np.float32)
-            tensor = httpclient.InferInput("x", list(x.shape), "FP32")
-            tensor.set_data_from_numpy(x)
-            with httpclient.InferenceServerClient(http_address(server)) as client:
-                return client.infer("long", [tensor]).as_numpy("y")
+            with TritonClient(http_address(server), "http") as client:
+                return client.infer("long", {"x": (x, "FP32")})["y"]
 
         np.testing.assert_array_equal(infer(1024), np.full((1, 1024), 3.0, np.float32))
         with pytest.raises(InferenceServerException) as caught:

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime
 import pytest
 from emulator_helpers import LIVE_KEYS, delta, live
-from onnx_models import build_dims_model, onnx_path_of
+from onnx_models import build_dims_model, reference
 
 from ge_python_backend import emulator
 from ge_python_backend.emulator.omfile import compile_onnx
@@ -40,15 +39,6 @@ def _emulator_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     emulator.set_faults(None)
     yield
     emulator.set_faults(None)
-
-
-def reference(om: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """What onnxruntime computes from the ONNX the `.om` was compiled from."""
-    session = onnxruntime.InferenceSession(
-        str(onnx_path_of(om)), providers=["CPUExecutionProvider"]
-    )
-    names = [output.name for output in session.get_outputs()]
-    return dict(zip(names, session.run(names, dict(feeds))))
 
 
 def assert_outputs_equal(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> None:

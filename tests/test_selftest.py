@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ge_python_backend.cli import main
-from ge_python_backend.emulator.omfile import OmModel
+from ge_python_backend.emulator.omfile import OmModel, compile_onnx
 from ge_python_backend.runtime import model as runtime_model
 from ge_python_backend.runtime.model import TensorInfo
 from ge_python_backend.runtime.selftest import run_selftest
@@ -104,13 +104,20 @@ def test_reverting_the_dims_order_fix_fails_the_dims_probes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("GE_PYTHON_BACKEND_ACL", raising=False)
-    assert run_selftest("emulator").passed  # the order fix in place
+    assert run_selftest("emulator", compile_onnx=compile_onnx).passed  # the order fix in place
     monkeypatch.setattr(runtime_model, "_split_dims_gears", _graph_order_split)
-    report = run_selftest("emulator")
+    report = run_selftest("emulator", compile_onnx=compile_onnx)
     failed = {p.name: p.detail for p in report.probes if not p.passed}
     assert set(failed) >= DIMS_PROBES, failed
     assert "expected" in failed["gears: dims, order given"]  # swapped silently: caught by values
     assert not {"gears: batch", "gears: HW", "execute_async"} & set(failed)
+
+
+def test_the_emulator_runtime_needs_the_emulator_compiler() -> None:
+    with pytest.raises(ValueError, match="needs compile_onnx"):
+        run_selftest("emulator")
+    with pytest.raises(ValueError, match="pyacl takes none"):
+        run_selftest("pyacl", compile_onnx=compile_onnx)
 
 
 def _fake_atc(directory: Path) -> Path:
@@ -128,7 +135,7 @@ def test_models_are_compiled_with_atc_when_it_is_on_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(_fake_atc(tmp_path / "bin")))
-    prepared = prepare_models(False, "Ascend910B3", tmp_path / "models", tmp_path / "scratch")
+    prepared = prepare_models(None, "Ascend910B3", tmp_path / "models", tmp_path / "scratch")
     assert prepared.missing == {}
     assert "atc" in prepared.how and "Ascend910B3" in prepared.how
     for spec in MODELS:
@@ -143,11 +150,11 @@ def test_without_atc_models_come_from_om_dir_made_by_the_printed_commands(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no atc
     om_dir = tmp_path / "models"
-    nowhere = prepare_models(False, "Ascend310P3", None, tmp_path / "scratch")
+    nowhere = prepare_models(None, "Ascend310P3", None, tmp_path / "scratch")
     assert set(nowhere.missing) == {m.name for m in MODELS}
     assert all("--om-dir" in reason for reason in nowhere.missing.values())
 
-    first = prepare_models(False, "Ascend310P3", om_dir, tmp_path / "scratch")
+    first = prepare_models(None, "Ascend310P3", om_dir, tmp_path / "scratch")
     assert set(first.missing) == {m.name for m in MODELS} and not first.paths
     assert "is missing" in first.missing["static"]
     assert len(first.atc_commands) == len(MODELS)
@@ -159,7 +166,7 @@ def test_without_atc_models_come_from_om_dir_made_by_the_printed_commands(
     dims = next(c for c in first.atc_commands if "selftest_dims.onnx" in c)
     assert "--input_format=ND" in dims and "--input_shape=b:2,-1;a:1,-1" in shlex.split(dims)
 
-    second = prepare_models(False, "Ascend310P3", om_dir, tmp_path / "scratch")
+    second = prepare_models(None, "Ascend310P3", om_dir, tmp_path / "scratch")
     assert second.missing == {}
     assert second.paths == {m.name: om_dir / f"selftest_{m.name}.om" for m in MODELS}
 

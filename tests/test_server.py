@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from e2e_helpers import (
     grpc_address,
     http_address,
@@ -26,18 +24,21 @@ from e2e_helpers import (
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.cli import main
+from ge_python_backend.client import TritonClient
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.server import (
+from ge_python_backend.repository.shm import (
     MIB,
     SHM_DEFAULT_CAP_BYTES,
     SHM_GROWTH_CAP_BYTES,
+    shm_sizes_for_repository,
+)
+from ge_python_backend.server import (
     ServerError,
     TritonServer,
     bundled_server_root,
     find_server,
     prepare_backend_directory,
-    shm_sizes_for_repository,
 )
 
 ADD_CONFIG = """\
@@ -216,19 +217,15 @@ def test_real_server_serves_while_a_broken_model_stays_unavailable(
         assert states["broken"][0] == "UNAVAILABLE"
         assert "deliberately broken model" in states["broken"][1]
 
-        http = httpclient.InferenceServerClient(http_address(server))
-        request = httpclient.InferInput("X", [3, 4], "FP32")
-        request.set_data_from_numpy(data)
-        np.testing.assert_array_equal(http.infer("add_one", [request]).as_numpy("Y"), data + 1)
-        with pytest.raises(InferenceServerException):
-            http.infer("broken", [request])
-        http.close()
+        with TritonClient(http_address(server), "http") as http:
+            request = http.prepare({"X": (data, "FP32")}, None)
+            np.testing.assert_array_equal(http.send("add_one", request).as_numpy("Y"), data + 1)
+            with pytest.raises(InferenceServerException):
+                http.send("broken", request)
 
-        grpc = grpcclient.InferenceServerClient(grpc_address(server))
-        request = grpcclient.InferInput("X", [3, 4], "FP32")
-        request.set_data_from_numpy(data)
-        np.testing.assert_array_equal(grpc.infer("add_one", [request]).as_numpy("Y"), data + 1)
-        grpc.close()
+        with TritonClient(grpc_address(server), "grpc") as grpc:
+            answer = grpc.send("add_one", grpc.prepare({"X": (data, "FP32")}, None))
+            np.testing.assert_array_equal(answer.as_numpy("Y"), data + 1)
 
         metrics = urllib.request.urlopen(server.urls.metrics, timeout=5).read().decode()
         assert 'nv_inference_request_success{model="add_one"' in metrics
@@ -382,11 +379,8 @@ def test_scaffolded_model_serves_from_its_vendored_runtime(
         repo, env={"VENDOR_MARKER": str(marker)}, log_path=tmp_path / "triton.log"
     ) as server:
         assert model_states(server)["mlp"][0] == "READY"
-        client = httpclient.InferenceServerClient(http_address(server))
-        request = httpclient.InferInput("x", [5, 16], "FP32")
-        request.set_data_from_numpy(np.ones((5, 16), np.float32))
-        response = client.infer("mlp", [request])
-        assert response.as_numpy("y").shape == (5, 8)
-        assert response.as_numpy("z").shape == (5, 1)
-        client.close()
+        with TritonClient(http_address(server), "http") as client:
+            response = client.infer("mlp", {"x": (np.ones((5, 16), np.float32), "FP32")})
+        assert response["y"].shape == (5, 8)
+        assert response["z"].shape == (5, 1)
     assert marker.read_text() == str(vendored_init)

@@ -12,8 +12,8 @@ from ge_python_backend.commands.options import add_input_shape_order_option, add
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.repository.autocomplete import complete_config
 from ge_python_backend.repository.config import ModelConfig, config_text
+from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.repository.parameters import parse_input_shape_order
-from ge_python_backend.repository.scaffold import open_session
 from ge_python_backend.runtime.describe import describe_om
 
 DESCRIPTION = """\

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.commands.options import add_runtime_option
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
+from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.runtime.selftest import ProbeResult, SelftestReport, run_selftest
 
 DESCRIPTION = """\
@@ -93,7 +95,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the probes, printing each as it finishes; 1 unless every probe passed."""
     if args.om_dir is not None and args.om_dir.exists() and not args.om_dir.is_dir():
         raise UserError(f"--om-dir {args.om_dir} is not a directory")
-    report = run_selftest(args.runtime, args.device, args.om_dir, on_result=_print_result)
+    runtime = selected_runtime(args.runtime)
+    report = run_selftest(
+        runtime,
+        args.device,
+        args.om_dir,
+        on_result=_print_result,
+        compile_onnx=compile_onnx if runtime == "emulator" else None,
+    )
     print_summary(report)
     if args.json is not None:
         args.json.write_text(json.dumps(report.as_dict(), indent=2) + "\n")

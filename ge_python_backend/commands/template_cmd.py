@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.scaffold import model_template
+from ge_python_backend.repository.model_files import model_template
 
 DESCRIPTION = """\
 Write ge-python-backend's model.py into DIR, for people who lay out the model repository by hand.

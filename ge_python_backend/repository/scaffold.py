@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.resources
 import os
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
@@ -44,6 +42,7 @@ from ge_python_backend.repository.config import (
     parse_version_policy,
     write_model_config,
 )
+from ge_python_backend.repository.model_files import model_template, open_session
 from ge_python_backend.repository.parameters import (
     DEFAULT_EXECUTE_TIMEOUT_MS,
     DEFAULT_PIPELINE_DEPTH,
@@ -53,9 +52,6 @@ from ge_python_backend.repository.parameters import (
 )
 from ge_python_backend.repository.versions import version_dirs, write_checksum
 from ge_python_backend.runtime.checksum import file_sha256
-
-if TYPE_CHECKING:
-    from ge_python_backend.runtime import Session
 
 VENDOR_DIR = "_ge_vendor"
 
@@ -145,31 +141,6 @@ def declared_model(
     return declared_in, declared_out, gears
 
 
-@contextlib.contextmanager
-def open_session(
-    om_path: Path,
-    runtime: str,
-    input_shape_order: Sequence[str] | None = None,
-    device_id: int = 0,
-) -> Iterator[Session]:
-    """A runtime `Session` on `om_path` (`input_shape_order`: the parameter, for dims models);
-    failures to open it become one-line `UserError`s."""
-    from ge_python_backend.runtime import Session
-
-    try:
-        session = Session(
-            om_path, device_id=device_id, runtime=runtime, input_shape_order=input_shape_order
-        )
-    except UserError:
-        raise
-    except GeBackendError as exc:
-        raise UserError(f"cannot open {om_path} with the {runtime} runtime: {exc}") from None
-    try:
-        yield session
-    finally:
-        session.close()
-
-
 def describe_om(
     om_path: Path, runtime: str, input_shape_order: Sequence[str] | None = None
 ) -> tuple[tuple[TensorLike, ...], tuple[TensorLike, ...], GearsLike]:
@@ -182,16 +153,6 @@ def describe_om(
             f"{exc} (where the .om cannot be opened, declare the model with "
             "--input/--output NAME:TYPE:DIMS)"
         ) from None
-
-
-def model_template() -> str:
-    """The text of `model_templates/model.py`, shipped as package data of
-    `ge_python_backend.templates`."""
-    resource = importlib.resources.files("ge_python_backend.templates") / "model.py"
-    try:
-        return resource.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"the packaged model.py template is missing: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -25,8 +25,8 @@ from ge_python_backend.repository.config import (
     compare_config_with_session,
     load_model_config,
 )
+from ge_python_backend.repository.model_files import model_template, open_session
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
-from ge_python_backend.repository.scaffold import model_template, open_session
 from ge_python_backend.repository.versions import (
     checksum_path,
     expected_sha256,

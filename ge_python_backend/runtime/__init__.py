@@ -5,7 +5,14 @@ Importing this package does not import `acl`; `load_acl` (called by `Session`) d
 
 from __future__ import annotations
 
-from ge_python_backend.runtime._acl import ENV_VAR, RUNTIMES, load_acl, selected_runtime
+from ge_python_backend.runtime._acl import (
+    ENV_VAR,
+    RUNTIMES,
+    AclProbe,
+    load_acl,
+    probe_acl,
+    selected_runtime,
+)
 from ge_python_backend.runtime.batching import Chunk, plan_chunks
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
 from ge_python_backend.runtime.device import Context, Device, Stream
@@ -31,6 +38,7 @@ __all__ = [
     "RUNTIMES",
     "PIPELINE_DEPTHS",
     "AclError",
+    "AclProbe",
     "Chunk",
     "Context",
     "Dataset",
@@ -53,5 +61,6 @@ __all__ = [
     "describe_om",
     "load_acl",
     "plan_chunks",
+    "probe_acl",
     "selected_runtime",
 ]

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import threading
 import weakref
 from types import ModuleType
 
-from ge_python_backend.runtime.errors import RuntimeSelectionError, check
+from ge_python_backend.runtime.errors import RuntimeSelectionError, check, describe_code
 
 __all__ = [
     "ACL_ERROR_UNINITIALIZE",
     "ENV_VAR",
     "RUNTIMES",
+    "AclProbe",
     "ensure_initialized",
     "load_acl",
+    "probe_acl",
     "selected_runtime",
 ]
 
@@ -97,3 +100,55 @@ def _finalize(acl: ModuleType) -> None:
     ret = acl.finalize()
     if ret != ACL_ERROR_REPEAT_FINALIZE:
         check(ret, "acl.finalize", acl)
+
+
+@dataclasses.dataclass(frozen=True)
+class AclProbe:
+    """What one ACL implementation reports on this host, without opening a device."""
+
+    runtime: str  # "pyacl" or "emulator"
+    module_file: str | None  # where its `acl` module was imported from; None when it was not
+    import_error: str  # why it could not be imported ("" when it was)
+    version: str  # "8.0.0" from acl.get_version; "" when unknown
+    device_count: int | None  # from acl.rt.get_device_count; None when it could not be counted
+    count_error: str  # why it could not be counted ("" when it was)
+
+    @property
+    def imported(self) -> bool:
+        return self.module_file is not None
+
+
+def probe_acl(runtime: str) -> AclProbe:
+    """Import the `runtime` ACL by name (not `$GE_PYTHON_BACKEND_ACL`), read its version and
+    count its devices, with `acl.init`/`acl.finalize` around the count unless already initialised.
+    Failures are reported in the result, not raised."""
+    try:
+        acl = importlib.import_module(_MODULES[runtime])
+    except Exception as exc:  # ImportError, or OSError/SystemError from a broken extension
+        return AclProbe(runtime, None, f"{type(exc).__name__}: {exc}", "", None, "")
+    version = ""
+    get_version = getattr(acl, "get_version", None)
+    if get_version is not None:
+        major, minor, patch, ret = get_version()
+        version = f"{major}.{minor}.{patch}" if ret == 0 else ""
+    try:
+        count, count_error = _count_devices(acl)
+    except ValueError as exc:  # the emulator's reading of a bad GE_EMULATOR_* setting
+        count, count_error = None, str(exc)
+    return AclProbe(runtime, getattr(acl, "__file__", "acl"), "", version, count, count_error)
+
+
+def _count_devices(acl: ModuleType) -> tuple[int | None, str]:
+    init_ret = acl.init()
+    if init_ret not in (0, ACL_ERROR_REPEAT_INITIALIZE):
+        name, explanation = describe_code(init_ret)
+        return None, f"acl.init returned {init_ret} {name} ({explanation})"
+    try:
+        count, ret = acl.rt.get_device_count()
+    finally:
+        if init_ret == 0:  # initialised here; 100002: someone else did and will finalize
+            acl.finalize()
+    if ret != 0:
+        name, explanation = describe_code(ret)
+        return None, f"acl.rt.get_device_count returned {ret} {name} ({explanation})"
+    return int(count), ""

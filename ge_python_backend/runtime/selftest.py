@@ -38,6 +38,7 @@ from ge_python_backend.runtime.memory import (
 from ge_python_backend.runtime.model import Dataset, Model
 from ge_python_backend.runtime.selftest_models import (
     MODELS,
+    OnnxCompiler,
     PreparedModels,
     SelftestModel,
     prepare_models,
@@ -696,14 +697,21 @@ def run_selftest(
     device_id: int = 0,
     om_dir: Path | None = None,
     on_result: Callable[[ProbeResult], None] | None = None,
+    compile_onnx: OnnxCompiler | None = None,
 ) -> SelftestReport:
     """Run every probe on `device_id` (`on_result` is called as each finishes).
 
-    The models are compiled by the emulator, or by `atc` when it is on PATH, else taken from
-    `om_dir` (see `selftest_models.prepare_models`). Raises RuntimeSelectionError when the
-    runtime cannot be imported.
+    For the emulator runtime `compile_onnx` (the emulator's `omfile.compile_onnx`, required
+    there and only there) compiles the models; for pyACL `atc` does when it is on PATH, else
+    they are taken from `om_dir` (see `selftest_models.prepare_models`). Raises
+    RuntimeSelectionError when the runtime cannot be imported.
     """
     name = selected_runtime(runtime)
+    if (name == "emulator") != (compile_onnx is not None):
+        raise ValueError(
+            "run_selftest: the emulator runtime needs compile_onnx (the emulator's compiler) "
+            f"and pyacl takes none; got runtime {name!r} with compile_onnx={compile_onnx!r}"
+        )
     acl = load_acl(name)
     env = _Env(acl, name, device_id)
     report = SelftestReport(runtime=name, device_id=device_id)
@@ -712,7 +720,7 @@ def run_selftest(
             if index == 1:  # after acl.init: what the models need
                 report.soc = _soc_name(acl)
                 report.run_mode = _run_mode_name(acl)
-                env.models = prepare_models(name == "emulator", report.soc, om_dir, Path(scratch))
+                env.models = prepare_models(compile_onnx, report.soc, om_dir, Path(scratch))
                 report.models = env.models.how
                 report.atc_commands = env.models.atc_commands
                 report.missing_models = env.models.missing

@@ -3,7 +3,8 @@
 Every model's inputs hold multiples of 1/8 in [-2, 2] (or small integers), so results are exact
 even when the NPU computes in float16. With `atc` on PATH the models are compiled for the host's
 SoC; without it they are taken prebuilt from a directory, and `atc_command` gives the exact
-command that makes each one. The emulator compiles them itself.
+command that makes each one. For the emulator runtime the caller passes the emulator's compiler
+(the runtime does not import the emulator).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MODELS", "PreparedModels", "SelftestModel", "atc_command", "prepare_models"]
+__all__ = [
+    "MODELS",
+    "OnnxCompiler",
+    "PreparedModels",
+    "SelftestModel",
+    "atc_command",
+    "prepare_models",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +37,11 @@ OPSET = 11  # ReduceSum takes its axes as an attribute: what every ATC release p
 ATC_TIMEOUT_S = 900
 ONNX_FRAMEWORK = "5"
 GEAR_FLAGS = {"batch": "dynamic_batch_size", "hw": "dynamic_image_size", "dims": "dynamic_dims"}
+EMULATOR_SOC = "Ascend310P3"  # what the emulator's models say they are for when the SoC is unknown
+
+# Compiles an ONNX file for the emulator as ATC would: `(onnx_path, output_stem, soc_version=...,
+# **atc_flags)`, i.e. `ge_python_backend.emulator.omfile.compile_onnx`.
+OnnxCompiler = Callable[..., object]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,14 +322,16 @@ def atc_command(model: SelftestModel, directory: Path, soc: str) -> list[str]:
 
 
 def prepare_models(
-    emulator: bool, soc: str | None, om_dir: Path | None, scratch: Path
+    compile_onnx: OnnxCompiler | None, soc: str | None, om_dir: Path | None, scratch: Path
 ) -> PreparedModels:
-    """Make the models: the emulator compiles them; otherwise `atc` (on PATH) does, for `soc`;
-    without `atc` they are read from `om_dir` (their ONNX files are written there for ATC).
+    """Make the models: `compile_onnx` (the emulator's compiler) compiles them when given;
+    otherwise `atc` (on PATH) does, for `soc`; without `atc` they are read from `om_dir` (their
+    ONNX files are written there for ATC).
 
     Compiled models go to `om_dir` when given, else to `scratch`.
     """
     directory = om_dir or scratch
+    emulator = compile_onnx is not None
     atc = None if emulator else shutil.which("atc")
     soc_text = soc or "<SoC: npu-smi info shows it>"
     kept = f" into {om_dir}" if om_dir else ""
@@ -347,8 +362,13 @@ def prepare_models(
                 _write_onnx(model, directory)
                 raise RuntimeError(f"{om} is missing; make it with the printed atc command")
             _write_onnx(model, directory)
-            if emulator:
-                _compile_emulator(model, directory, soc)
+            if compile_onnx is not None:
+                compile_onnx(
+                    directory / (model.stem + ".onnx"),
+                    directory / model.stem,
+                    soc_version=soc or EMULATOR_SOC,
+                    **model.flags,
+                )
             elif soc is None:
                 raise RuntimeError("acl.get_soc_name() reported no SoC, so atc cannot be run")
             else:
@@ -369,17 +389,6 @@ def _write_onnx(model: SelftestModel, directory: Path) -> None:
             "pip install onnx"
         ) from exc
     model.build(directory / (model.stem + ".onnx"))
-
-
-def _compile_emulator(model: SelftestModel, directory: Path, soc: str | None) -> None:
-    from ge_python_backend.emulator.omfile import compile_onnx
-
-    compile_onnx(
-        directory / (model.stem + ".onnx"),
-        directory / model.stem,
-        soc_version=soc or "Ascend310P3",
-        **model.flags,
-    )
 
 
 def _compile_atc(model: SelftestModel, directory: Path, soc: str) -> None:

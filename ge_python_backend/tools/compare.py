@@ -27,7 +27,7 @@ from ge_python_backend.client import (
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.config import first_gear_shapes
-from ge_python_backend.repository.scaffold import open_session
+from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
 
 _ONNX_DTYPES = {

@@ -4,8 +4,8 @@ Each check is a function returning a `CheckResult`: what was found, and what to 
 failed. A failed check that is `required` for the chosen runtime makes the host not ready; with
 the emulator runtime the pyACL, CANN and NPU checks still run but are not required.
 
-The pyACL check imports `acl` by name: it probes the installation the way the Python backend's
-stub will, and is the one place outside `ge_python_backend.runtime` that does.
+The pyACL and emulator checks ask the runtime (`probe_acl`), which imports each `acl` by name:
+it probes the installation the way the Python backend's stub will.
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ import tempfile
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 
 from ge_python_backend.errors import GeBackendError
-from ge_python_backend.runtime import ENV_VAR, selected_runtime
-from ge_python_backend.runtime.errors import describe_code
-from ge_python_backend.server import (
-    ServerBinary,
-    TritonServer,
-    find_server,
+from ge_python_backend.repository.shm import (
+    repository_models,
+    shm_limit_bytes,
     shm_sizes_for_repository,
 )
-from ge_python_backend.tools.k8s import repository_models, shm_limit_bytes
+from ge_python_backend.runtime import ENV_VAR, AclProbe, probe_acl, selected_runtime
+from ge_python_backend.server import ServerBinary, TritonServer, find_server
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
 MIB = 1024 * 1024
@@ -43,7 +40,6 @@ SET_ENV_SCRIPTS = (
     Path("/usr/local/Ascend/nnrt/set_env.sh"),
     Path.home() / "Ascend" / "ascend-toolkit" / "set_env.sh",
 )
-ACL_ERROR_REPEAT_INITIALIZE = 100002
 TESTED_TRITON = "2.51"
 _LIBPYTHON = re.compile(rb"libpython(\d+\.\d+)")
 _CPYTHON_TAG = re.compile(r"cpython-(\d)(\d+)")
@@ -148,35 +144,23 @@ def check_cann_environment(
     return CheckResult("cann_env", title, FAIL, "; ".join(problems), fix, required)
 
 
-def import_pyacl() -> tuple[ModuleType | None, str]:
-    """Real pyACL's `acl` module, or None and why it could not be imported."""
-    try:
-        return importlib.import_module("acl"), ""
-    except Exception as exc:  # ImportError, or OSError/SystemError from a broken extension
-        return None, f"{type(exc).__name__}: {exc}"
-
-
-def check_pyacl(acl: ModuleType | None, error: str, required: bool = True) -> CheckResult:
-    """pyACL imports in this interpreter."""
+def check_pyacl(probe: AclProbe, required: bool = True) -> CheckResult:
+    """pyACL imports in this interpreter (`probe`: what `probe_acl` found)."""
     title = "pyACL importable"
-    if acl is not None:
-        version = ""
-        get_version = getattr(acl, "get_version", None)
-        if get_version is not None:
-            major, minor, patch, ret = get_version()
-            version = f", ACL {major}.{minor}.{patch}" if ret == 0 else ""
+    if probe.imported:
+        version = f", ACL {probe.version}" if probe.version else ""
         return CheckResult(
             "pyacl",
             title,
             OK,
-            f"{getattr(acl, '__file__', 'acl')} imports in Python {_python_version()}{version}",
+            f"{probe.module_file} imports in Python {_python_version()}{version}",
             required=required,
         )
     return CheckResult(
         "pyacl",
         title,
         FAIL,
-        f"cannot import pyACL (`acl`): {error}",
+        f"cannot import pyACL (`acl`): {probe.import_error}",
         "source CANN's set_env.sh: it puts <toolkit>/python/site-packages (where acl lives) on "
         f"PYTHONPATH. If acl is found but fails to load, Python {_python_version()} is not one "
         "your CANN release supports: install ge-python-backend into a Python it supports, and "
@@ -185,25 +169,8 @@ def check_pyacl(acl: ModuleType | None, error: str, required: bool = True) -> Ch
     )
 
 
-def _count_devices(acl: ModuleType) -> tuple[int | None, str]:
-    """Device count through `acl.rt.get_device_count` (init/finalize around it when needed)."""
-    init_ret = acl.init()
-    if init_ret not in (0, ACL_ERROR_REPEAT_INITIALIZE):
-        name, explanation = describe_code(init_ret)
-        return None, f"acl.init returned {init_ret} {name} ({explanation})"
-    try:
-        count, ret = acl.rt.get_device_count()
-    finally:
-        if init_ret == 0:  # initialised here; 100002: someone else did and will finalize
-            acl.finalize()
-    if ret != 0:
-        name, explanation = describe_code(ret)
-        return None, f"acl.rt.get_device_count returned {ret} {name} ({explanation})"
-    return int(count), ""
-
-
 def check_npu_devices(
-    acl: ModuleType | None, dev_dir: Path = Path("/dev"), required: bool = True
+    probe: AclProbe, dev_dir: Path = Path("/dev"), required: bool = True
 ) -> CheckResult:
     """NPUs present: /dev/davinci<N> nodes and the count pyACL reports."""
     nodes = sorted(
@@ -212,7 +179,7 @@ def check_npu_devices(
     )
     title = "NPU devices"
     shown = ", ".join(nodes) or "none"
-    if acl is None:
+    if not probe.imported:
         if nodes:
             detail = f"device nodes {shown} exist, but pyACL cannot be imported to use them"
         else:
@@ -220,39 +187,39 @@ def check_npu_devices(
                 f"no NPU present: no {dev_dir}/davinci<N> device nodes, and pyACL is not importable"
             )
         return CheckResult("npu", title, FAIL, detail, NO_NPU_FIX, required)
-    count, error = _count_devices(acl)
-    if count:
-        detail = f"{count} NPU(s) visible to pyACL; device nodes: {shown}"
+    if probe.device_count:
+        detail = f"{probe.device_count} NPU(s) visible to pyACL; device nodes: {shown}"
         return CheckResult("npu", title, OK, detail, required=required)
-    detail = error or "pyACL reports 0 devices"
+    detail = probe.count_error or "pyACL reports 0 devices"
     return CheckResult("npu", title, FAIL, f"no NPU usable: {detail}", NO_NPU_FIX, required)
 
 
 def check_emulator(required: bool = False) -> CheckResult:
     """The CPU emulator of pyACL (and onnxruntime, which runs emulator `.om` files) works."""
     title = "CPU emulator of pyACL"
-    try:
-        acl = importlib.import_module("ge_python_backend.emulator.acl")
-        importlib.import_module("onnxruntime")
-    except ImportError as exc:
+    probe = probe_acl("emulator")
+    error = probe.import_error
+    if probe.imported:
+        try:
+            importlib.import_module("onnxruntime")
+        except ImportError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    if error:
         return CheckResult(
             "emulator",
             title,
             FAIL,
-            f"cannot import the emulator: {exc}",
+            f"cannot import the emulator: {error}",
             "pip install 'ge-python-backend[emulator]'",
             required,
         )
-    try:
-        count, error = _count_devices(acl)
-    except ValueError as exc:  # a bad GE_EMULATOR_* setting
-        count, error = None, str(exc)
+    count = probe.device_count
     if not count:
         return CheckResult(
             "emulator",
             title,
             FAIL,
-            error or "0 emulated devices",
+            probe.count_error or "0 emulated devices",
             "set GE_EMULATOR_DEVICE_COUNT to a number >= 1 (default 8)",
             required,
         )
@@ -387,7 +354,7 @@ def run_checks(
     env = os.environ if environ is None else environ
     chosen = selected_runtime(runtime)
     on_npu = chosen == "pyacl"
-    acl, acl_error = import_pyacl()
+    pyacl = probe_acl("pyacl")
     try:
         binary: ServerBinary | None = find_server(tritonserver, backend_directory)
         server_error = ""
@@ -400,10 +367,10 @@ def run_checks(
         check_python(),
         check_runtime_override(env, chosen),
         check_cann_environment(env, required=on_npu),
-        check_pyacl(acl, acl_error, required=on_npu),
-        check_npu_devices(acl, dev_dir, required=on_npu),
+        check_pyacl(pyacl, required=on_npu),
+        check_npu_devices(pyacl, dev_dir, required=on_npu),
         check_emulator(required=not on_npu),
-        check_stub_python(binary, server_error, getattr(acl, "__file__", None)),
+        check_stub_python(binary, server_error, pyacl.module_file),
         check_shm(need_bytes=need),
     ]
     if start_server:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 import shlex
@@ -31,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ConfigError, load_model_config
-from ge_python_backend.repository.parameters import ModelParameters
-from ge_python_backend.server import ShmSizes, shm_sizes_for_repository
+from ge_python_backend.repository.shm import (
+    MIB,
+    RepositoryModel,
+    ShmSizes,
+    repository_models,
+    shm_limit_bytes,
+    shm_sizes_for_repository,
+)
 
-logger = logging.getLogger(__name__)
-
-MIB = 1024 * 1024
 DEFAULT_IMAGE = "ge-python-backend:latest"
 DEFAULT_NPU_RESOURCE = "huawei.com/Ascend910"
 DEFAULT_CANN_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
@@ -63,10 +64,6 @@ QUEUE_METRIC = "triton_queue_us_per_request"
 DEFAULT_SCALE_QUEUE_MS = 50.0
 DEVICE_METRIC = "ge_device_utilization"
 DEFAULT_SCALE_UTILIZATION = 70.0  # percent
-# /dev/shm beyond the Python backend's regions (Triton's own use, a process restarting), and a
-# floor: a memory-backed emptyDir only takes the memory that is written to it.
-SHM_HEADROOM_BYTES = 64 * MIB
-SHM_MIN_BYTES = 256 * MIB
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _RESOURCE_NAME = re.compile(
     r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z"
@@ -98,16 +95,6 @@ class K8sOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class RepositoryModel:
-    """A model of the repository as the manifests need it."""
-
-    name: str
-    instances: int  # stub processes, each with its own shared-memory region
-    device_ids: tuple[int, ...]
-    acl_runtime: str | None  # None: $GE_PYTHON_BACKEND_ACL in the pod, else pyacl
-
-
-@dataclasses.dataclass(frozen=True)
 class Manifests:
     """The documents, and warnings about the repository on Ascend nodes."""
 
@@ -115,35 +102,6 @@ class Manifests:
     warnings: list[str]
     shm_sizes: ShmSizes
     shm_limit_bytes: int
-
-
-def repository_models(repository: str | os.PathLike[str]) -> list[RepositoryModel]:
-    """Every model with a readable `config.pbtxt` and valid parameters in `repository` (the
-    others are logged and left out: `ge-python-model validate` explains them)."""
-    models = []
-    for path in sorted(Path(repository).glob("*/config.pbtxt")):
-        try:
-            config = load_model_config(path)
-            params = ModelParameters.from_config(config)
-        except ConfigError as exc:
-            logger.warning("leaving out %s: %s", path.parent.name, exc)
-            continue
-        instances = sum(max(group.count, 1) for group in config.instance_group) or 1
-        models.append(
-            RepositoryModel(
-                config.name or path.parent.name, instances, params.device_ids, params.acl_runtime
-            )
-        )
-    return models
-
-
-def shm_limit_bytes(models: Sequence[RepositoryModel], sizes: ShmSizes) -> int:
-    """`/dev/shm` for every stub's region plus one growth step each, and headroom; MiB-rounded,
-    at least SHM_MIN_BYTES. Each model instance is a stub process whose region starts at
-    `default_bytes`."""
-    stubs = sum(model.instances for model in models)
-    total = stubs * (sizes.default_bytes + sizes.growth_bytes) + SHM_HEADROOM_BYTES
-    return max(-(-total // MIB) * MIB, SHM_MIN_BYTES)
 
 
 def tritonserver_args(sizes: ShmSizes, models_path: str = MODELS_PATH) -> list[str]:

@@ -1,0 +1,51 @@
+"""What the repository's writer (`scaffold`) and its readers (`validate`, `compare`, `inspect`,
+`template`) share about a version directory's two files: the `model.py` template, and the `.om`
+opened as a runtime `Session`."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ge_python_backend.errors import GeBackendError, UserError
+
+if TYPE_CHECKING:
+    from ge_python_backend.runtime import Session
+
+
+@contextlib.contextmanager
+def open_session(
+    om_path: Path,
+    runtime: str,
+    input_shape_order: Sequence[str] | None = None,
+    device_id: int = 0,
+) -> Iterator[Session]:
+    """A runtime `Session` on `om_path` (`input_shape_order`: the parameter, for dims models);
+    failures to open it become one-line `UserError`s."""
+    from ge_python_backend.runtime import Session
+
+    try:
+        session = Session(
+            om_path, device_id=device_id, runtime=runtime, input_shape_order=input_shape_order
+        )
+    except UserError:
+        raise
+    except GeBackendError as exc:
+        raise UserError(f"cannot open {om_path} with the {runtime} runtime: {exc}") from None
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def model_template() -> str:
+    """The text of `model_templates/model.py`, shipped as package data of
+    `ge_python_backend.templates`."""
+    resource = importlib.resources.files("ge_python_backend.templates") / "model.py"
+    try:
+        return resource.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"the packaged model.py template is missing: {exc}") from None

@@ -1,0 +1,145 @@
+"""Sizing the Python backend's shared memory for a repository: the region flags every
+`tritonserver` gets (`shm_sizes_for_repository`) and the `/dev/shm` every stub together needs
+(`shm_limit_bytes`). Used by the server launcher, `doctor` and the k8s manifests."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from ge_python_backend.repository.config import ConfigError, load_model_config
+from ge_python_backend.repository.parameters import ModelParameters
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+# Triton's own default for both shm-default-byte-size and shm-growth-byte-size.
+SHM_FLOOR_BYTES = 1 * MIB
+# Pre-sizing caps. Larger tensors still work: the backend grows a region by as many growth steps
+# as one allocation needs. The caps keep a many-instance server inside a container's /dev/shm.
+SHM_DEFAULT_CAP_BYTES = 256 * MIB
+SHM_GROWTH_CAP_BYTES = 64 * MIB
+# Guess for one TYPE_STRING element, whose size a config does not tell.
+STRING_ELEMENT_BYTES = 64
+# /dev/shm beyond the Python backend's regions (Triton's own use, a process restarting), and a
+# floor: a memory-backed emptyDir only takes the memory that is written to it.
+SHM_HEADROOM_BYTES = 64 * MIB
+SHM_MIN_BYTES = 256 * MIB
+
+_ELEMENT_BYTES = {
+    "TYPE_BOOL": 1,
+    "TYPE_UINT8": 1,
+    "TYPE_INT8": 1,
+    "TYPE_UINT16": 2,
+    "TYPE_INT16": 2,
+    "TYPE_FP16": 2,
+    "TYPE_BF16": 2,
+    "TYPE_UINT32": 4,
+    "TYPE_INT32": 4,
+    "TYPE_FP32": 4,
+    "TYPE_UINT64": 8,
+    "TYPE_INT64": 8,
+    "TYPE_FP64": 8,
+    "TYPE_STRING": STRING_ELEMENT_BYTES,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShmSizes:
+    """`--backend-config python,shm-default-byte-size=...,shm-growth-byte-size=...` values."""
+
+    default_bytes: int
+    growth_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RepositoryModel:
+    """A model of the repository as shm sizing and the k8s manifests need it."""
+
+    name: str
+    instances: int  # stub processes, each with its own shared-memory region
+    device_ids: tuple[int, ...]
+    acl_runtime: str | None  # None: $GE_PYTHON_BACKEND_ACL in the pod, else pyacl
+
+
+def _tensor_bytes(tensor: Any, batch: int, warmup_dims: Mapping[str, list[int]]) -> int:
+    """Bytes of one tensor at `batch` rows; -1 axes take the warmup's size, else 1."""
+    dims = [int(dim) for dim in tensor.dims]
+    known = warmup_dims.get(tensor.name, [])
+    sizes = [dim if dim >= 0 else (known[i] if i < len(known) else 1) for i, dim in enumerate(dims)]
+    count = batch
+    for size in sizes:
+        count *= max(size, 1)
+    type_name = model_config_pb2.DataType.Name(tensor.data_type)
+    return count * _ELEMENT_BYTES.get(type_name, 8)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def shm_sizes_for_repository(repository: str | os.PathLike[str]) -> ShmSizes:
+    """Shared-memory sizes for the Python backend, from every `*/config.pbtxt` in `repository`.
+
+    The largest exchange is the biggest model's request plus response at `max_batch_size` rows
+    (1 row for `max_batch_size: 0`); -1 axes take the size of that input's `model_warmup` dims,
+    else 1 (so it is a lower bound). Each stub's region starts at twice that (one batch
+    arriving while the previous answer leaves), rounded up to MiB, between Triton's 1 MiB and
+    256 MiB; it grows in steps of one exchange, between 1 MiB and 64 MiB. Configs that do not
+    parse are skipped: the server reports them itself.
+    """
+    largest = 0
+    for path in sorted(Path(repository).glob("*/config.pbtxt")):
+        try:
+            config = load_model_config(path)
+        except ConfigError:
+            continue
+        warmup_dims: dict[str, list[int]] = {}
+        for warmup in config.model_warmup:
+            for name, tensor in warmup.inputs.items():
+                previous = warmup_dims.get(name, [])
+                dims = [int(dim) for dim in tensor.dims]
+                warmup_dims[name] = [max(pair) for pair in zip(dims, previous)] or dims
+        batch = max(int(config.max_batch_size), 1)
+        exchange = sum(
+            _tensor_bytes(tensor, batch, warmup_dims) for tensor in [*config.input, *config.output]
+        )
+        largest = max(largest, exchange)
+    default = min(max(_round_up(2 * largest, MIB), SHM_FLOOR_BYTES), SHM_DEFAULT_CAP_BYTES)
+    growth = min(max(_round_up(largest, MIB), SHM_FLOOR_BYTES), SHM_GROWTH_CAP_BYTES)
+    return ShmSizes(default, growth)
+
+
+def repository_models(repository: str | os.PathLike[str]) -> list[RepositoryModel]:
+    """Every model with a readable `config.pbtxt` and valid parameters in `repository` (the
+    others are logged and left out: `ge-python-model validate` explains them)."""
+    models = []
+    for path in sorted(Path(repository).glob("*/config.pbtxt")):
+        try:
+            config = load_model_config(path)
+            params = ModelParameters.from_config(config)
+        except ConfigError as exc:
+            logger.warning("leaving out %s: %s", path.parent.name, exc)
+            continue
+        instances = sum(max(group.count, 1) for group in config.instance_group) or 1
+        models.append(
+            RepositoryModel(
+                config.name or path.parent.name, instances, params.device_ids, params.acl_runtime
+            )
+        )
+    return models
+
+
+def shm_limit_bytes(models: Sequence[RepositoryModel], sizes: ShmSizes) -> int:
+    """`/dev/shm` for every stub's region plus one growth step each, and headroom; MiB-rounded,
+    at least SHM_MIN_BYTES. Each model instance is a stub process whose region starts at
+    `default_bytes`."""
+    stubs = sum(model.instances for model in models)
+    total = stubs * (sizes.default_bytes + sizes.growth_bytes) + SHM_HEADROOM_BYTES
+    return max(-(-total // MIB) * MIB, SHM_MIN_BYTES)

@@ -1,0 +1,261 @@
+"""The layer rules of docs/DESIGN.md ("Layers"), checked on the imports every module really makes.
+
+Every `.py` under `ge_python_backend/` and `model_templates/` is parsed with `ast`; an import is an
+`import` or `from ... import` statement anywhere in the file (inside functions and `TYPE_CHECKING`
+blocks too), or a call of `importlib.import_module` / `__import__`. A call with a literal name is
+an import of that name; a call with a computed name is allowed only in the loaders listed in
+`DYNAMIC_LOADERS`, and counts as an import of every module that loader may return.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ge_python_backend.cli import COMMAND_MODULES
+from ge_python_backend.runtime._acl import _MODULES as ACL_MODULES
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "ge_python_backend"
+SOURCE_DIRS = (PACKAGE, "model_templates")
+
+# The one loader that picks the `acl` module at run time: real pyACL, or the emulator's `acl`.
+ACL_LOADER = f"{PACKAGE}.runtime._acl"
+EMULATOR_ACL = f"{PACKAGE}.emulator.acl"
+# Modules that import a computed name, and every module they may import that way.
+DYNAMIC_LOADERS = {
+    ACL_LOADER: tuple(ACL_MODULES.values()),
+    f"{PACKAGE}.cli": COMMAND_MODULES,
+    f"{PACKAGE}.client": ("tritonclient.http", "tritonclient.grpc"),
+}
+
+# Bottom up: what each layer may import of the package besides itself, the package's root and
+# the ground floor (the modules directly under ge_python_backend/ that are not a layer, e.g.
+# errors.py, which import nothing of the package).
+LAYERS = {
+    "emulator": (),
+    "runtime": (),  # and the emulator's `acl`, through ACL_LOADER only
+    "repository": ("runtime",),
+    "triton": ("repository", "runtime"),
+    "template": ("triton",),
+    "client": (),
+    "server": ("repository",),
+    "tools": ("client", "repository", "runtime", "server"),
+    "commands": ("client", "emulator", "repository", "runtime", "server", "tools"),
+    "cli": ("commands",),
+}
+# Production: what Triton's stub runs. It never imports the emulator (the runtime selection in
+# ACL_LOADER aside), not even through another module.
+PRODUCTION = ("runtime", "triton", "template")
+# The only modules outside the emulator that import it.
+EMULATOR_USERS = (f"{PACKAGE}.commands.emulator_cmd", f"{PACKAGE}.commands.selftest_cmd")
+# Modules only some others may import: the repository writer, the server launcher, and the
+# `pb_utils` stand-in for tests (which nothing in the package imports).
+RESTRICTED = {
+    f"{PACKAGE}.repository.scaffold": (f"{PACKAGE}.commands.scaffold_cmd",),
+    f"{PACKAGE}.server": (f"{PACKAGE}.commands.serve_cmd", f"{PACKAGE}.tools.doctor"),
+    f"{PACKAGE}.triton.testing": (),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Import:
+    importer: str  # dotted module name
+    target: str  # dotted module name, as written (`from a import b` gives a and a.b)
+    line: int
+    dynamic: bool = False  # a call of importlib.import_module / __import__
+
+    def __str__(self) -> str:
+        how = " (importlib)" if self.dynamic else ""
+        return f"{self.importer}:{self.line} imports {self.target}{how}"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_import_call(node: ast.Call) -> bool:
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr in ("import_module", "__import__")
+    return isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
+
+
+def _from_target(package: str, node: ast.ImportFrom) -> str:
+    """The module `from X import ...` names; relative ones resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports_of(path: Path, module: str) -> Iterator[Import]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            target = _from_target(package, node)
+            yield Import(module, target, node.lineno)
+            for alias in node.names:
+                yield Import(module, f"{target}.{alias.name}", node.lineno)
+        elif isinstance(node, ast.Call) and _is_import_call(node) and node.args:
+            name = node.args[0]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                yield Import(module, name.value, node.lineno, dynamic=True)
+            elif module in DYNAMIC_LOADERS:
+                for target in DYNAMIC_LOADERS[module]:
+                    yield Import(module, target, node.lineno, dynamic=True)
+            else:
+                raise AssertionError(
+                    f"{module}:{node.lineno} imports a computed name; list it in DYNAMIC_LOADERS "
+                    "with every module it may import"
+                )
+
+
+def all_imports() -> list[Import]:
+    found = []
+    for directory in SOURCE_DIRS:
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            found.extend(imports_of(path, module_name(path)))
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a module of ours; "" for the package root and the ground floor."""
+    parts = module.split(".")
+    if parts[0] == "model_templates":
+        return "template"
+    if parts[0] != PACKAGE:
+        return None
+    if len(parts) == 1:
+        return ""
+    return parts[1] if parts[1] in LAYERS else ""
+
+
+def is_within(target: str, module: str) -> bool:
+    return target == module or target.startswith(module + ".")
+
+
+def is_emulator_acl_selection(imp: Import) -> bool:
+    """The runtime's loader choosing the emulator as `acl`: the one allowed way in."""
+    return imp.importer == ACL_LOADER and imp.dynamic and imp.target == EMULATOR_ACL
+
+
+IMPORTS = all_imports()
+OUR_IMPORTS = [imp for imp in IMPORTS if layer_of(imp.target) is not None]
+
+
+def test_the_scan_sees_the_imports_it_checks() -> None:
+    """The rules below are only as good as the scan: it finds static, lazy and importlib ones."""
+    seen = {(imp.importer, imp.target, imp.dynamic) for imp in IMPORTS}
+    assert (ACL_LOADER, "acl", True) in seen
+    assert (ACL_LOADER, EMULATOR_ACL, True) in seen
+    assert (f"{PACKAGE}.runtime.session", f"{PACKAGE}.runtime.lane", False) in seen
+    assert (f"{PACKAGE}", f"{PACKAGE}.runtime.session", False) in seen  # inside a function
+    assert (f"{PACKAGE}.cli", f"{PACKAGE}.commands.doctor_cmd", True) in seen
+    assert (f"{PACKAGE}.commands.emulator_cmd", f"{PACKAGE}.emulator.omfile", False) in seen
+    assert ("model_templates.model", f"{PACKAGE}.triton", False) in seen
+    assert (f"{PACKAGE}.emulator.acl", f"{PACKAGE}.emulator.acl.mdl", False) in seen  # relative
+
+
+def test_a_computed_import_outside_the_loaders_is_refused(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("import importlib\nNAME = 'acl'\nacl = importlib.import_module(NAME)\n")
+    with pytest.raises(AssertionError, match="computed name"):
+        list(imports_of(sneaky, f"{PACKAGE}.tools.sneaky"))
+    literal = tmp_path / "literal.py"
+    literal.write_text("from importlib import import_module\nacl = import_module('acl')\n")
+    assert [imp.target for imp in imports_of(literal, f"{PACKAGE}.tools.literal")] == [
+        "importlib",
+        "importlib.import_module",
+        "acl",
+    ]
+
+
+def test_only_the_runtime_loader_imports_acl() -> None:
+    offenders = [
+        str(imp)
+        for imp in IMPORTS
+        if is_within(imp.target, "acl") and not (imp.importer == ACL_LOADER and imp.dynamic)
+    ]
+    assert not offenders, "only runtime/_acl.py loads `acl`:\n" + "\n".join(offenders)
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    offenders = []
+    for imp in OUR_IMPORTS:
+        source, target = layer_of(imp.importer), layer_of(imp.target)
+        if not source or not target or source == target or is_emulator_acl_selection(imp):
+            continue
+        if target not in LAYERS[source]:
+            offenders.append(f"{imp} ({source} -> {target})")
+    assert not offenders, "imports against DESIGN.md's layers:\n" + "\n".join(offenders)
+
+
+def test_the_ground_floor_imports_nothing_of_the_package() -> None:
+    offenders = [
+        str(imp)
+        for imp in OUR_IMPORTS
+        if layer_of(imp.importer) == ""
+        and imp.importer != PACKAGE  # the root's lazy `Session` attribute
+        and layer_of(imp.target) != ""
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_only_the_emulator_users_import_the_emulator() -> None:
+    offenders = [
+        str(imp)
+        for imp in OUR_IMPORTS
+        if layer_of(imp.target) == "emulator"
+        and layer_of(imp.importer) != "emulator"
+        and imp.importer not in EMULATOR_USERS
+        and not is_emulator_acl_selection(imp)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_production_code_never_reaches_the_emulator() -> None:
+    graph: dict[str, set[str]] = {}
+    for imp in OUR_IMPORTS:
+        if not is_emulator_acl_selection(imp):
+            graph.setdefault(imp.importer, set()).add(imp.target)
+    for start in sorted(m for m in graph if layer_of(m) in PRODUCTION):
+        path = {start: [start]}
+        todo = [start]
+        while todo:
+            module = todo.pop()
+            for target in sorted(graph.get(module, ())):
+                parts = target.split(".")  # importing a.b.c runs a/__init__ and a/b/__init__
+                for parent in (".".join(parts[:n]) for n in range(1, len(parts))):
+                    if parent not in path:
+                        path[parent] = [*path[module], parent]
+                        todo.append(parent)
+                if target not in path:
+                    path[target] = [*path[module], target]
+                    todo.append(target)
+        reached = [chain for name, chain in path.items() if layer_of(name) == "emulator"]
+        assert not reached, " -> ".join(reached[0])
+
+
+@pytest.mark.parametrize("module", sorted(RESTRICTED))
+def test_restricted_modules_have_only_their_importers(module: str) -> None:
+    offenders = [
+        str(imp)
+        for imp in OUR_IMPORTS
+        if is_within(imp.target, module)
+        and imp.importer != module
+        and imp.importer not in RESTRICTED[module]
+    ]
+    assert not offenders, f"only {', '.join(RESTRICTED[module])} import {module}:\n" + "\n".join(
+        offenders
+    )
