@@ -5,6 +5,7 @@ Importing this package does not import `acl`; `load_acl` (called by `Session`) d
 
 from __future__ import annotations
 
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import ENV_VAR, RUNTIMES, load_acl, selected_runtime
 from ge_python_backend.runtime.batching import Chunk, plan_chunks
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
@@ -18,7 +19,7 @@ from ge_python_backend.runtime.errors import (
     check,
 )
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
-from ge_python_backend.runtime.model import Dataset, GearInfo, Model, TensorSpec
+from ge_python_backend.runtime.model import Dataset, Model
 from ge_python_backend.runtime.session import (
     PIPELINE_DEPTHS,
     PendingBatch,
