@@ -23,6 +23,7 @@ __all__ = [
     "DTYPES_BY_NUMPY",
     "DTYPES_BY_ONNX",
     "DTYPES_BY_TRITON",
+    "NUMPY_BY_ACL",
     "AclCode",
     "DataType",
     "Format",
@@ -272,6 +273,10 @@ DTYPES_BY_ACL: Mapping[int, DataType] = MappingProxyType({t.acl: t for t in DATA
 # The types numpy holds (the ones the runtime serves and the emulator compiles), by numpy dtype.
 DTYPES_BY_NUMPY: Mapping[np.dtype[Any], DataType] = MappingProxyType(
     {t.numpy: t for t in DATA_TYPES if t.numpy is not None}
+)
+# aclDataType value -> numpy dtype, for the types numpy holds.
+NUMPY_BY_ACL: Mapping[int, np.dtype[Any]] = MappingProxyType(
+    {t.acl: t.numpy for t in DATA_TYPES if t.numpy is not None}
 )
 DTYPES_BY_ONNX: Mapping[int, DataType] = MappingProxyType(
     {t.onnx: t for t in DATA_TYPES if t.onnx is not None}

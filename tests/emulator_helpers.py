@@ -2,7 +2,7 @@
 
     from emulator_helpers import H2D, D2H, malloc
 
-* `H2H`, `H2D`, `D2H`, `D2D`: the `acl.rt.memcpy` kinds.
+* `H2H`, `H2D`, `D2H`, `D2D`: the `acl.rt.memcpy` kinds (`ascend.MemcpyKind`), short.
 * `malloc`, `to_device`, `from_device`: device memory that must succeed (asserted).
 * `dataset_of`: an `aclmdlDataset` holding one data buffer per (pointer, size).
 * `model_datasets`: the input and output datasets of a model desc, a new device buffer each.
@@ -20,9 +20,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ge_python_backend import emulator
+from ge_python_backend.ascend import MemcpyKind
 from ge_python_backend.emulator import acl
 
-H2H, H2D, D2H, D2D = 0, 1, 2, 3
+H2H = MemcpyKind.HOST_TO_HOST
+H2D = MemcpyKind.HOST_TO_DEVICE
+D2H = MemcpyKind.DEVICE_TO_HOST
+D2D = MemcpyKind.DEVICE_TO_DEVICE
 
 LIVE_KEYS = (
     "live_device_allocations",

@@ -14,8 +14,9 @@ import onnxruntime
 import pytest
 from emulator_helpers import D2H, H2D, dataset_of, malloc
 
+from ge_python_backend.ascend import NUMPY_BY_ACL
 from ge_python_backend.emulator import acl, set_timing
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, MAGIC, compile_onnx
+from ge_python_backend.emulator.omfile import MAGIC, compile_onnx
 
 MBATCH = "ascend_mbatch_shape_data"
 
@@ -53,7 +54,7 @@ class Model:
         for i, ptr in enumerate(self.out_ptrs):
             dims, ret = acl.mdl.get_cur_output_dims(self.desc, i)
             assert ret == 0
-            dtype = ACL_DTYPE_TO_NUMPY[acl.mdl.get_output_data_type(self.desc, i)]
+            dtype = NUMPY_BY_ACL[acl.mdl.get_output_data_type(self.desc, i)]
             nbytes = int(np.prod(dims["dims"])) * dtype.itemsize
             out = bytes(nbytes)
             assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), nbytes, ptr, nbytes, D2H) == 0
