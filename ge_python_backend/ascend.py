@@ -228,6 +228,7 @@ class DataType:
     triton: str | None  # Triton's protocol name ("FP32"); None: Triton has no such type
     onnx: int | None  # onnx.TensorProto.DataType value (fixed by onnx.proto); None: no such type
     onnx_name: str | None  # onnx.TensorProto.DataType name ("FLOAT")
+    itemsize: int | None  # bytes per element (aclDataTypeSize); None: variable or under a byte
 
     @property
     def triton_config(self) -> str | None:
@@ -242,8 +243,13 @@ class DataType:
         return None if self.onnx_name is None else f"tensor({self.onnx_name.lower()})"
 
 
-def _dtype(acl: int, name: str, numpy: Any, triton: Any, onnx: Any, onnx_name: Any) -> DataType:
-    return DataType(acl, name, None if numpy is None else np.dtype(numpy), triton, onnx, onnx_name)
+def _dtype(
+    acl: int, name: str, numpy: Any, triton: Any, onnx: Any, onnx_name: Any, itemsize: Any = None
+) -> DataType:
+    """A record; a type numpy holds takes its itemsize from numpy."""
+    dtype = None if numpy is None else np.dtype(numpy)
+    size = dtype.itemsize if dtype is not None else itemsize
+    return DataType(acl, name, dtype, triton, onnx, onnx_name, size)
 
 
 # Every aclDataType up to ACL_COMPLEX32, in code order.
@@ -262,12 +268,12 @@ DATA_TYPES: tuple[DataType, ...] = (
     _dtype(11, "ACL_DOUBLE", np.float64, "FP64", 11, "DOUBLE"),
     _dtype(12, "ACL_BOOL", np.bool_, "BOOL", 9, "BOOL"),
     _dtype(13, "ACL_STRING", None, "BYTES", 8, "STRING"),
-    _dtype(16, "ACL_COMPLEX64", None, None, 14, "COMPLEX64"),
-    _dtype(17, "ACL_COMPLEX128", None, None, 15, "COMPLEX128"),
-    _dtype(27, "ACL_BF16", None, "BF16", 16, "BFLOAT16"),
+    _dtype(16, "ACL_COMPLEX64", None, None, 14, "COMPLEX64", 8),
+    _dtype(17, "ACL_COMPLEX128", None, None, 15, "COMPLEX128", 16),
+    _dtype(27, "ACL_BF16", None, "BF16", 16, "BFLOAT16", 2),
     _dtype(29, "ACL_INT4", None, None, 22, "INT4"),
     _dtype(30, "ACL_UINT1", None, None, None, None),
-    _dtype(33, "ACL_COMPLEX32", None, None, None, None),
+    _dtype(33, "ACL_COMPLEX32", None, None, None, None, 4),
 )
 DTYPES_BY_ACL: Mapping[int, DataType] = MappingProxyType({t.acl: t for t in DATA_TYPES})
 # The types numpy holds (the ones the runtime serves and the emulator compiles), by numpy dtype.

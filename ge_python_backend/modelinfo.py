@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.ascend import GearKind
+from ge_python_backend.ascend import DTYPES_BY_TRITON, GearKind
 
 __all__ = ["GearInfo", "Shape", "TensorSpec", "gears_text"]
 
@@ -29,6 +29,13 @@ class TensorSpec:
     triton_dtype: str  # Triton protocol name: "FP32", "INT64", ...
     shape: Shape  # full .om shape, batch axis included, -1 on dynamic axes
     format: str = "ND"  # "NCHW", "ND", ... (Format names)
+
+    @classmethod
+    def declared(cls, name: str, triton_dtype: str, shape: Shape) -> TensorSpec:
+        """A tensor declared by its Triton type (e.g. `NAME:TYPE:DIMS`), without an `.om`."""
+        data_type = DTYPES_BY_TRITON.get(triton_dtype)
+        numpy = None if data_type is None else data_type.numpy
+        return cls(name, np.dtype(object) if numpy is None else numpy, triton_dtype, shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +59,11 @@ def gears_text(gears: GearInfo, inputs: Sequence[TensorSpec]) -> str:
     """The gears as messages and logs show them: `1, 2, 4, 8` (batch sizes), `16x16; 32x32`
     (height x width), `a (1, 8), b (1, 8); a (2, 16), b (2, 16)` (every input's shape per dims
     gear), or `static shapes (2, 8), (2, 8)`."""
-    if gears.kind is GearKind.BATCH:
+    if gears.kind == GearKind.BATCH:
         return ", ".join(map(str, gears.batch_gears))
-    if gears.kind is GearKind.HW:
+    if gears.kind == GearKind.HW:
         return "; ".join(f"{height}x{width}" for height, width in gears.hw_gears)
-    if gears.kind is GearKind.DIMS:
+    if gears.kind == GearKind.DIMS:
         return "; ".join(
             ", ".join(f"{spec.name} {shape}" for spec, shape in zip(inputs, gear))
             for gear in gears.dims_gears

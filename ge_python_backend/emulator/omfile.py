@@ -119,7 +119,7 @@ class OmDescription:
         return max(self.gears, key=lambda g: _elements(self.input_shapes(g)))
 
     def _gear_index(self, gear: Sequence[int] | None) -> int:
-        if self.dynamic_kind is GearKind.STATIC:
+        if self.dynamic_kind == GearKind.STATIC:
             if gear is not None:
                 raise ValueError(f"the model is static: gear must be None, got {tuple(gear)}")
             return 0
@@ -677,7 +677,7 @@ def _fill_gear(
     `order` (input indices in --input_shape order), as ATC assigns --dynamic_dims values."""
     if gear is None:
         return list(dims)
-    if kind is not GearKind.DIMS:
+    if kind != GearKind.DIMS:
         return [_fill_one(input_dims, iter(gear)) for input_dims in dims]
     shapes = list(dims)
     values = iter(gear)

@@ -52,7 +52,7 @@ class GearTable:
         desc = self._desc
         for number in range(len(self.gears)):
             for batch in self.batch_sizes or (0,):
-                if self.kind is GearKind.STATIC:
+                if self.kind == GearKind.STATIC:
                     shapes = [info.spec.shape for info in desc.outputs]
                 else:
                     self.select(model, inputs, number, batch)
@@ -68,7 +68,7 @@ class GearTable:
         is -1 but a batch axis 0 shared by all inputs and outputs."""
         desc = self._desc
         reported = [info.spec.shape for info in desc.outputs]
-        if self.kind is GearKind.BATCH:
+        if self.kind == GearKind.BATCH:
             for batch in self.batch_sizes:
                 self.output_shapes[(0, batch)] = [(batch, *shape[1:]) for shape in reported]
         else:
@@ -81,17 +81,17 @@ class GearTable:
 
     def select(self, model: Model, inputs: Dataset, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
-        if self.kind is GearKind.BATCH:
+        if self.kind == GearKind.BATCH:
             model.set_dynamic_batch_size(inputs, batch)
-        elif self.kind is GearKind.HW:
+        elif self.kind == GearKind.HW:
             height, width = self.gears[gear].values
             model.set_dynamic_hw_size(inputs, height, width)
-        elif self.kind is GearKind.DIMS:
+        elif self.kind == GearKind.DIMS:
             model.set_input_dynamic_dims(inputs, self.gears[gear].values)
 
     def output_key(self, gear: int, batch: int) -> OutputKey:
         """The key of `output_shapes` for an execution of `gear` with `batch` rows run."""
-        return (gear, batch if self.kind is GearKind.BATCH else 0)
+        return (gear, batch if self.kind == GearKind.BATCH else 0)
 
     def input_shapes(self, gear: int, batch: int) -> list[Shape]:
         """Concrete input shapes of an execution (`batch` 0: as the gear says)."""
@@ -120,7 +120,7 @@ class GearTable:
 
     def _gear_info(self, desc: ModelDescription, path: Path) -> GearInfo:
         """The description's gears, with the batch axis a non-batch-gear model has fixed."""
-        if self.kind is GearKind.BATCH:
+        if self.kind == GearKind.BATCH:
             for (_, batch), shapes in self.output_shapes.items():
                 for info, shape in zip(desc.outputs, shapes):
                     if not shape or shape[0] != batch:
@@ -147,9 +147,9 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
     shapes = tuple(info.spec.shape for info in desc.inputs)
     names = [info.spec.name for info in desc.inputs]
     gears = desc.gears
-    if gears.kind is GearKind.STATIC:
+    if gears.kind == GearKind.STATIC:
         return [Gear(shapes)]
-    if gears.kind is GearKind.BATCH:
+    if gears.kind == GearKind.BATCH:
         for name, shape in zip(names, shapes):
             if not shape or shape[0] != -1 or -1 in shape[1:]:
                 raise ModelFileError(
@@ -157,7 +157,7 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
                     "on axis 0 only"
                 )
         return [Gear(shapes)]
-    if gears.kind is GearKind.HW:
+    if gears.kind == GearKind.HW:
         for name, shape in zip(names, shapes):
             if shape.count(-1) not in (0, 2):
                 raise ModelFileError(

@@ -198,7 +198,7 @@ class Lane(Resource):
             self.input_slots, self._input_views(table, execution.gear, execution.batch)
         ):
             slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
-        if table.kind is not GearKind.STATIC:
+        if table.kind != GearKind.STATIC:
             table.select(self.model, self.inputs, execution.gear, execution.batch)
         if after is not None and after is not self and after.job is not None:
             after.events[2].hold(self.stream)

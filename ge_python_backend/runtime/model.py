@@ -244,7 +244,7 @@ def _describe(
     dims_values: tuple[tuple[int, ...], ...] = ()
     if gear_input is not None:
         kind, batch_gears, hw_gears, dims_values = _gears(acl, desc, path)
-        if kind is GearKind.DIMS:
+        if kind == GearKind.DIMS:
             dims_gears = _split_dims_gears(dims_values, inputs, path, input_shape_order)
     else:
         dynamic = [i.spec.name for i in inputs if -1 in i.spec.shape]
@@ -264,7 +264,7 @@ def _describe(
         ),
         gears=GearInfo(
             kind=kind,
-            batched=kind is GearKind.BATCH,
+            batched=kind == GearKind.BATCH,
             batch_gears=batch_gears,
             hw_gears=hw_gears,
             dims_gears=dims_gears,

@@ -429,7 +429,7 @@ def _description(env: _Env) -> str:
                     got_out == list(spec.outputs),
                     f"{spec.stem}: outputs {got_out}, expected {list(spec.outputs)}",
                 )
-                if spec.kind is GearKind.STATIC:
+                if spec.kind == GearKind.STATIC:
                     shapes = [o.spec.shape for o in desc.outputs]
                     want_shapes = spec.output_shapes(None)
                     _expect(shapes == want_shapes, f"outputs {shapes}, expected {want_shapes}")
@@ -437,7 +437,7 @@ def _description(env: _Env) -> str:
                 unknown = sorted(f for f in formats if f.startswith("FORMAT_"))
                 _expect(not unknown, f"{spec.stem}: unknown formats {unknown}")
                 _expect(
-                    (desc.gear_input is None) == (spec.kind is GearKind.STATIC),
+                    (desc.gear_input is None) == (spec.kind == GearKind.STATIC),
                     f"{spec.stem}: gear input at {desc.gear_input} for a {spec.kind} model",
                 )
                 seen.append(f"{spec.name} {'/'.join(sorted(formats))}")
@@ -450,17 +450,17 @@ def _gear_probe(env: _Env, name: str) -> str:
     with session:
         info = session.gears
         _expect(info.kind == spec.kind, f"the runtime sees a {info.kind} model")
-        if spec.kind is GearKind.BATCH:
+        if spec.kind == GearKind.BATCH:
             found: Any = info.batch_gears
             want: Any = tuple(sorted(g[0] for g in spec.gears))
-        elif spec.kind is GearKind.HW:
+        elif spec.kind == GearKind.HW:
             found, want = info.hw_gears, spec.gears
         else:
             found = info.dims_gears
             want = tuple(tuple(spec.input_shapes(g).values()) for g in spec.gears)
         _expect(found == want, f"the runtime found gears {found}, expected {want}")
         runs = [spec.input_shapes(g) for g in spec.gears]
-        if spec.kind is GearKind.BATCH:
+        if spec.kind == GearKind.BATCH:
             runs.append(spec.input_shapes((3,)))  # not a gear: padded to 4
         for shapes in runs:
             feeds = spec.feeds(shapes, seed=len(runs))
@@ -587,7 +587,7 @@ def _non_gear(env: _Env) -> str:
                 else:
                     raise ProbeFailure(f"{spec.stem}: the non-gear value {bad} was accepted")
                 table = GearTable(model.description, path)
-                batch = spec.gears[0][0] if spec.kind is GearKind.BATCH else 0
+                batch = spec.gears[0][0] if spec.kind == GearKind.BATCH else 0
                 table.select(model, dataset, 0, batch)
                 want = spec.output_shapes(_gear_values(spec, table, 0, batch))
                 shapes = model.current_output_shapes()
@@ -660,18 +660,18 @@ def _teardown(env: _Env) -> str:
 
 def _non_gear_values(spec: SelftestModel) -> list[int]:
     """A batch size, (height, width) or dims list of `spec` that is none of its gears."""
-    if spec.kind is GearKind.BATCH:
+    if spec.kind == GearKind.BATCH:
         return [3]
-    if spec.kind is GearKind.HW:
+    if spec.kind == GearKind.HW:
         return [9, 9]
     return [3 if d == -1 else d for shape in spec.input_shape.values() for d in shape]
 
 
 def _set_gear(model: Model, dataset: Dataset, kind: GearKind, values: Sequence[int]) -> None:
     """The set_* call of `kind` with `values` as it takes them."""
-    if kind is GearKind.BATCH:
+    if kind == GearKind.BATCH:
         model.set_dynamic_batch_size(dataset, values[0])
-    elif kind is GearKind.HW:
+    elif kind == GearKind.HW:
         model.set_dynamic_hw_size(dataset, values[0], values[1])
     else:
         model.set_input_dynamic_dims(dataset, values)
@@ -679,7 +679,7 @@ def _set_gear(model: Model, dataset: Dataset, kind: GearKind, values: Sequence[i
 
 def _gear_values(spec: SelftestModel, table: GearTable, number: int, batch: int) -> tuple[int, ...]:
     """The gear as `spec.input_shapes` takes it: (batch,), or the values of the set_* call."""
-    return (batch,) if spec.kind is GearKind.BATCH else table.gears[number].values
+    return (batch,) if spec.kind == GearKind.BATCH else table.gears[number].values
 
 
 # ----------------------------------------------------------------------------- running

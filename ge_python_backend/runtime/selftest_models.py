@@ -81,9 +81,9 @@ class SelftestModel:
         if option is None:
             return ()
         text = self.flags[option]
-        separator = "," if self.kind is GearKind.BATCH else ";"
+        separator = "," if self.kind == GearKind.BATCH else ";"
         values = [tuple(int(v) for v in item.split(",")) for item in text.split(separator)]
-        if self.kind is not GearKind.DIMS:
+        if self.kind != GearKind.DIMS:
             return tuple(values)
         flat = [d for shape in self.input_shape.values() for d in shape]
         return tuple(_fill(flat, gear) for gear in values)
@@ -93,9 +93,9 @@ class SelftestModel:
         dims = self.dims
         if gear is None:
             return dims
-        if self.kind is GearKind.BATCH:
+        if self.kind == GearKind.BATCH:
             return {name: (gear[0], *shape[1:]) for name, shape in dims.items()}
-        if self.kind is GearKind.HW:
+        if self.kind == GearKind.HW:
             return {name: _fill(shape, gear) for name, shape in dims.items()}
         shapes, start = dict(dims), 0
         for name, shape in self.input_shape.items():

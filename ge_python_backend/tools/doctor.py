@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from ge_python_backend.ascend import AclCode, describe_code
 from ge_python_backend.errors import GeBackendError
 from ge_python_backend.runtime import ENV_VAR, selected_runtime
-from ge_python_backend.runtime.errors import describe_code
 from ge_python_backend.server import (
     ServerBinary,
     TritonServer,
@@ -43,7 +43,6 @@ SET_ENV_SCRIPTS = (
     Path("/usr/local/Ascend/nnrt/set_env.sh"),
     Path.home() / "Ascend" / "ascend-toolkit" / "set_env.sh",
 )
-ACL_ERROR_REPEAT_INITIALIZE = 100002
 TESTED_TRITON = "2.51"
 _LIBPYTHON = re.compile(rb"libpython(\d+\.\d+)")
 _CPYTHON_TAG = re.compile(r"cpython-(\d)(\d+)")
@@ -188,13 +187,13 @@ def check_pyacl(acl: ModuleType | None, error: str, required: bool = True) -> Ch
 def _count_devices(acl: ModuleType) -> tuple[int | None, str]:
     """Device count through `acl.rt.get_device_count` (init/finalize around it when needed)."""
     init_ret = acl.init()
-    if init_ret not in (0, ACL_ERROR_REPEAT_INITIALIZE):
+    if init_ret not in (AclCode.SUCCESS, AclCode.REPEAT_INITIALIZE):
         name, explanation = describe_code(init_ret)
         return None, f"acl.init returned {init_ret} {name} ({explanation})"
     try:
         count, ret = acl.rt.get_device_count()
     finally:
-        if init_ret == 0:  # initialised here; 100002: someone else did and will finalize
+        if init_ret == AclCode.SUCCESS:  # else someone else initialised and will finalize
             acl.finalize()
     if ret != 0:
         name, explanation = describe_code(ret)

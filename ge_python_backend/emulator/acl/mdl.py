@@ -316,7 +316,7 @@ def get_output_index_by_name(desc: int, name: str) -> tuple[int, int]:
 def get_dynamic_batch(desc: int) -> tuple[dict[str, Any], int]:
     """({"batchCount", "batch"}, ret); count 0 when the model has no batch gears."""
     model = _described(desc)
-    batches = [g[0] for g in model.gears] if model.kind is _GearKind.BATCH else []
+    batches = [g[0] for g in model.gears] if model.kind == _GearKind.BATCH else []
     return {"batchCount": len(batches), "batch": batches}, 0
 
 
@@ -326,7 +326,7 @@ def get_dynamic_hw(desc: int, index: int) -> tuple[dict[str, Any], int]:
     model = _described(desc)
     if index != RESERVED_INDEX and not 0 <= index < len(model.inputs):
         raise AclFailure(_AclCode.INVALID_PARAM, f"index must be -1 or an input index, got {index}")
-    hw = [list(g) for g in model.gears] if model.kind is _GearKind.HW else []
+    hw = [list(g) for g in model.gears] if model.kind == _GearKind.HW else []
     return {"hwCount": len(hw), "hw": hw}, 0
 
 
@@ -335,7 +335,7 @@ def get_input_dynamic_gear_count(desc: int, index: int) -> tuple[int, int]:
     """(number of dynamic-dims gears, ret); `index` must be -1 (reserved)."""
     model = _described(desc)
     _reserved(index)
-    return (len(model.gears) if model.kind is _GearKind.DIMS else 0), 0
+    return (len(model.gears) if model.kind == _GearKind.DIMS else 0), 0
 
 
 @api("acl.mdl.get_input_dynamic_dims", int, int, int, fail=_none_ret, fault="none")
@@ -349,7 +349,7 @@ def get_input_dynamic_dims(desc: int, index: int, gear_count: int) -> tuple[list
         )
     model = _described(desc)
     _reserved(index)
-    gears = model.gears if model.kind is _GearKind.DIMS else ()
+    gears = model.gears if model.kind == _GearKind.DIMS else ()
     if gear_count != len(gears):
         # Stricter reading: the count must be what get_input_dynamic_gear_count returned.
         raise AclFailure(
