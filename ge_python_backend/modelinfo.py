@@ -56,11 +56,11 @@ class GearInfo:
 
 
 def gears_text(gears: GearInfo, inputs: Sequence[TensorSpec]) -> str:
-    """The gears as messages and logs show them: `1, 2, 4, 8` (batch sizes), `16x16; 32x32`
+    """The gears as messages and logs show them: `1,2,4,8` (batch sizes), `16x16; 32x32`
     (height x width), `a (1, 8), b (1, 8); a (2, 16), b (2, 16)` (every input's shape per dims
     gear), or `static shapes (2, 8), (2, 8)`."""
     if gears.kind == GearKind.BATCH:
-        return ", ".join(map(str, gears.batch_gears))
+        return ",".join(map(str, gears.batch_gears))
     if gears.kind == GearKind.HW:
         return "; ".join(f"{height}x{width}" for height, width in gears.hw_gears)
     if gears.kind == GearKind.DIMS:

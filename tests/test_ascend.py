@@ -251,3 +251,9 @@ def test_gear_kinds_keep_their_serialized_values() -> None:
     assert GearKind.HW.atc_description == "dynamic image size"
     assert GearKind.BATCH.atc_option == "dynamic_batch_size" and GearKind.STATIC.atc_option is None
     assert GearKind.DIMS.set_call == "acl.mdl.set_input_dynamic_dims"
+
+
+def test_item_sizes() -> None:
+    for data_type in DTYPES_BY_NUMPY.values():
+        assert data_type.numpy is not None and data_type.itemsize == data_type.numpy.itemsize
+    assert DTYPES_BY_TRITON["BF16"].itemsize == 2 and DTYPES_BY_TRITON["BYTES"].itemsize is None
