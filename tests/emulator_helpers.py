@@ -2,7 +2,7 @@
 
     from emulator_helpers import H2D, D2H, malloc
 
-* `H2H`, `H2D`, `D2H`, `D2D`: the `acl.rt.memcpy` kinds.
+* `H2H`, `H2D`, `D2H`, `D2D`: the `acl.rt.memcpy` kinds (`ascend.MemcpyKind`), short.
 * `malloc`, `to_device`, `from_device`: device memory that must succeed (asserted).
 * `dataset_of`: an `aclmdlDataset` holding one data buffer per (pointer, size).
 * `model_datasets`: the input and output datasets of a model desc, a new device buffer each.
@@ -26,10 +26,13 @@ from typing import Any
 import numpy as np
 
 from ge_python_backend import emulator
+from ge_python_backend.ascend import NUMPY_BY_ACL, MemcpyKind
 from ge_python_backend.emulator import acl
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY
 
-H2H, H2D, D2H, D2D = 0, 1, 2, 3
+H2H = MemcpyKind.HOST_TO_HOST
+H2D = MemcpyKind.HOST_TO_DEVICE
+D2H = MemcpyKind.DEVICE_TO_HOST
+D2D = MemcpyKind.DEVICE_TO_DEVICE
 
 LIVE_KEYS = (
     "live_device_allocations",
@@ -141,7 +144,7 @@ class Model:
         for i, ptr in enumerate(self.out_ptrs):
             dims, ret = acl.mdl.get_cur_output_dims(self.desc, i)
             assert ret == 0
-            dtype = ACL_DTYPE_TO_NUMPY[acl.mdl.get_output_data_type(self.desc, i)]
+            dtype = NUMPY_BY_ACL[acl.mdl.get_output_data_type(self.desc, i)]
             nbytes = int(np.prod(dims["dims"])) * dtype.itemsize
             out = bytes(nbytes)
             assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), nbytes, ptr, nbytes, D2H) == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from ge_python_backend.ascend import GearKind
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.config import (
     ConfigError,
     build_model_config,
@@ -44,28 +45,11 @@ def _emulator_left_uninitialised() -> Iterator[None]:
     acl.finalize()  # 100037 when nothing was initialised: fine
 
 
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    triton_dtype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Gears:
-    kind: str
-    batched: bool
-    batch_gears: tuple[int, ...] = ()
-    hw_gears: tuple[tuple[int, int], ...] = ()
-    dims_gears: tuple[tuple[tuple[int, ...], ...], ...] = ()
-    max_batch: int = 0
-
-
-BATCH_GEARS = Gears("batch", True, (1, 2, 4, 8), max_batch=8)
-IMAGES = Tensor("images", "FP32", (-1, 3, 224, 224))
-IDS = Tensor("ids", "INT64", (-1, 16))
-LOGITS = Tensor("logits", "FP16", (-1, 1000))
-LABELS = Tensor("labels", "BYTES", (-1, 1))
+BATCH_GEARS = GearInfo(GearKind.BATCH, True, (1, 2, 4, 8), max_batch=8)
+IMAGES = TensorSpec.declared("images", "FP32", (-1, 3, 224, 224))
+IDS = TensorSpec.declared("ids", "INT64", (-1, 16))
+LOGITS = TensorSpec.declared("logits", "FP16", (-1, 1000))
+LABELS = TensorSpec.declared("labels", "BYTES", (-1, 1))
 
 
 def build(**overrides: object) -> model_config_pb2.ModelConfig:
@@ -146,9 +130,11 @@ def test_max_batch_size_override() -> None:
 
 
 def test_unbatched_model_keeps_full_shapes_and_warms_up_once() -> None:
-    gears = Gears("static", False)
+    gears = GearInfo(GearKind.STATIC, False)
     config = build(
-        inputs=[Tensor("x", "FP32", (2, 16))], outputs=[Tensor("y", "FP32", (2, 8))], gears=gears
+        inputs=[TensorSpec.declared("x", "FP32", (2, 16))],
+        outputs=[TensorSpec.declared("y", "FP32", (2, 8))],
+        gears=gears,
     )
     assert config.max_batch_size == 0
     assert list(config.input[0].dims) == [2, 16]
@@ -159,12 +145,17 @@ def test_unbatched_model_keeps_full_shapes_and_warms_up_once() -> None:
 
 
 def test_hw_and_dims_warmups_use_the_first_gear() -> None:
-    hw = Gears("hw", True, (1,), hw_gears=((320, 256), (640, 512)), max_batch=1)
-    config = build(inputs=[Tensor("image", "FP32", (1, 3, -1, -1))], gears=hw)
+    hw = GearInfo(GearKind.HW, True, (1,), hw_gears=((320, 256), (640, 512)), max_batch=1)
+    config = build(inputs=[TensorSpec.declared("image", "FP32", (1, 3, -1, -1))], gears=hw)
     assert list(config.input[0].dims) == [3, -1, -1]
     assert [list(w.inputs["image"].dims) for w in config.model_warmup] == [[3, 320, 256]]
-    dims = Gears("dims", True, (1,), dims_gears=(((1, 8), (1, 8)), ((1, 32), (1, 32))), max_batch=1)
-    specs = [Tensor("ids", "INT64", (1, -1)), Tensor("mask", "INT64", (1, -1))]
+    dims = GearInfo(
+        GearKind.DIMS, True, (1,), dims_gears=(((1, 8), (1, 8)), ((1, 32), (1, 32))), max_batch=1
+    )
+    specs = [
+        TensorSpec.declared("ids", "INT64", (1, -1)),
+        TensorSpec.declared("mask", "INT64", (1, -1)),
+    ]
     config = build(inputs=specs, gears=dims)
     [warmup] = config.model_warmup
     assert list(warmup.inputs["ids"].dims) == [8] and list(warmup.inputs["mask"].dims) == [8]
@@ -175,7 +166,7 @@ def test_hw_and_dims_warmups_use_the_first_gear() -> None:
     [
         ({"instances": 0}, "instances"),
         ({"max_queue_delay_us": -5}, "max_queue_delay_us"),
-        ({"inputs": [Tensor("x", "FLOAT", (-1, 2))]}, "unknown Triton data type"),
+        ({"inputs": [TensorSpec.declared("x", "FLOAT", (-1, 2))]}, "unknown Triton data type"),
         ({"name": "../escape"}, "plain directory name"),
     ],
 )
@@ -212,8 +203,11 @@ def test_compare_config_with_session() -> None:
     assert compare_config_with_session(config, inputs, outputs, BATCH_GEARS) == []
     problems = compare_config_with_session(
         config,
-        [Tensor("images", "FP16", (-1, 3, 224, 224)), Tensor("mask", "INT64", (-1, 16))],
-        [Tensor("logits", "FP16", (-1, 10)), LABELS],
+        [
+            TensorSpec.declared("images", "FP16", (-1, 3, 224, 224)),
+            TensorSpec.declared("mask", "INT64", (-1, 16)),
+        ],
+        [TensorSpec.declared("logits", "FP16", (-1, 10)), LABELS],
         BATCH_GEARS,
     )
     assert problems == [
@@ -222,13 +216,15 @@ def test_compare_config_with_session() -> None:
         "the .om input 'mask' is missing from the config",
         "output 'logits': config dims [1000] but the .om needs [10]",
     ]
-    unbatched = compare_config_with_session(config, inputs, outputs, Gears("static", False))
+    unbatched = compare_config_with_session(
+        config, inputs, outputs, GearInfo(GearKind.STATIC, False)
+    )
     assert unbatched and "no batch axis" in unbatched[0]
 
 
 def test_compare_accepts_dynamic_axes_and_full_shapes_without_batching() -> None:
-    config = build(inputs=[Tensor("image", "FP32", (1, 3, -1, -1))], outputs=[LOGITS])
-    om_inputs = [Tensor("image", "FP32", (1, 3, 224, 224))]
+    config = build(inputs=[TensorSpec.declared("image", "FP32", (1, 3, -1, -1))], outputs=[LOGITS])
+    om_inputs = [TensorSpec.declared("image", "FP32", (1, 3, 224, 224))]
     assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == []
     config.max_batch_size = 0
     del config.input[0].dims[:]

@@ -22,21 +22,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from emulator_helpers import D2D, D2H, H2D
 from onnx_models import reference
 
+from ge_python_backend.ascend import AclCode, RunMode
 from ge_python_backend.emulator import acl
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
 
 HUGE_FIRST, NORMAL_ONLY = 0, 2
-H2D, D2H, D2D = 1, 2, 3
-ACL_HOST = 1
-ACL_SUCCESS = 0
 MBATCH = "ascend_mbatch_shape_data"
 
 
 def ok(ret: int) -> None:
-    assert ret == ACL_SUCCESS, acl.get_recent_err_msg()
+    assert ret == AclCode.SUCCESS, acl.get_recent_err_msg()
 
 
 def open_device() -> tuple[int, int]:
@@ -125,7 +124,7 @@ def test_acllite_dynamic_batch_flow(
     context, stream = open_device()
     mode, ret = acl.rt.get_run_mode()
     ok(ret)
-    copy_kind = H2D if mode == ACL_HOST else D2D
+    copy_kind = H2D if mode == RunMode.HOST else D2D
     model_bytes = om_dynamic_batch.read_bytes()
     model_id, ret = acl.mdl.load_from_mem(acl.util.bytes_to_ptr(model_bytes), len(model_bytes))
     ok(ret)
@@ -158,7 +157,7 @@ def test_acllite_dynamic_batch_flow(
         dims, ret = acl.mdl.get_output_dims(desc, i)  # acllite shapes by the largest gear
         ok(ret)
         out = bytes(size)
-        kind = D2H if mode == ACL_HOST else D2D
+        kind = D2H if mode == RunMode.HOST else D2D
         ok(
             acl.rt.memcpy(
                 acl.util.bytes_to_ptr(out), size, acl.get_data_buffer_addr(buf), size, kind

@@ -23,12 +23,9 @@ from onnx_models import (
 )
 
 from ge_python_backend import cli
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, DTYPES_BY_ONNX, NUMPY_BY_ACL, Format
 from ge_python_backend.emulator.omfile import (
-    ACL_DTYPE_TO_NUMPY,
-    ACL_FORMAT_CODES,
     MAGIC,
-    NUMPY_TO_ACL_DTYPE,
-    ONNX_TO_ACL_DTYPE,
     OmCompileError,
     OmDescription,
     OmFormatError,
@@ -48,7 +45,7 @@ def random_inputs(desc: OmDescription, gear: tuple[int, ...] | None, seed: int) 
     rng = np.random.default_rng(seed)
     arrays = []
     for tensor, shape in zip(desc.inputs, desc.input_shapes(gear)):
-        dtype = ACL_DTYPE_TO_NUMPY[tensor.acl_dtype]
+        dtype = NUMPY_BY_ACL[tensor.acl_dtype]
         if dtype.kind == "f":
             arrays.append(rng.standard_normal(shape).astype(dtype))
         else:  # ints in [0, 32) are valid token ids for the dims model
@@ -102,11 +99,11 @@ def test_static_description(om_static: Path) -> None:
     assert desc.gears == ()
     assert desc.soc_version == "Ascend310P3"
     assert [(t.name, t.acl_dtype, t.acl_format, t.dims) for t in desc.inputs] == [
-        ("x", 0, ACL_FORMAT_CODES["NCHW"], (4, 16))
+        ("x", 0, Format.NCHW, (4, 16))
     ]
     assert [(t.name, t.acl_dtype, t.acl_format, t.dims) for t in desc.outputs] == [
-        ("y", 0, ACL_FORMAT_CODES["ND"], (4, 8)),
-        ("z", 0, ACL_FORMAT_CODES["ND"], (4, 1)),
+        ("y", 0, Format.ND, (4, 8)),
+        ("z", 0, Format.ND, (4, 1)),
     ]
     assert desc.largest_gear() is None
     assert desc.input_shapes(None) == [(4, 16)]
@@ -139,7 +136,7 @@ def test_dims_description(om_dims: Path) -> None:
     assert desc.dynamic_kind == "dims"
     assert desc.gears == ((8, 8), (16, 16), (32, 32))
     assert [t.acl_dtype for t in desc.inputs] == [9, 9]  # INT64
-    assert [t.acl_format for t in desc.inputs] == [ACL_FORMAT_CODES["ND"]] * 2
+    assert [t.acl_format for t in desc.inputs] == [Format.ND] * 2
     assert desc.input_shapes((16, 16)) == [(1, 16), (1, 16)]
     assert desc.largest_gear() == (32, 32)
     assert desc.outputs[0].dims == (1, 32, 4)
@@ -199,7 +196,7 @@ def test_run_matches_onnxruntime_on_the_onnx(fixture: str, request: pytest.Fixtu
             got = model.run(arrays, explicit)
             assert len(got) == len(desc.outputs)
             for out, tensor, expected in zip(got, desc.outputs, want):
-                assert out.dtype == ACL_DTYPE_TO_NUMPY[tensor.acl_dtype]
+                assert out.dtype == NUMPY_BY_ACL[tensor.acl_dtype]
                 np.testing.assert_array_equal(out, expected)
 
 
@@ -327,11 +324,13 @@ def test_onnx_shapes_used_when_input_shape_omitted(tmp_path: Path) -> None:
 
 
 def test_dtype_tables_agree_with_onnx() -> None:
-    for onnx_type, acl in ONNX_TO_ACL_DTYPE.items():
-        assert helper.tensor_dtype_to_np_dtype(onnx_type) == ACL_DTYPE_TO_NUMPY[acl]
-    assert ONNX_TO_ACL_DTYPE[TensorProto.FLOAT] == 0
-    assert ONNX_TO_ACL_DTYPE[TensorProto.BOOL] == 12
-    assert NUMPY_TO_ACL_DTYPE[np.dtype(np.int64)] == 9
+    for onnx_type, data_type in DTYPES_BY_ONNX.items():
+        assert TensorProto.DataType.Name(onnx_type) == data_type.onnx_name
+        if data_type.numpy is not None:
+            assert helper.tensor_dtype_to_np_dtype(onnx_type) == data_type.numpy
+    assert DTYPES_BY_ONNX[TensorProto.FLOAT].acl == 0
+    assert DTYPES_BY_ONNX[TensorProto.BOOL].acl == 12
+    assert DTYPES_BY_NUMPY[np.dtype(np.int64)].acl == 9
 
 
 def build_string_model(path: Path, string_input: bool) -> Path:

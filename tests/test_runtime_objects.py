@@ -157,7 +157,7 @@ def test_model_description_and_unload(acl: ModuleType, om_dynamic_batch: Path) -
     with Device(acl, 0) as device, Context(device) as context:
         model = Model(context, om_dynamic_batch)
         desc = model.description
-        assert desc.kind == "batch" and desc.batch_gears == (1, 2, 4, 8)
+        assert desc.gears.kind == "batch" and desc.gears.batch_gears == (1, 2, 4, 8)
         assert [info.spec.name for info in desc.inputs] == ["x"]
         assert desc.gear_input == desc.input_count - 1  # the model orders it last
         assert desc.gear_input_size == 8

@@ -6,13 +6,8 @@ import argparse
 import shlex
 from typing import Any
 
-from ge_python_backend.emulator.omfile import (
-    ACL_DTYPE_NAMES,
-    INPUT_FORMATS,
-    OmModel,
-    OmTensor,
-    compile_onnx,
-)
+from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
+from ge_python_backend.emulator.omfile import OmModel, OmTensor, compile_onnx
 from ge_python_backend.errors import UserError
 
 ONNX_FRAMEWORK = "5"
@@ -90,8 +85,9 @@ def register(subparsers: Any) -> None:
     )
     compile_parser.add_argument(
         "--input_format",
-        help=f"format recorded for the inputs: {', '.join(INPUT_FORMATS)} (default ND with "
-        "--dynamic_dims, the only one ATC accepts with it; NCHW otherwise)",
+        help="format recorded for the inputs: "
+        f"{', '.join(f.name for f in ATC_INPUT_FORMATS)} (default ND with --dynamic_dims, the "
+        "only one ATC accepts with it; NCHW otherwise)",
     )
     compile_parser.add_argument(
         "--soc_version", default="Ascend310P3", help="SoC recorded in the .om (default Ascend310P3)"
@@ -132,7 +128,9 @@ def summary(model: OmModel) -> str:
 
     def tensors(items: tuple[OmTensor, ...]) -> str:
         return ", ".join(
-            f"{t.name} {ACL_DTYPE_NAMES[t.acl_dtype]}[{','.join(map(str, t.dims))}]" for t in items
+            f"{t.name} {DTYPES_BY_ACL[t.acl_dtype].acl_name.removeprefix('ACL_')}"
+            f"[{','.join(map(str, t.dims))}]"
+            for t in items
         )
 
     gears = (

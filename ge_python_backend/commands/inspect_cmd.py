@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.ascend import GearKind
 from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
 from ge_python_backend.repository.autocomplete import complete_config
 from ge_python_backend.repository.config import ModelConfig, config_text
 from ge_python_backend.repository.model_files import open_session
@@ -55,7 +57,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _tensor(spec: Any) -> dict[str, Any]:
+def _tensor(spec: TensorSpec) -> dict[str, Any]:
     return {
         "name": spec.name,
         "datatype": spec.triton_dtype,
@@ -65,46 +67,44 @@ def _tensor(spec: Any) -> dict[str, Any]:
     }
 
 
-def describe(om: Path, runtime: str, input_shape_order: str | None = None) -> dict[str, Any]:
-    """The JSON-ready description of an `.om` (`input_shape_order`: `--input-shape-order`)."""
+def _read(
+    om: Path, runtime: str, input_shape_order: str | None
+) -> tuple[list[TensorSpec], list[TensorSpec], GearInfo]:
+    """What the `.om` takes, returns and runs (`input_shape_order`: `--input-shape-order`)."""
     if not om.is_file():
         raise UserError(f".om file {om} does not exist")
     order = parse_input_shape_order(input_shape_order)
     with open_session(om, runtime, order) as session:
-        gears = session.gears
-        return {
-            "file": str(om),
-            "inputs": [_tensor(spec) for spec in session.inputs],
-            "outputs": [_tensor(spec) for spec in session.outputs],
-            "gears": {
-                "kind": gears.kind,
-                "batched": gears.batched,
-                "batch_gears": list(gears.batch_gears),
-                "hw_gears": [list(gear) for gear in gears.hw_gears],
-                "dims_gears": [[list(shape) for shape in gear] for gear in gears.dims_gears],
-                "max_batch": gears.max_batch,
-            },
-        }
+        return list(session.inputs), list(session.outputs), session.gears
 
 
-def gears_text(gears: dict[str, Any], input_names: Sequence[str]) -> str:
-    """One line describing the gears."""
-    if gears["kind"] == "hw":
-        text = "image sizes (HxW) " + ", ".join(f"{h}x{w}" for h, w in gears["hw_gears"])
-    elif gears["kind"] == "dims":
-        text = "input shapes " + " | ".join(
-            ", ".join(f"{name}={shape}" for name, shape in zip(input_names, gear))
-            for gear in gears["dims_gears"]
-        )
-    elif gears["kind"] == "batch":
-        text = "batch sizes " + ", ".join(map(str, gears["batch_gears"]))
+def _as_json(
+    om: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], gears: GearInfo
+) -> dict[str, Any]:
+    """The JSON-ready description of the `.om`."""
+    return {
+        "file": str(om),
+        "inputs": [_tensor(spec) for spec in inputs],
+        "outputs": [_tensor(spec) for spec in outputs],
+        "gears": {
+            "kind": gears.kind.value,
+            "batched": gears.batched,
+            "batch_gears": list(gears.batch_gears),
+            "hw_gears": [list(gear) for gear in gears.hw_gears],
+            "dims_gears": [[list(shape) for shape in gear] for gear in gears.dims_gears],
+            "max_batch": gears.max_batch,
+        },
+    }
+
+
+def _gears_line(gears: GearInfo, inputs: Sequence[TensorSpec]) -> str:
+    """One line describing the gears and the batch axis."""
+    kind = "" if gears.kind == GearKind.STATIC else f"{gears.kind.label} gears "
+    if gears.batched:
+        axis = f"axis 0 is the batch axis (max {gears.max_batch} per execution)"
     else:
-        text = "static"
-    if gears["batched"]:
-        text += f"; axis 0 is the batch axis (max {gears['max_batch']} per execution)"
-    else:
-        text += "; no batch axis"
-    return text
+        axis = "no batch axis"
+    return f"{kind}{gears_text(gears, inputs)}; {axis}"
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
@@ -143,13 +143,13 @@ def run(args: argparse.Namespace) -> int:
         config = completed_config(args.om, args.runtime, args.name, args.input_shape_order)
         print(config_text(config), end="")
         return 0
-    info = describe(args.om, args.runtime, args.input_shape_order)
+    inputs, outputs, gears = _read(args.om, args.runtime, args.input_shape_order)
+    info = _as_json(args.om, inputs, outputs, gears)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{info['file']}")
-    names = [row["name"] for row in info["inputs"]]
-    print(f"gears: {gears_text(info['gears'], names)}")
+    print(f"gears: {_gears_line(gears, inputs)}")
     print("inputs:")
     print("\n".join(_table(info["inputs"])))
     print("outputs:")

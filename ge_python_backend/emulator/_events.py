@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ge_python_backend.ascend import AclCode
 from ge_python_backend.emulator import timing
 from ge_python_backend.emulator._state import AclFailure
 from ge_python_backend.emulator._streams import Stream
@@ -62,7 +63,8 @@ class Event:
         record = self._record
         if record is None or record.stamp is None:
             raise AclFailure(
-                507006, f"event 0x{self.handle:x} has not completed (record it and wait)"
+                AclCode.RT_EVENT_NOT_COMPLETE,
+                f"event 0x{self.handle:x} has not completed (record it and wait)",
             )
         return record.stamp
 
@@ -80,7 +82,7 @@ def remove_event(handle: int) -> Event:
     with _EVENTS_LOCK:
         event = EVENTS.pop(handle, None)
     if event is None:
-        raise AclFailure(107000, f"0x{handle:x} is not a live event handle")
+        raise AclFailure(AclCode.RT_PARAM_INVALID, f"0x{handle:x} is not a live event handle")
     return event
 
 
@@ -89,5 +91,5 @@ def find_event(handle: int) -> Event:
     with _EVENTS_LOCK:
         event = EVENTS.get(handle)
     if event is None:
-        raise AclFailure(107000, f"0x{handle:x} is not a live event handle")
+        raise AclFailure(AclCode.RT_PARAM_INVALID, f"0x{handle:x} is not a live event handle")
     return event

@@ -11,6 +11,7 @@ import bisect
 import ctypes
 from dataclasses import dataclass
 
+from ge_python_backend.ascend import AclCode
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     HANDLE_BASE,
@@ -70,9 +71,13 @@ class Span:
     def check_live(self, what: str) -> None:
         """Raise 107000 if the allocation was freed since the span was resolved."""
         if self.device is not None and not self.device.live:
-            raise AclFailure(107000, f"{what} device memory 0x{self.device.base:x} was freed")
+            raise AclFailure(
+                AclCode.RT_PARAM_INVALID, f"{what} device memory 0x{self.device.base:x} was freed"
+            )
         if self.host is not None and self.host.raw is None:
-            raise AclFailure(107000, f"{what} host memory 0x{self.host.base:x} was freed")
+            raise AclFailure(
+                AclCode.RT_PARAM_INVALID, f"{what} host memory 0x{self.host.base:x} was freed"
+            )
 
 
 class Memory:
@@ -175,10 +180,13 @@ class Memory:
         if addr >= DEVICE_ADDRESS_BASE:
             alloc = self.device_block(addr)
             if alloc is None:
-                raise AclFailure(107000, f"{what} 0x{addr:x} is not inside any device allocation")
+                raise AclFailure(
+                    AclCode.RT_PARAM_INVALID,
+                    f"{what} 0x{addr:x} is not inside any device allocation",
+                )
             if not alloc.live:
                 raise AclFailure(
-                    107000,
+                    AclCode.RT_PARAM_INVALID,
                     f"{what} 0x{addr:x} is in device memory 0x{alloc.base:x} that was "
                     f"{alloc.freed_by}",
                 )
@@ -186,12 +194,12 @@ class Memory:
             return Span(True, alloc.address + offset, alloc.size - offset, alloc, None, alloc.view)
         if addr >= HANDLE_BASE:
             raise AclFailure(
-                107000,
+                AclCode.RT_PARAM_INVALID,
                 f"{what} 0x{addr:x} is an ACL handle (context, stream, dataset, ...), "
                 "not a memory address",
             )
         if not MIN_HOST_ADDRESS <= addr < MAX_HOST_ADDRESS:
-            raise AclFailure(107000, f"{what} 0x{addr:x} is not a valid address")
+            raise AclFailure(AclCode.RT_PARAM_INVALID, f"{what} 0x{addr:x} is not a valid address")
         host = self.host_block(addr)
         if host is None:
             return Span(False, addr, None, None, None, None)

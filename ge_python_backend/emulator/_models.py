@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, NUMPY_BY_ACL, AclCode, Format
 from ge_python_backend.emulator import timing
 from ge_python_backend.emulator._memory import MEMORY, Span
 from ge_python_backend.emulator._state import (
@@ -26,24 +27,17 @@ from ge_python_backend.emulator._state import (
     device_mode,
 )
 from ge_python_backend.emulator._streams import Stream
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmModel, OmTensor
+from ge_python_backend.emulator.omfile import OmModel, OmTensor
 
 MBATCH_NAME = "ascend_mbatch_shape_data"
-ACL_INT64 = 9
-ACL_FORMAT_ND = 2
-KIND_LABELS = {"batch": "dynamic batch", "hw": "dynamic image size", "dims": "dynamic dims"}
-SET_CALLS = {
-    "batch": "acl.mdl.set_dynamic_batch_size",
-    "hw": "acl.mdl.set_dynamic_hw_size",
-    "dims": "acl.mdl.set_input_dynamic_dims",
-}
+ACL_INT64 = DTYPES_BY_NUMPY[np.dtype(np.int64)].acl
 # "Not a compiled gear", for every gear kind and for set_* on a model without gears: GE's
 # ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID (hicann/ge runtime/v1/executor/ge_executor.cc,
 # SetDynamicBatchSize / SetDynamicImageSize / SetDynamicDims).
-NOT_A_GEAR = 145013
+NOT_A_GEAR = AclCode.GE_DYNAMIC_BATCH_SIZE_INVALID
 # Input or output buffer too small for the model (GE's ACL_ERROR_GE_PARAM_INVALID from
 # DavinciModel::CheckUserAndModelSize); GE accepts a buffer up to 64 bytes short.
-BUFFER_TOO_SMALL = 145000
+BUFFER_TOO_SMALL = AclCode.GE_PARAM_INVALID
 SIZE_SLACK = 64
 
 Gear = tuple[int, ...]
@@ -66,7 +60,7 @@ class IoTensor:
 
 
 def _nbytes(acl_dtype: int, shape: tuple[int, ...]) -> int:
-    return math.prod(shape) * ACL_DTYPE_TO_NUMPY[acl_dtype].itemsize
+    return math.prod(shape) * NUMPY_BY_ACL[acl_dtype].itemsize
 
 
 def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int:
@@ -101,7 +95,7 @@ class DescribedModel:
             self.mbatch_count = len(self.largest)
             dims = (self.mbatch_count,)
             inputs.append(
-                IoTensor(MBATCH_NAME, ACL_INT64, ACL_FORMAT_ND, dims, _nbytes(ACL_INT64, dims))
+                IoTensor(MBATCH_NAME, ACL_INT64, Format.ND, dims, _nbytes(ACL_INT64, dims))
             )
         self.inputs = tuple(inputs)
         self.outputs = tuple(
@@ -142,7 +136,7 @@ class LoadedModel(DescribedModel):
         where this model id still runs (500002 too: GE has no check and races, see below)."""
         if self.exec_mode not in (None, mode):
             raise AclFailure(
-                500002,
+                AclCode.GE_FAILURE,
                 f"model {self.id} was executed with acl.mdl.{self.exec_mode} before; GE does not "
                 "support mixing execute and execute_async on one model id (NnExecute not "
                 "support mix execute): load the .om again for the other mode",
@@ -153,7 +147,7 @@ class LoadedModel(DescribedModel):
             # rewrites the task arguments while the first run may still read them (a race that
             # corrupts results). The emulator reports it with GE's code for misuse of a model id.
             raise AclFailure(
-                500002,
+                AclCode.GE_FAILURE,
                 f"model {self.id} is still executing on stream 0x{busy[0].handle:x}; one model "
                 "id must not run on two streams at once (load the .om once per stream)",
             )
@@ -162,7 +156,7 @@ class LoadedModel(DescribedModel):
     def check_live(self) -> None:
         """100011 if unloaded or loaded before acl.finalize."""
         if not self.live or not self.context.live:
-            raise AclFailure(100011, f"model {self.id} is no longer loaded")
+            raise AclFailure(AclCode.INVALID_MODEL_ID, f"model {self.id} is no longer loaded")
 
 
 @dataclass(eq=False)
@@ -195,14 +189,14 @@ class Execution:
         if raw == bytes([POISON]) * len(raw):
             hint = (
                 "it holds uninitialised device memory (0xA5 poison): call "
-                f"{SET_CALLS[model.kind]} on the input dataset before execute"
+                f"{model.kind.set_call} on the input dataset before execute"
             )
         else:
-            hint = f"select a gear with {SET_CALLS[model.kind]}"
+            hint = f"select a gear with {model.kind.set_call}"
         raise AclFailure(
             NOT_A_GEAR,
             f"{MBATCH_NAME} (input {model.mbatch_index}) holds {list(gear)}, which is not a "
-            f"compiled {KIND_LABELS[model.kind]} gear ({model.gear_text()}); {hint}",
+            f"compiled {model.kind.atc_description} gear ({model.gear_text()}); {hint}",
         )
 
     def run(self) -> None:
@@ -231,15 +225,17 @@ class Execution:
             try:
                 results = model.om.run(arrays, gear)
             except Exception as exc:  # onnxruntime raises its own exception types
-                raise AclFailure(507011, f"model {model.id} failed to execute: {exc}") from exc
+                raise AclFailure(
+                    AclCode.RT_MODEL_EXECUTE, f"model {model.id} failed to execute: {exc}"
+                ) from exc
         for i, (tensor, span, result, shape) in enumerate(
             zip(model.outputs, self.outputs, results, desc.output_shapes(gear))
         ):
             array = np.ascontiguousarray(result)
-            expected = ACL_DTYPE_TO_NUMPY[tensor.acl_dtype]
+            expected = NUMPY_BY_ACL[tensor.acl_dtype]
             if array.dtype != expected or array.shape != shape:
                 raise AclFailure(
-                    507011,
+                    AclCode.RT_MODEL_EXECUTE,
                     f"output {tensor.name} came out {array.dtype}{list(array.shape)}, "
                     f"the description says {expected}{list(shape)}",
                 )
@@ -261,23 +257,23 @@ def _read(span: Span, acl_dtype: int, shape: tuple[int, ...]) -> np.ndarray:
     need = _nbytes(acl_dtype, shape)
     have = need if span.remaining is None else min(need, span.remaining)
     data = ctypes.string_at(span.address, have) + bytes(need - have)
-    return np.frombuffer(data, ACL_DTYPE_TO_NUMPY[acl_dtype]).reshape(shape)
+    return np.frombuffer(data, NUMPY_BY_ACL[acl_dtype]).reshape(shape)
 
 
 def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
     """Validate datasets against the model (caller holds LOCK)."""
     for dataset in (inputs, outputs):
         if not dataset.live:
-            raise AclFailure(100000, f"dataset 0x{dataset.handle:x} was destroyed")
+            raise AclFailure(AclCode.INVALID_PARAM, f"dataset 0x{dataset.handle:x} was destroyed")
     if len(inputs.buffers) != len(model.inputs):
         raise AclFailure(
-            100017,
+            AclCode.MODEL_INPUT_NOT_MATCH,
             f"the input dataset has {len(inputs.buffers)} buffers, model {model.id} has "
             f"{len(model.inputs)} inputs ({', '.join(t.name for t in model.inputs)})",
         )
     if len(outputs.buffers) != len(model.outputs):
         raise AclFailure(
-            100018,
+            AclCode.MODEL_OUTPUT_NOT_MATCH,
             f"the output dataset has {len(outputs.buffers)} buffers, model {model.id} has "
             f"{len(model.outputs)} outputs ({', '.join(t.name for t in model.outputs)})",
         )
@@ -301,24 +297,28 @@ def _buffer_span(
     model: LoadedModel, buf: DataBuffer, tensor: IoTensor, what: str, sized: bool
 ) -> Span:
     if not buf.live:
-        raise AclFailure(100000, f"the data buffer of {what} (0x{buf.handle:x}) was destroyed")
+        raise AclFailure(
+            AclCode.INVALID_PARAM, f"the data buffer of {what} (0x{buf.handle:x}) was destroyed"
+        )
     if buf.addr == 0:
-        raise AclFailure(145007, f"the data buffer of {what} is empty (address 0)")
+        raise AclFailure(
+            AclCode.GE_EXEC_MODEL_ADDR_INVALID, f"the data buffer of {what} is empty (address 0)"
+        )
     try:
         span = MEMORY.resolve(buf.addr, what)
     except AclFailure as exc:
-        raise AclFailure(145007, str(exc)) from exc
+        raise AclFailure(AclCode.GE_EXEC_MODEL_ADDR_INVALID, str(exc)) from exc
     if device_mode() and span.host is not None:
         return _sized(span, buf, tensor, what, sized)  # RC: malloc_host memory is device memory
     if span.device is None or span.remaining is None:
         raise AclFailure(
-            145007,
+            AclCode.GE_EXEC_MODEL_ADDR_INVALID,
             f"{what} is host memory (0x{buf.addr:x}); in ACL_HOST run mode model inputs and "
             "outputs must be device memory from acl.rt.malloc, filled with acl.rt.memcpy",
         )
     if span.device.device_id != model.context.device.id:
         raise AclFailure(
-            145007,
+            AclCode.GE_EXEC_MODEL_ADDR_INVALID,
             f"{what} is memory of device {span.device.device_id}, but model {model.id} runs "
             f"on device {model.context.device.id}",
         )
@@ -330,7 +330,7 @@ def _sized(span: Span, buf: DataBuffer, tensor: IoTensor, what: str, sized: bool
     assert span.remaining is not None
     if buf.size > span.remaining:
         raise AclFailure(
-            145007,
+            AclCode.GE_EXEC_MODEL_ADDR_INVALID,
             f"the data buffer of {what} claims {buf.size} bytes at 0x{buf.addr:x}, but only "
             f"{span.remaining} bytes of that allocation remain",
         )
@@ -346,26 +346,32 @@ def _sized(span: Span, buf: DataBuffer, tensor: IoTensor, what: str, sized: bool
 def write_gear(model: LoadedModel, dataset: Dataset, index: int, gear: Gear) -> None:
     """Write `gear` as int64 into the mbatch buffer at `index` of `dataset` (caller holds LOCK)."""
     if not dataset.live:
-        raise AclFailure(100000, f"dataset 0x{dataset.handle:x} was destroyed")
+        raise AclFailure(AclCode.INVALID_PARAM, f"dataset 0x{dataset.handle:x} was destroyed")
     if index >= len(dataset.buffers):
         raise AclFailure(
-            145011,
+            AclCode.GE_DYNAMIC_INPUT_ADDR_INVALID,
             f"the dataset has no buffer at index {index} ({len(dataset.buffers)} buffers): "
             f"add the {MBATCH_NAME} buffer to the input dataset first",
         )
     buf = dataset.buffers[index]
     if not buf.live:
-        raise AclFailure(100000, f"the data buffer at index {index} was destroyed")
+        raise AclFailure(AclCode.INVALID_PARAM, f"the data buffer at index {index} was destroyed")
     try:
         span = MEMORY.resolve(buf.addr, f"the {MBATCH_NAME} buffer")
     except AclFailure as exc:
-        raise AclFailure(145011, str(exc)) from exc
+        raise AclFailure(AclCode.GE_DYNAMIC_INPUT_ADDR_INVALID, str(exc)) from exc
     usable = span.device is not None or (device_mode() and span.host is not None)
     if not usable or span.remaining is None:
-        raise AclFailure(145011, f"the {MBATCH_NAME} buffer 0x{buf.addr:x} is not device memory")
+        raise AclFailure(
+            AclCode.GE_DYNAMIC_INPUT_ADDR_INVALID,
+            f"the {MBATCH_NAME} buffer 0x{buf.addr:x} is not device memory",
+        )
     need = 8 * len(gear)
     if min(buf.size, span.remaining) < need:
-        raise AclFailure(145012, f"the {MBATCH_NAME} buffer has {buf.size} bytes; it needs {need}")
+        raise AclFailure(
+            AclCode.GE_DYNAMIC_INPUT_LENGTH_INVALID,
+            f"the {MBATCH_NAME} buffer has {buf.size} bytes; it needs {need}",
+        )
     data = struct.pack(f"<{len(gear)}q", *gear)
     ctypes.memmove(span.address, data, len(data))
     model.current_gear = gear

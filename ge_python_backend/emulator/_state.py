@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ge_python_backend.ascend import AclCode, RunMode, describe_code
+
 if TYPE_CHECKING:
     from ge_python_backend.emulator._models import LoadedModel, ModelDesc
     from ge_python_backend.emulator._streams import Stream
@@ -25,50 +27,8 @@ HANDLE_STEP = 0x40
 POISON = 0xA5
 DEFAULT_DEVICE_COUNT = 8
 DEFAULT_DEVICE_MEMORY = 32 << 30
-# aclrtRunMode (acl_rt.h): ACL_DEVICE = 0 (the program runs on the device's own CPU, "RC"),
-# ACL_HOST = 1 (a host with a PCIe card, "EP"). GE_EMULATOR_RUN_MODE=device|host chooses.
-ACL_DEVICE = 0
-ACL_HOST = 1
+# The run mode (RunMode.HOST, "EP", or RunMode.DEVICE, "RC"): GE_EMULATOR_RUN_MODE=host|device.
 RUN_MODE_ENV = "GE_EMULATOR_RUN_MODE"
-
-# ACL codes the emulator returns (names from acl_base.h, rt_error_codes.h, ge_error_codes.h).
-ERROR_NAMES: dict[int, str] = {
-    100000: "ACL_ERROR_INVALID_PARAM",
-    100001: "ACL_ERROR_UNINITIALIZE",
-    100002: "ACL_ERROR_REPEAT_INITIALIZE",
-    100003: "ACL_ERROR_INVALID_FILE",
-    100006: "ACL_ERROR_PARSE_FILE",
-    100011: "ACL_ERROR_INVALID_MODEL_ID",
-    100012: "ACL_ERROR_DESERIALIZE_MODEL",
-    100013: "ACL_ERROR_PARSE_MODEL",
-    100014: "ACL_ERROR_READ_MODEL_FAILURE",
-    100017: "ACL_ERROR_MODEL_INPUT_NOT_MATCH",
-    100018: "ACL_ERROR_MODEL_OUTPUT_NOT_MATCH",
-    100019: "ACL_ERROR_MODEL_NOT_DYNAMIC",
-    100037: "ACL_ERROR_REPEAT_FINALIZE",
-    107000: "ACL_ERROR_RT_PARAM_INVALID",
-    107001: "ACL_ERROR_RT_INVALID_DEVICEID",
-    107002: "ACL_ERROR_RT_CONTEXT_NULL",
-    107003: "ACL_ERROR_RT_STREAM_CONTEXT",
-    107004: "ACL_ERROR_RT_MODEL_CONTEXT",
-    107008: "ACL_ERROR_RT_ADDR_UNALIGNED",
-    107017: "ACL_ERROR_RT_INVALID_HANDLE",
-    145000: "ACL_ERROR_GE_PARAM_INVALID",
-    145006: "ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID",
-    145007: "ACL_ERROR_GE_EXEC_MODEL_ADDR_INVALID",
-    145011: "ACL_ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID",
-    145012: "ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID",
-    145013: "ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID",
-    145021: "ACL_ERROR_GE_SHAPE_INVALID",
-    207000: "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
-    207001: "ACL_ERROR_RT_MEMORY_ALLOCATION",
-    207008: "ACL_ERROR_RT_NO_STREAM_RESOURCE",
-    500002: "ACL_ERROR_GE_FAILURE",
-    507000: "ACL_ERROR_RT_INTERNAL_ERROR",
-    507011: "ACL_ERROR_RT_MODEL_EXECUTE",
-    507046: "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
-    507047: "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT",
-}
 
 
 class AclFailure(Exception):
@@ -76,12 +36,12 @@ class AclFailure(Exception):
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = int(code)  # a plain int, as real pyACL returns
 
 
 def describe(code: int) -> str:
     """`NAME (code)` for messages."""
-    return f"{ERROR_NAMES.get(code, 'ACL error')} ({code})"
+    return f"{describe_code(code)[0]} ({code})"
 
 
 @dataclass(eq=False)
@@ -141,7 +101,7 @@ class State:
 
     def __init__(self) -> None:
         self.initialized = False
-        self.run_mode = ACL_HOST
+        self.run_mode = RunMode.HOST
         self.device_count = DEFAULT_DEVICE_COUNT
         self.devices: dict[int, Device] = {}
         self.contexts: dict[int, Context] = {}
@@ -187,10 +147,10 @@ def env_int(name: str, default: int, minimum: int) -> int:
     return value
 
 
-def env_run_mode() -> int:
-    """ACL_DEVICE or ACL_HOST from GE_EMULATOR_RUN_MODE (default host); ValueError if unknown."""
+def env_run_mode() -> RunMode:
+    """The run mode GE_EMULATOR_RUN_MODE names (default host); ValueError if unknown."""
     text = os.environ.get(RUN_MODE_ENV, "").strip().lower() or "host"
-    modes = {"host": ACL_HOST, "device": ACL_DEVICE}
+    modes = {mode.name.lower(): mode for mode in RunMode}
     if text not in modes:
         raise ValueError(f"{RUN_MODE_ENV} must be 'host' or 'device', got {text!r}")
     return modes[text]
@@ -198,13 +158,15 @@ def env_run_mode() -> int:
 
 def device_mode() -> bool:
     """True when the emulator runs as on the device's own CPU (RC): host memory is device memory."""
-    return STATE.run_mode == ACL_DEVICE
+    return STATE.run_mode == RunMode.DEVICE
 
 
 def require_init() -> None:
     """100001 unless `acl.init` succeeded."""
     if not STATE.initialized:
-        raise AclFailure(100001, "acl.init has not been called (or acl.finalize already was)")
+        raise AclFailure(
+            AclCode.UNINITIALIZE, "acl.init has not been called (or acl.finalize already was)"
+        )
 
 
 def current_context() -> Context:
@@ -213,13 +175,13 @@ def current_context() -> Context:
     ctx = TLS.context
     if ctx is None:
         raise AclFailure(
-            107002,
+            AclCode.RT_CONTEXT_NULL,
             f"no current context in thread {threading.current_thread().name!r}: every thread "
             "must call acl.rt.set_context(context) (or acl.rt.set_device) before runtime calls",
         )
     if not ctx.live:
         raise AclFailure(
-            107002,
+            AclCode.RT_CONTEXT_NULL,
             f"the current context 0x{ctx.handle:x} of thread {threading.current_thread().name!r} "
             "was destroyed (destroy_context, reset_device or finalize); set a live context",
         )
@@ -230,5 +192,5 @@ def live_context(handle: int) -> Context:
     """A live context by handle, else 107017."""
     ctx = STATE.contexts.get(handle)
     if ctx is None or not ctx.live:
-        raise AclFailure(107017, f"0x{handle:x} is not a live context handle")
+        raise AclFailure(AclCode.RT_INVALID_HANDLE, f"0x{handle:x} is not a live context handle")
     return ctx

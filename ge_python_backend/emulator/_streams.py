@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ge_python_backend.ascend import AclCode
 from ge_python_backend.emulator import faults, timing
 from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Context
 
@@ -55,7 +56,9 @@ class Stream:
         """Queue `work` (from call `api`); returns its ticket for `wait_for`."""
         with self._cond:
             if self._stopping:
-                raise AclFailure(107017, f"stream 0x{self.handle:x} was destroyed")
+                raise AclFailure(
+                    AclCode.RT_INVALID_HANDLE, f"stream 0x{self.handle:x} was destroyed"
+                )
             self._queue.append((api, work, faults.hanging(), time.perf_counter()))
             self._submitted += 1
             if self._thread is None and timing.current().sleeps:
@@ -99,13 +102,14 @@ class Stream:
             if not done:
                 hung = f"; {self._hung}" if self._hung else ""
                 return AclFailure(
-                    507046,
+                    AclCode.RT_STREAM_SYNC_TIMEOUT,
                     f"stream 0x{self.handle:x}: the queued work did not finish within "
                     f"{timeout_ms} ms{hung}",
                 )
             if self._completed < target:
                 return AclFailure(
-                    107017, f"stream 0x{self.handle:x} was destroyed while its work hung"
+                    AclCode.RT_INVALID_HANDLE,
+                    f"stream 0x{self.handle:x} was destroyed while its work hung",
                 )
             failure, self._failure = self._failure, None
             return failure
@@ -200,7 +204,9 @@ class Stream:
         except AclFailure as exc:
             failure = AclFailure(exc.code, f"queued {api} failed: {exc}")
         except Exception as exc:  # a bug in the emulator must not kill the stream silently
-            failure = AclFailure(507000, f"queued {api} hit an emulator error: {exc!r}")
+            failure = AclFailure(
+                AclCode.RT_INTERNAL_ERROR, f"queued {api} hit an emulator error: {exc!r}"
+            )
         finally:
             self._clock = timing.end_work(outer)
         if failure is not None:
@@ -222,10 +228,10 @@ def stream_in(handle: int, ctx: Context) -> Stream:
             return ctx.default_stream
         stream = STATE.streams.get(handle)
         if stream is None:
-            raise AclFailure(107017, f"0x{handle:x} is not a live stream handle")
+            raise AclFailure(AclCode.RT_INVALID_HANDLE, f"0x{handle:x} is not a live stream handle")
         if stream.context is not ctx:
             raise AclFailure(
-                107003,
+                AclCode.RT_STREAM_CONTEXT,
                 f"stream 0x{handle:x} belongs to context 0x{stream.context.handle:x}, but the "
                 f"current context of this thread is 0x{ctx.handle:x}",
             )

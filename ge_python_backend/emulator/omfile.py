@@ -5,8 +5,8 @@ Layout: `MAGIC`, a little-endian u64 header length, the UTF-8 JSON header, the O
 flag semantics (`--input_shape`, `--dynamic_batch_size`, `--dynamic_image_size`, `--dynamic_dims`);
 `OmModel.load` reads it back and `OmModel.run` executes it with onnxruntime on the CPU.
 
-Only numpy is needed to import this module (the runtime uses its tables with real pyACL too);
-onnx and onnxruntime are imported when a model is compiled or run.
+Only numpy is needed to import this module; onnx and onnxruntime are imported when a model is
+compiled or run. ACL's codes, data types, formats and gear kinds come from `ascend`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,15 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from ge_python_backend.ascend import (
+    ATC_INPUT_FORMATS,
+    DTYPES_BY_NUMPY,
+    DTYPES_BY_ONNX,
+    NUMPY_BY_ACL,
+    AclCode,
+    Format,
+    GearKind,
+)
 from ge_python_backend.errors import UserError
 
 if TYPE_CHECKING:
@@ -37,58 +46,6 @@ _LENGTH = struct.Struct("<Q")
 _TRAILER_SIZE = 32
 _MIN_SIZE = len(MAGIC) + _LENGTH.size + _TRAILER_SIZE
 
-# ACL codes `acl.mdl.load_from_file` returns for a file it cannot use.
-ACL_ERROR_DESERIALIZE_MODEL = 100012
-ACL_ERROR_PARSE_MODEL = 100013
-ACL_ERROR_READ_MODEL_FAILURE = 100014
-
-# (aclDataType code, ACL name, numpy dtype, onnx.TensorProto.DataType value) for every type the
-# emulator supports. ONNX's values are fixed by onnx.proto, so onnx need not be imported here.
-_DTYPES: tuple[tuple[int, str, type[np.generic], int], ...] = (
-    (0, "FLOAT", np.float32, 1),
-    (1, "FLOAT16", np.float16, 10),
-    (2, "INT8", np.int8, 3),
-    (3, "INT32", np.int32, 6),
-    (4, "UINT8", np.uint8, 2),
-    (6, "INT16", np.int16, 5),
-    (7, "UINT16", np.uint16, 4),
-    (8, "UINT32", np.uint32, 12),
-    (9, "INT64", np.int64, 7),
-    (10, "UINT64", np.uint64, 13),
-    (11, "DOUBLE", np.float64, 11),
-    (12, "BOOL", np.bool_, 9),
-)
-ACL_DTYPE_TO_NUMPY: dict[int, np.dtype[Any]] = {code: np.dtype(t) for code, _, t, _ in _DTYPES}
-NUMPY_TO_ACL_DTYPE: dict[np.dtype[Any], int] = {v: k for k, v in ACL_DTYPE_TO_NUMPY.items()}
-ACL_DTYPE_NAMES: dict[int, str] = {code: name for code, name, _, _ in _DTYPES}
-ONNX_TO_ACL_DTYPE: dict[int, int] = {onnx_type: code for code, _, _, onnx_type in _DTYPES}
-
-# aclFormat codes by name (acl_base.h).
-ACL_FORMAT_CODES: dict[str, int] = {
-    "NCHW": 0,
-    "NHWC": 1,
-    "ND": 2,
-    "NC1HWC0": 3,
-    "FRACTAL_Z": 4,
-    "NC1HWC0_C04": 12,
-    "HWCN": 16,
-    "NDHWC": 27,
-    "FRACTAL_NZ": 29,
-    "NCDHW": 30,
-    "NDC1HWC0": 32,
-    "FRACTAL_Z_3D": 33,
-    "NC": 35,
-    "NCL": 47,
-}
-# What `--input_format` accepts (ATC accepts these for model inputs).
-INPUT_FORMATS = ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")
-
-DYNAMIC_KINDS = ("static", "batch", "hw", "dims")
-_KIND_LABELS = {
-    "batch": "dynamic batch",
-    "hw": "dynamic image size",
-    "dims": "dynamic dims",
-}
 MAX_GEARS = 100  # ATC's limit for every gear option
 
 Shape = tuple[int, ...]
@@ -124,7 +81,7 @@ class OmDescription:
 
     inputs: tuple[OmTensor, ...]
     outputs: tuple[OmTensor, ...]
-    dynamic_kind: str  # one of DYNAMIC_KINDS
+    dynamic_kind: GearKind
     # batch: (b,); hw: (h, w); dims: one value per -1 dim, inputs in `shape_order` (ATC assigns
     # --dynamic_dims values in --input_shape order, not in the graph's input order)
     gears: tuple[Gear, ...]
@@ -162,14 +119,14 @@ class OmDescription:
         return max(self.gears, key=lambda g: _elements(self.input_shapes(g)))
 
     def _gear_index(self, gear: Sequence[int] | None) -> int:
-        if self.dynamic_kind == "static":
+        if self.dynamic_kind == GearKind.STATIC:
             if gear is not None:
                 raise ValueError(f"the model is static: gear must be None, got {tuple(gear)}")
             return 0
         key = None if gear is None else tuple(int(v) for v in gear)
         if key in self.gears:
             return self.gears.index(key)
-        label = _KIND_LABELS[self.dynamic_kind]
+        label = self.dynamic_kind.atc_description
         allowed = ", ".join(_gear_text(g) for g in self.gears)
         if key is None:
             raise ValueError(f"the model has {label} gears; choose one of: {allowed}")
@@ -199,7 +156,7 @@ class OmModel:
                 data = Path(source).read_bytes()
             except OSError as exc:
                 raise OmFormatError(
-                    ACL_ERROR_READ_MODEL_FAILURE,
+                    AclCode.READ_MODEL_FAILURE,
                     f"cannot read model file {source}: {exc.strerror or exc}",
                 ) from exc
         header, onnx_bytes = _unpack(data, source)
@@ -224,7 +181,7 @@ class OmModel:
         shapes = desc.input_shapes(gear)
         feeds = {}
         for tensor, array, shape in zip(desc.inputs, inputs, shapes):
-            expected = ACL_DTYPE_TO_NUMPY[tensor.acl_dtype]
+            expected = NUMPY_BY_ACL[tensor.acl_dtype]
             if array.dtype != expected:
                 raise ValueError(f"input {tensor.name} must be {expected}, got {array.dtype}")
             if tuple(array.shape) != shape:
@@ -291,13 +248,13 @@ def compile_onnx(
         raise OmCompileError(f"--model {model_path} is not a valid ONNX model: {exc}") from exc
     if input_format is None:
         input_format = "ND" if dynamic_dims is not None else "NCHW"
-    if input_format not in INPUT_FORMATS:
+    accepted = [f.name for f in ATC_INPUT_FORMATS]
+    if input_format not in accepted:
         raise OmCompileError(
-            f"--input_format {input_format!r} is not supported; "
-            f"use one of {', '.join(INPUT_FORMATS)}"
+            f"--input_format {input_format!r} is not supported; use one of {', '.join(accepted)}"
         )
 
-    inputs, order = _input_tensors(proto, input_shape, ACL_FORMAT_CODES[input_format], model_path)
+    inputs, order = _input_tensors(proto, input_shape, Format[input_format], model_path)
     if dynamic_dims is not None and dynamic_batch_size is None and dynamic_image_size is None:
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
@@ -305,7 +262,7 @@ def compile_onnx(
     output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, order, model_path)
     desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes, order)
     largest_shapes = desc.output_shapes(desc.largest_gear())
-    nd = ACL_FORMAT_CODES["ND"]  # ATC reports outputs as ND
+    nd = Format.ND  # ATC reports outputs as ND
     outputs = tuple(
         OmTensor(o.name, _acl_dtype(o.type.tensor_type.elem_type, f"output {o.name}"), nd, dims)
         for o, dims in zip(proto.graph.output, largest_shapes)
@@ -357,29 +314,29 @@ def _write(path: Path, header: dict[str, Any], onnx_bytes: bytes) -> Path:
 def _unpack(data: bytes, source: str) -> tuple[dict[str, Any], bytes]:
     if data.startswith(REAL_OM_MAGIC):
         raise OmFormatError(
-            ACL_ERROR_DESERIALIZE_MODEL,
+            AclCode.DESERIALIZE_MODEL,
             f"{source} is a real ATC .om (it starts with b'IMOD'); the emulator only runs .om "
             "files made by `ge-python-model emulator compile`. Real .om files need real pyACL "
             "(CANN) on an Ascend host.",
         )
     if not MAGIC.startswith(data[: len(MAGIC) - 1]):  # a short prefix of MAGIC is truncated
         raise OmFormatError(
-            ACL_ERROR_PARSE_MODEL,
+            AclCode.PARSE_MODEL,
             f"{source} is not an .om file (unknown content starting with {data[:8]!r})",
         )
     if len(data) >= len(MAGIC) and data[: len(MAGIC)] != MAGIC:
         raise OmFormatError(
-            ACL_ERROR_PARSE_MODEL,
+            AclCode.PARSE_MODEL,
             f"{source} is an emulator .om of an unknown container version "
             f"{data[len(MAGIC) - 1 : len(MAGIC)]!r}; this build reads version {MAGIC[-1:]!r}",
         )
     header_len = _LENGTH.unpack_from(data, len(MAGIC))[0] if len(data) >= _MIN_SIZE else 0
     if len(data) < _MIN_SIZE + header_len:
-        raise OmFormatError(ACL_ERROR_PARSE_MODEL, f"{source} is truncated ({len(data)} bytes)")
+        raise OmFormatError(AclCode.PARSE_MODEL, f"{source} is truncated ({len(data)} bytes)")
     body, trailer = data[:-_TRAILER_SIZE], data[-_TRAILER_SIZE:]
     if hashlib.sha256(body).digest() != trailer:
         raise OmFormatError(
-            ACL_ERROR_PARSE_MODEL,
+            AclCode.PARSE_MODEL,
             f"{source} fails its SHA-256 check: the file is truncated or was altered",
         )
     start = len(MAGIC) + _LENGTH.size
@@ -387,7 +344,7 @@ def _unpack(data: bytes, source: str) -> tuple[dict[str, Any], bytes]:
         header = json.loads(body[start : start + header_len].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise OmFormatError(
-            ACL_ERROR_PARSE_MODEL, f"{source} has an unreadable header: {exc}"
+            AclCode.PARSE_MODEL, f"{source} has an unreadable header: {exc}"
         ) from exc
     return header, body[start + header_len :]
 
@@ -402,7 +359,7 @@ def _description_to_header(desc: OmDescription) -> dict[str, Any]:
     return {
         "version": HEADER_VERSION,
         "soc_version": desc.soc_version,
-        "dynamic_kind": desc.dynamic_kind,
+        "dynamic_kind": desc.dynamic_kind.value,
         "gears": [list(g) for g in desc.gears],
         "inputs": tensors(desc.inputs),
         "outputs": tensors(desc.outputs),
@@ -424,7 +381,7 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
         desc = OmDescription(
             inputs=tensors(header["inputs"]),
             outputs=tensors(header["outputs"]),
-            dynamic_kind=str(header["dynamic_kind"]),
+            dynamic_kind=_gear_kind(header["dynamic_kind"]),
             gears=tuple(_ints(g) for g in header["gears"]),
             soc_version=str(header["soc_version"]),
             gear_output_shapes=tuple(
@@ -437,15 +394,15 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
         if any(name not in names for name in desc.shape_order):
             raise ValueError(f"shape_order {list(desc.shape_order)} names unknown inputs")
         unknown = [
-            t.acl_dtype for t in desc.inputs + desc.outputs if t.acl_dtype not in ACL_DTYPE_NAMES
+            t.acl_dtype for t in desc.inputs + desc.outputs if t.acl_dtype not in NUMPY_BY_ACL
         ]
-        if desc.dynamic_kind not in DYNAMIC_KINDS or unknown:
-            raise ValueError(f"unknown dynamic kind or dtype codes {desc.dynamic_kind!r} {unknown}")
+        if unknown:
+            raise ValueError(f"unknown dtype codes {unknown}")
         if len(desc.gear_output_shapes) != max(1, len(desc.gears)):
             raise ValueError("output shapes do not match the gears")
     except (KeyError, TypeError, ValueError) as exc:
         raise OmFormatError(
-            ACL_ERROR_PARSE_MODEL, f"{source} has an invalid header ({type(exc).__name__}: {exc})"
+            AclCode.PARSE_MODEL, f"{source} has an invalid header ({type(exc).__name__}: {exc})"
         ) from exc
     return desc
 
@@ -556,7 +513,7 @@ def _gears(
     dynamic_batch_size: str | None,
     dynamic_image_size: str | None,
     dynamic_dims: str | None,
-) -> tuple[str, tuple[Gear, ...]]:
+) -> tuple[GearKind, tuple[Gear, ...]]:
     """Check the gear option against the inputs' -1 dims; returns (dynamic_kind, gears)."""
     options = {
         "--dynamic_batch_size": dynamic_batch_size,
@@ -575,7 +532,7 @@ def _gears(
                 "the emulator does not support fully dynamic shape: give --dynamic_batch_size, "
                 "--dynamic_image_size or --dynamic_dims, or fix every dim with --input_shape"
             )
-        return "static", ()
+        return GearKind.STATIC, ()
     flag = chosen[0]
     text = options[flag] or ""
     if not dynamic:
@@ -592,7 +549,7 @@ def _gears(
                     f"axis) and nowhere else; {t.name} is {_shape_text(t.dims)}"
                 )
         expected = 'positive batch sizes separated by ",", e.g. "1,2,4,8"'
-        return "batch", tuple(sorted(_parse_gears(flag, text.split(","), 1, expected)))
+        return GearKind.BATCH, tuple(sorted(_parse_gears(flag, text.split(","), 1, expected)))
     if flag == "--dynamic_image_size":
         for t in dynamic:
             if t.dims.count(-1) != 2:
@@ -601,7 +558,7 @@ def _gears(
                     f"(H and W); {t.name} is {_shape_text(t.dims)}"
                 )
         expected = 'gears separated by ";", each "height,width", e.g. "224,224;448,448"'
-        return "hw", _parse_gears(flag, text.split(";"), 2, expected)
+        return GearKind.HW, _parse_gears(flag, text.split(";"), 2, expected)
     count = sum(t.dims.count(-1) for t in inputs)
     by_name = {t.name: t for t in inputs}
     ordered = [by_name[name] for name in order] or list(inputs)
@@ -610,7 +567,7 @@ def _gears(
         f'gears separated by ";", each with {count} comma-separated values, one per -1 dim '
         f"of the inputs in --input_shape order ({order_text})"
     )
-    return "dims", _parse_gears(flag, text.split(";"), count, expected)
+    return GearKind.DIMS, _parse_gears(flag, text.split(";"), count, expected)
 
 
 def _parse_gears(flag: str, items: list[str], size: int, expected: str) -> tuple[Gear, ...]:
@@ -634,7 +591,7 @@ def _parse_gears(flag: str, items: list[str], size: int, expected: str) -> tuple
 def _probe_outputs(
     onnx_bytes: bytes,
     inputs: tuple[OmTensor, ...],
-    kind: str,
+    kind: GearKind,
     gears: tuple[Gear, ...],
     order: tuple[str, ...],
     model_path: Path,
@@ -650,8 +607,7 @@ def _probe_outputs(
     for gear in gears or (None,):
         shapes = _fill_gear(kind, [t.dims for t in inputs], gear, positions)
         feeds = {
-            t.name: np.zeros(shape, ACL_DTYPE_TO_NUMPY[t.acl_dtype])
-            for t, shape in zip(inputs, shapes)
+            t.name: np.zeros(shape, NUMPY_BY_ACL[t.acl_dtype]) for t, shape in zip(inputs, shapes)
         }
         try:
             outputs = session.run(None, feeds)
@@ -667,16 +623,25 @@ def _probe_outputs(
 
 
 def _acl_dtype(onnx_elem_type: int, what: str) -> int:
-    if onnx_elem_type not in ONNX_TO_ACL_DTYPE:
+    """The aclDataType of an ONNX element type numpy holds; OmCompileError for any other."""
+    data_type = DTYPES_BY_ONNX.get(onnx_elem_type)
+    if data_type is None or data_type.numpy is None:
         import onnx
 
         name = onnx.TensorProto.DataType.Name(onnx_elem_type)
-        supported = ", ".join(onnx.TensorProto.DataType.Name(t) for t in ONNX_TO_ACL_DTYPE)
+        supported = ", ".join(str(t.onnx_name) for t in DTYPES_BY_NUMPY.values())
         raise OmCompileError(
             f"{what} has ONNX type {name}, which the emulator does not support; "
             f"supported: {supported}"
         )
-    return ONNX_TO_ACL_DTYPE[onnx_elem_type]
+    return data_type.acl
+
+
+def _gear_kind(value: Any) -> GearKind:
+    try:
+        return GearKind(value)
+    except ValueError:
+        raise ValueError(f"unknown dynamic kind {value!r}") from None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -706,13 +671,13 @@ def _ort_threads() -> int:
 
 
 def _fill_gear(
-    kind: str, dims: list[Shape], gear: Sequence[int] | None, order: Sequence[int]
+    kind: GearKind, dims: list[Shape], gear: Sequence[int] | None, order: Sequence[int]
 ) -> list[Shape]:
     """Replace the -1 dims by the gear's values: batch/hw per input; dims across the inputs in
     `order` (input indices in --input_shape order), as ATC assigns --dynamic_dims values."""
     if gear is None:
         return list(dims)
-    if kind != "dims":
+    if kind != GearKind.DIMS:
         return [_fill_one(input_dims, iter(gear)) for input_dims in dims]
     shapes = list(dims)
     values = iter(gear)

@@ -25,12 +25,11 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.config import (
     DEFAULT_MAX_QUEUE_DELAY_US,
     ConfigError,
-    GearsLike,
     ModelConfig,
-    TensorLike,
     compare_config_with_session,
     config_data_type,
     model_dims,
@@ -51,9 +50,9 @@ class Completion:
 
 def complete_config(
     config: ModelConfig,
-    inputs: Sequence[TensorLike],
-    outputs: Sequence[TensorLike],
-    gears: GearsLike,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    gears: GearInfo,
 ) -> list[str]:
     """Fill what `config` lacks from the `.om` description (see the module docstring), in place;
     return what was filled. ConfigError naming every field that disagrees with the `.om`."""
@@ -117,7 +116,7 @@ def complete_version(
     return Completion(om_path, description, tuple(filled))
 
 
-def _declares_full_shapes(config: ModelConfig, specs: Sequence[TensorLike]) -> bool:
+def _declares_full_shapes(config: ModelConfig, specs: Sequence[TensorSpec]) -> bool:
     """Whether a declared tensor has as many dims as the `.om` shape, batch axis included."""
     ranks = {spec.name: len(spec.shape) for spec in specs}
     return any(

@@ -12,13 +12,15 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from ge_python_backend.ascend import GearKind
 from ge_python_backend.errors import UserError
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 
 if TYPE_CHECKING:
     from ge_python_backend.repository.parameters import ModelParameters
@@ -42,41 +44,6 @@ def shell_unsafe_characters(text: str) -> str:
 
 class ConfigError(UserError, ValueError):
     """A model configuration that cannot be built, parsed or does not fit the `.om`."""
-
-
-class TensorLike(Protocol):
-    """What the config needs from a `runtime.TensorSpec`."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def triton_dtype(self) -> str: ...
-
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-
-
-class GearsLike(Protocol):
-    """What the config needs from a `runtime.GearInfo`."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def batched(self) -> bool: ...
-
-    @property
-    def batch_gears(self) -> tuple[int, ...]: ...
-
-    @property
-    def hw_gears(self) -> tuple[tuple[int, int], ...]: ...
-
-    @property
-    def dims_gears(self) -> tuple[tuple[tuple[int, ...], ...], ...]: ...
-
-    @property
-    def max_batch(self) -> int: ...
 
 
 def config_data_type(triton_dtype: str) -> int:
@@ -115,17 +82,17 @@ def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
     return list(shape[1:] if batched else shape)
 
 
-def first_gear_shapes(inputs: Sequence[TensorLike], gears: GearsLike) -> list[list[int]]:
+def first_gear_shapes(inputs: Sequence[TensorSpec], gears: GearInfo) -> list[list[int]]:
     """Full shapes of every input for the model's first gear (a static model's own shapes):
     axis 0 is the first batch gear, the last two free axes the first HW gear, or the first dims
     gear's shapes; -1 stays on any other dynamic axis."""
-    if gears.kind == "dims" and gears.dims_gears:
+    if gears.kind == GearKind.DIMS and gears.dims_gears:
         return [list(shape) for shape in gears.dims_gears[0]]
     shapes = [list(spec.shape) for spec in inputs]
     for shape in shapes:
-        if gears.kind == "batch" and gears.batch_gears and shape and shape[0] < 0:
+        if gears.kind == GearKind.BATCH and gears.batch_gears and shape and shape[0] < 0:
             shape[0] = gears.batch_gears[0]
-        if gears.kind == "hw" and gears.hw_gears:
+        if gears.kind == GearKind.HW and gears.hw_gears:
             free = [axis for axis, dim in enumerate(shape) if dim < 0 and axis > 0]
             for axis, value in zip(free[-2:], gears.hw_gears[0]):
                 shape[axis] = value
@@ -134,9 +101,9 @@ def first_gear_shapes(inputs: Sequence[TensorLike], gears: GearsLike) -> list[li
 
 def build_model_config(
     name: str,
-    inputs: Sequence[TensorLike],
-    outputs: Sequence[TensorLike],
-    gears: GearsLike,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    gears: GearInfo,
     parameters: ModelParameters,
     *,
     instances: int,
@@ -280,7 +247,7 @@ def _dims_conflict(config_dims: Sequence[int], om_dims: Sequence[int]) -> bool:
 
 
 def _compare_tensors(
-    kind: str, declared: Sequence[Any], specs: Sequence[TensorLike], batched: bool
+    kind: str, declared: Sequence[Any], specs: Sequence[TensorSpec], batched: bool
 ) -> list[str]:
     """Problems between the config's `input`/`output` entries and the `.om` tensors."""
     problems: list[str] = []
@@ -315,9 +282,9 @@ def _compare_tensors(
 
 def compare_config_with_session(
     config: ModelConfig,
-    inputs: Sequence[TensorLike],
-    outputs: Sequence[TensorLike],
-    gears: GearsLike,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    gears: GearInfo,
 ) -> list[str]:
     """What in `config` does not fit the `.om` description; empty when they agree.
 

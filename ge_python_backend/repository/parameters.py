@@ -239,8 +239,8 @@ class ModelParameters:
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> ModelParameters:
-        """The parameters of `config` (others are ignored: `unknown_parameters`); ConfigError
-        naming every bad or missing one."""
+        """The parameters of `config` (others are ignored: `unknown_parameters`; a missing one
+        takes its default); ConfigError naming every bad one."""
         given = {
             name: config.parameters[name].string_value
             for name in PARAMETER_NAMES

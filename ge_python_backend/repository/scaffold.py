@@ -27,12 +27,12 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2
 
 import ge_python_backend
+from ge_python_backend.ascend import GearKind
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import (
-    GearsLike,
     ModelConfig,
-    TensorLike,
     build_model_config,
     check_model_name,
     compare_config_with_session,
@@ -57,27 +57,6 @@ VENDOR_DIR = "_ge_vendor"
 
 
 @dataclasses.dataclass(frozen=True)
-class DeclaredTensor:
-    """A tensor given as `NAME:TYPE:DIMS` (full `.om` shape, -1 on dynamic axes)."""
-
-    name: str
-    triton_dtype: str
-    shape: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class DeclaredGears:
-    """Gears of a declared model: static, or batched with the one gear `max_batch`."""
-
-    kind: str = "static"
-    batched: bool = False
-    batch_gears: tuple[int, ...] = ()
-    hw_gears: tuple[tuple[int, int], ...] = ()
-    dims_gears: tuple[tuple[tuple[int, ...], ...], ...] = ()
-    max_batch: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class ScaffoldResult:
     """What `scaffold` wrote (or, for a dry run, would write)."""
 
@@ -88,16 +67,16 @@ class ScaffoldResult:
     config: ModelConfig
     config_text: str
     om_sha256: str
-    inputs: tuple[TensorLike, ...]
-    outputs: tuple[TensorLike, ...]
-    gears: GearsLike
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    gears: GearInfo
     vendor_dir: Path | None = None
     written: bool = False
     added_version: bool = False  # a version added to an existing model (its config kept)
 
 
-def parse_tensor_declaration(text: str) -> DeclaredTensor:
-    """`"images:FP32:-1,3,224,224"` -> DeclaredTensor (TYPE is a Triton name, e.g. FP16, INT64)."""
+def parse_tensor_declaration(text: str) -> TensorSpec:
+    """`"images:FP32:-1,3,224,224"` -> TensorSpec (TYPE is a Triton name, e.g. FP16, INT64)."""
     parts = text.split(":")
     if len(parts) != 3 or not parts[0]:
         raise UserError(f"tensor {text!r} must be NAME:TYPE:DIMS, e.g. images:FP32:-1,3,224,224")
@@ -111,12 +90,12 @@ def parse_tensor_declaration(text: str) -> DeclaredTensor:
         raise UserError(f"tensor {text!r}: DIMS must be comma-separated integers") from None
     if any(dim == 0 or dim < -1 for dim in shape):
         raise UserError(f"tensor {text!r}: dims must be positive or -1")
-    return DeclaredTensor(name, dtype, shape)
+    return TensorSpec.declared(name, dtype, shape)
 
 
 def declared_model(
     inputs: Sequence[str], outputs: Sequence[str], max_batch_size: int | None
-) -> tuple[tuple[DeclaredTensor, ...], tuple[DeclaredTensor, ...], DeclaredGears]:
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], GearInfo]:
     """Inputs, outputs and gears from `NAME:TYPE:DIMS` declarations.
 
     Without `max_batch_size` the model is static (no batch axis, full shapes in the config).
@@ -128,7 +107,7 @@ def declared_model(
     declared_in = tuple(parse_tensor_declaration(text) for text in inputs)
     declared_out = tuple(parse_tensor_declaration(text) for text in outputs)
     if max_batch_size is None:
-        return declared_in, declared_out, DeclaredGears()
+        return declared_in, declared_out, GearInfo()
     if max_batch_size < 1:
         raise UserError(f"--max-batch-size must be >= 1, got {max_batch_size}")
     for tensor in (*declared_in, *declared_out):
@@ -137,13 +116,13 @@ def declared_model(
                 f"tensor {tensor.name!r}: with --max-batch-size {max_batch_size} axis 0 is the "
                 f"batch axis and must be -1 or {max_batch_size}, got {tensor.shape[0]}"
             )
-    gears = DeclaredGears("batch", True, (max_batch_size,), max_batch=max_batch_size)
+    gears = GearInfo(GearKind.BATCH, True, (max_batch_size,), max_batch=max_batch_size)
     return declared_in, declared_out, gears
 
 
 def describe_om(
     om_path: Path, runtime: str, input_shape_order: Sequence[str] | None = None
-) -> tuple[tuple[TensorLike, ...], tuple[TensorLike, ...], GearsLike]:
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], GearInfo]:
     """Inputs, outputs and gears read from the `.om` by opening a runtime Session."""
     try:
         with open_session(om_path, runtime, input_shape_order) as session:
@@ -263,9 +242,9 @@ def scaffold(
         input_shape_order=parse_input_shape_order(input_shape_order),
         pipeline_min_device_us=pipeline_min_device_us,
     )
-    specs_in: Sequence[TensorLike]
-    specs_out: Sequence[TensorLike]
-    gears: GearsLike
+    specs_in: Sequence[TensorSpec]
+    specs_out: Sequence[TensorSpec]
+    gears: GearInfo
     if inputs or outputs:
         specs_in, specs_out, gears = declared_model(inputs or (), outputs or (), max_batch_size)
     else:
@@ -373,7 +352,7 @@ def _add_version(
     source: Path,
     version_dir: Path,
     sha256: str,
-    described: tuple[tuple[TensorLike, ...], tuple[TensorLike, ...], GearsLike],
+    described: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], GearInfo],
     *,
     runtime: str,
     policy: model_config_pb2.ModelVersionPolicy | None,

@@ -13,6 +13,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
+from ge_python_backend.ascend import DATA_TYPES
 from ge_python_backend.repository.config import ConfigError, load_model_config
 from ge_python_backend.repository.parameters import ModelParameters
 
@@ -32,20 +33,9 @@ STRING_ELEMENT_BYTES = 64
 SHM_HEADROOM_BYTES = 64 * MIB
 SHM_MIN_BYTES = 256 * MIB
 
+# Bytes per element by config data type name ("TYPE_FP32").
 _ELEMENT_BYTES = {
-    "TYPE_BOOL": 1,
-    "TYPE_UINT8": 1,
-    "TYPE_INT8": 1,
-    "TYPE_UINT16": 2,
-    "TYPE_INT16": 2,
-    "TYPE_FP16": 2,
-    "TYPE_BF16": 2,
-    "TYPE_UINT32": 4,
-    "TYPE_INT32": 4,
-    "TYPE_FP32": 4,
-    "TYPE_UINT64": 8,
-    "TYPE_INT64": 8,
-    "TYPE_FP64": 8,
+    **{t.triton_config: t.itemsize for t in DATA_TYPES if t.triton_config and t.itemsize},
     "TYPE_STRING": STRING_ELEMENT_BYTES,
 }
 

@@ -5,6 +5,7 @@ Importing this package does not import `acl`; `load_acl` (called by `Session`) d
 
 from __future__ import annotations
 
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import (
     ENV_VAR,
     RUNTIMES,
@@ -25,7 +26,7 @@ from ge_python_backend.runtime.errors import (
     check,
 )
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
-from ge_python_backend.runtime.model import Dataset, GearInfo, Model, TensorSpec
+from ge_python_backend.runtime.model import Dataset, Model
 from ge_python_backend.runtime.session import (
     PIPELINE_DEPTHS,
     PendingBatch,

@@ -9,10 +9,10 @@ import threading
 import weakref
 from types import ModuleType
 
-from ge_python_backend.runtime.errors import RuntimeSelectionError, check, describe_code
+from ge_python_backend.ascend import AclCode, describe_code
+from ge_python_backend.runtime.errors import RuntimeSelectionError, check
 
 __all__ = [
-    "ACL_ERROR_UNINITIALIZE",
     "ENV_VAR",
     "RUNTIMES",
     "AclProbe",
@@ -25,10 +25,6 @@ __all__ = [
 ENV_VAR = "GE_PYTHON_BACKEND_ACL"
 RUNTIMES = ("pyacl", "emulator")
 _MODULES = {"pyacl": "acl", "emulator": "ge_python_backend.emulator.acl"}
-
-ACL_ERROR_UNINITIALIZE = 100001
-ACL_ERROR_REPEAT_INITIALIZE = 100002
-ACL_ERROR_REPEAT_FINALIZE = 100037
 
 _init_lock = threading.Lock()
 _initialized: set[int] = set()  # id() of every acl module initialised in this process
@@ -88,7 +84,8 @@ def ensure_initialized(acl: ModuleType, again: bool = False) -> None:
         if id(acl) in _initialized and not again:
             return
         ret = acl.init()
-        if ret != ACL_ERROR_REPEAT_INITIALIZE:  # someone else initialised: they finalise
+        # REPEAT_INITIALIZE: someone else initialised acl, and they finalise it
+        if ret != AclCode.REPEAT_INITIALIZE:
             check(ret, "acl.init", acl)
             if id(acl) not in _finalizing:
                 weakref.finalize(_PROCESS, _finalize, acl)
@@ -98,7 +95,7 @@ def ensure_initialized(acl: ModuleType, again: bool = False) -> None:
 
 def _finalize(acl: ModuleType) -> None:
     ret = acl.finalize()
-    if ret != ACL_ERROR_REPEAT_FINALIZE:
+    if ret != AclCode.REPEAT_FINALIZE:
         check(ret, "acl.finalize", acl)
 
 
@@ -140,7 +137,7 @@ def probe_acl(runtime: str) -> AclProbe:
 
 def _count_devices(acl: ModuleType) -> tuple[int | None, str]:
     init_ret = acl.init()
-    if init_ret not in (0, ACL_ERROR_REPEAT_INITIALIZE):
+    if init_ret not in (AclCode.SUCCESS, AclCode.REPEAT_INITIALIZE):
         name, explanation = describe_code(init_ret)
         return None, f"acl.init returned {init_ret} {name} ({explanation})"
     try:

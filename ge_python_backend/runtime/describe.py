@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import ensure_initialized, load_acl
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
 from ge_python_backend.runtime.gears import GearTable
-from ge_python_backend.runtime.model import GearInfo, TensorSpec, _describe
+from ge_python_backend.runtime.model import _describe
 
 __all__ = ["ModelFileDescription", "describe_om"]
 

@@ -8,7 +8,8 @@ import weakref
 from collections import Counter
 from types import ModuleType
 
-from ge_python_backend.runtime._acl import ACL_ERROR_UNINITIALIZE, ensure_initialized
+from ge_python_backend.ascend import AclCode, RunMode
+from ge_python_backend.runtime._acl import ensure_initialized
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.errors import check
 
@@ -16,7 +17,6 @@ __all__ = ["Context", "Device", "Event", "Stream"]
 
 logger = logging.getLogger(__name__)
 
-ACL_DEVICE = 0  # aclrtRunMode: the program runs on the device's own CPU (RC mode)
 ACL_DDR_MEM, ACL_HBM_MEM = 0, 1  # aclrtMemAttr
 
 # The Context this thread made current last (ACL's current context is per thread). `activate`
@@ -59,7 +59,7 @@ class Device(Resource):
         with _devices_lock:
             if not _device_users[key]:
                 ret = acl.rt.set_device(device_id)
-                if ret == ACL_ERROR_UNINITIALIZE:  # acl.finalize was called behind our back
+                if ret == AclCode.UNINITIALIZE:  # acl.finalize was called behind our back
                     ensure_initialized(acl, again=True)
                     ret = acl.rt.set_device(device_id)
                 check(ret, "acl.rt.set_device", acl)
@@ -74,7 +74,7 @@ class Device(Resource):
         except BaseException:
             self._abandon()
             raise
-        self.shares_host_memory = mode == ACL_DEVICE
+        self.shares_host_memory = mode == RunMode.DEVICE
 
     def memory(self) -> tuple[int, int]:
         """(free, total) bytes of device memory (`acl.rt.get_mem_info`; call under a context of
@@ -193,9 +193,6 @@ def _destroy_stream(context: Context, handle: int) -> None:
     check(context.acl.rt.destroy_stream(handle), "acl.rt.destroy_stream", context.acl)
 
 
-EVENT_SYNC_TIMEOUT = 507047  # ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
-
-
 class Event(Resource):
     """An event in `context`: recorded on a stream, it marks a point of the stream's work."""
 
@@ -223,7 +220,7 @@ class Event(Resource):
             return None
         self.context.activate()
         ret = with_timeout(self.handle, timeout_ms)
-        if ret == EVENT_SYNC_TIMEOUT:
+        if ret == AclCode.RT_EVENT_SYNC_TIMEOUT:
             return False
         check(ret, "acl.rt.synchronize_event_with_timeout", acl)
         return True

@@ -7,16 +7,16 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.ascend import DTYPES_BY_NUMPY
+from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime.errors import InputError
-from ge_python_backend.runtime.gears import KIND_LABELS, GearTable
-from ge_python_backend.runtime.model import ACL_DTYPES, TensorSpec
+from ge_python_backend.runtime.gears import GearTable
 
 __all__ = ["FeedChecker", "Feeds"]
 
 Feeds = Mapping[str, np.ndarray]
 _Signature = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
 
-_TRITON_NAMES = {dtype: triton for dtype, triton, _ in ACL_DTYPES.values()}
 _CACHE_SIZE = 256  # request signatures (input names, dtypes, shapes) remembered as valid
 
 
@@ -98,9 +98,9 @@ class FeedChecker:
             ):
                 return number, next(iter(rows.values()), 1)
         got = ", ".join(f"{spec.name} {feeds[spec.name].shape}" for spec in self.inputs)
-        kind = KIND_LABELS[self.table.kind]
         raise InputError(
-            f"input shapes {got} match none of the model's {kind} gears: {self.table.labels()}"
+            f"input shapes {got} match none of the model's {self.table.kind.label} gears: "
+            f"{self.table.text()}"
         )
 
 
@@ -125,5 +125,6 @@ def _template(shape: tuple[int, ...], batched: bool) -> str:
 
 
 def _dtype_text(dtype: np.dtype[Any]) -> str:
-    triton = _TRITON_NAMES.get(dtype)
+    data_type = DTYPES_BY_NUMPY.get(dtype)
+    triton = None if data_type is None else data_type.triton
     return f"{dtype} ({triton})" if triton else str(dtype)

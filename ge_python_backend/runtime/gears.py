@@ -10,16 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.ascend import GearKind
+from ge_python_backend.modelinfo import GearInfo, Shape, gears_text
 from ge_python_backend.runtime.batching import normalize_gears
 from ge_python_backend.runtime.errors import ModelFileError
-from ge_python_backend.runtime.model import Dataset, GearInfo, Model, ModelDescription
+from ge_python_backend.runtime.model import Dataset, Model, ModelDescription
 
 __all__ = ["Gear", "GearTable"]
 
-Shape = tuple[int, ...]
 OutputKey = tuple[int, int]  # (index in the gear table, batch gear or 0)
-
-KIND_LABELS = {"batch": "batch", "hw": "HW", "dims": "dims", "static": "static"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +26,6 @@ class Gear:
     """One input configuration the model runs: a gear, or the static shapes."""
 
     shapes: tuple[Shape, ...]  # every input's full shape; dynamic batch keeps -1 on axis 0
-    label: str  # how error messages name it
     values: tuple[int, ...] = ()  # for the set_* call: (h, w), or the dims in the model's order
 
 
@@ -39,9 +37,9 @@ class GearTable:
     """
 
     def __init__(self, desc: ModelDescription, path: Path) -> None:
-        self.kind = desc.kind
+        self.kind = desc.gears.kind
         self.gears = _gears(desc, path)
-        self.batch_sizes = desc.batch_gears  # the dynamic batch gears (empty otherwise)
+        self.batch_sizes = desc.gears.batch_gears  # the dynamic batch gears (empty otherwise)
         self.output_shapes: dict[OutputKey, list[Shape]] = {}
         self._desc = desc
         self._path = path
@@ -53,8 +51,8 @@ class GearTable:
         """
         desc = self._desc
         for number in range(len(self.gears)):
-            for batch in desc.batch_gears or (0,):
-                if desc.kind == "static":
+            for batch in self.batch_sizes or (0,):
+                if self.kind == GearKind.STATIC:
                     shapes = [info.spec.shape for info in desc.outputs]
                 else:
                     self.select(model, inputs, number, batch)
@@ -70,30 +68,30 @@ class GearTable:
         is -1 but a batch axis 0 shared by all inputs and outputs."""
         desc = self._desc
         reported = [info.spec.shape for info in desc.outputs]
-        if desc.kind == "batch":
-            for batch in desc.batch_gears:
+        if self.kind == GearKind.BATCH:
+            for batch in self.batch_sizes:
                 self.output_shapes[(0, batch)] = [(batch, *shape[1:]) for shape in reported]
         else:
             self.output_shapes[(0, 0)] = reported
         self.info = self._gear_info(desc, self._path)
-        if desc.kind in ("hw", "dims"):
+        if self.kind in (GearKind.HW, GearKind.DIMS):
             kept = 1 if self.info.batched else 0
             return self.info, [(*s[:kept], *(-1 for _ in s[kept:])) for s in reported]
         return self.info, [self.merged_output_shape(n) for n in range(len(reported))]
 
     def select(self, model: Model, inputs: Dataset, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
-        if self.kind == "batch":
+        if self.kind == GearKind.BATCH:
             model.set_dynamic_batch_size(inputs, batch)
-        elif self.kind == "hw":
+        elif self.kind == GearKind.HW:
             height, width = self.gears[gear].values
             model.set_dynamic_hw_size(inputs, height, width)
-        elif self.kind == "dims":
+        elif self.kind == GearKind.DIMS:
             model.set_input_dynamic_dims(inputs, self.gears[gear].values)
 
     def output_key(self, gear: int, batch: int) -> OutputKey:
         """The key of `output_shapes` for an execution of `gear` with `batch` rows run."""
-        return (gear, batch if self.kind == "batch" else 0)
+        return (gear, batch if self.kind == GearKind.BATCH else 0)
 
     def input_shapes(self, gear: int, batch: int) -> list[Shape]:
         """Concrete input shapes of an execution (`batch` 0: as the gear says)."""
@@ -116,11 +114,13 @@ class GearTable:
         every = [shapes[number] for shapes in self.output_shapes.values()]
         return tuple(dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*every))
 
-    def labels(self) -> str:
-        return "; ".join(gear.label for gear in self.gears)
+    def text(self) -> str:
+        """The gears as messages show them (`modelinfo.gears_text`); after `read_outputs`."""
+        return gears_text(self.info, [info.spec for info in self._desc.inputs])
 
     def _gear_info(self, desc: ModelDescription, path: Path) -> GearInfo:
-        if desc.kind == "batch":
+        """The description's gears, with the batch axis a non-batch-gear model has fixed."""
+        if self.kind == GearKind.BATCH:
             for (_, batch), shapes in self.output_shapes.items():
                 for info, shape in zip(desc.outputs, shapes):
                     if not shape or shape[0] != batch:
@@ -128,18 +128,16 @@ class GearTable:
                             f"{path}: output {info.spec.name!r} has shape {shape} at batch "
                             f"gear {batch}; expected the batch on axis 0"
                         )
-            batch_gears = normalize_gears(desc.batch_gears)
+            batch_gears = normalize_gears(desc.gears.batch_gears)
         else:
             every = [s for g in self.gears for s in g.shapes]
             every += [s for shapes in self.output_shapes.values() for s in shapes]
             heads = {shape[0] if shape else 0 for shape in every}
             batch_gears = (heads.pop(),) if len(heads) == 1 and min(heads) > 0 else ()
-        return GearInfo(
-            kind=desc.kind,
+        return dataclasses.replace(
+            desc.gears,
             batched=bool(batch_gears),
             batch_gears=batch_gears,
-            hw_gears=desc.hw_gears,
-            dims_gears=desc.dims_gears,
             max_batch=max(batch_gears, default=0),
         )
 
@@ -148,17 +146,18 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
     """The input configurations the model runs, with every input's full shape."""
     shapes = tuple(info.spec.shape for info in desc.inputs)
     names = [info.spec.name for info in desc.inputs]
-    if desc.kind == "static":
-        return [Gear(shapes, "static shapes " + ", ".join(map(str, shapes)))]
-    if desc.kind == "batch":
+    gears = desc.gears
+    if gears.kind == GearKind.STATIC:
+        return [Gear(shapes)]
+    if gears.kind == GearKind.BATCH:
         for name, shape in zip(names, shapes):
             if not shape or shape[0] != -1 or -1 in shape[1:]:
                 raise ModelFileError(
                     f"{path}: dynamic-batch input {name!r} has dims {list(shape)}; expected -1 "
                     "on axis 0 only"
                 )
-        return [Gear(shapes, ", ".join(map(str, normalize_gears(desc.batch_gears))))]
-    if desc.kind == "hw":
+        return [Gear(shapes)]
+    if gears.kind == GearKind.HW:
         for name, shape in zip(names, shapes):
             if shape.count(-1) not in (0, 2):
                 raise ModelFileError(
@@ -166,11 +165,10 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
                     "exactly the H and W axes"
                 )
         return [
-            Gear(tuple(_fill(shape, (h, w)) for shape in shapes), f"{h}x{w}", (h, w))
-            for h, w in desc.hw_gears
+            Gear(tuple(_fill(shape, (h, w)) for shape in shapes), (h, w)) for h, w in gears.hw_gears
         ]
     table = []
-    for gear, values in zip(desc.dims_gears, desc.dims_values):
+    for gear, values in zip(gears.dims_gears, desc.dims_values):
         for name, shape, concrete in zip(names, shapes, gear):
             if len(shape) != len(concrete) or not all(
                 s in (-1, c) for s, c in zip(shape, concrete)
@@ -179,8 +177,7 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
                     f"{path}: dims gear {[list(s) for s in gear]} gives input {name!r} the shape "
                     f"{list(concrete)}, which does not fit its dims {list(shape)}"
                 )
-        label = ", ".join(f"{name} {shape}" for name, shape in zip(names, gear))
-        table.append(Gear(gear, label, values))
+        table.append(Gear(gear, values))
     return table
 
 

@@ -25,13 +25,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ge_python_backend.ascend import GearKind
+from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
 from ge_python_backend.runtime.device import Context, Event, Stream
 from ge_python_backend.runtime.errors import AclError
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
-from ge_python_backend.runtime.model import Dataset, Model, TensorSpec
+from ge_python_backend.runtime.model import Dataset, Model
 
 __all__ = ["DeviceTimes", "Lane", "LaneEvents"]
 
@@ -211,7 +213,7 @@ class Lane(Resource):
             self.input_slots, self._input_views(table, execution.gear, execution.batch)
         ):
             slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
-        if table.kind != "static":
+        if table.kind != GearKind.STATIC:
             table.select(self.model, self.inputs, execution.gear, execution.batch)
         if after is not None and after is not self:
             after.queue_wait_for_execution(self.stream)

@@ -6,17 +6,15 @@ import ctypes
 
 import numpy as np
 
+from ge_python_backend.ascend import MemcpyKind
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import check
 
 __all__ = ["DeviceBuffer", "HostBuffer"]
 
-# aclrtMemMallocPolicy and aclrtMemcpyKind (acl_rt.h); pyACL exports no constants.
+# aclrtMemMallocPolicy (acl_rt.h); pyACL exports no constants.
 ACL_MEM_MALLOC_HUGE_FIRST = 0
-ACL_MEMCPY_HOST_TO_DEVICE = 1
-ACL_MEMCPY_DEVICE_TO_HOST = 2
-ACL_MEMCPY_DEVICE_TO_DEVICE = 3
 
 
 def _check_size(size: int) -> None:
@@ -71,14 +69,14 @@ class DeviceBuffer(Resource):
 
     def copy_from_host(self, host: HostBuffer, nbytes: int) -> None:
         """Copy the first `nbytes` of `host` to the start of this buffer (synchronous)."""
-        kind = self._check_copy(host, nbytes, ACL_MEMCPY_HOST_TO_DEVICE)
+        kind = self._check_copy(host, nbytes, MemcpyKind.HOST_TO_DEVICE)
         self.context.activate()
         acl = self.context.acl
         check(acl.rt.memcpy(self.ptr, self.size, host.ptr, nbytes, kind), "acl.rt.memcpy", acl)
 
     def copy_to_host(self, host: HostBuffer, nbytes: int) -> None:
         """Copy the first `nbytes` of this buffer to the start of `host` (synchronous)."""
-        kind = self._check_copy(host, nbytes, ACL_MEMCPY_DEVICE_TO_HOST)
+        kind = self._check_copy(host, nbytes, MemcpyKind.DEVICE_TO_HOST)
         self.context.activate()
         acl = self.context.acl
         check(acl.rt.memcpy(host.ptr, host.size, self.ptr, nbytes, kind), "acl.rt.memcpy", acl)
@@ -89,7 +87,7 @@ class DeviceBuffer(Resource):
         Both buffers start 64-byte aligned and `host` is page-locked, so `acl.rt.memcpy_async`
         returns at once; `host` must not change until the stream is synchronized.
         """
-        kind = self._check_copy(host, nbytes, ACL_MEMCPY_HOST_TO_DEVICE)
+        kind = self._check_copy(host, nbytes, MemcpyKind.HOST_TO_DEVICE)
         self.context.activate()
         acl = self.context.acl
         ret = acl.rt.memcpy_async(self.ptr, self.size, host.ptr, nbytes, kind, stream.handle)
@@ -97,13 +95,13 @@ class DeviceBuffer(Resource):
 
     def copy_to_host_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
         """Queue a copy of the first `nbytes` of this buffer to `host` on `stream`."""
-        kind = self._check_copy(host, nbytes, ACL_MEMCPY_DEVICE_TO_HOST)
+        kind = self._check_copy(host, nbytes, MemcpyKind.DEVICE_TO_HOST)
         self.context.activate()
         acl = self.context.acl
         ret = acl.rt.memcpy_async(host.ptr, host.size, self.ptr, nbytes, kind, stream.handle)
         check(ret, "acl.rt.memcpy_async", acl)
 
-    def _check_copy(self, host: HostBuffer, nbytes: int, kind: int) -> int:
+    def _check_copy(self, host: HostBuffer, nbytes: int, kind: MemcpyKind) -> MemcpyKind:
         """The memcpy kind to use; ValueError unless `nbytes` fits both buffers."""
         if not 0 < nbytes <= min(self.size, host.size):
             raise ValueError(
@@ -111,7 +109,7 @@ class DeviceBuffer(Resource):
                 f"{min(self.size, host.size)} bytes"
             )
         if self.context.device.shares_host_memory:
-            return ACL_MEMCPY_DEVICE_TO_DEVICE
+            return MemcpyKind.DEVICE_TO_DEVICE
         return kind
 
     def __repr__(self) -> str:

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.ascend import DTYPES_BY_ACL, DTYPES_BY_NUMPY, GearKind, format_name
+from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
@@ -19,90 +21,13 @@ from ge_python_backend.runtime.memory import DeviceBuffer
 __all__ = [
     "GEAR_INPUT_NAME",
     "Dataset",
-    "GearInfo",
     "Model",
     "ModelDescription",
     "TensorInfo",
-    "TensorSpec",
 ]
-
-Shape = tuple[int, ...]
 
 # The extra input ATC adds to gear models; the set_* calls fill it, callers never see it.
 GEAR_INPUT_NAME = "ascend_mbatch_shape_data"
-
-# aclDataType -> (numpy dtype, Triton dtype name, ACL name) for every type numpy can hold.
-ACL_DTYPES: dict[int, tuple[np.dtype[Any], str, str]] = {
-    0: (np.dtype(np.float32), "FP32", "ACL_FLOAT"),
-    1: (np.dtype(np.float16), "FP16", "ACL_FLOAT16"),
-    2: (np.dtype(np.int8), "INT8", "ACL_INT8"),
-    3: (np.dtype(np.int32), "INT32", "ACL_INT32"),
-    4: (np.dtype(np.uint8), "UINT8", "ACL_UINT8"),
-    6: (np.dtype(np.int16), "INT16", "ACL_INT16"),
-    7: (np.dtype(np.uint16), "UINT16", "ACL_UINT16"),
-    8: (np.dtype(np.uint32), "UINT32", "ACL_UINT32"),
-    9: (np.dtype(np.int64), "INT64", "ACL_INT64"),
-    10: (np.dtype(np.uint64), "UINT64", "ACL_UINT64"),
-    11: (np.dtype(np.float64), "FP64", "ACL_DOUBLE"),
-    12: (np.dtype(np.bool_), "BOOL", "ACL_BOOL"),
-}
-# aclDataType codes numpy cannot hold, named for the error message.
-_UNSUPPORTED_DTYPES = {
-    -1: "ACL_DT_UNDEFINED",
-    13: "ACL_STRING",
-    16: "ACL_COMPLEX64",
-    17: "ACL_COMPLEX128",
-    27: "ACL_BF16",
-    29: "ACL_INT4",
-    30: "ACL_UINT1",
-    33: "ACL_COMPLEX32",
-}
-# aclFormat (acl_base.h).
-ACL_FORMATS = {
-    -1: "UNDEFINED",
-    0: "NCHW",
-    1: "NHWC",
-    2: "ND",
-    3: "NC1HWC0",
-    4: "FRACTAL_Z",
-    12: "NC1HWC0_C04",
-    16: "HWCN",
-    27: "NDHWC",
-    29: "FRACTAL_NZ",
-    30: "NCDHW",
-    32: "NDC1HWC0",
-    33: "FRACTAL_Z_3D",
-    35: "NC",
-    47: "NCL",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output as callers see it."""
-
-    name: str
-    dtype: np.dtype[Any]  # numpy dtype
-    triton_dtype: str  # Triton protocol name: "FP32", "INT64", ...
-    shape: Shape  # full .om shape, batch axis included, -1 on dynamic axes
-    format: str  # "NCHW", "ND", ...
-
-
-@dataclasses.dataclass(frozen=True)
-class GearInfo:
-    """What shapes the model runs.
-
-    `batch_gears` are the row counts one execution takes: the gears of a dynamic-batch model, or
-    the fixed axis 0 of any other batched model. `dims_gears` holds, per gear, every input's full
-    shape.
-    """
-
-    kind: str  # "static" | "batch" | "hw" | "dims"
-    batched: bool  # axis 0 of every input and output is a batch axis
-    batch_gears: tuple[int, ...]
-    hw_gears: tuple[tuple[int, int], ...]
-    dims_gears: tuple[tuple[Shape, ...], ...]
-    max_batch: int  # most rows one execution takes (0 when not batched)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,10 +48,9 @@ class ModelDescription:
     input_count: int  # including the gear input
     gear_input: int | None  # index of ascend_mbatch_shape_data
     gear_input_size: int
-    kind: str  # "static" | "batch" | "hw" | "dims"
-    batch_gears: tuple[int, ...]
-    hw_gears: tuple[tuple[int, int], ...]
-    dims_gears: tuple[tuple[Shape, ...], ...]  # per gear, every input's full shape (input order)
+    # the gears as ACL reports them: batched (and max_batch set) only for batch gears, dims gears
+    # with every input's full shape per gear (input order); GearTable adds a fixed batch axis
+    gears: GearInfo
     dims_values: tuple[tuple[int, ...], ...] = ()  # per gear, the dims as ACL lists them
 
 
@@ -264,15 +188,16 @@ def _dims(dims: dict[str, Any]) -> Shape:
 
 
 def _dtype(code: int, what: str, path: Path) -> tuple[np.dtype[Any], str]:
-    if code not in ACL_DTYPES:
-        name = _UNSUPPORTED_DTYPES.get(code, f"aclDataType {code}")
-        supported = ", ".join(name for _, _, name in ACL_DTYPES.values())
+    """(numpy dtype, Triton name) of an aclDataType; ModelFileError for one numpy cannot hold."""
+    data_type = DTYPES_BY_ACL.get(code)
+    if data_type is None or data_type.numpy is None or data_type.triton is None:
+        name = f"aclDataType {code}" if data_type is None else data_type.acl_name
+        supported = ", ".join(t.acl_name for t in DTYPES_BY_NUMPY.values())
         raise ModelFileError(
             f"{path}: {what} has data type {name}, which this backend cannot serve; "
             f"supported: {supported}"
         )
-    dtype, triton, _ = ACL_DTYPES[code]
-    return dtype, triton
+    return data_type.numpy, data_type.triton
 
 
 def _output_name(name: str) -> str:
@@ -297,7 +222,7 @@ def _describe(
         name = mdl.get_input_name_by_index(desc, index)
         dtype, triton = _dtype(mdl.get_input_data_type(desc, index), f"input {name!r}", path)
         fmt = mdl.get_input_format(desc, index)
-        spec = TensorSpec(name, dtype, triton, _dims(dims), ACL_FORMATS.get(fmt, f"FORMAT_{fmt}"))
+        spec = TensorSpec(name, dtype, triton, _dims(dims), format_name(fmt))
         inputs.append(TensorInfo(index, spec, mdl.get_input_size_by_index(desc, index)))
 
     outputs = []
@@ -309,17 +234,17 @@ def _describe(
         check(ret, "acl.mdl.get_output_dims", acl)
         dtype, triton = _dtype(mdl.get_output_data_type(desc, index), f"output {name!r}", path)
         fmt = mdl.get_output_format(desc, index)
-        spec = TensorSpec(name, dtype, triton, _dims(dims), ACL_FORMATS.get(fmt, f"FORMAT_{fmt}"))
+        spec = TensorSpec(name, dtype, triton, _dims(dims), format_name(fmt))
         outputs.append(TensorInfo(index, spec, mdl.get_output_size_by_index(desc, index)))
 
-    kind = "static"
+    kind = GearKind.STATIC
     batch_gears: tuple[int, ...] = ()
     hw_gears: tuple[tuple[int, int], ...] = ()
     dims_gears: tuple[tuple[Shape, ...], ...] = ()
     dims_values: tuple[tuple[int, ...], ...] = ()
     if gear_input is not None:
         kind, batch_gears, hw_gears, dims_values = _gears(acl, desc, path)
-        if kind == "dims":
+        if kind == GearKind.DIMS:
             dims_gears = _split_dims_gears(dims_values, inputs, path, input_shape_order)
     else:
         dynamic = [i.spec.name for i in inputs if -1 in i.spec.shape]
@@ -337,28 +262,32 @@ def _describe(
         gear_input_size=(
             0 if gear_input is None else mdl.get_input_size_by_index(desc, gear_input)
         ),
-        kind=kind,
-        batch_gears=batch_gears,
-        hw_gears=hw_gears,
-        dims_gears=dims_gears,
+        gears=GearInfo(
+            kind=kind,
+            batched=kind == GearKind.BATCH,
+            batch_gears=batch_gears,
+            hw_gears=hw_gears,
+            dims_gears=dims_gears,
+            max_batch=max(batch_gears, default=0),
+        ),
         dims_values=dims_values,
     )
 
 
 def _gears(
     acl: ModuleType, desc: int, path: Path
-) -> tuple[str, tuple[int, ...], tuple[tuple[int, int], ...], tuple[tuple[int, ...], ...]]:
+) -> tuple[GearKind, tuple[int, ...], tuple[tuple[int, int], ...], tuple[tuple[int, ...], ...]]:
     """(kind, batch gears, HW gears, dims gears as ACL lists them)."""
     mdl = acl.mdl
     batch, ret = mdl.get_dynamic_batch(desc)
     check(ret, "acl.mdl.get_dynamic_batch", acl)
     if batch["batchCount"]:
-        return "batch", tuple(int(b) for b in batch["batch"][: batch["batchCount"]]), (), ()
+        return GearKind.BATCH, tuple(int(b) for b in batch["batch"][: batch["batchCount"]]), (), ()
 
     hw, ret = mdl.get_dynamic_hw(desc, -1)
     check(ret, "acl.mdl.get_dynamic_hw", acl)
     if hw["hwCount"]:
-        return "hw", (), tuple((int(h), int(w)) for h, w in hw["hw"][: hw["hwCount"]]), ()
+        return GearKind.HW, (), tuple((int(h), int(w)) for h, w in hw["hw"][: hw["hwCount"]]), ()
 
     count, ret = mdl.get_input_dynamic_gear_count(desc, -1)
     check(ret, "acl.mdl.get_input_dynamic_gear_count", acl)
@@ -366,7 +295,7 @@ def _gears(
         raise ModelFileError(f"{path}: the model has {GEAR_INPUT_NAME} but reports no gears")
     gears, ret = mdl.get_input_dynamic_dims(desc, -1, count)
     check(ret, "acl.mdl.get_input_dynamic_dims", acl)
-    return "dims", (), (), tuple(_dims(gear) for gear in gears)
+    return GearKind.DIMS, (), (), tuple(_dims(gear) for gear in gears)
 
 
 def _split_dims_gears(

@@ -22,19 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.ascend import AclCode, GearKind, MemcpyKind, RunMode, describe_code
 from ge_python_backend.runtime._acl import ensure_initialized, load_acl, selected_runtime
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
-from ge_python_backend.runtime.device import ACL_DEVICE, Context, Device, Event, Stream
-from ge_python_backend.runtime.errors import AclError, check, describe_code
+from ge_python_backend.runtime.device import Context, Device, Event, Stream
+from ge_python_backend.runtime.errors import AclError, check
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.lane import Lane
-from ge_python_backend.runtime.memory import (
-    ACL_MEMCPY_DEVICE_TO_DEVICE,
-    ACL_MEMCPY_DEVICE_TO_HOST,
-    ACL_MEMCPY_HOST_TO_DEVICE,
-    DeviceBuffer,
-    HostBuffer,
-)
+from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, Model
 from ge_python_backend.runtime.selftest_models import (
     MODELS,
@@ -49,9 +44,8 @@ __all__ = ["ProbeResult", "SelftestReport", "run_selftest"]
 
 logger = logging.getLogger(__name__)
 
-ACL_ERROR_REPEAT_INITIALIZE = 100002
-NOT_A_GEAR = 145013  # ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID, for every set_* call (GE)
-RUN_MODES = {ACL_DEVICE: "device", 1: "host"}  # aclrtRunMode, named as GE_EMULATOR_RUN_MODE does
+# What every set_* call returns for a value that is no gear (GE's ge_executor.cc).
+NOT_A_GEAR = AclCode.GE_DYNAMIC_BATCH_SIZE_INVALID
 SYNC_TIMEOUT_MS = 10_000
 TOLERANCE = 1e-3  # inputs are multiples of 1/8: float16 computes these models exactly
 
@@ -171,10 +165,10 @@ def _compare(what: str, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -
 
 def _copy_kinds(context: Context) -> str:
     if context.device.shares_host_memory:
-        return f"device to device ({ACL_MEMCPY_DEVICE_TO_DEVICE}, RC mode)"
+        return f"device to device ({MemcpyKind.DEVICE_TO_DEVICE:d}, RC mode)"
     return (
-        f"host to device ({ACL_MEMCPY_HOST_TO_DEVICE}) and device to host "
-        f"({ACL_MEMCPY_DEVICE_TO_HOST})"
+        f"host to device ({MemcpyKind.HOST_TO_DEVICE:d}) and device to host "
+        f"({MemcpyKind.DEVICE_TO_HOST:d})"
     )
 
 
@@ -213,8 +207,8 @@ def _init(env: _Env) -> str:
     ensure_initialized(env.acl)
     ret = env.acl.init()
     _expect(
-        ret in (0, ACL_ERROR_REPEAT_INITIALIZE),
-        f"a repeated acl.init returned {_code(ret)}; expected 100002 ACL_ERROR_REPEAT_INITIALIZE",
+        ret in (AclCode.SUCCESS, AclCode.REPEAT_INITIALIZE),
+        f"a repeated acl.init returned {_code(ret)}; expected {_code(AclCode.REPEAT_INITIALIZE)}",
     )
     return f"acl.init ok; a repeated acl.init returned {_code(ret)}"
 
@@ -225,13 +219,13 @@ def _run_mode(env: _Env) -> str:
     device in ACL_DEVICE (RC) mode."""
     mode, ret = env.acl.rt.get_run_mode()
     check(ret, "acl.rt.get_run_mode", env.acl)
-    _expect(mode in RUN_MODES, f"acl.rt.get_run_mode returned mode {mode!r}; expected 0 or 1")
+    _expect(mode in set(RunMode), f"acl.rt.get_run_mode returned mode {mode!r}; expected 0 or 1")
     with env.opened() as context:
         _expect(
-            context.device.shares_host_memory == (mode == ACL_DEVICE),
+            context.device.shares_host_memory == (mode == RunMode.DEVICE),
             "the runtime's Device disagrees with acl.rt.get_run_mode",
         )
-        return f"{RUN_MODES[mode]} ({mode}): the runtime copies {_copy_kinds(context)}"
+        return f"{_run_mode_text(mode)} ({mode}): the runtime copies {_copy_kinds(context)}"
 
 
 @_probe("context per thread")
@@ -436,7 +430,7 @@ def _description(env: _Env) -> str:
                     got_out == list(spec.outputs),
                     f"{spec.stem}: outputs {got_out}, expected {list(spec.outputs)}",
                 )
-                if spec.kind == "static":
+                if spec.kind == GearKind.STATIC:
                     shapes = [o.spec.shape for o in desc.outputs]
                     want_shapes = spec.output_shapes(None)
                     _expect(shapes == want_shapes, f"outputs {shapes}, expected {want_shapes}")
@@ -444,7 +438,7 @@ def _description(env: _Env) -> str:
                 unknown = sorted(f for f in formats if f.startswith("FORMAT_"))
                 _expect(not unknown, f"{spec.stem}: unknown formats {unknown}")
                 _expect(
-                    (desc.gear_input is None) == (spec.kind == "static"),
+                    (desc.gear_input is None) == (spec.kind == GearKind.STATIC),
                     f"{spec.stem}: gear input at {desc.gear_input} for a {spec.kind} model",
                 )
                 seen.append(f"{spec.name} {'/'.join(sorted(formats))}")
@@ -457,17 +451,17 @@ def _gear_probe(env: _Env, name: str) -> str:
     with session:
         info = session.gears
         _expect(info.kind == spec.kind, f"the runtime sees a {info.kind} model")
-        if spec.kind == "batch":
+        if spec.kind == GearKind.BATCH:
             found: Any = info.batch_gears
             want: Any = tuple(sorted(g[0] for g in spec.gears))
-        elif spec.kind == "hw":
+        elif spec.kind == GearKind.HW:
             found, want = info.hw_gears, spec.gears
         else:
             found = info.dims_gears
             want = tuple(tuple(spec.input_shapes(g).values()) for g in spec.gears)
         _expect(found == want, f"the runtime found gears {found}, expected {want}")
         runs = [spec.input_shapes(g) for g in spec.gears]
-        if spec.kind == "batch":
+        if spec.kind == GearKind.BATCH:
             runs.append(spec.input_shapes((3,)))  # not a gear: padded to 4
         for shapes in runs:
             feeds = spec.feeds(shapes, seed=len(runs))
@@ -594,7 +588,7 @@ def _non_gear(env: _Env) -> str:
                 else:
                     raise ProbeFailure(f"{spec.stem}: the non-gear value {bad} was accepted")
                 table = GearTable(model.description, path)
-                batch = spec.gears[0][0] if spec.kind == "batch" else 0
+                batch = spec.gears[0][0] if spec.kind == GearKind.BATCH else 0
                 table.select(model, dataset, 0, batch)
                 want = spec.output_shapes(_gear_values(spec, table, 0, batch))
                 shapes = model.current_output_shapes()
@@ -667,18 +661,18 @@ def _teardown(env: _Env) -> str:
 
 def _non_gear_values(spec: SelftestModel) -> list[int]:
     """A batch size, (height, width) or dims list of `spec` that is none of its gears."""
-    if spec.kind == "batch":
+    if spec.kind == GearKind.BATCH:
         return [3]
-    if spec.kind == "hw":
+    if spec.kind == GearKind.HW:
         return [9, 9]
     return [3 if d == -1 else d for shape in spec.input_shape.values() for d in shape]
 
 
-def _set_gear(model: Model, dataset: Dataset, kind: str, values: Sequence[int]) -> None:
+def _set_gear(model: Model, dataset: Dataset, kind: GearKind, values: Sequence[int]) -> None:
     """The set_* call of `kind` with `values` as it takes them."""
-    if kind == "batch":
+    if kind == GearKind.BATCH:
         model.set_dynamic_batch_size(dataset, values[0])
-    elif kind == "hw":
+    elif kind == GearKind.HW:
         model.set_dynamic_hw_size(dataset, values[0], values[1])
     else:
         model.set_input_dynamic_dims(dataset, values)
@@ -686,7 +680,7 @@ def _set_gear(model: Model, dataset: Dataset, kind: str, values: Sequence[int]) 
 
 def _gear_values(spec: SelftestModel, table: GearTable, number: int, batch: int) -> tuple[int, ...]:
     """The gear as `spec.input_shapes` takes it: (batch,), or the values of the set_* call."""
-    return (batch,) if spec.kind == "batch" else table.gears[number].values
+    return (batch,) if spec.kind == GearKind.BATCH else table.gears[number].values
 
 
 # ----------------------------------------------------------------------------- running
@@ -750,4 +744,9 @@ def _soc_name(acl: ModuleType) -> str | None:
 
 def _run_mode_name(acl: ModuleType) -> str | None:
     mode, ret = acl.rt.get_run_mode()
-    return RUN_MODES.get(mode) if ret == 0 else None
+    return _run_mode_text(mode) if ret == 0 and mode in set(RunMode) else None
+
+
+def _run_mode_text(mode: int) -> str:
+    """The name GE_EMULATOR_RUN_MODE gives the run mode `mode`: "host" or "device"."""
+    return RunMode(mode).name.lower()

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.ascend import GearKind
+
 __all__ = [
     "MODELS",
     "OnnxCompiler",
@@ -36,7 +38,6 @@ Feeds = dict[str, np.ndarray]
 OPSET = 11  # ReduceSum takes its axes as an attribute: what every ATC release parses
 ATC_TIMEOUT_S = 900
 ONNX_FRAMEWORK = "5"
-GEAR_FLAGS = {"batch": "dynamic_batch_size", "hw": "dynamic_image_size", "dims": "dynamic_dims"}
 EMULATOR_SOC = "Ascend310P3"  # what the emulator's models say they are for when the SoC is unknown
 
 # Compiles an ONNX file for the emulator as ATC would: `(onnx_path, output_stem, soc_version=...,
@@ -61,9 +62,9 @@ class SelftestModel:
         return f"selftest_{self.name}"
 
     @property
-    def kind(self) -> str:
-        """ "static", "batch", "hw" or "dims"."""
-        return next((k for k, flag in GEAR_FLAGS.items() if flag in self.flags), "static")
+    def kind(self) -> GearKind:
+        """The kind of its gears, from the ATC gear option among its flags."""
+        return next((k for k in GearKind if k.atc_option in self.flags), GearKind.STATIC)
 
     @property
     def input_shape(self) -> dict[str, Shape]:
@@ -89,12 +90,13 @@ class SelftestModel:
     def gears(self) -> tuple[tuple[int, ...], ...]:
         """The gears as ACL lists them: (b,), (h, w), or every dim of the `--input_shape`
         inputs in that order."""
-        if self.kind == "static":
+        option = self.kind.atc_option
+        if option is None:
             return ()
-        text = self.flags[GEAR_FLAGS[self.kind]]
-        separator = "," if self.kind == "batch" else ";"
+        text = self.flags[option]
+        separator = "," if self.kind == GearKind.BATCH else ";"
         values = [tuple(int(v) for v in item.split(",")) for item in text.split(separator)]
-        if self.kind != "dims":
+        if self.kind != GearKind.DIMS:
             return tuple(values)
         flat = [d for shape in self.input_shape.values() for d in shape]
         return tuple(_fill(flat, gear) for gear in values)
@@ -104,9 +106,9 @@ class SelftestModel:
         dims = self.dims
         if gear is None:
             return dims
-        if self.kind == "batch":
+        if self.kind == GearKind.BATCH:
             return {name: (gear[0], *shape[1:]) for name, shape in dims.items()}
-        if self.kind == "hw":
+        if self.kind == GearKind.HW:
             return {name: _fill(shape, gear) for name, shape in dims.items()}
         shapes, start = dict(dims), 0
         for name, shape in self.input_shape.items():

@@ -24,6 +24,7 @@ from typing import Union
 
 import numpy as np
 
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
@@ -32,7 +33,6 @@ from ge_python_backend.runtime.device import Context, Device
 from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, ModelFileError
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import Lane
-from ge_python_backend.runtime.model import GearInfo, TensorSpec
 
 __all__ = ["PIPELINE_DEPTHS", "PendingBatch", "Session", "SessionCounters"]
 
@@ -323,7 +323,7 @@ class Session(Resource):
             self.device_id,
             self.runtime,
             self.gears.kind,
-            table.labels(),
+            table.text(),
             self.pipeline_depth,
         )
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ge_python_backend.ascend import DTYPES_BY_NUMPY
 from ge_python_backend.client import (
     TritonClient,
     load_array,
@@ -30,20 +31,8 @@ from ge_python_backend.repository.config import first_gear_shapes
 from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
 
-_ONNX_DTYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(double)": np.float64,
-    "tensor(int8)": np.int8,
-    "tensor(int16)": np.int16,
-    "tensor(int32)": np.int32,
-    "tensor(int64)": np.int64,
-    "tensor(uint8)": np.uint8,
-    "tensor(uint16)": np.uint16,
-    "tensor(uint32)": np.uint32,
-    "tensor(uint64)": np.uint64,
-    "tensor(bool)": np.bool_,
-}
+# onnxruntime's input type ("tensor(float)") -> the numpy dtype to feed it.
+_ONNXRUNTIME_DTYPES = {t.onnxruntime_type: t.numpy for t in DTYPES_BY_NUMPY.values()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +184,7 @@ def run_onnx(onnx_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
             f"{onnx_path} takes inputs {sorted(onnx_inputs)} but the .om takes {sorted(feeds)}"
         )
     cast = {
-        name: array.astype(_ONNX_DTYPES.get(onnx_inputs[name], array.dtype), copy=False)
+        name: array.astype(_ONNXRUNTIME_DTYPES.get(onnx_inputs[name], array.dtype), copy=False)
         for name, array in feeds.items()
     }
     names = [item.name for item in session.get_outputs()]

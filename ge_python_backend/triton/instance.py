@@ -28,6 +28,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
+from ge_python_backend.modelinfo import gears_text
 from ge_python_backend.repository.config import ConfigError, compare_config_with_session
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
 from ge_python_backend.repository.versions import expected_sha256, find_om
@@ -112,7 +113,7 @@ class ModelInstance:
             device_id,
             self.session.runtime,
             gears.kind,
-            _gear_text(self.session),
+            gears_text(gears, self.session.inputs),
             params.pipeline_depth,
         )
         self._output_names = tuple(spec.name for spec in self.session.outputs)
@@ -283,16 +284,3 @@ class ModelInstance:
         self._metrics.close()
         self.session.close()
         logger.info("model %s: instance closed", self._name)
-
-
-def _gear_text(session: Session) -> str:
-    gears = session.gears
-    if gears.kind == "batch":
-        return ",".join(map(str, gears.batch_gears))
-    if gears.kind == "hw":
-        return ";".join(f"{h}x{w}" for h, w in gears.hw_gears)
-    if gears.kind == "dims":
-        return ";".join(
-            " ".join("x".join(map(str, shape)) for shape in gear) for gear in gears.dims_gears
-        )
-    return "none (static)"

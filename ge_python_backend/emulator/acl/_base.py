@@ -11,6 +11,8 @@ import json
 import logging
 from pathlib import Path
 
+from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
+from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.emulator import _stats
 from ge_python_backend.emulator._api import api, value
 from ge_python_backend.emulator._memory import MEMORY
@@ -27,7 +29,6 @@ from ge_python_backend.emulator._state import (
     env_run_mode,
     require_init,
 )
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY
 
 # The CANN version the emulator reports (the calling conventions it follows are 8.x's).
 VERSION = (8, 0, 0)
@@ -44,7 +45,8 @@ def init(config_path: str = "") -> int:
     with LOCK:
         if STATE.initialized:
             raise AclFailure(
-                100002, "acl.init was already called in this process (call acl.finalize first)"
+                _AclCode.REPEAT_INITIALIZE,
+                "acl.init was already called in this process (call acl.finalize first)",
             )
         if config_path:
             _check_config(config_path)
@@ -64,7 +66,7 @@ def finalize() -> int:
     the process still holds, adding it to the leaked_* counters."""
     with LOCK:
         if not STATE.initialized:
-            raise AclFailure(100037, "acl.finalize without a matching acl.init")
+            raise AclFailure(_AclCode.REPEAT_FINALIZE, "acl.finalize without a matching acl.init")
         STATE.initialized = False
         streams = list(STATE.streams.values())
         for ctx in STATE.contexts.values():
@@ -109,7 +111,7 @@ def get_version() -> tuple[int, int, int, int]:
 @api("acl.data_type_size", int, fail=value(0), fault="none")
 def data_type_size(dtype: int) -> int:
     """Element size in bytes of an aclDataType (0 if unknown)."""
-    numpy_dtype = ACL_DTYPE_TO_NUMPY.get(dtype)
+    numpy_dtype = _NUMPY_BY_ACL.get(dtype)
     return 0 if numpy_dtype is None else numpy_dtype.itemsize
 
 
@@ -118,7 +120,7 @@ def create_data_buffer(ptr: int, size: int) -> int:
     """A data buffer recording (ptr, size); (0, 0) makes an empty one. 0 on failure."""
     require_init()
     if ptr < 0 or size < 0 or (ptr == 0) != (size == 0):
-        raise AclFailure(100000, f"invalid data buffer ptr=0x{ptr:x} size={size}")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"invalid data buffer ptr=0x{ptr:x} size={size}")
     buf = DataBuffer(STATE.new_handle(), ptr, size)
     with LOCK:
         STATE.data_buffers[buf.handle] = buf
@@ -163,7 +165,7 @@ def update_data_buffer(data_buffer: int, ptr: int, size: int) -> int:
     """Rebind the buffer to (ptr, size); the old memory is not freed."""
     require_init()
     if ptr < 0 or size < 0 or (ptr == 0) != (size == 0):
-        raise AclFailure(100000, f"invalid data buffer ptr=0x{ptr:x} size={size}")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"invalid data buffer ptr=0x{ptr:x} size={size}")
     with LOCK:
         buf = _data_buffer(data_buffer)
         buf.addr, buf.size = ptr, size
@@ -209,15 +211,17 @@ def _check_config(config_path: str) -> None:
     try:
         text = Path(config_path).read_text()
     except OSError as exc:
-        raise AclFailure(100003, f"cannot read config {config_path}: {exc}") from exc
+        raise AclFailure(_AclCode.INVALID_FILE, f"cannot read config {config_path}: {exc}") from exc
     try:
         json.loads(text)
     except ValueError as exc:
-        raise AclFailure(100006, f"config {config_path} is not valid JSON: {exc}") from exc
+        raise AclFailure(
+            _AclCode.PARSE_FILE, f"config {config_path} is not valid JSON: {exc}"
+        ) from exc
 
 
 def _data_buffer(handle: int) -> DataBuffer:
     buf = STATE.data_buffers.get(handle)
     if buf is None:
-        raise AclFailure(100000, f"0x{handle:x} is not a live data buffer handle")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live data buffer handle")
     return buf

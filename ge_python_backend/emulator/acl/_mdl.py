@@ -6,10 +6,12 @@ import ctypes
 import math
 from typing import Any
 
+from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
+from ge_python_backend.ascend import AclCode as _AclCode
+from ge_python_backend.ascend import GearKind as _GearKind
 from ge_python_backend.emulator._api import api, value, zero_ret
 from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._models import (
-    KIND_LABELS,
     MBATCH_NAME,
     NOT_A_GEAR,
     DescribedModel,
@@ -30,7 +32,7 @@ from ge_python_backend.emulator._state import (
 )
 from ge_python_backend.emulator._streams import stream_in
 from ge_python_backend.emulator.acl import _tensor as tensor_descs
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY, OmFormatError, OmModel
+from ge_python_backend.emulator.omfile import OmFormatError, OmModel
 
 MAX_GEAR_QUERY = 4096
 RESERVED_INDEX = -1
@@ -63,18 +65,21 @@ def load_from_mem(ptr: int, size: int) -> tuple[int, int]:
     """(model_id, ret): load an emulator .om from `size` bytes of host memory at `ptr`."""
     ctx = current_context()
     if size <= 0:
-        raise AclFailure(100000, f"size must be > 0, got {size}")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"size must be > 0, got {size}")
     with LOCK:
         try:
             span = MEMORY.resolve(ptr, "ptr")
         except AclFailure as exc:
-            raise AclFailure(100000, str(exc)) from exc
+            raise AclFailure(_AclCode.INVALID_PARAM, str(exc)) from exc
     if span.on_device:
         raise AclFailure(
-            100000, f"ptr 0x{ptr:x} is device memory; the model must be in host memory"
+            _AclCode.INVALID_PARAM,
+            f"ptr 0x{ptr:x} is device memory; the model must be in host memory",
         )
     if span.remaining is not None and size > span.remaining:
-        raise AclFailure(100000, f"size {size} runs past the end of the allocation at 0x{ptr:x}")
+        raise AclFailure(
+            _AclCode.INVALID_PARAM, f"size {size} runs past the end of the allocation at 0x{ptr:x}"
+        )
     try:
         om = OmModel.load(ctypes.string_at(span.address, size))
     except OmFormatError as exc:
@@ -108,12 +113,14 @@ def load_from_file_with_mem(
             span = MEMORY.resolve(ptr, f"{what}_ptr")
         if not span.on_device or span.remaining is None or size > span.remaining:
             raise AclFailure(
-                100000, f"{what}_ptr 0x{ptr:x} must be device memory of at least {what}_size bytes"
+                _AclCode.INVALID_PARAM,
+                f"{what}_ptr 0x{ptr:x} must be device memory of at least {what}_size bytes",
             )
         if size < need:
             # UNCONFIRMED code for memory smaller than query_size reports.
             raise AclFailure(
-                145000, f"{what}_size {size} is smaller than the {need} bytes query_size reports"
+                _AclCode.GE_PARAM_INVALID,
+                f"{what}_size {size} is smaller than the {need} bytes query_size reports",
             )
     return _register(om, ctx), 0
 
@@ -230,7 +237,7 @@ def get_cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
         # get_cur_output_dims (hicann/runtime python/docs/zh/api_ref/ge/
         # function-get_desc_from_file.md). UNCONFIRMED code: 100000 (ACL_ERROR_INVALID_PARAM).
         raise AclFailure(
-            100000,
+            _AclCode.INVALID_PARAM,
             f"desc 0x{desc:x} was filled by acl.mdl.get_desc_from_file; get_cur_output_dims "
             "needs a description of a loaded model (acl.mdl.get_desc)",
         )
@@ -283,7 +290,7 @@ def get_tensor_real_name(desc: int, name: str) -> str:
     for tensor in model.inputs + model.outputs:
         if tensor.name == name:
             return name
-    raise AclFailure(100000, f"the model has no input or output named {name!r}")
+    raise AclFailure(_AclCode.INVALID_PARAM, f"the model has no input or output named {name!r}")
 
 
 def _index_fail(code: int, args: tuple[Any, ...]) -> tuple[int, int]:
@@ -309,7 +316,7 @@ def get_output_index_by_name(desc: int, name: str) -> tuple[int, int]:
 def get_dynamic_batch(desc: int) -> tuple[dict[str, Any], int]:
     """({"batchCount", "batch"}, ret); count 0 when the model has no batch gears."""
     model = _described(desc)
-    batches = [g[0] for g in model.gears] if model.kind == "batch" else []
+    batches = [g[0] for g in model.gears] if model.kind == _GearKind.BATCH else []
     return {"batchCount": len(batches), "batch": batches}, 0
 
 
@@ -318,8 +325,8 @@ def get_dynamic_hw(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """({"hwCount", "hw": [[h, w], ...]}, ret); `index` is -1 (reserved) or an input index."""
     model = _described(desc)
     if index != RESERVED_INDEX and not 0 <= index < len(model.inputs):
-        raise AclFailure(100000, f"index must be -1 or an input index, got {index}")
-    hw = [list(g) for g in model.gears] if model.kind == "hw" else []
+        raise AclFailure(_AclCode.INVALID_PARAM, f"index must be -1 or an input index, got {index}")
+    hw = [list(g) for g in model.gears] if model.kind == _GearKind.HW else []
     return {"hwCount": len(hw), "hw": hw}, 0
 
 
@@ -328,7 +335,7 @@ def get_input_dynamic_gear_count(desc: int, index: int) -> tuple[int, int]:
     """(number of dynamic-dims gears, ret); `index` must be -1 (reserved)."""
     model = _described(desc)
     _reserved(index)
-    return (len(model.gears) if model.kind == "dims" else 0), 0
+    return (len(model.gears) if model.kind == _GearKind.DIMS else 0), 0
 
 
 @api("acl.mdl.get_input_dynamic_dims", int, int, int, fail=_none_ret, fault="none")
@@ -337,14 +344,17 @@ def get_input_dynamic_dims(desc: int, index: int, gear_count: int) -> tuple[list
     concatenated in --input_shape order (GE: dataNameOrder / user_designate_shape_order, hicann/ge
     api/acl/acl_model/model/model_om2.cpp aclmdlGetInputDynamicDimsImplOm2), not graph order."""
     if gear_count > MAX_GEAR_QUERY:
-        raise AclFailure(100000, f"gear count {gear_count} exceeds {MAX_GEAR_QUERY}")
+        raise AclFailure(
+            _AclCode.INVALID_PARAM, f"gear count {gear_count} exceeds {MAX_GEAR_QUERY}"
+        )
     model = _described(desc)
     _reserved(index)
-    gears = model.gears if model.kind == "dims" else ()
+    gears = model.gears if model.kind == _GearKind.DIMS else ()
     if gear_count != len(gears):
         # Stricter reading: the count must be what get_input_dynamic_gear_count returned.
         raise AclFailure(
-            100000, f"gear count {gear_count} differs from the model's {len(gears)} gears"
+            _AclCode.INVALID_PARAM,
+            f"gear count {gear_count} differs from the model's {len(gears)} gears",
         )
     result = []
     for gear in gears:
@@ -358,10 +368,10 @@ def set_dynamic_batch_size(model_id: int, dataset: int, index: int, batch_size: 
     """Write batch gear `batch_size` into the ascend_mbatch_shape_data buffer at `index`;
     0 is 100000, a value that is no batch gear (or a model without batch gears) 145013."""
     if batch_size <= 0:
-        raise AclFailure(100000, f"batch size must be > 0, got {batch_size}")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"batch size must be > 0, got {batch_size}")
     with LOCK:
         model, target = _gear_target(model_id, dataset, index)
-        _check_gear(model, "batch", (batch_size,), f"batch size {batch_size}")
+        _check_gear(model, _GearKind.BATCH, (batch_size,), f"batch size {batch_size}")
         write_gear(model, target, index, (batch_size,))
     return 0
 
@@ -371,10 +381,12 @@ def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, wi
     """Write HW gear (height, width) into the ascend_mbatch_shape_data buffer at `index`;
     0 is 100000, a pair that is no HW gear (or a model without HW gears) 145013."""
     if height <= 0 or width <= 0:
-        raise AclFailure(100000, f"height and width must be > 0, got {height},{width}")
+        raise AclFailure(
+            _AclCode.INVALID_PARAM, f"height and width must be > 0, got {height},{width}"
+        )
     with LOCK:
         model, target = _gear_target(model_id, dataset, index)
-        _check_gear(model, "hw", (height, width), f"height,width {height},{width}")
+        _check_gear(model, _GearKind.HW, (height, width), f"height,width {height},{width}")
         write_gear(model, target, index, (height, width))
     return 0
 
@@ -394,12 +406,12 @@ def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: dict[s
         or count != len(values)
     ):
         raise AclFailure(
-            100000,
+            _AclCode.INVALID_PARAM,
             'dims must be {"dimCount": n, "name": "", "dims": [n ints]}: every dim of every '
             "input, concatenated in --input_shape order",
         )
     if not values:
-        raise AclFailure(100000, "dimCount must not be 0")
+        raise AclFailure(_AclCode.INVALID_PARAM, "dimCount must not be 0")
     with LOCK:
         model, target = _gear_target(model_id, dataset, index)
         desc = model.om.description
@@ -407,14 +419,15 @@ def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: dict[s
         names = ", ".join(desc.inputs[i].name for i in desc.ordered_inputs())
         if len(values) != len(raw):
             raise AclFailure(
-                145012,
+                _AclCode.GE_DYNAMIC_INPUT_LENGTH_INVALID,
                 f"dims has {len(values)} values; the model's inputs in --input_shape order "
                 f"({names}) have {len(raw)} dims ({raw})",
             )
         for i, (given, fixed) in enumerate(zip(values, raw)):
             if fixed >= 0 and given != fixed:
                 raise AclFailure(
-                    145012, f"dim {i} is static ({fixed}) but dims gives {given} (all dims: {raw})"
+                    _AclCode.GE_DYNAMIC_INPUT_LENGTH_INVALID,
+                    f"dim {i} is static ({fixed}) but dims gives {given} (all dims: {raw})",
                 )
         gear = tuple(v for v, fixed in zip(values, raw) if fixed < 0)
         if gear not in model.gears:
@@ -450,7 +463,9 @@ def add_dataset_buffer(dataset: int, data_buffer: int) -> tuple[int, int]:
         target = _dataset(dataset)
         buf = STATE.data_buffers.get(data_buffer)
         if buf is None:
-            raise AclFailure(100000, f"0x{data_buffer:x} is not a live data buffer handle")
+            raise AclFailure(
+                _AclCode.INVALID_PARAM, f"0x{data_buffer:x} is not a live data buffer handle"
+            )
         target.buffers.append(buf)
     return dataset, 0
 
@@ -461,7 +476,9 @@ def get_dataset_buffer(dataset: int, index: int) -> int:
     require_init()
     buffers = _dataset(dataset).buffers
     if not 0 <= index < len(buffers):
-        raise AclFailure(100000, f"index {index} is out of range ({len(buffers)} buffers)")
+        raise AclFailure(
+            _AclCode.INVALID_PARAM, f"index {index} is out of range ({len(buffers)} buffers)"
+        )
     return buffers[index].handle
 
 
@@ -546,7 +563,7 @@ def _dataset_with_buffer(dataset: int, index: int) -> Dataset:
     target = _dataset(dataset)
     if not 0 <= index < len(target.buffers):
         raise AclFailure(
-            100000,
+            _AclCode.INVALID_PARAM,
             f"index {index} must be smaller than the dataset's {len(target.buffers)} buffers",
         )
     return target
@@ -566,14 +583,16 @@ def _mem_sizes(om: OmModel) -> tuple[int, int]:
     tensors = list(zip(desc.inputs, desc.input_shapes(gear))) + list(
         zip(desc.outputs, desc.output_shapes(gear))
     )
-    work = sum(math.prod(shape) * ACL_DTYPE_TO_NUMPY[t.acl_dtype].itemsize for t, shape in tensors)
+    work = sum(math.prod(shape) * _NUMPY_BY_ACL[t.acl_dtype].itemsize for t, shape in tensors)
     return work, len(om.onnx_bytes)
 
 
 def _register(om: OmModel, ctx: Context) -> int:
     with LOCK:
         if not ctx.live:
-            raise AclFailure(107002, "the current context was destroyed during the load")
+            raise AclFailure(
+                _AclCode.RT_CONTEXT_NULL, "the current context was destroyed during the load"
+            )
         model_id = STATE.next_model_id
         STATE.next_model_id += 1
         STATE.models[model_id] = LoadedModel(model_id, om, ctx)
@@ -584,7 +603,7 @@ def _register(om: OmModel, ctx: Context) -> int:
 def _model(model_id: int) -> LoadedModel:
     model = STATE.models.get(model_id)
     if model is None:
-        raise AclFailure(100011, f"model id {model_id} is not loaded")
+        raise AclFailure(_AclCode.INVALID_MODEL_ID, f"model id {model_id} is not loaded")
     model.check_live()
     return model
 
@@ -594,7 +613,7 @@ def _model_in(model_id: int, ctx: Context) -> LoadedModel:
     model = _model(model_id)
     if model.context is not ctx:
         raise AclFailure(
-            107004,
+            _AclCode.RT_MODEL_CONTEXT,
             f"model {model_id} was loaded under context 0x{model.context.handle:x}, but the "
             f"current context is 0x{ctx.handle:x}; load, execute and unload must share one",
         )
@@ -604,7 +623,7 @@ def _model_in(model_id: int, ctx: Context) -> LoadedModel:
 def _desc(handle: int) -> ModelDesc:
     desc = STATE.descs.get(handle)
     if desc is None:
-        raise AclFailure(100000, f"0x{handle:x} is not a live model desc handle")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live model desc handle")
     return desc
 
 
@@ -613,7 +632,9 @@ def _described(handle: int) -> DescribedModel:
     require_init()
     model = _desc(handle).model
     if model is None:
-        raise AclFailure(100000, f"desc 0x{handle:x} is empty: call acl.mdl.get_desc first")
+        raise AclFailure(
+            _AclCode.INVALID_PARAM, f"desc 0x{handle:x} is empty: call acl.mdl.get_desc first"
+        )
     return model
 
 
@@ -622,7 +643,8 @@ def _tensor(desc: int, index: int, is_input: bool) -> IoTensor:
     if not 0 <= index < len(tensors):
         what = "input" if is_input else "output"
         raise AclFailure(
-            100000, f"{what} index {index} is out of range (the model has {len(tensors)})"
+            _AclCode.INVALID_PARAM,
+            f"{what} index {index} is out of range (the model has {len(tensors)})",
         )
     return tensors[index]
 
@@ -633,20 +655,20 @@ def _index_of(tensors: tuple[IoTensor, ...], name: str, what: str) -> int:
             return i
     # UNCONFIRMED code for an unknown name: 100000 (ACL_ERROR_INVALID_PARAM).
     raise AclFailure(
-        100000,
+        _AclCode.INVALID_PARAM,
         f"the model has no {what} named {name!r}; {what}s: {', '.join(t.name for t in tensors)}",
     )
 
 
 def _reserved(index: int) -> None:
     if index != RESERVED_INDEX:
-        raise AclFailure(100000, f"index is reserved and must be -1, got {index}")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"index is reserved and must be -1, got {index}")
 
 
 def _dataset(handle: int) -> Dataset:
     dataset = STATE.datasets.get(handle)
     if dataset is None:
-        raise AclFailure(100000, f"0x{handle:x} is not a live dataset handle")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live dataset handle")
     return dataset
 
 
@@ -662,18 +684,18 @@ def _gear_target(model_id: int, dataset: int, index: int) -> tuple[LoadedModel, 
         )
     if index != model.mbatch_index:
         raise AclFailure(
-            100000,
+            _AclCode.INVALID_PARAM,
             f"index {index} is not the {MBATCH_NAME} input; use {model.mbatch_index} "
             f"(get_input_index_by_name(desc, {MBATCH_NAME!r}))",
         )
     return model, target
 
 
-def _check_gear(model: LoadedModel, kind: str, gear: tuple[int, ...], text: str) -> None:
+def _check_gear(model: LoadedModel, kind: _GearKind, gear: tuple[int, ...], text: str) -> None:
     """145013 unless `gear` is a gear of `kind` (GE checks every kind's call this way)."""
     if model.kind != kind or gear not in model.gears:
         raise AclFailure(
             NOT_A_GEAR,
-            f"{text} is not a compiled {KIND_LABELS[kind]} gear; the model has "
-            f"{KIND_LABELS[model.kind]} gears ({model.gear_text()})",
+            f"{text} is not a compiled {kind.atc_description} gear; the model has "
+            f"{model.kind.atc_description} gears ({model.gear_text()})",
         )

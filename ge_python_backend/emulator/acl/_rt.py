@@ -6,6 +6,8 @@ import contextlib
 import ctypes
 from dataclasses import dataclass
 
+from ge_python_backend.ascend import AclCode as _AclCode
+from ge_python_backend.ascend import MemcpyKind as _MemcpyKind
 from ge_python_backend.emulator import _events, timing
 from ge_python_backend.emulator._api import api, zero_ret
 from ge_python_backend.emulator._memory import MEMORY, Span, rounded_size
@@ -29,7 +31,6 @@ MAX_STREAMS_PER_DEVICE = 1024
 MAX_POLICY = 5  # ACL_MEM_MALLOC_NORMAL_ONLY_P2P
 MAX_MEM_ATTR = 9  # last aclrtMemAttr value (ACL_HBM_MEM_P2P_NORMAL)
 ASYNC_ALIGN = 64
-KIND_NAMES = ("HOST_TO_HOST", "HOST_TO_DEVICE", "DEVICE_TO_HOST", "DEVICE_TO_DEVICE")
 
 
 # ----------------------------------------------------------------------------- devices
@@ -58,14 +59,17 @@ def reset_device(device_id: int) -> int:
         device = _device(device_id)
         if device.refcount == 0:
             # Stricter reading: an unmatched reset_device is refused.
-            raise AclFailure(107000, f"reset_device({device_id}) without a matching set_device")
+            raise AclFailure(
+                _AclCode.RT_PARAM_INVALID,
+                f"reset_device({device_id}) without a matching set_device",
+            )
         streams: list[Stream] = []
         if device.refcount == 1:
             explicit = [c for c in STATE.contexts.values() if c.device is device and c.explicit]
             if explicit:
                 # Stricter reading: the docs require destroying explicit contexts first.
                 raise AclFailure(
-                    107000,
+                    _AclCode.RT_PARAM_INVALID,
                     f"device {device_id} still has {len(explicit)} context(s) from "
                     "create_context; destroy them before the last reset_device",
                 )
@@ -96,7 +100,7 @@ def get_device_count() -> tuple[int, int]:
 def get_run_mode() -> tuple[int, int]:
     """(run mode, ret): ACL_HOST (1, a host with a PCIe card; the default) or ACL_DEVICE (0,
     GE_EMULATOR_RUN_MODE=device: the device's own CPU). Needs no acl.init, as in ACL."""
-    return (STATE.run_mode if STATE.initialized else env_run_mode()), 0
+    return int(STATE.run_mode if STATE.initialized else env_run_mode()), 0
 
 
 @api("acl.rt.synchronize_device", fault="after")
@@ -150,14 +154,14 @@ def destroy_context(context: int) -> int:
         ctx = live_context(context)
         if not ctx.explicit:
             raise AclFailure(
-                107000,
+                _AclCode.RT_PARAM_INVALID,
                 f"0x{context:x} is the default context of device {ctx.device.id}; it cannot be "
                 "destroyed (reset_device releases it)",
             )
         if ctx.streams:
             # Stricter reading: destroy the context's streams first.
             raise AclFailure(
-                107000,
+                _AclCode.RT_PARAM_INVALID,
                 f"context 0x{context:x} still has {len(ctx.streams)} stream(s); "
                 "destroy_stream them first",
             )
@@ -178,7 +182,8 @@ def create_stream() -> tuple[int, int]:
         on_device = sum(1 for s in STATE.streams.values() if s.context.device is ctx.device)
         if on_device >= MAX_STREAMS_PER_DEVICE:
             raise AclFailure(
-                207008, f"device {ctx.device.id} already has {on_device} streams (the maximum)"
+                _AclCode.RT_NO_STREAM_RESOURCE,
+                f"device {ctx.device.id} already has {on_device} streams (the maximum)",
             )
         stream = Stream(STATE.new_handle(), ctx)
         STATE.streams[stream.handle] = stream
@@ -192,7 +197,7 @@ def destroy_stream(stream: int) -> int:
     """Wait for the stream's queued work, then destroy it."""
     ctx = current_context()
     if stream == 0:
-        raise AclFailure(107000, "the default stream (0) cannot be destroyed")
+        raise AclFailure(_AclCode.RT_PARAM_INVALID, "the default stream (0) cannot be destroyed")
     target = stream_in(stream, ctx)
     with LOCK:
         STATE.streams.pop(stream, None)
@@ -220,7 +225,9 @@ def synchronize_stream_with_timeout(stream: int, timeout: int) -> int:
     if timeout < -1 or timeout == 0:
         # ACL refuses < -1 with 107000; 0 is refused too (stricter reading: the documented
         # values are -1 and > 0).
-        raise AclFailure(107000, f"timeout must be -1 (no limit) or > 0 ms, got {timeout}")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"timeout must be -1 (no limit) or > 0 ms, got {timeout}"
+        )
     failure = stream_in(stream, current_context()).wait(timeout)
     if failure is not None:
         raise failure
@@ -236,16 +243,18 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
     ctx = current_context()
     if size <= 0:
         # UNCONFIRMED code for size 0: the stricter reading, ACL_ERROR_RT_PARAM_INVALID.
-        raise AclFailure(107000, f"size must be > 0, got {size}")
+        raise AclFailure(_AclCode.RT_PARAM_INVALID, f"size must be > 0, got {size}")
     if not 0 <= policy <= MAX_POLICY:
         # Stricter than the runtime, which treats an unknown policy as HUGE_FIRST-like.
-        raise AclFailure(107000, f"policy must be 0..{MAX_POLICY} (aclrtMemMallocPolicy)")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"policy must be 0..{MAX_POLICY} (aclrtMemMallocPolicy)"
+        )
     with LOCK:
         device = ctx.device
         need = rounded_size(size)
         if device.used + need > device.capacity:
             raise AclFailure(
-                207001,
+                _AclCode.RT_MEMORY_ALLOCATION,
                 f"device {device.id} is out of memory: {size} bytes ({need} reserved) requested, "
                 f"{device.capacity - device.used} of {device.capacity} free "
                 "(GE_EMULATOR_DEVICE_MEMORY)",
@@ -254,7 +263,8 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
             alloc = MEMORY.allocate_device(size, device.id)
         except MemoryError as exc:
             raise AclFailure(
-                207001, f"the host running the emulator cannot back {size} bytes"
+                _AclCode.RT_MEMORY_ALLOCATION,
+                f"the host running the emulator cannot back {size} bytes",
             ) from exc
         device.used += need
         STATE.count("malloc_calls")
@@ -270,9 +280,15 @@ def free(dev_ptr: int) -> int:
         if alloc is None or alloc.base != dev_ptr:
             hint = " (it is host memory: use free_host)" if MEMORY.host_at(dev_ptr) else ""
             # UNCONFIRMED code for freeing a non-allocation: ACL_ERROR_RT_PARAM_INVALID.
-            raise AclFailure(107000, f"0x{dev_ptr:x} is not a pointer from acl.rt.malloc{hint}")
+            raise AclFailure(
+                _AclCode.RT_PARAM_INVALID,
+                f"0x{dev_ptr:x} is not a pointer from acl.rt.malloc{hint}",
+            )
         if not alloc.live:
-            raise AclFailure(107000, f"double free: 0x{dev_ptr:x} was already {alloc.freed_by}")
+            raise AclFailure(
+                _AclCode.RT_PARAM_INVALID,
+                f"double free: 0x{dev_ptr:x} was already {alloc.freed_by}",
+            )
         MEMORY.free_device(alloc)
         STATE.devices[alloc.device_id].used -= alloc.capacity
         STATE.count("free_calls")
@@ -284,12 +300,14 @@ def malloc_host(size: int) -> tuple[int, int]:
     """(host pointer, ret): poisoned page-locked host memory, 64-byte aligned."""
     current_context()
     if size <= 0:
-        raise AclFailure(107000, f"size must be > 0, got {size}")
+        raise AclFailure(_AclCode.RT_PARAM_INVALID, f"size must be > 0, got {size}")
     with LOCK:
         try:
             alloc = MEMORY.allocate_host(size)
         except MemoryError as exc:
-            raise AclFailure(207001, f"cannot allocate {size} bytes of host memory") from exc
+            raise AclFailure(
+                _AclCode.RT_MEMORY_ALLOCATION, f"cannot allocate {size} bytes of host memory"
+            ) from exc
         STATE.count("malloc_host_calls")
     return alloc.base, 0
 
@@ -303,7 +321,7 @@ def free_host(host_ptr: int) -> int:
         if alloc is None:
             hint = " (it is device memory: use free)" if host_ptr >= DEVICE_ADDRESS_BASE else ""
             raise AclFailure(
-                107000,
+                _AclCode.RT_PARAM_INVALID,
                 f"0x{host_ptr:x} is not a live pointer from acl.rt.malloc_host "
                 f"(double free?){hint}",
             )
@@ -317,7 +335,9 @@ def get_mem_info(attr: int) -> tuple[int, int, int]:
     """(free, total, ret) of the current device's memory."""
     device = current_context().device
     if not 0 <= attr <= MAX_MEM_ATTR:
-        raise AclFailure(107000, f"attr must be an aclrtMemAttr value 0..{MAX_MEM_ATTR}")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"attr must be an aclrtMemAttr value 0..{MAX_MEM_ATTR}"
+        )
     with LOCK:
         return device.capacity - device.used, device.capacity, 0
 
@@ -337,9 +357,9 @@ class _Copy:
 
     def _engine(self) -> contextlib.AbstractContextManager[None]:
         seconds = timing.current().copy_seconds(self.count)
-        if self.kind == 1 and self.dst.device is not None:
+        if self.kind == _MemcpyKind.HOST_TO_DEVICE and self.dst.device is not None:
             return timing.engine(self.dst.device.device_id, "h2d", seconds)
-        if self.kind == 2 and self.src.device is not None:
+        if self.kind == _MemcpyKind.DEVICE_TO_HOST and self.src.device is not None:
             return timing.engine(self.src.device.device_id, "d2h", seconds)
         return contextlib.nullcontext()
 
@@ -358,12 +378,17 @@ def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> int:
 def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, stream: int) -> int:
     """Queue the copy on `stream`; src and dst must be 64-byte aligned; no host-to-host."""
     target = stream_in(stream, current_context())
-    if kind == 0 and not device_mode():
-        raise AclFailure(207000, "async host-to-host copies are not supported in ACL_HOST mode")
+    if kind == _MemcpyKind.HOST_TO_HOST and not device_mode():
+        raise AclFailure(
+            _AclCode.RT_FEATURE_NOT_SUPPORT,
+            "async host-to-host copies are not supported in ACL_HOST mode",
+        )
     copy = _plan_copy(dst, dest_max, src, count, kind)
     for name, addr in (("dst", dst), ("src", src)):
         if addr % ASYNC_ALIGN:
-            raise AclFailure(107008, f"{name} 0x{addr:x} is not {ASYNC_ALIGN}-byte aligned")
+            raise AclFailure(
+                _AclCode.RT_ADDR_UNALIGNED, f"{name} 0x{addr:x} is not {ASYNC_ALIGN}-byte aligned"
+            )
     ticket = target.submit("acl.rt.memcpy_async", copy.run)
     _count_copy(copy, "memcpy_async_calls")
     if any(s.remaining is None for s in (copy.dst, copy.src)):
@@ -377,17 +402,23 @@ def memset(dev_ptr: int, max_count: int, value: int, count: int) -> int:
     """Set `count` bytes of device memory at `dev_ptr` to `value`."""
     current_context()
     if not 0 < count <= max_count:
-        raise AclFailure(107000, f"count {count} must be > 0 and <= max_count {max_count}")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"count {count} must be > 0 and <= max_count {max_count}"
+        )
     if not 0 <= value <= 0xFF:
         # Stricter reading: only byte values are accepted.
-        raise AclFailure(107000, f"value must be a byte value 0..255, got {value}")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"value must be a byte value 0..255, got {value}"
+        )
     with LOCK:
         span = MEMORY.resolve(dev_ptr, "dev_ptr")
     if not span.on_device or span.remaining is None:
-        raise AclFailure(107000, f"dev_ptr 0x{dev_ptr:x} is host memory, not device memory")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"dev_ptr 0x{dev_ptr:x} is host memory, not device memory"
+        )
     if max_count > span.remaining:
         raise AclFailure(
-            107000,
+            _AclCode.RT_PARAM_INVALID,
             f"max_count {max_count} exceeds the {span.remaining} bytes left in the allocation",
         )
     ctypes.memset(span.address, value, count)
@@ -402,7 +433,7 @@ def _device(device_id: int) -> Device:
     device = STATE.devices.get(device_id)
     if device is None:
         raise AclFailure(
-            107001,
+            _AclCode.RT_INVALID_DEVICEID,
             f"device id {device_id} does not exist: the emulator has {STATE.device_count} "
             "devices (GE_EMULATOR_DEVICE_COUNT)",
         )
@@ -427,37 +458,39 @@ def _plan_copy(dst: int, dest_max: int, src: int, count: int, kind: int) -> _Cop
     MemcpyKindTranslate);
     UNCONFIRMED codes: every other refusal here is 107000 (ACL_ERROR_RT_PARAM_INVALID). In
     device (RC) mode host memory is device memory, so no kind is checked against addresses."""
-    if not 0 <= kind < len(KIND_NAMES):
+    if kind not in tuple(_MemcpyKind):
         # ACL_MEMCPY_DEFAULT (4) exists only in newer CANN: refused (stricter).
-        raise AclFailure(100000, f"kind must be 0..3 (aclrtMemcpyKind), got {kind}")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"kind must be 0..3 (aclrtMemcpyKind), got {kind}")
     if count <= 0:
-        raise AclFailure(107000, f"count must be > 0, got {count}")
+        raise AclFailure(_AclCode.RT_PARAM_INVALID, f"count must be > 0, got {count}")
     if count > dest_max:
-        raise AclFailure(107000, f"count {count} exceeds dest_max {dest_max}")
+        raise AclFailure(_AclCode.RT_PARAM_INVALID, f"count {count} exceeds dest_max {dest_max}")
     with LOCK:
         dst_span = MEMORY.resolve(dst, "dst")
         src_span = MEMORY.resolve(src, "src")
+    to_device = (_MemcpyKind.HOST_TO_DEVICE, _MemcpyKind.DEVICE_TO_DEVICE)
+    from_device = (_MemcpyKind.DEVICE_TO_HOST, _MemcpyKind.DEVICE_TO_DEVICE)
     for name, span, want_device in (
-        ("dst", dst_span, kind in (1, 3)),
-        ("src", src_span, kind in (2, 3)),
+        ("dst", dst_span, kind in to_device),
+        ("src", src_span, kind in from_device),
     ):
         if span.on_device != want_device and not device_mode():
             addr = dst if name == "dst" else src
             raise AclFailure(
-                107000,
-                f"kind {kind} (ACL_MEMCPY_{KIND_NAMES[kind]}) needs {name} in "
+                _AclCode.RT_PARAM_INVALID,
+                f"kind {kind} ({_MemcpyKind(kind).acl_name}) needs {name} in "
                 f"{'device' if want_device else 'host'} memory, but 0x{addr:x} is "
                 f"{'device' if span.on_device else 'host'} memory",
             )
     if dst_span.remaining is not None and dest_max > dst_span.remaining:
         raise AclFailure(
-            107000,
+            _AclCode.RT_PARAM_INVALID,
             f"dest_max {dest_max} exceeds the {dst_span.remaining} bytes left in the "
             f"destination allocation at 0x{dst:x}",
         )
     if src_span.remaining is not None and count > src_span.remaining:
         raise AclFailure(
-            107000,
+            _AclCode.RT_PARAM_INVALID,
             f"count {count} runs past the end of the source allocation at 0x{src:x} "
             f"({src_span.remaining} bytes left)",
         )
@@ -522,11 +555,14 @@ def synchronize_event_with_timeout(event: int, timeout: int) -> int:
         side = "greater than maximum" if timeout > 0 else "less than minimum"
         raise OverflowError(f"signed integer is {side}")
     if timeout < -1:
-        raise AclFailure(107000, f"timeout must be in [-1, INT_MAX] ms, got {timeout}")
+        raise AclFailure(
+            _AclCode.RT_PARAM_INVALID, f"timeout must be in [-1, INT_MAX] ms, got {timeout}"
+        )
     current_context()
     if not _events.find_event(event).wait(None if timeout < 0 else timeout / 1000):
         raise AclFailure(
-            507047, f"event 0x{event:x}: its stream did not reach it within {timeout} ms"
+            _AclCode.RT_EVENT_SYNC_TIMEOUT,
+            f"event 0x{event:x}: its stream did not reach it within {timeout} ms",
         )
     return 0
 

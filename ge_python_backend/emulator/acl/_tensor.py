@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
+from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.emulator._api import api, value
 from ge_python_backend.emulator._state import LOCK, STATE, AclFailure, require_init
-from ge_python_backend.emulator.omfile import ACL_DTYPE_TO_NUMPY
 
 ACL_DT_UNDEFINED = -1
 ACL_FORMAT_UNDEFINED = -1
@@ -43,7 +44,7 @@ def _dims_list(dims: Any) -> tuple[int, ...]:
 def _desc(handle: int) -> TensorDesc:
     desc = STATE.tensor_descs.get(handle) or STATE.dataset_tensor_descs.get(handle)
     if desc is None:
-        raise AclFailure(100000, f"0x{handle:x} is not a live tensor desc handle")
+        raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live tensor desc handle")
     return desc
 
 
@@ -115,7 +116,7 @@ def get_tensor_desc_size(desc: int) -> int:
     """Bytes: element count times the dtype size (0 if either is unknown)."""
     require_init()
     tensor = _desc(desc)
-    dtype = ACL_DTYPE_TO_NUMPY.get(tensor.dtype)
+    dtype = _NUMPY_BY_ACL.get(tensor.dtype)
     if dtype is None or any(d < 0 for d in tensor.dims):
         return 0
     return math.prod(tensor.dims) * dtype.itemsize
@@ -144,6 +145,7 @@ def detach_all(dataset_descs: dict[int, int]) -> None:
 def _dim(desc: TensorDesc, index: int) -> int:
     if not 0 <= index < len(desc.dims):
         raise AclFailure(
-            100000, f"dim index {index} is out of range (the descriptor has {len(desc.dims)})"
+            _AclCode.INVALID_PARAM,
+            f"dim index {index} is out of range (the descriptor has {len(desc.dims)})",
         )
     return desc.dims[index]

@@ -1,0 +1,412 @@
+"""ACL's and ATC's vocabulary as typed values, defined once for every layer.
+
+Return codes (`AclCode`), data types (`DataType` records), tensor formats (`Format`), memcpy kinds
+(`MemcpyKind`), run modes (`RunMode`) and gear kinds (`GearKind`). The runtime, the emulator, the
+tools and the tests take them from here. Imports only the standard library and numpy, and nothing
+from the project, so any module (the Triton stub's included) may import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ATC_INPUT_FORMATS",
+    "DATA_TYPES",
+    "DTYPES_BY_ACL",
+    "DTYPES_BY_NUMPY",
+    "DTYPES_BY_ONNX",
+    "DTYPES_BY_TRITON",
+    "NUMPY_BY_ACL",
+    "AclCode",
+    "DataType",
+    "Format",
+    "GearKind",
+    "MemcpyKind",
+    "RunMode",
+    "describe_code",
+    "format_name",
+]
+
+
+class AclCode(enum.IntEnum):
+    """An ACL return code with its ACL name and a one-line explanation.
+
+    `AclCode.RT_MODEL_EXECUTE == 507011`; `AclCode(507011).acl_name` is
+    "ACL_ERROR_RT_MODEL_EXECUTE" and `.explanation` says what it means. Every code of pyacl-api.md
+    section 5, ranges expanded, from acl_base.h, rt_error_codes.h and ge_error_codes.h.
+    """
+
+    explanation: str
+
+    def __new__(cls, value: int, explanation: str = "") -> AclCode:
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.explanation = explanation
+        return member
+
+    @property
+    def acl_name(self) -> str:
+        """The name ACL's headers give the code: `ACL_SUCCESS`, `ACL_ERROR_<member name>`."""
+        return "ACL_SUCCESS" if self == 0 else f"ACL_ERROR_{self.name}"
+
+    SUCCESS = 0, "success"
+    # acl_base.h: caller and environment errors
+    INVALID_PARAM = 100000, "a parameter failed ACL's checks"
+    UNINITIALIZE = 100001, "acl.init was not called (or a dump/profiling init is missing)"
+    REPEAT_INITIALIZE = 100002, "already initialised or loaded"
+    INVALID_FILE = 100003, "the file is missing or unreadable"
+    PARSE_FILE = 100006, "the file content could not be parsed"
+    INVALID_MODEL_ID = 100011, "the model id is invalid or the model is not loaded"
+    DESERIALIZE_MODEL = (
+        100012,
+        "the .om cannot be deserialised by this CANN; rebuild it with a matching ATC",
+    )
+    PARSE_MODEL = 100013, "the .om cannot be parsed by this CANN; rebuild it with ATC"
+    READ_MODEL_FAILURE = 100014, "the model file is missing or unreadable"
+    MODEL_INPUT_NOT_MATCH = 100017, "the input dataset does not match the model"
+    MODEL_OUTPUT_NOT_MATCH = 100018, "the output dataset does not match the model"
+    MODEL_NOT_DYNAMIC = 100019, "a dynamic-gear API was used on a static model"
+    UNSUPPORTED_DATA_TYPE = 100026, "the data type is not supported"
+    REPEAT_SUBSCRIBE = 100033, "the stream is already subscribed for callbacks"
+    STREAM_NOT_SUBSCRIBE = 100034, "the stream is not subscribed for callbacks"
+    THREAD_NOT_SUBSCRIBE = 100035, "the thread is not subscribed for callbacks"
+    WAIT_CALLBACK_TIMEOUT = 100036, "waiting for a callback timed out"
+    REPEAT_FINALIZE = 100037, "acl.finalize was already called"
+    NOT_STATIC_AIPP = 100038, "the model has no static AIPP (deprecated, now 145015)"
+    PROF_REPEAT_SUBSCRIBE = 148046, "profiling is already subscribed"
+    PROF_API_CONFLICT = 148047, "conflicting profiling APIs were used"
+    INVALID_MAX_OPQUEUE_NUM_CONFIG = 148048, "invalid operator cache configuration"
+    INVALID_OPP_PATH = 148049, "ASCEND_OPP_PATH is unset or wrong"
+    OP_UNSUPPORTED_DYNAMIC = 148050, "the operator does not support dynamic shapes"
+    RELATIVE_RESOURCE_NOT_CLEARED = 148051, "a related resource was not released"
+    UNSUPPORTED_JPEG = 148052, "the JPEG encoding is not supported"
+    INVALID_BUNDLE_MODEL_ID = 148053, "invalid bundle model id"
+    # acl_base.h: resources and API/hardware mismatch
+    BAD_ALLOC = 200000, "memory allocation failed"
+    API_NOT_SUPPORT = 200001, "the API is not supported"
+    INVALID_DEVICE = 200002, "invalid device (deprecated, now 107001)"
+    MEMORY_ADDRESS_UNALIGNED = 200003, "the memory address is not aligned"
+    RESOURCE_NOT_MATCH = 200004, "the stream or context passed does not match"
+    INVALID_RESOURCE_HANDLE = 200005, "the handle was already destroyed or is in use"
+    FEATURE_UNSUPPORTED = 200006, "the feature is not supported"
+    STORAGE_OVER_LIMIT = 300000, "storage is over its limit"
+    INTERNAL_ERROR = 500000, "internal ACL error"
+    FAILURE = 500001, "internal ACL failure"
+    GE_FAILURE = 500002, "internal graph engine failure"
+    RT_FAILURE = 500003, "internal runtime failure"
+    DRV_FAILURE = 500004, "internal driver failure"
+    PROFILING_FAILURE = 500005, "internal profiling failure"
+    # rt_error_codes.h
+    RT_PARAM_INVALID = 107000, "a runtime parameter is invalid"
+    RT_INVALID_DEVICEID = 107001, "invalid device id"
+    RT_CONTEXT_NULL = (
+        107002,
+        "no context is current in this thread; call acl.rt.set_context or set_device first",
+    )
+    RT_STREAM_CONTEXT = 107003, "the stream is not in the current context"
+    RT_MODEL_CONTEXT = 107004, "the model is not in the current context"
+    RT_STREAM_MODEL = 107005, "the stream is not bound to the model"
+    RT_ADDR_UNALIGNED = 107008, "the memory address is not aligned"
+    RT_STREAM_SUBSCRIBE = 107011, "stream subscription failed"
+    RT_THREAD_SUBSCRIBE = 107012, "thread subscription failed"
+    RT_STREAM_NO_CB_REG = 107015, "the callback stream is not subscribed"
+    RT_INVALID_MEMORY_TYPE = 107016, "invalid memory type"
+    RT_INVALID_HANDLE = 107017, "invalid handle"
+    RT_INVALID_MALLOC_TYPE = 107018, "invalid malloc type"
+    RT_DEVICE_TASK_ABORT = 107022, "device tasks were aborted"
+    RT_FEATURE_NOT_SUPPORT = 207000, "the runtime does not support this feature"
+    RT_MEMORY_ALLOCATION = 207001, "out of memory"
+    RT_MEMORY_FREE = 207002, "freeing memory failed"
+    RT_NO_DEVICE = 207004, "no device is available"
+    RT_RESOURCE_ALLOC_FAIL = 207005, "runtime resource allocation failed"
+    RT_NO_PERMISSION = 207006, "no permission (is the user in the HwHiAiUser group?)"
+    RT_NO_EVENT_RESOURCE = 207007, "no event resource left"
+    RT_NO_STREAM_RESOURCE = 207008, "no stream resource left"
+    RT_NO_NOTIFY_RESOURCE = 207009, "no notify resource left"
+    RT_NO_MODEL_RESOURCE = 207010, "no model resource left"
+    RT_NO_CDQ_RESOURCE = 207011, "no CDQ resource left"
+    RT_DEVIDE_OOM = 207018, "device memory is exhausted"
+    RT_INTERNAL_ERROR = 507000, "internal runtime error"
+    RT_TS_ERROR = 507001, "task scheduler error"
+    RT_STREAM_TASK_FULL = 507002, "the stream's task queue is full"
+    RT_STREAM_TASK_EMPTY = 507003, "the stream's task queue is empty"
+    RT_STREAM_NOT_COMPLETE = 507004, "the stream has not completed"
+    RT_END_OF_SEQUENCE = 507005, "end of sequence"
+    RT_EVENT_NOT_COMPLETE = 507006, "the event has not completed"
+    RT_LOST_HEARTBEAT = 507010, "the task scheduler lost its heartbeat"
+    RT_MODEL_EXECUTE = 507011, "model execution failed"
+    RT_REPORT_TIMEOUT = 507012, "report timeout"
+    RT_SYS_DMA = 507013, "system DMA error"
+    RT_AICORE_TIMEOUT = 507014, "AI Core kernel timed out"
+    RT_AICORE_EXCEPTION = 507015, "AI Core kernel exception"
+    RT_AICORE_TRAP_EXCEPTION = 507016, "AI Core trap exception"
+    RT_AICPU_TIMEOUT = 507017, "AI CPU kernel timed out"
+    RT_AICPU_EXCEPTION = 507018, "AI CPU kernel exception"
+    RT_DEV_SETUP_ERROR = 507033, "opening the device failed (driver, firmware or hardware trouble)"
+    RT_VECTOR_CORE_TIMEOUT = 507034, "vector core timed out"
+    RT_VECTOR_CORE_EXCEPTION = 507035, "vector core exception"
+    RT_VECTOR_CORE_TRAP_EXCEPTION = 507036, "vector core trap exception"
+    RT_STREAM_SYNC_TIMEOUT = 507046, "waiting for the stream timed out"
+    RT_EVENT_SYNC_TIMEOUT = 507047, "waiting for the event timed out"
+    RT_DEVICE_MEM_ERROR = 507053, "device memory error"
+    RT_HBM_MULTI_BIT_ECC_ERROR = 507054, "HBM multi-bit ECC error"
+    RT_SUSPECT_DEVICE_MEM_ERROR = 507055, "suspected device memory error"
+    RT_LINK_ERROR = 507056, "inter-device link error"
+    RT_SUSPECT_REMOTE_ERROR = 507057, "suspected error on a remote device"
+    RT_DRV_INTERNAL_ERROR = 507899, "internal driver error"
+    RT_AICPU_INTERNAL_ERROR = 507900, "internal AI CPU error"
+    RT_SOCKET_CLOSE = 507901, "the host-device connection (HDC) closed"
+    # ge_error_codes.h
+    GE_PARAM_INVALID = 145000, "a graph engine parameter is invalid"
+    GE_EXEC_NOT_INIT = 145001, "the graph engine executor is not initialised"
+    GE_EXEC_MODEL_PATH_INVALID = 145002, "the model path is invalid"
+    GE_EXEC_MODEL_ID_INVALID = 145003, "the model id is invalid"
+    GE_EXEC_MODEL_DATA_SIZE_INVALID = 145006, "the model data size is invalid"
+    GE_EXEC_MODEL_ADDR_INVALID = 145007, "the model data address is invalid"
+    GE_EXEC_LOAD_MODEL_REPEATED = 145009, "the model is already loaded"
+    GE_DYNAMIC_INPUT_ADDR_INVALID = 145011, "the dynamic-gear input address is invalid"
+    GE_DYNAMIC_INPUT_LENGTH_INVALID = 145012, "the dynamic-gear input size is invalid"
+    # GE ge_executor.cc: every set_* call (batch, HW, dims) returns it, also on a gearless model
+    GE_DYNAMIC_BATCH_SIZE_INVALID = (
+        145013,
+        "the batch size, HW size or dims given to the set_* gear call is not one of the "
+        "model's compiled gears (or the model has no gears)",
+    )
+    GE_AIPP_BATCH_EMPTY = 145014, "the AIPP batch is empty"
+    GE_AIPP_NOT_EXIST = 145015, "the model has no AIPP"
+    GE_AIPP_MODE_INVALID = 145016, "invalid AIPP mode"
+    GE_FORMAT_INVALID = 145020, "invalid format"
+    GE_SHAPE_INVALID = 145021, "invalid shape"
+    GE_DATATYPE_INVALID = 145022, "invalid data type"
+    GE_MEMORY_ALLOCATION = 245000, "graph engine memory allocation failed"
+    GE_MEMORY_OPERATE_FAILED = 245001, "graph engine memory operation failed"
+    GE_DEVICE_MEMORY_ALLOCATION_FAILED = 245002, "graph engine device memory allocation failed"
+    GE_INTERNAL_ERROR = 545000, "internal graph engine error"
+    GE_LOAD_MODEL = 545001, "loading the model failed"
+    GE_EXEC_LOAD_MODEL_PARTITION_FAILED = 545002, "loading the model partition failed"
+    GE_EXEC_LOAD_WEIGHT_PARTITION_FAILED = 545003, "loading the weight partition failed"
+    GE_EXEC_LOAD_TASK_PARTITION_FAILED = 545004, "loading the task partition failed"
+    GE_EXEC_LOAD_KERNEL_PARTITION_FAILED = 545005, "loading the kernel partition failed"
+    GE_EXEC_RELEASE_MODEL_DATA = 545006, "releasing the model data failed"
+    GE_COMMAND_HANDLE = 545007, "graph engine command handling failed"
+    GE_GET_TENSOR_INFO = 545008, "reading tensor information failed"
+    GE_UNLOAD_MODEL = 545009, "unloading the model failed"
+
+
+_CLASS_EXPLANATIONS = {
+    1: "caller or environment error",
+    2: "resource shortage or API/hardware mismatch",
+    3: "business-state error (queue full or empty)",
+    5: "internal software or hardware error",
+}
+
+
+def describe_code(code: int) -> tuple[str, str]:
+    """`(ACL name, explanation)` of a code; a code missing from `AclCode` is named by its class."""
+    try:
+        member = AclCode(code)
+    except ValueError:
+        kind = _CLASS_EXPLANATIONS.get(code // 100000, "code outside ACL's documented ranges")
+        return "UNKNOWN_ACL_ERROR", f"unlisted code ({kind})"
+    return member.acl_name, member.explanation
+
+
+@dataclasses.dataclass(frozen=True)
+class DataType:
+    """One `aclDataType` (acl_base.h) and what it is called elsewhere."""
+
+    acl: int  # the aclDataType value
+    acl_name: str  # "ACL_FLOAT"
+    numpy: np.dtype[Any] | None  # None: numpy cannot hold it, so this backend cannot serve it
+    triton: str | None  # Triton's protocol name ("FP32"); None: Triton has no such type
+    onnx: int | None  # onnx.TensorProto.DataType value (fixed by onnx.proto); None: no such type
+    onnx_name: str | None  # onnx.TensorProto.DataType name ("FLOAT")
+    itemsize: int | None  # bytes per element (aclDataTypeSize); None: variable or under a byte
+
+    @property
+    def triton_config(self) -> str | None:
+        """The type's name in a Triton model config: `TYPE_FP32`; Triton's BYTES is TYPE_STRING."""
+        if self.triton is None:
+            return None
+        return "TYPE_STRING" if self.triton == "BYTES" else f"TYPE_{self.triton}"
+
+    @property
+    def onnxruntime_type(self) -> str | None:
+        """How onnxruntime names the type of a tensor: `tensor(float)`."""
+        return None if self.onnx_name is None else f"tensor({self.onnx_name.lower()})"
+
+
+def _dtype(
+    acl: int, name: str, numpy: Any, triton: Any, onnx: Any, onnx_name: Any, itemsize: Any = None
+) -> DataType:
+    """A record; a type numpy holds takes its itemsize from numpy."""
+    dtype = None if numpy is None else np.dtype(numpy)
+    size = dtype.itemsize if dtype is not None else itemsize
+    return DataType(acl, name, dtype, triton, onnx, onnx_name, size)
+
+
+# Every aclDataType up to ACL_COMPLEX32, in code order.
+DATA_TYPES: tuple[DataType, ...] = (
+    _dtype(-1, "ACL_DT_UNDEFINED", None, None, None, None),
+    _dtype(0, "ACL_FLOAT", np.float32, "FP32", 1, "FLOAT"),
+    _dtype(1, "ACL_FLOAT16", np.float16, "FP16", 10, "FLOAT16"),
+    _dtype(2, "ACL_INT8", np.int8, "INT8", 3, "INT8"),
+    _dtype(3, "ACL_INT32", np.int32, "INT32", 6, "INT32"),
+    _dtype(4, "ACL_UINT8", np.uint8, "UINT8", 2, "UINT8"),
+    _dtype(6, "ACL_INT16", np.int16, "INT16", 5, "INT16"),
+    _dtype(7, "ACL_UINT16", np.uint16, "UINT16", 4, "UINT16"),
+    _dtype(8, "ACL_UINT32", np.uint32, "UINT32", 12, "UINT32"),
+    _dtype(9, "ACL_INT64", np.int64, "INT64", 7, "INT64"),
+    _dtype(10, "ACL_UINT64", np.uint64, "UINT64", 13, "UINT64"),
+    _dtype(11, "ACL_DOUBLE", np.float64, "FP64", 11, "DOUBLE"),
+    _dtype(12, "ACL_BOOL", np.bool_, "BOOL", 9, "BOOL"),
+    _dtype(13, "ACL_STRING", None, "BYTES", 8, "STRING"),
+    _dtype(16, "ACL_COMPLEX64", None, None, 14, "COMPLEX64", 8),
+    _dtype(17, "ACL_COMPLEX128", None, None, 15, "COMPLEX128", 16),
+    _dtype(27, "ACL_BF16", None, "BF16", 16, "BFLOAT16", 2),
+    _dtype(29, "ACL_INT4", None, None, 22, "INT4"),
+    _dtype(30, "ACL_UINT1", None, None, None, None),
+    _dtype(33, "ACL_COMPLEX32", None, None, None, None, 4),
+)
+DTYPES_BY_ACL: Mapping[int, DataType] = MappingProxyType({t.acl: t for t in DATA_TYPES})
+# The types numpy holds (the ones the runtime serves and the emulator compiles), by numpy dtype.
+DTYPES_BY_NUMPY: Mapping[np.dtype[Any], DataType] = MappingProxyType(
+    {t.numpy: t for t in DATA_TYPES if t.numpy is not None}
+)
+# aclDataType value -> numpy dtype, for the types numpy holds.
+NUMPY_BY_ACL: Mapping[int, np.dtype[Any]] = MappingProxyType(
+    {t.acl: t.numpy for t in DATA_TYPES if t.numpy is not None}
+)
+DTYPES_BY_ONNX: Mapping[int, DataType] = MappingProxyType(
+    {t.onnx: t for t in DATA_TYPES if t.onnx is not None}
+)
+DTYPES_BY_TRITON: Mapping[str, DataType] = MappingProxyType(
+    {t.triton: t for t in DATA_TYPES if t.triton is not None}
+)
+
+
+class Format(enum.IntEnum):
+    """`aclFormat` (acl_base.h): the layout a model reports for a tensor."""
+
+    UNDEFINED = -1
+    NCHW = 0
+    NHWC = 1
+    ND = 2
+    NC1HWC0 = 3
+    FRACTAL_Z = 4
+    NC1HWC0_C04 = 12
+    HWCN = 16
+    NDHWC = 27
+    FRACTAL_NZ = 29
+    NCDHW = 30
+    NDC1HWC0 = 32
+    FRACTAL_Z_3D = 33
+    NC = 35
+    NCL = 47
+
+
+# The formats ATC's --input_format accepts for model inputs.
+ATC_INPUT_FORMATS: tuple[Format, ...] = (
+    Format.NCHW,
+    Format.NHWC,
+    Format.ND,
+    Format.NCDHW,
+    Format.NDHWC,
+)
+
+
+def format_name(code: int) -> str:
+    """`"NCHW"` for an aclFormat value; `FORMAT_<code>` for a value `Format` does not list."""
+    try:
+        return Format(code).name
+    except ValueError:
+        return f"FORMAT_{code}"
+
+
+class MemcpyKind(enum.IntEnum):
+    """`aclrtMemcpyKind` (acl_rt.h). ACL_MEMCPY_DEFAULT (4) exists only in newer CANN."""
+
+    HOST_TO_HOST = 0
+    HOST_TO_DEVICE = 1
+    DEVICE_TO_HOST = 2
+    DEVICE_TO_DEVICE = 3
+
+    @property
+    def acl_name(self) -> str:
+        return f"ACL_MEMCPY_{self.name}"
+
+
+class RunMode(enum.IntEnum):
+    """`aclrtRunMode` (acl_rt.h), what `acl.rt.get_run_mode` returns.
+
+    DEVICE: the program runs on the device's own CPU ("RC"), host memory is device memory; HOST:
+    a host with a PCIe card ("EP").
+    """
+
+    DEVICE = 0
+    HOST = 1
+
+    @property
+    def acl_name(self) -> str:
+        return f"ACL_{self.name}"
+
+
+class GearKind(str, enum.Enum):
+    """How a model's gears vary: not at all, the batch, the image size or any input's dims.
+
+    A gear is one input shape choice ATC compiled into the model; the value is the string the
+    emulator's `.om` headers, logs and JSON outputs carry.
+    """
+
+    STATIC = "static"
+    BATCH = "batch"
+    HW = "hw"
+    DIMS = "dims"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @property
+    def label(self) -> str:
+        """How messages name the kind of a gear: "static", "batch", "HW", "dims"."""
+        return "HW" if self is GearKind.HW else self.value
+
+    @property
+    def atc_description(self) -> str:
+        """ATC's words: "dynamic batch", "dynamic image size", "dynamic dims" (or "static")."""
+        return _ATC_DESCRIPTIONS[self]
+
+    @property
+    def atc_option(self) -> str | None:
+        """The ATC option that compiles gears of this kind (without "--"); None for static."""
+        return _ATC_OPTIONS.get(self)
+
+    @property
+    def set_call(self) -> str | None:
+        """The pyACL call that selects a gear of this kind; None for static."""
+        return _SET_CALLS.get(self)
+
+
+_ATC_DESCRIPTIONS = {
+    GearKind.STATIC: "static",
+    GearKind.BATCH: "dynamic batch",
+    GearKind.HW: "dynamic image size",
+    GearKind.DIMS: "dynamic dims",
+}
+_ATC_OPTIONS = {
+    GearKind.BATCH: "dynamic_batch_size",
+    GearKind.HW: "dynamic_image_size",
+    GearKind.DIMS: "dynamic_dims",
+}
+_SET_CALLS = {
+    GearKind.BATCH: "acl.mdl.set_dynamic_batch_size",
+    GearKind.HW: "acl.mdl.set_dynamic_hw_size",
+    GearKind.DIMS: "acl.mdl.set_input_dynamic_dims",
+}

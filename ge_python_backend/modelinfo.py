@@ -1,0 +1,71 @@
+"""What a model takes, returns and runs: one tensor record, one gear record, and their text.
+
+The runtime fills them from an `.om`; scaffold also builds them from `NAME:TYPE:DIMS`
+declarations; the repository layer and the tools read them. A gear is one input shape choice
+compiled into the model; `GearInfo` is the model's gear table. Imports only numpy and `ascend`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.ascend import DTYPES_BY_TRITON, GearKind
+
+__all__ = ["GearInfo", "Shape", "TensorSpec", "gears_text"]
+
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as callers see it."""
+
+    name: str
+    dtype: np.dtype[Any]  # numpy dtype; object for a declared type numpy cannot hold (BYTES, BF16)
+    triton_dtype: str  # Triton protocol name: "FP32", "INT64", ...
+    shape: Shape  # full .om shape, batch axis included, -1 on dynamic axes
+    format: str = "ND"  # "NCHW", "ND", ... (Format names)
+
+    @classmethod
+    def declared(cls, name: str, triton_dtype: str, shape: Shape) -> TensorSpec:
+        """A tensor declared by its Triton type (e.g. `NAME:TYPE:DIMS`), without an `.om`."""
+        data_type = DTYPES_BY_TRITON.get(triton_dtype)
+        numpy = None if data_type is None else data_type.numpy
+        return cls(name, np.dtype(object) if numpy is None else numpy, triton_dtype, shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class GearInfo:
+    """The model's gear table: what shapes it runs (default: static, no batch axis).
+
+    `batch_gears` are the row counts one execution takes: the gears of a dynamic-batch model, or
+    the fixed axis 0 of any other batched model. `dims_gears` holds, per gear, every input's full
+    shape.
+    """
+
+    kind: GearKind = GearKind.STATIC
+    batched: bool = False  # axis 0 of every input and output is a batch axis
+    batch_gears: tuple[int, ...] = ()
+    hw_gears: tuple[tuple[int, int], ...] = ()
+    dims_gears: tuple[tuple[Shape, ...], ...] = ()
+    max_batch: int = 0  # most rows one execution takes (0 when not batched)
+
+
+def gears_text(gears: GearInfo, inputs: Sequence[TensorSpec]) -> str:
+    """The gears as messages and logs show them: `1,2,4,8` (batch sizes), `16x16; 32x32`
+    (height x width), `a (1, 8), b (1, 8); a (2, 16), b (2, 16)` (every input's shape per dims
+    gear), or `static shapes (2, 8), (2, 8)`."""
+    if gears.kind == GearKind.BATCH:
+        return ",".join(map(str, gears.batch_gears))
+    if gears.kind == GearKind.HW:
+        return "; ".join(f"{height}x{width}" for height, width in gears.hw_gears)
+    if gears.kind == GearKind.DIMS:
+        return "; ".join(
+            ", ".join(f"{spec.name} {shape}" for spec, shape in zip(inputs, gear))
+            for gear in gears.dims_gears
+        )
+    return "static shapes " + ", ".join(str(spec.shape) for spec in inputs)
