@@ -755,6 +755,9 @@ def bind_static(
     src_w = op.src_image_size_w or w
     src_h = op.src_image_size_h or h
     crop_w, crop_h = (crop_w, crop_h) if op.crop else (src_w, src_h)
+    layout = fmt.layout
+    if (layout.even_w and src_w % 2) or (layout.even_h and src_h % 2):
+        raise AippConfigError(f"the source image {src_w}x{src_h} must be even for {fmt.name}")
     for axis, pos, size, src in (
         ("w", op.load_start_pos_w, crop_w, src_w),
         ("h", op.load_start_pos_h, crop_h, src_h),
