@@ -19,8 +19,8 @@ from ge_python_backend.repository.config import (
     ConfigError,
     build_model_config,
     check_model_name,
-    compare_config_with_session,
     config_text,
+    config_view,
     load_model_config,
     write_model_config,
 )
@@ -31,6 +31,7 @@ from ge_python_backend.repository.scaffold import (
     parse_tensor_declaration,
     scaffold,
 )
+from ge_python_backend.repository.triton_config import compare_config_with_session
 from ge_python_backend.repository.validation import validate_repository
 
 
@@ -209,9 +210,9 @@ def test_load_model_config_names_the_file(tmp_path: Path) -> None:
 def test_compare_config_with_session() -> None:
     config = build()
     inputs, outputs = [IMAGES, IDS], [LOGITS, LABELS]
-    assert compare_config_with_session(config, inputs, outputs, BATCH_GEARS) == []
+    assert compare_config_with_session(config_view(config), inputs, outputs, BATCH_GEARS) == []
     problems = compare_config_with_session(
-        config,
+        config_view(config),
         [Tensor("images", "FP16", (-1, 3, 224, 224)), Tensor("mask", "INT64", (-1, 16))],
         [Tensor("logits", "FP16", (-1, 10)), LABELS],
         BATCH_GEARS,
@@ -222,22 +223,24 @@ def test_compare_config_with_session() -> None:
         "the .om input 'mask' is missing from the config",
         "output 'logits': config dims [1000] but the .om needs [10]",
     ]
-    unbatched = compare_config_with_session(config, inputs, outputs, Gears("static", False))
+    unbatched = compare_config_with_session(
+        config_view(config), inputs, outputs, Gears("static", False)
+    )
     assert unbatched and "no batch axis" in unbatched[0]
 
 
 def test_compare_accepts_dynamic_axes_and_full_shapes_without_batching() -> None:
     config = build(inputs=[Tensor("image", "FP32", (1, 3, -1, -1))], outputs=[LOGITS])
     om_inputs = [Tensor("image", "FP32", (1, 3, 224, 224))]
-    assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == []
+    assert compare_config_with_session(config_view(config), om_inputs, [LOGITS], BATCH_GEARS) == []
     config.max_batch_size = 0
     del config.input[0].dims[:]
     config.input[0].dims.extend([1, 3, 224, 224])
     del config.output[0].dims[:]
     config.output[0].dims.extend([-1, 1000])
-    assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == []
+    assert compare_config_with_session(config_view(config), om_inputs, [LOGITS], BATCH_GEARS) == []
     config.input[0].dims[0] = 2
-    assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == [
+    assert compare_config_with_session(config_view(config), om_inputs, [LOGITS], BATCH_GEARS) == [
         "input 'image': config dims [2, 3, 224, 224] but the .om needs [1, 3, 224, 224]"
     ]
 
@@ -284,7 +287,7 @@ def test_scaffold_writes_the_model_directory(tmp_path: Path, om_file: Path) -> N
     assert config.max_batch_size == 4
     assert [list(t.dims) for t in config.output] == [[100, 6], [1]]
     assert config.output[1].data_type == model_config_pb2.TYPE_INT32
-    params = ModelParameters.from_config(config)
+    params = ModelParameters.from_config(config_view(config))
     digest = hashlib.sha256(om_file.read_bytes()).hexdigest()
     assert (model_dir / "3" / "detector.om.sha256").read_text() == f"{digest}  detector.om\n"
     assert params.device_ids == (1, 2)
@@ -388,7 +391,7 @@ def test_scaffold_reads_the_om(tmp_path: Path, om_dynamic_batch: Path, om_hw: Pa
     assert batch.config.max_batch_size == 8
     assert list(batch.config.dynamic_batching.preferred_batch_size) == [1, 2, 4, 8]
     assert [list(t.dims) for t in batch.config.input] == [[16]]
-    assert ModelParameters.from_config(batch.config).acl_runtime == "emulator"
+    assert ModelParameters.from_config(config_view(batch.config)).acl_runtime == "emulator"
     hw = scaffold(om_hw, repo, runtime="emulator", name="conv")
     assert list(hw.config.input[0].dims) == [3, -1, -1]
     assert [list(w.inputs["image"].dims) for w in hw.config.model_warmup] == [[3, 16, 16]]

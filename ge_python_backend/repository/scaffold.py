@@ -37,9 +37,10 @@ from ge_python_backend.repository.config import (
     TensorLike,
     build_model_config,
     check_model_name,
-    compare_config_with_session,
     config_data_type,
+    config_from_view,
     config_text,
+    config_view,
     load_model_config,
     parse_version_policy,
     write_model_config,
@@ -51,6 +52,7 @@ from ge_python_backend.repository.parameters import (
     parse_device_ids,
     parse_input_shape_order,
 )
+from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
 from ge_python_backend.repository.versions import version_dirs, write_checksum
 from ge_python_backend.runtime.checksum import file_sha256
 
@@ -397,15 +399,16 @@ def _model_config(model_dir: Path, runtime: str) -> tuple[ModelConfig, bool]:
             f"{model_dir} exists but has neither config.pbtxt nor a version directory; remove "
             "it or pass --overwrite"
         )
-    config = ModelConfig(name=model_dir.name, backend="python")
     try:
-        complete_version(config, versions[-1], runtime)
+        completion = complete_version(
+            TritonConfig(name=model_dir.name, backend="python"), versions[-1], runtime
+        )
     except GeBackendError as exc:
         raise UserError(
             f"cannot read the config of model {model_dir.name!r} from its version "
             f"{versions[-1].name}: {exc}"
         ) from None
-    return config, False
+    return config_from_view(completion.config), False
 
 
 def _add_version(
@@ -423,14 +426,15 @@ def _add_version(
     model_dir = version_dir.parent
     config, has_file = _model_config(model_dir, runtime)
     specs_in, specs_out, gears = described
-    problems = compare_config_with_session(config, specs_in, specs_out, gears)
+    view = config_view(config)
+    problems = compare_config_with_session(view, specs_in, specs_out, gears)
     if problems:
         raise UserError(
             f"{source} does not fit model {model_dir.name!r} (its config.pbtxt"
             f"{'' if has_file else ', as auto-complete makes it'}): " + "; ".join(problems)
         )
     # A model-level om_file names the .om of every version: the copy takes that name.
-    om_name = ModelParameters.from_config(config).om_file or source.name
+    om_name = ModelParameters.from_config(view).om_file or source.name
     written = config if has_file else ModelConfig(backend="python")
     if policy is not None:
         written.version_policy.CopyFrom(policy)

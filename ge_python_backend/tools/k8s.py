@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import ConfigError, load_model_config
+from ge_python_backend.repository.config import ConfigError, config_view, load_model_config
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.server import ShmSizes, shm_sizes_for_repository
 
@@ -124,7 +124,7 @@ def repository_models(repository: str | os.PathLike[str]) -> list[RepositoryMode
     for path in sorted(Path(repository).glob("*/config.pbtxt")):
         try:
             config = load_model_config(path)
-            params = ModelParameters.from_config(config)
+            params = ModelParameters.from_config(config_view(config))
         except ConfigError as exc:
             logger.warning("leaving out %s: %s", path.parent.name, exc)
             continue
