@@ -365,18 +365,22 @@ def test_parse_tensor_declaration() -> None:
     assert (tensor.name, tensor.triton_dtype, tensor.shape) == ("ids", "BYTES", (-1, 4))
 
 
-def test_vendor_runtime_copies_the_package(tmp_path: Path, om_file: Path) -> None:
+def test_vendor_runtime_copies_what_the_stub_imports(tmp_path: Path, om_file: Path) -> None:
+    """What the stub imports, and no tools: the exact import closure is checked in
+    test_stub_environments.py."""
     result = scaffold_declared(om_file, tmp_path / "r", vendor_runtime=True)
     vendored = result.model_dir / "1" / "_ge_vendor" / "ge_python_backend"
     assert result.vendor_dir == vendored.parent
     for module in (
         "__init__.py",
-        "repository/config.py",
+        "repository/triton_config.py",
         "triton/instance.py",
         "runtime/session.py",
     ):
         assert (vendored / module).is_file(), module
     assert (vendored / "emulator").is_dir()  # needed for acl_runtime emulator
+    for tool in ("repository/config.py", "commands", "tools", "server.py", "client.py"):
+        assert not (vendored / tool).exists(), tool
     assert not list(vendored.rglob("__pycache__"))
     assert not (vendored / "templates").exists()
     assert "_ge_vendor" in (result.model_dir / "1" / "model.py").read_text()

@@ -60,6 +60,23 @@ if TYPE_CHECKING:
     from ge_python_backend.runtime import Session
 
 VENDOR_DIR = "_ge_vendor"
+# What Triton's stub imports from the package (model.py's imports and theirs, the emulator
+# included: it is imported only when `acl_runtime` or $GE_PYTHON_BACKEND_ACL choose it), which
+# `--vendor-runtime` copies; the tools (commands/, tools/, config.pbtxt's protobuf builder, the
+# server and client) and the self-test are left out.
+STUB_FILES = (
+    "__init__.py",
+    "errors.py",
+    "triton/*.py",
+    "runtime/*.py",
+    "emulator/**/*.py",
+    "repository/__init__.py",
+    "repository/autocomplete.py",
+    "repository/parameters.py",
+    "repository/triton_config.py",
+    "repository/versions.py",
+)
+STUB_LEFT_OUT = ("runtime/selftest.py", "runtime/selftest_models.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,15 +245,16 @@ def _ordinary_permissions(root: Path, dir_mode: int) -> None:
 
 
 def _vendor_package(destination: Path) -> None:
-    """Copy the installed `ge_python_backend` to `destination`, without bytecode and without the
-    `templates` package an installed wheel holds (model.py is the template; the stub never
-    imports it)."""
+    """Copy what the stub imports of the installed `ge_python_backend` (`STUB_FILES`) to
+    `destination`."""
     source = Path(ge_python_backend.__file__).parent
-    shutil.copytree(
-        source,
-        destination,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "templates"),
-    )
+    for pattern in STUB_FILES:
+        for path in sorted(source.glob(pattern)):
+            relative = path.relative_to(source)
+            if relative.as_posix() in STUB_LEFT_OUT or "__pycache__" in relative.parts:
+                continue
+            (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination / relative)
 
 
 def scaffold(

@@ -1,0 +1,319 @@
+"""The runtime in the Python of an Ascend host (issue 20), proven with the real tritonserver.
+
+Two stub environments (`stub_envs.py`), each holding only numpy, this package installed with
+`--no-deps`, onnxruntime for the emulator and protobuf 3.20.3 as CANN pins it: Python 3.9 with
+numpy 1.x and Python 3.12 with numpy 2.x. Triton's Python backend runs the stub built for that
+version on that interpreter (`TritonServer(stub_python=...)`, what `serve --stub-python` does) and
+serves a scaffolded batch-gear model, the copy path (no config.pbtxt: auto-complete) and a
+model scaffolded with `--vendor-runtime`. Answers are compared with onnxruntime; every stub
+process (auto-complete and each instance) reports which interpreter, numpy and package copy it
+ran and whether tritonclient, grpc or google.protobuf were imported, read back from Triton's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from e2e_helpers import http_address, model_states, running_server
+from stub_envs import CACHE, PY39_NUMPY1, PY312_NUMPY2, StubEnvSpec, build_wheel, stub_environment
+from test_e2e_triton import reference
+
+from ge_python_backend.repository.scaffold import STUB_LEFT_OUT, model_template, scaffold
+from ge_python_backend.server import describe_python
+
+pytestmark = pytest.mark.e2e
+
+MODELS = ("batch", "copy", "vendored")
+REPORT = "GE-STUB-REPORT "
+FORBIDDEN = ("tritonclient", "grpc", "google.protobuf")
+# model.py of the served models: the template (as ge_template.py beside it: the version
+# directory is on the stub's sys.path) and a report line on stdout, which is Triton's log.
+WRAPPER = '''\
+"""Test wrapper of the ge-python-backend template: reports what each stub process imported."""
+import json
+import os
+import sys
+
+from ge_template import TritonPythonModel as Template
+
+MODEL = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def report(where):
+    import ge_python_backend
+    import numpy
+
+    imported = sorted(
+        name for name in sys.modules
+        if name.split(".")[0] in ("tritonclient", "grpc") or name.startswith("google.protobuf")
+    )
+    facts = {
+        "model": MODEL,
+        "where": where,
+        "python": "%d.%d" % sys.version_info[:2],
+        "executable": sys.executable,
+        "numpy": numpy.__version__,
+        "package": ge_python_backend.__file__,
+        "forbidden": imported,
+    }
+    print("GE-STUB-REPORT " + json.dumps(facts), flush=True)
+
+
+class TritonPythonModel(Template):
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        completed = Template.auto_complete_config(auto_complete_model_config)
+        report("auto_complete_config")
+        return completed
+
+    def initialize(self, args):
+        super().initialize(args)
+        report("initialize")
+
+    def finalize(self):
+        super().finalize()
+        report("finalize")
+'''
+
+
+def wrap_template(version_dir: Path) -> None:
+    """model.py -> the wrapper, the template beside it as ge_template.py."""
+    (version_dir / "ge_template.py").write_text(model_template())
+    (version_dir / "model.py").write_text(WRAPPER)
+
+
+def build_repository(root: Path, om: Path) -> Path:
+    repository = root / "models"
+    batch = scaffold(om, repository, name="batch", runtime="emulator", max_queue_delay_us=20000)
+    wrap_template(batch.model_py_path.parent)
+    copy = repository / "copy" / "1"
+    copy.mkdir(parents=True)
+    shutil.copy(om, copy / om.name)
+    wrap_template(copy)
+    vendored = scaffold(om, repository, name="vendored", runtime="emulator", vendor_runtime=True)
+    wrap_template(vendored.model_py_path.parent)
+    return repository
+
+
+@contextlib.contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    previous = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def reports(log: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line.split(REPORT, 1)[1])
+        for line in log.read_text(errors="replace").splitlines()
+        if REPORT in line
+    ]
+
+
+@pytest.fixture(scope="module", params=[PY39_NUMPY1, PY312_NUMPY2], ids=lambda spec: spec.name)
+def spec(request: pytest.FixtureRequest) -> StubEnvSpec:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def env_python(spec: StubEnvSpec) -> Path:
+    """The stub environment's python (built or reused: `stub_envs.stub_environment`)."""
+    return stub_environment(spec)
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, env_python: Path, om_dynamic_batch: Path
+) -> Iterator[tuple[Path, dict[str, list[dict[str, np.ndarray]]]]]:
+    """Serve the three models from the stub environment, send each concurrent mixed batches;
+    the server log (complete once the server stopped) and every answer."""
+    root = tmp_path_factory.mktemp("stub-env")
+    repository = build_repository(root, om_dynamic_batch)
+    log = root / "triton.log"
+    rng = np.random.default_rng(7)
+    batches = [rng.standard_normal((1 + i % 5, 16), dtype=np.float32) for i in range(12)]
+    answers: dict[str, list[dict[str, np.ndarray]]] = {}
+    # The stub puts its working directory on sys.path: not this checkout's, or the package would
+    # be imported from here rather than from the environment.
+    with (
+        working_directory(root),
+        running_server(
+            repository,
+            env={"GE_PYTHON_BACKEND_ACL": "emulator"},
+            log_path=log,
+            stub_python=describe_python(env_python),
+        ) as server,
+    ):
+        states = model_states(server)
+        assert {name: states[name][0] for name in MODELS} == dict.fromkeys(MODELS, "READY"), states
+
+        def infer(model: str, x: np.ndarray) -> dict[str, np.ndarray]:
+            with httpclient.InferenceServerClient(http_address(server)) as client:
+                tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+                tensor.set_data_from_numpy(x)
+                result = client.infer(model, [tensor])
+                return {name: result.as_numpy(name) for name in ("y", "z")}
+
+        with ThreadPoolExecutor(6) as pool:
+            for model in MODELS:
+                answers[model] = list(pool.map(lambda x, m=model: infer(m, x), batches))
+    answers["inputs"] = [{"x": x} for x in batches]
+    yield log, answers
+
+
+def test_the_environment_holds_only_what_the_stub_needs(
+    spec: StubEnvSpec, env_python: Path
+) -> None:
+    probe = subprocess.run(
+        [
+            str(env_python),
+            "-c",
+            "import importlib.util, json, sys, numpy, google.protobuf as pb; print(json.dumps("
+            "[sys.version_info[:2], numpy.__version__, pb.__version__, "
+            "[m for m in ('tritonclient', 'grpc') if importlib.util.find_spec(m)]]))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    version, numpy_version, protobuf_version, tools = json.loads(probe.stdout)
+    assert f"{version[0]}.{version[1]}" == spec.python_version
+    expected_numpy = next(r for r in spec.requirements if r.startswith("numpy=="))
+    assert numpy_version == expected_numpy.split("==")[1]
+    assert protobuf_version == "3.20.3"
+    assert tools == []
+
+
+def test_models_serve_correct_answers(
+    served: tuple[Path, dict[str, list[dict[str, np.ndarray]]]], om_dynamic_batch: Path
+) -> None:
+    _, answers = served
+    for model in MODELS:
+        for feeds, got in zip(answers["inputs"], answers[model]):
+            expected = reference(om_dynamic_batch, feeds)
+            for name in ("y", "z"):
+                np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_every_stub_ran_the_environment_without_tritonclient_grpc_or_protobuf(
+    served: tuple[Path, dict[str, list[dict[str, np.ndarray]]]],
+    spec: StubEnvSpec,
+    env_python: Path,
+) -> None:
+    log, _ = served
+    found = reports(log)
+    seen = {(report["model"], report["where"]) for report in found}
+    for model in MODELS:  # Triton auto-completes every model, config.pbtxt or not
+        for where in ("auto_complete_config", "initialize", "finalize"):
+            assert (model, where) in seen, (model, where, log.read_text()[-3000:])
+    numpy_major = next(r for r in spec.requirements if r.startswith("numpy==")).split("==")[1][0]
+    site = env_python.parent.parent.resolve()
+    for report in found:
+        assert report["forbidden"] == [], report
+        assert report["python"] == spec.python_version, report
+        assert report["numpy"].startswith(numpy_major + "."), report
+        package = Path(report["package"]).resolve()
+        if report["model"] == "vendored":
+            assert "_ge_vendor" in package.parts, report
+        else:
+            assert site in package.parents, report
+
+
+def test_the_vendored_runtime_is_exactly_what_the_stub_imports(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    """Importing the stub's entry points and the emulator from the vendored copy alone (in the
+    Python 3.9 environment) loads every vendored module and no other module of the package."""
+    env_python = stub_environment(PY39_NUMPY1)
+    result = scaffold(om_dynamic_batch, tmp_path / "m", runtime="emulator", vendor_runtime=True)
+    assert result.vendor_dir is not None
+    package = result.vendor_dir / "ge_python_backend"
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "import ge_python_backend.triton, ge_python_backend.emulator.acl;"
+        "print(json.dumps(sorted(m.__file__ for n, m in list(sys.modules.items())"
+        " if n.split('.')[0] == 'ge_python_backend')))"
+    )
+    probe = subprocess.run(
+        [str(env_python), "-c", code, str(result.vendor_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {Path(path) for path in json.loads(probe.stdout)}
+    vendored = set(package.rglob("*.py"))
+    assert imported == vendored
+    assert not any(package.joinpath(left).exists() for left in STUB_LEFT_OUT)
+
+
+def test_a_command_needing_the_cli_extra_says_so(env_python: Path, tmp_path: Path) -> None:
+    cli = env_python.parent / "ge-python-model"
+    done = subprocess.run(
+        [str(cli), "scaffold", "model.om", "--repository", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pip install 'ge-python-backend[cli]'" in done.stderr
+    assert "Traceback" not in done.stderr
+    listing = subprocess.run([str(cli), "--help"], capture_output=True, text=True)
+    assert listing.returncode == 0, listing.stderr  # every command is listed, none crashes
+    assert "scaffold" in listing.stdout and "[cli]" in listing.stdout
+
+
+def test_installing_the_package_keeps_cann_protobuf(tmp_path: Path) -> None:
+    """`pip install` of the wheel, dependencies resolved, into a virtualenv holding protobuf
+    3.20.3 leaves it at 3.20.3 (offline: from a wheelhouse kept next to the environments)."""
+    wheel = build_wheel()
+    spec = PY39_NUMPY1
+    interpreter = Path(describe_python(stub_environment(spec)).executable)
+    wheelhouse = CACHE / "wheelhouse-py39"
+    pins = ["protobuf==3.20.3", next(r for r in spec.requirements if r.startswith("numpy"))]
+    if not (wheelhouse / ".complete").is_file():
+        subprocess.run(
+            [str(interpreter), "-m", "pip", "download", "-q", "-d", str(wheelhouse), *pins],
+            check=True,
+        )
+        (wheelhouse / ".complete").write_text("\n".join(pins))
+    target = tmp_path / "cann-python"
+    subprocess.run(
+        [
+            str(interpreter),
+            "-c",
+            "import sys, venv; venv.create(sys.argv[1], with_pip=True)",
+            str(target),
+        ],
+        check=True,
+    )
+    python = str(target / "bin" / "python")
+    offline = ["-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse)]
+    subprocess.run([python, *offline, "protobuf==3.20.3"], check=True)
+    subprocess.run([python, *offline, str(wheel)], check=True)
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    versions = {item["name"].lower(): item["version"] for item in json.loads(listed.stdout)}
+    assert versions["protobuf"] == "3.20.3"
+    assert set(versions) - {"pip", "setuptools", "wheel"} == {
+        "protobuf",
+        "numpy",
+        "ge-python-backend",
+    }
+    subprocess.run([python, "-m", "pip", "check"], check=True)
