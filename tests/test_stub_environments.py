@@ -28,13 +28,15 @@ import tritonclient.http as httpclient
 from e2e_helpers import http_address, model_states, running_server
 from stub_envs import CACHE, PY39_NUMPY1, PY312_NUMPY2, StubEnvSpec, build_wheel, stub_environment
 from test_e2e_triton import reference
+from tritonclient.utils import np_to_triton_dtype
 
 from ge_python_backend.repository.scaffold import STUB_LEFT_OUT, model_template, scaffold
 from ge_python_backend.server import describe_python
 
 pytestmark = pytest.mark.e2e
 
-MODELS = ("batch", "copy", "vendored")
+MODELS = ("batch", "copy", "vendored")  # the mlp: x FP32 -> y, z
+MIXED = "mixed"  # INT32 and FP16 in, INT32, BOOL and FP16 out
 REPORT = "GE-STUB-REPORT "
 FORBIDDEN = ("tritonclient", "grpc", "google.protobuf")
 # model.py of the served models: the template (as ge_template.py beside it: the version
@@ -93,8 +95,10 @@ def wrap_template(version_dir: Path) -> None:
     (version_dir / "model.py").write_text(WRAPPER)
 
 
-def build_repository(root: Path, om: Path) -> Path:
+def build_repository(root: Path, om: Path, om_mixed: Path) -> Path:
     repository = root / "models"
+    mixed = scaffold(om_mixed, repository, name=MIXED, runtime="emulator")
+    wrap_template(mixed.model_py_path.parent)
     batch = scaffold(om, repository, name="batch", runtime="emulator", max_queue_delay_us=20000)
     wrap_template(batch.model_py_path.parent)
     copy = repository / "copy" / "1"
@@ -137,15 +141,25 @@ def env_python(spec: StubEnvSpec) -> Path:
 
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, env_python: Path, om_dynamic_batch: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    env_python: Path,
+    om_dynamic_batch: Path,
+    om_mixed_types: Path,
 ) -> Iterator[tuple[Path, dict[str, list[dict[str, np.ndarray]]]]]:
-    """Serve the three models from the stub environment, send each concurrent mixed batches;
-    the server log (complete once the server stopped) and every answer."""
+    """Serve the models from the stub environment, send each concurrent batches of mixed
+    sizes; the server log (complete once the server stopped), the feeds and every answer."""
     root = tmp_path_factory.mktemp("stub-env")
-    repository = build_repository(root, om_dynamic_batch)
+    repository = build_repository(root, om_dynamic_batch, om_mixed_types)
     log = root / "triton.log"
     rng = np.random.default_rng(7)
     batches = [rng.standard_normal((1 + i % 5, 16), dtype=np.float32) for i in range(12)]
+    mixed_feeds = [
+        {
+            "x": rng.integers(-100, 100, (rows, 4), dtype=np.int32),
+            "h": rng.standard_normal((rows, 4)).astype(np.float16),
+        }
+        for rows in (1, 3, 4, 2)
+    ]
     answers: dict[str, list[dict[str, np.ndarray]]] = {}
     # The stub puts its working directory on sys.path: not this checkout's, or the package would
     # be imported from here rather than from the environment.
@@ -159,19 +173,32 @@ def served(
         ) as server,
     ):
         states = model_states(server)
-        assert {name: states[name][0] for name in MODELS} == dict.fromkeys(MODELS, "READY"), states
+        served_models = (*MODELS, MIXED)
+        assert {name: states[name][0] for name in served_models} == dict.fromkeys(
+            served_models, "READY"
+        ), states
 
-        def infer(model: str, x: np.ndarray) -> dict[str, np.ndarray]:
+        def infer(model: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             with httpclient.InferenceServerClient(http_address(server)) as client:
-                tensor = httpclient.InferInput("x", list(x.shape), "FP32")
-                tensor.set_data_from_numpy(x)
-                result = client.infer(model, [tensor])
-                return {name: result.as_numpy(name) for name in ("y", "z")}
+                tensors = []
+                for name, array in feeds.items():
+                    tensor = httpclient.InferInput(
+                        name, list(array.shape), np_to_triton_dtype(array.dtype)
+                    )
+                    tensor.set_data_from_numpy(array)
+                    tensors.append(tensor)
+                result = client.infer(model, tensors)
+                return {
+                    output["name"]: result.as_numpy(output["name"])
+                    for output in result.get_response()["outputs"]
+                }
 
         with ThreadPoolExecutor(6) as pool:
             for model in MODELS:
-                answers[model] = list(pool.map(lambda x, m=model: infer(m, x), batches))
+                answers[model] = list(pool.map(lambda x, m=model: infer(m, {"x": x}), batches))
+            answers[MIXED] = list(pool.map(lambda feeds: infer(MIXED, feeds), mixed_feeds))
     answers["inputs"] = [{"x": x} for x in batches]
+    answers["mixed_inputs"] = mixed_feeds
     yield log, answers
 
 
@@ -199,14 +226,23 @@ def test_the_environment_holds_only_what_the_stub_needs(
 
 
 def test_models_serve_correct_answers(
-    served: tuple[Path, dict[str, list[dict[str, np.ndarray]]]], om_dynamic_batch: Path
+    served: tuple[Path, dict[str, list[dict[str, np.ndarray]]]],
+    om_dynamic_batch: Path,
+    om_mixed_types: Path,
 ) -> None:
     _, answers = served
     for model in MODELS:
         for feeds, got in zip(answers["inputs"], answers[model]):
             expected = reference(om_dynamic_batch, feeds)
+            assert set(got) == set(expected)
             for name in ("y", "z"):
                 np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6)
+    for feeds, got in zip(answers["mixed_inputs"], answers[MIXED]):
+        expected = reference(om_mixed_types, feeds)
+        assert set(got) == set(expected) == {"doubled", "positive", "squared"}
+        for name, array in expected.items():
+            assert got[name].dtype == array.dtype, name
+            np.testing.assert_array_equal(got[name], array)
 
 
 def test_every_stub_ran_the_environment_without_tritonclient_grpc_or_protobuf(
@@ -217,7 +253,7 @@ def test_every_stub_ran_the_environment_without_tritonclient_grpc_or_protobuf(
     log, _ = served
     found = reports(log)
     seen = {(report["model"], report["where"]) for report in found}
-    for model in MODELS:  # Triton auto-completes every model, config.pbtxt or not
+    for model in (*MODELS, MIXED):  # Triton auto-completes every model, config.pbtxt or not
         for where in ("auto_complete_config", "initialize", "finalize"):
             assert (model, where) in seen, (model, where, log.read_text()[-3000:])
     numpy_major = next(r for r in spec.requirements if r.startswith("numpy==")).split("==")[1][0]
