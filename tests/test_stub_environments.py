@@ -31,7 +31,14 @@ from test_e2e_triton import reference
 from tritonclient.utils import np_to_triton_dtype
 
 from ge_python_backend.repository.scaffold import STUB_LEFT_OUT, model_template, scaffold
-from ge_python_backend.server import describe_python
+from ge_python_backend.server import describe_python, find_server
+from ge_python_backend.tools.doctor import (
+    FAIL,
+    OK,
+    WARN,
+    check_stub_environment,
+    check_stub_python,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -353,3 +360,38 @@ def test_installing_the_package_keeps_cann_protobuf(tmp_path: Path) -> None:
         "ge-python-backend",
     }
     subprocess.run([python, "-m", "pip", "check"], check=True)
+
+
+def test_doctor_checks_the_stub_environment(env_python: Path, spec: StubEnvSpec) -> None:
+    python = describe_python(env_python)
+    assert python.version == spec.python_version and python.is_virtualenv
+    assert python.libpython is not None and python.libpython.is_file()
+    found = check_stub_environment(python)
+    assert found.status == OK, found
+    assert "protobuf 3.20.3" in found.detail and "no pyACL" in found.detail
+    bundled = find_server(stub_version=python.version)
+    assert check_stub_python(bundled, "", python=python).status == OK
+    other = find_server(stub_version="3.11" if spec.python_version != "3.11" else "3.10")
+    mismatch = check_stub_python(other, "", python=python)
+    assert mismatch.status == FAIL and f"Python {spec.python_version}" in mismatch.detail
+
+
+def test_doctor_fails_a_stub_python_without_the_package(tmp_path: Path) -> None:
+    base = describe_python(stub_environment(PY39_NUMPY1)).libpython
+    assert base is not None
+    interpreter = base.parent.parent / "bin" / "python3"  # the base 3.9 behind the environment
+    empty = tmp_path / "empty"
+    subprocess.run([str(interpreter), "-m", "venv", "--without-pip", str(empty)], check=True)
+    found = check_stub_environment(describe_python(empty / "bin" / "python"))
+    assert found.status == FAIL
+    assert "No module named 'numpy'" in found.detail
+    assert "--no-deps ge-python-backend" in found.fix
+
+
+def test_doctor_warns_when_protobuf_is_not_cann_s() -> None:
+    """This checkout's own environment has the tools' protobuf, not CANN's 3.20."""
+    import google.protobuf
+
+    assert not google.protobuf.__version__.startswith("3.20.")
+    found = check_stub_environment(describe_python())
+    assert found.status == WARN and "protobuf 3.20.x" in found.detail
