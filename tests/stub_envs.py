@@ -39,6 +39,12 @@ PY39_NUMPY1 = StubEnvSpec(
 PY312_NUMPY2 = StubEnvSpec(
     "py312-numpy2", "3.12", ("numpy==2.2.6", "onnxruntime==1.22.1", CANN_PROTOBUF)
 )
+# PY312_NUMPY2 plus what the runtime's and emulator's own tests need, to run them under numpy 2.
+PY312_NUMPY2_SUITE = StubEnvSpec(
+    "py312-numpy2-suite",
+    "3.12",
+    (*PY312_NUMPY2.requirements, "onnx==1.17.0", "pytest==8.3.3", "pytest-timeout==2.3.1"),
+)
 
 
 def find_interpreter(version: str) -> Path:
@@ -128,5 +134,5 @@ def stub_environment(spec: StubEnvSpec) -> Path:
 
 
 if __name__ == "__main__":  # build every environment ahead of the tests
-    for each in (PY39_NUMPY1, PY312_NUMPY2):
+    for each in (PY39_NUMPY1, PY312_NUMPY2, PY312_NUMPY2_SUITE):
         print(stub_environment(each))

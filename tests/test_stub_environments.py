@@ -26,7 +26,16 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from e2e_helpers import http_address, model_states, running_server
-from stub_envs import CACHE, PY39_NUMPY1, PY312_NUMPY2, StubEnvSpec, build_wheel, stub_environment
+from stub_envs import (
+    CACHE,
+    PY39_NUMPY1,
+    PY312_NUMPY2,
+    PY312_NUMPY2_SUITE,
+    ROOT,
+    StubEnvSpec,
+    build_wheel,
+    stub_environment,
+)
 from test_e2e_triton import reference
 from tritonclient.utils import np_to_triton_dtype
 
@@ -43,6 +52,25 @@ from ge_python_backend.tools.doctor import (
 pytestmark = pytest.mark.e2e
 
 MODELS = ("batch", "copy", "vendored")  # the mlp: x FP32 -> y, z
+# The tests of the runtime and the emulator (they need neither the tools nor a server), also run
+# under numpy 2.
+RUNTIME_TESTS = (
+    "test_emulator_api.py",
+    "test_emulator_context.py",
+    "test_emulator_faults.py",
+    "test_emulator_huawei_flows.py",
+    "test_emulator_memory.py",
+    "test_emulator_models.py",
+    "test_emulator_stats.py",
+    "test_emulator_timing.py",
+    "test_hot_path.py",
+    "test_omfile.py",
+    "test_runtime_acl.py",
+    "test_runtime_batching.py",
+    "test_runtime_errors.py",
+    "test_runtime_objects.py",
+    "test_runtime_session.py",
+)
 MIXED = "mixed"  # INT32 and FP16 in, INT32, BOOL and FP16 out
 REPORT = "GE-STUB-REPORT "
 FORBIDDEN = ("tritonclient", "grpc", "google.protobuf")
@@ -395,3 +423,42 @@ def test_doctor_warns_when_protobuf_is_not_cann_s() -> None:
     assert not google.protobuf.__version__.startswith("3.20.")
     found = check_stub_environment(describe_python())
     assert found.status == WARN and "protobuf 3.20.x" in found.detail
+
+
+def test_the_runtime_and_emulator_tests_pass_under_numpy_2(tmp_path: Path) -> None:
+    """The runtime's and the emulator's tests in Python 3.12 with numpy 2, importing the package
+    installed there (run from another directory, so not this checkout's copy)."""
+    python = stub_environment(PY312_NUMPY2_SUITE)
+    located = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import ge_python_backend, numpy; print(ge_python_backend.__file__, numpy.__version__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    package, numpy_version = located.stdout.split()
+    assert python.parent.parent.resolve() in Path(package).resolve().parents
+    assert numpy_version.startswith("2.")
+    files = [str(ROOT / "tests" / name) for name in RUNTIME_TESTS]
+    done = subprocess.run(
+        [
+            str(python.parent / "pytest"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(ROOT),
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            *files,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-500:]
