@@ -18,8 +18,9 @@ Check this host before serving .om models: Python and ge_python_backend, $GE_PYT
 the CANN environment (set_env.sh sourced), pyACL importable, NPU devices (device nodes and pyACL's
 device count), the CPU emulator, the Python version of Triton's Python backend stub against the
 stub's Python (this one, or --stub-python's) and pyACL's, what the stub's Python holds (numpy,
-ge_python_backend, pyACL, CANN's protobuf 3.20.x), the size of /dev/shm (against what --repository needs) and tritonserver (started
-on an empty repository to read its version). Every failed check says what to do.
+ge_python_backend, pyACL, CANN's protobuf 3.20.x), the size of /dev/shm (against what
+--repository needs) and tritonserver (started on an empty repository to read its version).
+Every failed check says what to do.
 
 Exits 1 when a check required for the runtime fails: with pyacl (the default) the CANN, pyACL and
 NPU checks are required; with --runtime emulator they are reported but not required, and the
