@@ -93,12 +93,14 @@ def source_hash() -> str:
 
 
 def build_wheel() -> Path:
-    """A wheel of this checkout (cached per source hash) under `.venv/stub-envs/wheels/`."""
+    """A wheel of this checkout under `.venv/stub-envs/wheels/<source hash>/` (only the latest
+    is kept)."""
     directory = CACHE / "wheels" / source_hash()
     wheels = sorted(directory.glob("ge_python_backend-*.whl"))
     if wheels:
         return wheels[0]
-    shutil.rmtree(directory, ignore_errors=True)
+    for stale in directory.parent.glob("*"):  # wheels of earlier sources
+        shutil.rmtree(stale, ignore_errors=True)
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(directory), str(ROOT)])
     return sorted(directory.glob("ge_python_backend-*.whl"))[0]
 

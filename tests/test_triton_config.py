@@ -171,6 +171,15 @@ def test_triton_s_json_numbers_read_as_protobuf_s_strings() -> None:
     assert TritonConfig.from_json(json.dumps(as_triton)) == TritonConfig.from_dict(as_protobuf)
 
 
+def test_protobuf_s_camel_case_names_read_as_the_proto_s() -> None:
+    config = built()
+    camel = json_format.MessageToDict(config)
+    assert "maxBatchSize" in camel and "stringValue" in camel["parameters"]["om_file"]
+    view = TritonConfig.from_dict(camel)
+    assert view == config_view(config)
+    assert config_from_view(view) == config
+
+
 def test_a_config_that_is_not_json_or_names_an_unknown_type_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not JSON"):
         TritonConfig.from_json("{")

@@ -8,13 +8,16 @@ imports protobuf: the tools build and parse `config.pbtxt` with Triton's protobu
 (`repository.config`) and go through this record with `config.config_view` and
 `config.config_from_view` (protobuf's JSON mapping), so both sides run the same checks.
 
-Triton writes 64-bit integers as JSON numbers, protobuf's JSON mapping as strings: both are read.
+Triton writes 64-bit integers as JSON numbers, protobuf's JSON mapping as strings, and field
+names as in model_config.proto (`max_batch_size`), protobuf's mapping by default in lowerCamelCase
+(`maxBatchSize`): all are read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +54,11 @@ class ConfigError(UserError, ValueError):
     """A model configuration that cannot be built, parsed or does not fit the `.om`."""
 
 
+def _snake(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with lowerCamelCase keys (protobuf's default JSON names) as model_config.proto's."""
+    return {re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), key): v for key, v in data.items()}
+
+
 def config_type_name(triton_dtype: str) -> str:
     """`"FP32"` -> `"TYPE_FP32"`; the protocol's `BYTES` is `TYPE_STRING` in a model config."""
     name = "TYPE_" + ("STRING" if triton_dtype == "BYTES" else triton_dtype)
@@ -75,6 +83,7 @@ class ConfigTensor:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConfigTensor:
+        data = _snake(data)
         data_type = data.get("data_type", "TYPE_INVALID")
         if isinstance(data_type, int):  # an enum given by number
             data_type = DATA_TYPES[data_type] if 0 <= data_type < len(DATA_TYPES) else ""
@@ -123,7 +132,10 @@ class TritonConfig:
         """A config in Triton's (or protobuf's) JSON form, field names as in model_config.proto."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"the model config must be a JSON object, got {type(data).__name__}")
+        data = _snake(data)
         batching = data.get("dynamic_batching")
+        if batching is not None:
+            batching = data["dynamic_batching"] = _snake(batching)
         return cls(
             name=str(data.get("name", "")),
             backend=str(data.get("backend", "")),
@@ -131,7 +143,7 @@ class TritonConfig:
             inputs=tuple(ConfigTensor.from_dict(item) for item in data.get("input", ())),
             outputs=tuple(ConfigTensor.from_dict(item) for item in data.get("output", ())),
             parameters={
-                str(key): str(value.get("string_value", ""))
+                str(key): str(_snake(value).get("string_value", ""))
                 for key, value in (data.get("parameters") or {}).items()
             },
             dynamic_batching=None
