@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ge_python_backend.repository.config import model_config_from_json
 from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.triton_config import TritonConfig
 from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime import load_acl
 
@@ -52,7 +52,7 @@ class TritonPythonModel:
 
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        params = ModelParameters.from_config(model_config_from_json(args["model_config"]))
+        params = ModelParameters.from_config(TritonConfig.from_json(args["model_config"]))
         self.input_names = [item["name"] for item in config["input"]]
         self.output_names = [item["name"] for item in config["output"]]
         self.acl = acl = load_acl(params.acl_runtime)

@@ -38,7 +38,11 @@ sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
 from build_model import build_classifier  # noqa: E402
 
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
-from ge_python_backend.repository.config import load_model_config, write_model_config  # noqa: E402
+from ge_python_backend.repository.config import (  # noqa: E402
+    config_view,
+    load_model_config,
+    write_model_config,
+)
 from ge_python_backend.repository.parameters import ModelParameters  # noqa: E402
 from ge_python_backend.repository.scaffold import scaffold  # noqa: E402
 from ge_python_backend.server import TritonServer  # noqa: E402
@@ -425,7 +429,7 @@ def scenario_saturation(
     config = load_model_config(defaults.config_path)
     variants = {
         "defaults": (
-            ModelParameters.from_config(config).pipeline_depth,
+            ModelParameters.from_config(config_view(config)).pipeline_depth,
             config.dynamic_batching.max_queue_delay_microseconds,
         )
     }

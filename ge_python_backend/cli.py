@@ -6,7 +6,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ge_python_backend.errors import UserError
 
@@ -27,6 +27,17 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.selftest_cmd",
 )
 
+# The extra that installs each optional top-level module a command may need.
+EXTRA_OF_MODULE = {
+    "tritonclient": "cli",
+    "google": "cli",
+    "grpc": "cli",
+    "gevent": "cli",
+    "onnxruntime": "emulator",
+    "onnx": "emulator",
+    "pytriton": "server",
+}
+
 DESCRIPTION = """\
 Serve Ascend NPU .om models behind NVIDIA Triton Inference Server through its Python backend.
 
@@ -40,7 +51,22 @@ examples:
 """
 
 
+def missing_extra(exc: ModuleNotFoundError) -> UserError:
+    """The error for a module an uninstalled extra provides; `exc` itself for any other."""
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(module)
+    if extra is None:
+        raise exc
+    return UserError(
+        f"this command needs {module}, which ge-python-backend installs with its [{extra}] "
+        f"extra: pip install 'ge-python-backend[{extra}]' (not into the Python of Triton's "
+        "stub on an Ascend host: see docs/DEPLOYING.md)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand; one whose module needs an uninstalled extra is still listed and says
+    which extra to install when run."""
     parser = argparse.ArgumentParser(
         prog="ge-python-model",
         description=DESCRIPTION,
@@ -48,15 +74,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            error = missing_extra(exc)
+            name = module_name.rsplit(".", 1)[-1].removesuffix("_cmd")
+            unavailable = subparsers.add_parser(name, help=f"(unavailable: {error})")
+            unavailable.add_argument("arguments", nargs=argparse.REMAINDER)
+            unavailable.set_defaults(func=_raiser(error))
+        else:
+            module.register(subparsers)
     return parser
+
+
+def _raiser(error: UserError) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        raise error
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        result = args.func(args)
+        try:
+            result = args.func(args)
+        except ModuleNotFoundError as exc:  # a module imported when the command runs
+            raise missing_extra(exc) from exc
     except UserError as exc:
         print(f"ge-python-model {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -6,10 +6,12 @@ its shared libraries in `nvidia_pytriton.libs/` (put on `LD_LIBRARY_PATH`), the 
 backend looks for the stub next to `libtriton_python.so`, so a backend directory holding both is
 built once per interpreter version in a cache folder and reused.
 
-The stub embeds Python and finds its `site-packages` the way `python3` would: through `PATH`. The
-child environment puts this interpreter's `bin` directory first (and its `libpython` on
-`LD_LIBRARY_PATH` when it has one), so `model.py` runs on the same interpreter and virtual
-environment as the caller and can import `ge_python_backend`.
+The stub embeds Python (it is linked against `libpython3.X.so.1.0`) and finds its prefix and
+`site-packages` the way `python3` would: through `PATH`. The child environment puts the stub's
+interpreter's `bin` directory first and its `libpython` directory on `LD_LIBRARY_PATH`, so
+`model.py` runs on that interpreter and its virtual environment. The stub's interpreter is this
+one unless `stub_python` names another (`serve --stub-python`, e.g. CANN's Python on an Ascend
+host): `StubPython` describes it, and the stub built for its version is used.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -85,21 +86,77 @@ def bundled_server_root() -> Path:
     return root
 
 
-def _stub_source(server_root: Path) -> Path:
-    """The Python backend stub built for this interpreter's major.minor version."""
+# Run by `describe_python` in the interpreter described: what the stub needs to embed it.
+_DESCRIBE_PYTHON = """
+import json, sys, sysconfig
+print(json.dumps({
+    "version": "%d.%d" % sys.version_info[:2],
+    "prefix": sys.prefix,
+    "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+    "libdir": sysconfig.get_config_var("LIBDIR") or "",
+    "soname": sysconfig.get_config_var("INSTSONAME") or "",
+}))
+"""
+
+
+@dataclass(frozen=True)
+class StubPython:
+    """The Python the Python-backend stub embeds, as `describe_python` found it."""
+
+    executable: Path  # as given: a virtualenv's bin/python keeps its virtualenv
+    version: str  # "3.12": the stub built for this version is used
+    prefix: Path  # sys.prefix (the virtualenv, if it is one)
+    is_virtualenv: bool
+    libpython: Path | None  # the shared libpython the stub links against; None: none found
+
+    @property
+    def bindir(self) -> Path:
+        return self.executable.parent
+
+
+def describe_python(executable: str | os.PathLike[str] | None = None) -> StubPython:
+    """Describe `executable` (a path or a name on PATH; default: this interpreter) by running
+    it; UserError when it cannot be run."""
+    given = os.fspath(executable) if executable is not None else sys.executable
+    found = shutil.which(given)
+    if found is None:
+        raise UserError(f"stub Python {given!r} not found or not executable")
+    try:
+        result = subprocess.run(
+            [found, "-c", _DESCRIBE_PYTHON], capture_output=True, text=True, timeout=60
+        )
+        facts = json.loads(result.stdout) if result.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        raise UserError(f"stub Python {found} could not be run: {exc}") from None
+    if facts is None:
+        raise UserError(
+            f"stub Python {found} could not be run (exit {result.returncode}): "
+            f"{result.stderr.strip()[-500:]}"
+        )
+    libpython = Path(facts["libdir"]) / facts["soname"] if facts["soname"] else None
+    return StubPython(
+        executable=Path(os.path.abspath(found)),
+        version=facts["version"],
+        prefix=Path(facts["prefix"]),
+        is_virtualenv=facts["prefix"] != facts["base_prefix"],
+        libpython=libpython if libpython is not None and libpython.is_file() else None,
+    )
+
+
+def _stub_source(server_root: Path, version: str) -> Path:
+    """The Python backend stub built for Python `version` (major.minor)."""
     stubs = server_root / "python_backend_stubs"
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = stubs / version / "triton_python_backend_stub"
     if not stub.is_file():
         available = sorted(path.name for path in stubs.iterdir()) if stubs.is_dir() else []
         raise UserError(
             f"nvidia-pytriton has no Python backend stub for Python {version} "
-            f"(it has: {', '.join(available) or 'none'}); run with one of those versions"
+            f"(it has: {', '.join(available) or 'none'}); use a Python of one of those versions"
         )
     return stub
 
 
-def _backend_files(server_root: Path) -> dict[str, Path]:
+def _backend_files(server_root: Path, version: str) -> dict[str, Path]:
     """Relative path in the backend directory -> source file."""
     source = server_root / "backends" / "python"
     files = {
@@ -107,7 +164,7 @@ def _backend_files(server_root: Path) -> dict[str, Path]:
         for path in sorted(source.rglob("*"))
         if path.is_file() and "__pycache__" not in path.parts
     }
-    files["python/triton_python_backend_stub"] = _stub_source(server_root)
+    files["python/triton_python_backend_stub"] = _stub_source(server_root, version)
     return files
 
 
@@ -118,18 +175,21 @@ def _backend_is_complete(directory: Path, files: Mapping[str, Path]) -> bool:
     )
 
 
-def prepare_backend_directory(server_root: Path, cache_dir: Path | None = None) -> Path:
-    """A backend directory holding `python/` and the stub for this interpreter.
+def prepare_backend_directory(
+    server_root: Path, cache_dir: Path | None = None, version: str | None = None
+) -> Path:
+    """A backend directory holding `python/` and the stub for Python `version` (default: this
+    interpreter's major.minor).
 
     Reused when already complete; otherwise built in a temporary folder and renamed into place,
     so concurrent callers never see a half-written directory.
     """
-    files = _backend_files(server_root)
+    version = version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    files = _backend_files(server_root, version)
     fingerprint = hashlib.sha256()
     for name, src in files.items():
         stat = src.stat()
         fingerprint.update(f"{name}:{src}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
     cache = (cache_dir or default_cache_dir()) / "backends"
     target = cache / f"python{version}-{fingerprint.hexdigest()[:16]}"
     if _backend_is_complete(target, files):
@@ -159,8 +219,10 @@ def find_server(
     tritonserver: str | os.PathLike[str] | None = None,
     backend_directory: str | os.PathLike[str] | None = None,
     cache_dir: Path | None = None,
+    stub_version: str | None = None,
 ) -> ServerBinary:
-    """The user's `tritonserver` (a path or a name on PATH) or else the bundled one."""
+    """The user's `tritonserver` (a path or a name on PATH) or else the bundled one, with a
+    backend directory holding the stub for Python `stub_version` (default: this one's)."""
     if tritonserver is not None:
         found = shutil.which(os.fspath(tritonserver))
         if found is None:
@@ -175,7 +237,7 @@ def find_server(
         if not backends.is_dir():
             raise UserError(f"backend directory {backends} does not exist")
     else:
-        backends = prepare_backend_directory(root, cache_dir)
+        backends = prepare_backend_directory(root, cache_dir, stub_version)
     libs = root.parent.parent / "nvidia_pytriton.libs"
     return ServerBinary(root / "bin" / "tritonserver", backends, (libs,) if libs.is_dir() else ())
 
@@ -209,20 +271,21 @@ def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:
 
 
 def server_environment(
-    binary: ServerBinary, extra: Mapping[str, str] | None = None
+    binary: ServerBinary,
+    extra: Mapping[str, str] | None = None,
+    python: StubPython | None = None,
 ) -> dict[str, str]:
-    """The child environment: caller's env + `extra`, this interpreter first on PATH, libs."""
+    """The child environment: caller's env + `extra`, the stub's interpreter (`python`, default
+    this one) first on PATH, its libpython and the server's libraries on LD_LIBRARY_PATH."""
+    python = python or describe_python()
     env = dict(os.environ)
     env.update(extra or {})
-    bindir = os.path.dirname(sys.executable)
-    env["PATH"] = os.pathsep.join(filter(None, [bindir, env.get("PATH")]))
-    if sys.prefix != sys.base_prefix:
-        env["VIRTUAL_ENV"] = sys.prefix
+    env["PATH"] = os.pathsep.join(filter(None, [str(python.bindir), env.get("PATH")]))
+    if python.is_virtualenv:
+        env["VIRTUAL_ENV"] = str(python.prefix)
     libdirs = [str(path) for path in binary.library_path]
-    libpython_dir = sysconfig.get_config_var("LIBDIR")
-    soname = sysconfig.get_config_var("INSTSONAME")
-    if libpython_dir and soname and (Path(libpython_dir) / soname).is_file():
-        libdirs.append(libpython_dir)
+    if python.libpython is not None:
+        libdirs.append(str(python.libpython.parent))
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libdirs, env.get("LD_LIBRARY_PATH")]))
     return env
 
@@ -257,7 +320,8 @@ class TritonServer:
     fails to load (that model stays UNAVAILABLE), and readiness is not strict, so `wait_ready`
     returns once the server answers; see `repository_index()` for each model's state.
     `exit_timeout` is Triton's `--exit-timeout-secs`: how long a stop waits for in-flight
-    requests and idle client connections.
+    requests and idle client connections. `stub_python` is the Python the stub runs (default:
+    this interpreter); without a `binary`, the bundled server uses the stub built for it.
     """
 
     def __init__(
@@ -275,6 +339,7 @@ class TritonServer:
         binary: ServerBinary | None = None,
         shm_sizes: ShmSizes | None = None,
         exit_timeout: int = 10,
+        stub_python: StubPython | None = None,
     ) -> None:
         self.repository = Path(repository).resolve()
         if not self.repository.is_dir():
@@ -293,6 +358,7 @@ class TritonServer:
         self.binary = binary
         self.shm_sizes = shm_sizes
         self.exit_timeout = exit_timeout
+        self.stub_python = stub_python or describe_python()
         self._requested_ports = (http_port, grpc_port, metrics_port)
         self._ports: tuple[int, int, int] | None = None
         self.log_path = Path(log_path) if log_path is not None else None
@@ -365,7 +431,7 @@ class TritonServer:
         if self._process is not None:
             raise ServerError("the server was already started")
         if self.binary is None:
-            self.binary = find_server()
+            self.binary = find_server(stub_version=self.stub_python.version)
         check_shell_safe_paths(self.repository, self.binary)
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
@@ -380,7 +446,7 @@ class TritonServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=server_environment(self.binary, self.env),
+                env=server_environment(self.binary, self.env, self.stub_python),
                 start_new_session=True,  # Ctrl-C reaches us, and we stop the server cleanly
             )
         self._finalizer = weakref.finalize(self, _stop_process, self._process, 10.0)

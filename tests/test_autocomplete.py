@@ -17,11 +17,14 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.repository.autocomplete import complete_config, complete_version
 from ge_python_backend.repository.config import (
     ConfigError,
+    config_from_view,
+    config_view,
     load_model_config,
     parse_version_policy,
 )
 from ge_python_backend.repository.model_files import model_template
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.triton_config import TritonConfig
 from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.runtime import Session, describe_om
 
@@ -48,10 +51,10 @@ def test_describe_om_agrees_with_a_loaded_session(
 
 
 def completed(om: Path, text: str = "") -> tuple[ModelConfig, list[str]]:
-    config = text_format.Parse(text, ModelConfig())
+    config = config_view(text_format.Parse(text, ModelConfig()))
     described = describe_om(om, "emulator")
-    filled = complete_config(config, described.inputs, described.outputs, described.gears)
-    return config, filled
+    done, filled = complete_config(config, described.inputs, described.outputs, described.gears)
+    return config_from_view(done), filled
 
 
 def test_an_empty_config_gets_everything_from_the_om(om_dynamic_batch: Path) -> None:
@@ -116,14 +119,13 @@ def test_complete_version_finds_the_om_and_names_a_bad_directory(
     version = tmp_path / "m" / "1"
     version.mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"holds no \.om file \(it holds: nothing\)"):
-        complete_version(ModelConfig(), version, "emulator")
+        complete_version(TritonConfig(), version, "emulator")
     shutil.copy(om_dynamic_batch, version)
-    assert complete_version(ModelConfig(), version, "emulator").om_path.name == "mlp_batch.om"
+    assert complete_version(TritonConfig(), version, "emulator").om_path.name == "mlp_batch.om"
     shutil.copy(om_static, version)
     with pytest.raises(ConfigError, match=r"holds 2 \.om files \(mlp_batch\.om, mlp_static\.om\)"):
-        complete_version(ModelConfig(), version, "emulator")
-    config = ModelConfig()
-    config.parameters["om_file"].string_value = "mlp_static.om"
+        complete_version(TritonConfig(), version, "emulator")
+    config = TritonConfig(parameters={"om_file": "mlp_static.om"})
     assert complete_version(config, version, "emulator").om_path.name == "mlp_static.om"
 
 

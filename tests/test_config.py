@@ -20,8 +20,8 @@ from ge_python_backend.repository.config import (
     ConfigError,
     build_model_config,
     check_model_name,
-    compare_config_with_session,
     config_text,
+    config_view,
     load_model_config,
     write_model_config,
 )
@@ -32,6 +32,7 @@ from ge_python_backend.repository.scaffold import (
     parse_tensor_declaration,
     scaffold,
 )
+from ge_python_backend.repository.triton_config import compare_config_with_session
 from ge_python_backend.repository.validation import validate_repository
 
 
@@ -200,9 +201,9 @@ def test_load_model_config_names_the_file(tmp_path: Path) -> None:
 def test_compare_config_with_session() -> None:
     config = build()
     inputs, outputs = [IMAGES, IDS], [LOGITS, LABELS]
-    assert compare_config_with_session(config, inputs, outputs, BATCH_GEARS) == []
+    assert compare_config_with_session(config_view(config), inputs, outputs, BATCH_GEARS) == []
     problems = compare_config_with_session(
-        config,
+        config_view(config),
         [
             TensorSpec.declared("images", "FP16", (-1, 3, 224, 224)),
             TensorSpec.declared("mask", "INT64", (-1, 16)),
@@ -217,7 +218,7 @@ def test_compare_config_with_session() -> None:
         "output 'logits': config dims [1000] but the .om needs [10]",
     ]
     unbatched = compare_config_with_session(
-        config, inputs, outputs, GearInfo(GearKind.STATIC, False)
+        config_view(config), inputs, outputs, GearInfo(GearKind.STATIC, False)
     )
     assert unbatched and "no batch axis" in unbatched[0]
 
@@ -225,15 +226,15 @@ def test_compare_config_with_session() -> None:
 def test_compare_accepts_dynamic_axes_and_full_shapes_without_batching() -> None:
     config = build(inputs=[TensorSpec.declared("image", "FP32", (1, 3, -1, -1))], outputs=[LOGITS])
     om_inputs = [TensorSpec.declared("image", "FP32", (1, 3, 224, 224))]
-    assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == []
+    assert compare_config_with_session(config_view(config), om_inputs, [LOGITS], BATCH_GEARS) == []
     config.max_batch_size = 0
     del config.input[0].dims[:]
     config.input[0].dims.extend([1, 3, 224, 224])
     del config.output[0].dims[:]
     config.output[0].dims.extend([-1, 1000])
-    assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == []
+    assert compare_config_with_session(config_view(config), om_inputs, [LOGITS], BATCH_GEARS) == []
     config.input[0].dims[0] = 2
-    assert compare_config_with_session(config, om_inputs, [LOGITS], BATCH_GEARS) == [
+    assert compare_config_with_session(config_view(config), om_inputs, [LOGITS], BATCH_GEARS) == [
         "input 'image': config dims [2, 3, 224, 224] but the .om needs [1, 3, 224, 224]"
     ]
 
@@ -280,7 +281,7 @@ def test_scaffold_writes_the_model_directory(tmp_path: Path, om_file: Path) -> N
     assert config.max_batch_size == 4
     assert [list(t.dims) for t in config.output] == [[100, 6], [1]]
     assert config.output[1].data_type == model_config_pb2.TYPE_INT32
-    params = ModelParameters.from_config(config)
+    params = ModelParameters.from_config(config_view(config))
     digest = hashlib.sha256(om_file.read_bytes()).hexdigest()
     assert (model_dir / "3" / "detector.om.sha256").read_text() == f"{digest}  detector.om\n"
     assert params.device_ids == (1, 2)
@@ -358,18 +359,22 @@ def test_parse_tensor_declaration() -> None:
     assert (tensor.name, tensor.triton_dtype, tensor.shape) == ("ids", "BYTES", (-1, 4))
 
 
-def test_vendor_runtime_copies_the_package(tmp_path: Path, om_file: Path) -> None:
+def test_vendor_runtime_copies_what_the_stub_imports(tmp_path: Path, om_file: Path) -> None:
+    """What the stub imports, and no tools: the exact import closure is checked in
+    test_stub_environments.py."""
     result = scaffold_declared(om_file, tmp_path / "r", vendor_runtime=True)
     vendored = result.model_dir / "1" / "_ge_vendor" / "ge_python_backend"
     assert result.vendor_dir == vendored.parent
     for module in (
         "__init__.py",
-        "repository/config.py",
+        "repository/triton_config.py",
         "triton/instance.py",
         "runtime/session.py",
     ):
         assert (vendored / module).is_file(), module
     assert (vendored / "emulator").is_dir()  # needed for acl_runtime emulator
+    for tool in ("repository/config.py", "commands", "tools", "server.py", "client.py"):
+        assert not (vendored / tool).exists(), tool
     assert not list(vendored.rglob("__pycache__"))
     assert not (vendored / "templates").exists()
     assert "_ge_vendor" in (result.model_dir / "1" / "model.py").read_text()
@@ -384,7 +389,7 @@ def test_scaffold_reads_the_om(tmp_path: Path, om_dynamic_batch: Path, om_hw: Pa
     assert batch.config.max_batch_size == 8
     assert list(batch.config.dynamic_batching.preferred_batch_size) == [1, 2, 4, 8]
     assert [list(t.dims) for t in batch.config.input] == [[16]]
-    assert ModelParameters.from_config(batch.config).acl_runtime == "emulator"
+    assert ModelParameters.from_config(config_view(batch.config)).acl_runtime == "emulator"
     hw = scaffold(om_hw, repo, runtime="emulator", name="conv")
     assert list(hw.config.input[0].dims) == [3, -1, -1]
     assert [list(w.inputs["image"].dims) for w in hw.config.model_warmup] == [[3, 16, 16]]

@@ -15,7 +15,7 @@ import pytest
 
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.config import load_model_config, write_model_config
+from ge_python_backend.repository.config import config_view, load_model_config, write_model_config
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
@@ -62,7 +62,7 @@ def test_scaffold_validate_and_inspect_take_the_order(
     assert code == 0, capsys.readouterr().err
     config = load_model_config(repo / "concat" / "config.pbtxt")
     assert config.parameters["input_shape_order"].string_value == "b,a"
-    params = ModelParameters.from_config(config)
+    params = ModelParameters.from_config(config_view(config))
     assert (params.input_shape_order, params.execute_timeout_ms) == (("b", "a"), 1500)
     [report] = validate_repository(repo)
     assert report.ok and not report.notes, (report.problems, report.notes)

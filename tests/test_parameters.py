@@ -10,7 +10,12 @@ import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.cli import main
-from ge_python_backend.repository.config import ConfigError, load_model_config, write_model_config
+from ge_python_backend.repository.config import (
+    ConfigError,
+    config_view,
+    load_model_config,
+    write_model_config,
+)
 from ge_python_backend.repository.parameters import (
     ModelParameters,
     instance_index,
@@ -50,7 +55,7 @@ def config_with(**parameters: str) -> ModelConfig:
 
 
 def test_defaults_when_only_om_file_is_given() -> None:
-    params = ModelParameters.from_config(config_with(om_file="m.om"))
+    params = ModelParameters.from_config(config_view(config_with(om_file="m.om")))
     assert params == ModelParameters("m.om", None, (0,), None, 2, 20000, None)
 
 
@@ -78,7 +83,7 @@ def test_defaults_when_only_om_file_is_given() -> None:
 )
 def test_accepted_values(name: str, text: str, value: object) -> None:
     config = config_with(**{"om_file": "m.om", name: text})
-    assert getattr(ModelParameters.from_config(config), name) == value
+    assert getattr(ModelParameters.from_config(config_view(config)), name) == value
 
 
 @pytest.mark.parametrize(
@@ -118,19 +123,19 @@ def test_accepted_values(name: str, text: str, value: object) -> None:
 )
 def test_refused_values_name_the_parameter_and_what_is_allowed(name: str, text: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        ModelParameters.from_config(config_with(**{"om_file": "m.om", name: text}))
+        ModelParameters.from_config(config_view(config_with(**{"om_file": "m.om", name: text})))
     assert str(caught.value) == MESSAGES[name] + repr(text)
 
 
 def test_without_om_file_each_version_serves_its_only_om() -> None:
-    assert ModelParameters.from_config(config_with(device_ids="0")).om_file is None
-    assert ModelParameters.from_config(ModelConfig()) == ModelParameters()
+    assert ModelParameters.from_config(config_view(config_with(device_ids="0"))).om_file is None
+    assert ModelParameters.from_config(config_view(ModelConfig())) == ModelParameters()
 
 
 def test_every_problem_is_reported_at_once() -> None:
     config = config_with(om_file="m.om", device_ids="0,,1", pipeline_depth="3")
     with pytest.raises(ConfigError) as caught:
-        ModelParameters.from_config(config)
+        ModelParameters.from_config(config_view(config))
     assert str(caught.value) == (
         MESSAGES["device_ids"] + "'0,,1'; " + MESSAGES["pipeline_depth"] + "'3'"
     )
@@ -172,13 +177,13 @@ def test_round_trip_through_a_model_config() -> None:
         "input_shape_order": "b,a",
         "pipeline_min_device_us": "0",
     }
-    assert ModelParameters.from_config(config) == params
+    assert ModelParameters.from_config(config_view(config)) == params
     defaults = ModelParameters("resnet.om")
     defaults.to_config(config)  # None fields remove their keys
     assert not {"om_sha256", "acl_runtime", "input_shape_order", "pipeline_min_device_us"} & set(
         config.parameters
     )
-    assert ModelParameters.from_config(config) == defaults
+    assert ModelParameters.from_config(config_view(config)) == defaults
 
 
 def test_round_trip_through_config_pbtxt(tmp_path: Path) -> None:
@@ -186,13 +191,13 @@ def test_round_trip_through_config_pbtxt(tmp_path: Path) -> None:
     config = ModelConfig(name="m")
     params.to_config(config)
     path = write_model_config(config, tmp_path / "config.pbtxt")
-    assert ModelParameters.from_config(load_model_config(path)) == params
+    assert ModelParameters.from_config(config_view(load_model_config(path))) == params
 
 
 def test_other_parameters_are_left_out_and_listed() -> None:
     config = config_with(om_file="m.om", pipline_depth="2", EXECUTION_ENV_PATH="$$TRITON/env")
-    assert ModelParameters.from_config(config).pipeline_depth == 2  # the default
-    assert unknown_parameters(config) == ["pipline_depth"]
+    assert ModelParameters.from_config(config_view(config)).pipeline_depth == 2  # the default
+    assert unknown_parameters(config_view(config)) == ["pipline_depth"]
     ModelParameters("m.om", pipeline_depth=2).to_config(config)
     assert config.parameters["EXECUTION_ENV_PATH"].string_value == "$$TRITON/env"
     assert sorted(config.parameters) == [
@@ -218,7 +223,9 @@ def test_instance_index_rejects_names_without_an_index() -> None:
 
 
 def test_instances_round_robin_over_device_ids() -> None:
-    params = ModelParameters.from_config(config_with(om_file="m.om", device_ids="0, 1,3"))
+    params = ModelParameters.from_config(
+        config_view(config_with(om_file="m.om", device_ids="0, 1,3"))
+    )
     devices = [params.device_for_instance(f"m_0_{k}") for k in range(5)]
     assert devices == [0, 1, 3, 0, 1]
     assert ModelParameters("m.om").device_for_instance("m_0_7") == 0
@@ -282,7 +289,7 @@ def test_scaffold_writes_pipeline_min_device_us_only_when_given(
     given = load_model_config(repo / "given" / "config.pbtxt")
     assert "pipeline_min_device_us" not in default.parameters
     assert given.parameters["pipeline_min_device_us"].string_value == "250"
-    assert ModelParameters.from_config(given).pipeline_min_device_s == 0.00025
+    assert ModelParameters.from_config(config_view(given)).pipeline_min_device_s == 0.00025
     code = main(
         ["scaffold", str(om_dynamic_batch), "-r", str(repo), "--name", "bad"]
         + ["--runtime", "emulator", "--pipeline-min-device-us", "-1"]

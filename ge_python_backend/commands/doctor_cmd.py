@@ -16,9 +16,11 @@ from ge_python_backend.tools.doctor import FAIL, CheckResult, run_checks
 DESCRIPTION = """\
 Check this host before serving .om models: Python and ge_python_backend, $GE_PYTHON_BACKEND_ACL,
 the CANN environment (set_env.sh sourced), pyACL importable, NPU devices (device nodes and pyACL's
-device count), the CPU emulator, the Python version of Triton's Python backend stub against this
-one (and pyACL's), the size of /dev/shm (against what --repository needs) and tritonserver (started
-on an empty repository to read its version). Every failed check says what to do.
+device count), the CPU emulator, the Python version of Triton's Python backend stub against the
+stub's Python (this one, or --stub-python's) and pyACL's, what the stub's Python holds (numpy,
+ge_python_backend, pyACL, CANN's protobuf 3.20.x), the size of /dev/shm (against what
+--repository needs) and tritonserver (started on an empty repository to read its version).
+Every failed check says what to do.
 
 Exits 1 when a check required for the runtime fails: with pyacl (the default) the CANN, pyACL and
 NPU checks are required; with --runtime emulator they are reported but not required, and the
@@ -27,6 +29,7 @@ emulator check is.
 examples:
   ge-python-model doctor
   ge-python-model doctor --runtime emulator --repository models
+  ge-python-model doctor --stub-python /usr/local/python3.9/bin/python3
   ge-python-model doctor --tritonserver /opt/tritonserver/bin/tritonserver \\
       --backend-directory /opt/tritonserver/backends
 """
@@ -93,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         repository=args.repository,
         tritonserver=args.tritonserver,
         backend_directory=args.backend_directory,
+        stub_python=args.stub_python,
         start_server=not args.no_server,
     )
     runtime = selected_runtime(args.runtime)

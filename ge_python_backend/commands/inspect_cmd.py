@@ -13,9 +13,10 @@ from ge_python_backend.commands.options import add_input_shape_order_option, add
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
 from ge_python_backend.repository.autocomplete import complete_config
-from ge_python_backend.repository.config import ModelConfig, config_text
+from ge_python_backend.repository.config import ModelConfig, config_from_view, config_text
 from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.repository.parameters import parse_input_shape_order
+from ge_python_backend.repository.triton_config import TritonConfig
 from ge_python_backend.runtime.describe import describe_om
 
 DESCRIPTION = """\
@@ -126,15 +127,15 @@ def completed_config(
     """The config auto-complete makes for `om` in a model directory without config.pbtxt."""
     if not om.is_file():
         raise UserError(f".om file {om} does not exist")
-    config = ModelConfig(name=name or om.stem, backend="python")
+    config = TritonConfig(name=name or om.stem, backend="python")
     try:
         described = describe_om(om, runtime, parse_input_shape_order(input_shape_order))
-        complete_config(config, described.inputs, described.outputs, described.gears)
+        config, _ = complete_config(config, described.inputs, described.outputs, described.gears)
     except UserError:
         raise
     except GeBackendError as exc:
         raise UserError(f"cannot read {om} with the {runtime} runtime: {exc}") from None
-    return config
+    return config_from_view(config)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,12 +19,19 @@ def add_repository_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_tritonserver_options(parser: argparse.ArgumentParser) -> None:
     """`--tritonserver` and `--backend-directory`: the user's own Triton instead of the bundled
-    one (`server.find_server`)."""
+    one (`server.find_server`); `--stub-python`: the stub's interpreter (`server.StubPython`)."""
     parser.add_argument("--tritonserver", metavar="PATH", help="your own tritonserver binary")
     parser.add_argument(
         "--backend-directory",
         metavar="DIR",
         help="its backend directory (python/ holding the Python backend and its stub)",
+    )
+    parser.add_argument(
+        "--stub-python",
+        metavar="PYTHON",
+        help="the Python the Python-backend stub runs model.py with, and whose packages it "
+        "imports (e.g. CANN's Python on an Ascend host; default: this interpreter); the "
+        "bundled server uses the stub built for its version",
     )
 
 

@@ -11,24 +11,32 @@ from types import FrameType
 from typing import Any
 
 from ge_python_backend.commands.options import add_repository_argument, add_tritonserver_options
-from ge_python_backend.server import MODEL_CONTROL_MODES, ServerError, TritonServer, find_server
+from ge_python_backend.server import (
+    MODEL_CONTROL_MODES,
+    ServerError,
+    TritonServer,
+    describe_python,
+    find_server,
+)
 
 EXIT_TIMEOUT_S = 30
 
 DESCRIPTION = """\
 Start Triton Inference Server on a model repository: the server bundled in nvidia-pytriton, or your
 own with --tritonserver (and --backend-directory holding python/ with the Python backend and its
-stub). The server runs this Python interpreter, so model.py imports the installed
-ge_python_backend. It listens on 127.0.0.1 unless --host is given. A model that fails to load stays
-UNAVAILABLE (shown with its reason) while the others serve. Ctrl-C or SIGTERM drains the server:
-Triton answers the requests in flight (for up to --exit-timeout-secs), unloads the models and
-exits; the command exits 0 only when that went cleanly, non-zero if the server dies or could not
-finish its requests in time.
+stub). The stub runs model.py on this Python interpreter, so it imports the installed
+ge_python_backend, or on --stub-python's (the bundled server then uses the stub built for that
+version; the package must be installed there: docs/DEPLOYING.md). It listens on 127.0.0.1
+unless --host is given. A model that fails to load stays UNAVAILABLE (shown with its reason)
+while the others serve. Ctrl-C or SIGTERM drains the server: Triton answers the requests in
+flight (for up to --exit-timeout-secs), unloads the models and exits; the command exits 0 only
+when that went cleanly, non-zero if the server dies or could not finish its requests in time.
 
 examples:
   ge-python-model serve models
   ge-python-model serve models --emulator --http-port 0 --grpc-port 0 --metrics-port 0
   ge-python-model serve models --model-control-mode explicit --load-model resnet
+  ge-python-model serve models --stub-python /usr/local/python3.9/bin/python3
   ge-python-model serve models --tritonserver /opt/tritonserver/bin/tritonserver \\
       --backend-directory /opt/tritonserver/backends
 """
@@ -109,7 +117,10 @@ def _print_ready(server: TritonServer) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C/SIGTERM (exit 0) or until the server dies (exit 1)."""
-    binary = find_server(args.tritonserver, args.backend_directory)
+    stub_python = describe_python(args.stub_python)
+    binary = find_server(
+        args.tritonserver, args.backend_directory, stub_version=stub_python.version
+    )
     server = TritonServer(
         args.repository,
         http_port=args.http_port,
@@ -122,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         log_path=args.log_file,
         binary=binary,
         exit_timeout=args.exit_timeout_secs,
+        stub_python=stub_python,
     )
     # SIGINT too: a process started in the background inherits SIGINT ignored, and Python then
     # installs no Ctrl-C handler of its own.

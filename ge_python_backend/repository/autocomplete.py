@@ -22,84 +22,102 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-
-from tritonclient.grpc import model_config_pb2
+from typing import TYPE_CHECKING
 
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
-from ge_python_backend.repository.config import (
+from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.triton_config import (
     DEFAULT_MAX_QUEUE_DELAY_US,
     ConfigError,
-    ModelConfig,
+    ConfigTensor,
+    DynamicBatching,
+    TritonConfig,
     compare_config_with_session,
-    config_data_type,
+    config_type_name,
     model_dims,
 )
-from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
 
 
 @dataclasses.dataclass(frozen=True)
 class Completion:
-    """The outcome of `complete_version`: the `.om` read and what was added to the config."""
+    """The outcome of `complete_version`: the `.om` read, the completed config and what was
+    added to it."""
 
     om_path: Path
     description: ModelFileDescription
+    config: TritonConfig
     filled: tuple[str, ...]  # for people: "max_batch_size 8", "input 'x' TYPE_FP32 [16]", ...
 
 
 def complete_config(
-    config: ModelConfig,
+    config: TritonConfig,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     gears: GearInfo,
-) -> list[str]:
-    """Fill what `config` lacks from the `.om` description (see the module docstring), in place;
-    return what was filled. ConfigError naming every field that disagrees with the `.om`."""
+) -> tuple[TritonConfig, list[str]]:
+    """`config` with what it lacks filled from the `.om` description (see the module
+    docstring), and what was filled. ConfigError naming every field that disagrees with the
+    `.om`."""
     filled: list[str] = []
     full_shapes = _declares_full_shapes(config, [*inputs, *outputs])
-    if config.max_batch_size == 0 and gears.batched and not full_shapes:
-        config.max_batch_size = gears.max_batch
+    max_batch_size = config.max_batch_size
+    if max_batch_size == 0 and gears.batched and not full_shapes:
+        max_batch_size = gears.max_batch
         filled.append(f"max_batch_size {gears.max_batch}")
-    batched = config.max_batch_size > 0
+    batched = max_batch_size > 0
+    completed: dict[str, tuple[ConfigTensor, ...]] = {}
     for kind, declared, specs in (
-        ("input", config.input, inputs),
-        ("output", config.output, outputs),
+        ("input", config.inputs, inputs),
+        ("output", config.outputs, outputs),
     ):
-        by_name = {str(tensor.name): tensor for tensor in declared}
+        tensors = list(declared)
+        by_name = {tensor.name: index for index, tensor in enumerate(tensors)}
         for spec in specs:
-            tensor = by_name.get(spec.name)
-            added = tensor is None
-            if tensor is None:
-                tensor = declared.add(name=spec.name)
+            index = by_name.get(spec.name)
+            added = index is None
+            if index is None:
+                index = len(tensors)
+                tensors.append(ConfigTensor(spec.name))
+            tensor = tensors[index]
             parts = []
-            if tensor.data_type == model_config_pb2.TYPE_INVALID:
-                tensor.data_type = config_data_type(spec.triton_dtype)
-                parts.append(model_config_pb2.DataType.Name(tensor.data_type))
+            if tensor.data_type == "TYPE_INVALID":
+                tensor = dataclasses.replace(tensor, data_type=config_type_name(spec.triton_dtype))
+                parts.append(tensor.data_type)
             if not tensor.dims:
-                tensor.dims.extend(model_dims(spec.shape, batched))
+                tensor = dataclasses.replace(tensor, dims=tuple(model_dims(spec.shape, batched)))
                 parts.append(str(list(tensor.dims)))
+            tensors[index] = tensor
             if parts:
                 what = "" if added else " (declared without " + _missing(parts) + ")"
                 filled.append(f"{kind} {spec.name!r} {' '.join(parts)}{what}")
-    if batched and config.WhichOneof("scheduling_choice") is None:
-        preferred = [gear for gear in gears.batch_gears if gear <= config.max_batch_size]
-        config.dynamic_batching.max_queue_delay_microseconds = DEFAULT_MAX_QUEUE_DELAY_US
-        config.dynamic_batching.preferred_batch_size.extend(preferred)
+        completed[kind] = tuple(tensors)
+    batching = config.dynamic_batching
+    if batched and config.scheduler is None:
+        preferred = [gear for gear in gears.batch_gears if gear <= max_batch_size]
+        batching = DynamicBatching(tuple(preferred), DEFAULT_MAX_QUEUE_DELAY_US)
         filled.append(
             f"dynamic_batching (preferred_batch_size {preferred}, max_queue_delay_microseconds "
             f"{DEFAULT_MAX_QUEUE_DELAY_US})"
         )
-    problems = compare_config_with_session(config, inputs, outputs, gears)
+    result = dataclasses.replace(
+        config,
+        max_batch_size=max_batch_size,
+        inputs=completed["input"],
+        outputs=completed["output"],
+        dynamic_batching=batching,
+    )
+    problems = compare_config_with_session(result, inputs, outputs, gears)
     if problems:
         raise ConfigError("; ".join(problems))
-    return filled
+    return result, filled
 
 
 def complete_version(
-    config: ModelConfig, version_dir: Path, runtime: str | None = None
+    config: TritonConfig, version_dir: Path, runtime: str | None = None
 ) -> Completion:
-    """Complete `config` in place from the `.om` of `version_dir` (read without a device).
+    """Complete `config` from the `.om` of `version_dir` (read without a device).
 
     The `.om` is the `om_file` parameter's, else the only one in the directory; `runtime`
     (else the `acl_runtime` parameter; `$GE_PYTHON_BACKEND_ACL` overrides both) reads it.
@@ -110,18 +128,20 @@ def complete_version(
     om_path = find_om(version_dir, params.om_file)
     description = describe_om(om_path, runtime or params.acl_runtime, params.input_shape_order)
     try:
-        filled = complete_config(config, description.inputs, description.outputs, description.gears)
+        completed, filled = complete_config(
+            config, description.inputs, description.outputs, description.gears
+        )
     except ConfigError as exc:
         raise ConfigError(f"the config does not match {om_path.name}: {exc}") from None
-    return Completion(om_path, description, tuple(filled))
+    return Completion(om_path, description, completed, tuple(filled))
 
 
-def _declares_full_shapes(config: ModelConfig, specs: Sequence[TensorSpec]) -> bool:
+def _declares_full_shapes(config: TritonConfig, specs: Sequence[TensorSpec]) -> bool:
     """Whether a declared tensor has as many dims as the `.om` shape, batch axis included."""
     ranks = {spec.name: len(spec.shape) for spec in specs}
     return any(
-        len(tensor.dims) == ranks.get(str(tensor.name))
-        for tensor in (*config.input, *config.output)
+        len(tensor.dims) == ranks.get(tensor.name)
+        for tensor in (*config.inputs, *config.outputs)
         if tensor.dims
     )
 

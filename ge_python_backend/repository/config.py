@@ -3,24 +3,32 @@
 The config is a `tritonclient.grpc.model_config_pb2.ModelConfig` message, written and parsed with
 `google.protobuf.text_format`; no text is ever assembled by hand. The model settings live in
 `parameters` (all `string_value`), read and written only through
-`repository.parameters.ModelParameters` (see docs/DESIGN.md, "Triton layer").
+`repository.parameters.ModelParameters` (see docs/DESIGN.md, "Triton layer"). The checks and
+auto-complete run on `triton_config.TritonConfig`, the record the stub reads Triton's JSON into:
+`config_view` and `config_from_view` go between the two through protobuf's JSON mapping.
+This module is for the tools; the stub never imports it (it imports protobuf).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.ascend import GearKind
-from ge_python_backend.errors import UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
+from ge_python_backend.repository.triton_config import (
+    DEFAULT_MAX_QUEUE_DELAY_US,
+    ConfigError,
+    TritonConfig,
+    config_type_name,
+    model_dims,
+)
 
 if TYPE_CHECKING:
     from ge_python_backend.repository.parameters import ModelParameters
@@ -28,8 +36,6 @@ if TYPE_CHECKING:
 # Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
 # masks and indices, where random values would be out of range).
 RANDOM_WARMUP_DTYPES = ("FP16", "FP32", "FP64", "BF16")
-# How long the dynamic batcher waits to fill a batch, unless configured (scaffold, auto-complete).
-DEFAULT_MAX_QUEUE_DELAY_US = 100
 # Characters a shell interprets in an unquoted word. Triton 2.51's Python backend starts every stub
 # with `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, paths unquoted, so
 # model names and repository paths must not contain any of them.
@@ -42,17 +48,9 @@ def shell_unsafe_characters(text: str) -> str:
     return "".join(found)
 
 
-class ConfigError(UserError, ValueError):
-    """A model configuration that cannot be built, parsed or does not fit the `.om`."""
-
-
 def config_data_type(triton_dtype: str) -> int:
-    """`"FP32"` -> `TYPE_FP32`; the protocol's `BYTES` is `TYPE_STRING` in a model config."""
-    name = "STRING" if triton_dtype == "BYTES" else triton_dtype
-    try:
-        return int(model_config_pb2.DataType.Value("TYPE_" + name))
-    except ValueError:
-        raise ConfigError(f"unknown Triton data type {triton_dtype!r}") from None
+    """`"FP32"` -> `TYPE_FP32` (the enum value; `triton_config.config_type_name` has the rules)."""
+    return int(model_config_pb2.DataType.Value(config_type_name(triton_dtype)))
 
 
 def check_model_name(name: str) -> str:
@@ -75,11 +73,6 @@ def check_model_name(name: str) -> str:
             "interpreted; use letters, digits, '_', '-' and '.'"
         )
     return name
-
-
-def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
-    """Config dims of a tensor: its `.om` shape without axis 0 when that is the batch axis."""
-    return list(shape[1:] if batched else shape)
 
 
 def first_gear_shapes(inputs: Sequence[TensorSpec], gears: GearInfo) -> list[list[int]]:
@@ -234,71 +227,13 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelConfig:
         raise ConfigError(f"{source}: not a valid Triton model config: {exc}") from None
 
 
-def model_config_from_json(text: str) -> ModelConfig:
-    """The config Triton hands a Python model (`args["model_config"]`, JSON) as a `ModelConfig`."""
-    return json_format.ParseDict(json.loads(text), ModelConfig(), ignore_unknown_fields=True)
+def config_view(config: ModelConfig) -> TritonConfig:
+    """The record of `config` the checks and auto-complete read (as the stub reads Triton's)."""
+    return TritonConfig.from_dict(
+        json_format.MessageToDict(config, preserving_proto_field_name=True)
+    )
 
 
-def _dims_conflict(config_dims: Sequence[int], om_dims: Sequence[int]) -> bool:
-    """Different rank, or an axis fixed on both sides to different sizes (-1 fits anything)."""
-    if len(config_dims) != len(om_dims):
-        return True
-    return any(a >= 0 and b >= 0 and a != b for a, b in zip(config_dims, om_dims))
-
-
-def _compare_tensors(
-    kind: str, declared: Sequence[Any], specs: Sequence[TensorSpec], batched: bool
-) -> list[str]:
-    """Problems between the config's `input`/`output` entries and the `.om` tensors."""
-    problems: list[str] = []
-    by_name = {spec.name: spec for spec in specs}
-    seen: set[str] = set()
-    for tensor in declared:
-        name = str(tensor.name)
-        seen.add(name)
-        spec = by_name.get(name)
-        if spec is None:
-            problems.append(
-                f"config {kind} {name!r} is not an {kind} of the .om (it has: "
-                f"{', '.join(by_name) or 'none'})"
-            )
-            continue
-        expected_type = config_data_type(spec.triton_dtype)
-        if tensor.data_type != expected_type:
-            type_name = model_config_pb2.DataType.Name
-            problems.append(
-                f"{kind} {name!r}: config data_type {type_name(tensor.data_type)} "
-                f"but the .om has {type_name(expected_type)}"
-            )
-        dims = [int(dim) for dim in tensor.dims]
-        expected = model_dims(spec.shape, batched)
-        if _dims_conflict(dims, expected):
-            problems.append(f"{kind} {name!r}: config dims {dims} but the .om needs {expected}")
-    for name in by_name:
-        if name not in seen:
-            problems.append(f"the .om {kind} {name!r} is missing from the config")
-    return problems
-
-
-def compare_config_with_session(
-    config: ModelConfig,
-    inputs: Sequence[TensorSpec],
-    outputs: Sequence[TensorSpec],
-    gears: GearInfo,
-) -> list[str]:
-    """What in `config` does not fit the `.om` description; empty when they agree.
-
-    `max_batch_size > 0` needs a batched `.om` and dims without axis 0; `max_batch_size: 0`
-    takes the full `.om` shapes. A -1 on either side fits any size.
-    """
-    problems: list[str] = []
-    batched = config.max_batch_size > 0
-    if batched and not gears.batched:
-        problems.append(
-            f"config max_batch_size is {config.max_batch_size} but the .om has no batch axis "
-            "(use max_batch_size: 0 and full shapes)"
-        )
-        return problems
-    problems += _compare_tensors("input", config.input, inputs, batched)
-    problems += _compare_tensors("output", config.output, outputs, batched)
-    return problems
+def config_from_view(view: TritonConfig) -> ModelConfig:
+    """The `ModelConfig` of a record (e.g. a completed one), every field of it kept."""
+    return json_format.ParseDict(view.to_dict(), ModelConfig(), ignore_unknown_fields=True)

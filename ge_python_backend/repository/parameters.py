@@ -28,11 +28,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ge_python_backend.repository.config import ConfigError, ModelConfig
+from ge_python_backend.repository.triton_config import ConfigError, TritonConfig
 from ge_python_backend.runtime import ENV_VAR, PIPELINE_DEPTHS, RUNTIMES
 from ge_python_backend.runtime.checksum import check_digest
+
+if TYPE_CHECKING:
+    from ge_python_backend.repository.config import ModelConfig
 
 # Parameters Triton's Python backend reads itself from a model's config: never warned about.
 TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
@@ -204,7 +207,7 @@ def instance_index(instance_name: str) -> int:
     return int(suffix)
 
 
-def unknown_parameters(config: ModelConfig) -> list[str]:
+def unknown_parameters(config: TritonConfig) -> list[str]:
     """The config's parameters that are neither ours nor Triton's Python backend's."""
     known = (*PARAMETER_NAMES, *TRITON_PARAMETERS)
     return sorted(name for name in config.parameters if name not in known)
@@ -238,18 +241,16 @@ class ModelParameters:
             raise ConfigError("; ".join(problems))
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> ModelParameters:
+    def from_config(cls, config: TritonConfig) -> ModelParameters:
         """The parameters of `config` (others are ignored: `unknown_parameters`; a missing one
         takes its default); ConfigError naming every bad one."""
-        given = {
-            name: config.parameters[name].string_value
-            for name in PARAMETER_NAMES
-            if name in config.parameters
+        given: dict[str, Any] = {
+            name: config.parameters[name] for name in PARAMETER_NAMES if name in config.parameters
         }
         return cls(**given)
 
     def to_config(self, config: ModelConfig) -> None:
-        """Write the parameters into `config` (a None field removes its key)."""
+        """Write the parameters into the protobuf `config` (a None field removes its key)."""
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is None:

@@ -35,9 +35,10 @@ from ge_python_backend.repository.config import (
     ModelConfig,
     build_model_config,
     check_model_name,
-    compare_config_with_session,
     config_data_type,
+    config_from_view,
     config_text,
+    config_view,
     load_model_config,
     parse_version_policy,
     write_model_config,
@@ -50,10 +51,30 @@ from ge_python_backend.repository.parameters import (
     parse_device_ids,
     parse_input_shape_order,
 )
+from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
 from ge_python_backend.repository.versions import version_dirs, write_checksum
 from ge_python_backend.runtime.checksum import file_sha256
 
 VENDOR_DIR = "_ge_vendor"
+# What Triton's stub imports from the package (model.py's imports and theirs, the emulator
+# included: it is imported only when `acl_runtime` or $GE_PYTHON_BACKEND_ACL choose it), which
+# `--vendor-runtime` copies; the tools (commands/, tools/, config.pbtxt's protobuf builder, the
+# server and client) and the self-test are left out.
+STUB_FILES = (
+    "__init__.py",
+    "ascend.py",
+    "errors.py",
+    "modelinfo.py",
+    "triton/*.py",
+    "runtime/*.py",
+    "emulator/**/*.py",
+    "repository/__init__.py",
+    "repository/autocomplete.py",
+    "repository/parameters.py",
+    "repository/triton_config.py",
+    "repository/versions.py",
+)
+STUB_LEFT_OUT = ("runtime/selftest.py", "runtime/selftest_models.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,15 +187,16 @@ def _ordinary_permissions(root: Path, dir_mode: int) -> None:
 
 
 def _vendor_package(destination: Path) -> None:
-    """Copy the installed `ge_python_backend` to `destination`, without bytecode and without the
-    `templates` package an installed wheel holds (model.py is the template; the stub never
-    imports it)."""
+    """Copy what the stub imports of the installed `ge_python_backend` (`STUB_FILES`) to
+    `destination`."""
     source = Path(ge_python_backend.__file__).parent
-    shutil.copytree(
-        source,
-        destination,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "templates"),
-    )
+    for pattern in STUB_FILES:
+        for path in sorted(source.glob(pattern)):
+            relative = path.relative_to(source)
+            if relative.as_posix() in STUB_LEFT_OUT or "__pycache__" in relative.parts:
+                continue
+            (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination / relative)
 
 
 def scaffold(
@@ -337,15 +359,16 @@ def _model_config(model_dir: Path, runtime: str) -> tuple[ModelConfig, bool]:
             f"{model_dir} exists but has neither config.pbtxt nor a version directory; remove "
             "it or pass --overwrite"
         )
-    config = ModelConfig(name=model_dir.name, backend="python")
     try:
-        complete_version(config, versions[-1], runtime)
+        completion = complete_version(
+            TritonConfig(name=model_dir.name, backend="python"), versions[-1], runtime
+        )
     except GeBackendError as exc:
         raise UserError(
             f"cannot read the config of model {model_dir.name!r} from its version "
             f"{versions[-1].name}: {exc}"
         ) from None
-    return config, False
+    return config_from_view(completion.config), False
 
 
 def _add_version(
@@ -363,14 +386,15 @@ def _add_version(
     model_dir = version_dir.parent
     config, has_file = _model_config(model_dir, runtime)
     specs_in, specs_out, gears = described
-    problems = compare_config_with_session(config, specs_in, specs_out, gears)
+    view = config_view(config)
+    problems = compare_config_with_session(view, specs_in, specs_out, gears)
     if problems:
         raise UserError(
             f"{source} does not fit model {model_dir.name!r} (its config.pbtxt"
             f"{'' if has_file else ', as auto-complete makes it'}): " + "; ".join(problems)
         )
     # A model-level om_file names the .om of every version: the copy takes that name.
-    om_name = ModelParameters.from_config(config).om_file or source.name
+    om_name = ModelParameters.from_config(view).om_file or source.name
     written = config if has_file else ModelConfig(backend="python")
     if policy is not None:
         written.version_policy.CopyFrom(policy)

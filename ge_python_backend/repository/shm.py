@@ -14,7 +14,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 
 from ge_python_backend.ascend import DATA_TYPES
-from ge_python_backend.repository.config import ConfigError, load_model_config
+from ge_python_backend.repository.config import ConfigError, config_view, load_model_config
 from ge_python_backend.repository.parameters import ModelParameters
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def repository_models(repository: str | os.PathLike[str]) -> list[RepositoryMode
     for path in sorted(Path(repository).glob("*/config.pbtxt")):
         try:
             config = load_model_config(path)
-            params = ModelParameters.from_config(config)
+            params = ModelParameters.from_config(config_view(config))
         except ConfigError as exc:
             logger.warning("leaving out %s: %s", path.parent.name, exc)
             continue

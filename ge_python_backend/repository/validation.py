@@ -5,7 +5,7 @@ Per model: the config (when there is one) parses and names the directory, the pa
 directory has `model.py` and exactly one `.om` (or the `om_file` one) whose SHA-256 matches its
 `<file>.om.sha256` (else `om_sha256`). Each version's config is then completed as Triton's
 auto-complete will (`autocomplete.complete_version`, from the `.om` read without a device) and
-compared with the `.om` loaded (`config.compare_config_with_session`). Problems make a model
+compared with the `.om` loaded (`triton_config.compare_config_with_session`). Problems make a model
 invalid; notes (what auto-complete will fill, the `.om` cannot be opened on this machine, an
 outdated `model.py`, no checksum, parameters this package does not know) do not.
 """
@@ -22,11 +22,12 @@ from ge_python_backend.repository.config import (
     ConfigError,
     ModelConfig,
     check_model_name,
-    compare_config_with_session,
+    config_view,
     load_model_config,
 )
 from ge_python_backend.repository.model_files import model_template, open_session
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
+from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
 from ge_python_backend.repository.versions import (
     checksum_path,
     expected_sha256,
@@ -51,7 +52,7 @@ class ModelReport:
         return not self.problems
 
 
-def _read_parameters(report: ModelReport, config: ModelConfig) -> ModelParameters | None:
+def _read_parameters(report: ModelReport, config: TritonConfig) -> ModelParameters | None:
     """The model's parameters, or None after recording why they are unusable."""
     unknown = unknown_parameters(config)
     if unknown:
@@ -65,7 +66,7 @@ def _read_parameters(report: ModelReport, config: ModelConfig) -> ModelParameter
 
 def _check_version(
     report: ModelReport,
-    config: ModelConfig,
+    config: TritonConfig,
     params: ModelParameters,
     version_dir: Path,
     runtime: str | None,
@@ -91,10 +92,8 @@ def _check_version(
     elif file_sha256(om_path) != expected:
         report.problems.append(prefix + f"{om_path.name} does not have the SHA-256 {expected}")
         return
-    completed = ModelConfig()
-    completed.CopyFrom(config)
     try:
-        completion = complete_version(completed, version_dir, runtime)
+        completion = complete_version(config, version_dir, runtime)
     except ConfigError as exc:
         report.problems.append(prefix + str(exc))
         return
@@ -107,7 +106,7 @@ def _check_version(
     try:
         with open_session(om_path, chosen, params.input_shape_order) as session:
             problems = compare_config_with_session(
-                completed, session.inputs, session.outputs, session.gears
+                completion.config, session.inputs, session.outputs, session.gears
             )
     except UserError as exc:
         report.notes.append(prefix + f"not loaded to check the config against it: {exc}")
@@ -135,7 +134,8 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
     else:
         config = ModelConfig(name=model_dir.name, backend="python")
         report.notes.append("no config.pbtxt: Triton's auto-complete builds the config")
-    params = _read_parameters(report, config)
+    view = config_view(config)
+    params = _read_parameters(report, view)
     versions = version_dirs(model_dir)
     report.versions = [path.name for path in versions]
     if not versions:
@@ -143,7 +143,7 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
     if params is None:
         return report
     for version_dir in versions:
-        _check_version(report, config, params, version_dir, runtime)
+        _check_version(report, view, params, version_dir, runtime)
     return report
 
 

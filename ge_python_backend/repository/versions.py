@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ge_python_backend.repository.config import ConfigError
 from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.triton_config import ConfigError
 from ge_python_backend.runtime.checksum import check_digest
 
 CHECKSUM_SUFFIX = ".sha256"

@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -28,7 +29,13 @@ from ge_python_backend.repository.shm import (
     shm_sizes_for_repository,
 )
 from ge_python_backend.runtime import ENV_VAR, AclProbe, probe_acl, selected_runtime
-from ge_python_backend.server import ServerBinary, TritonServer, find_server
+from ge_python_backend.server import (
+    ServerBinary,
+    StubPython,
+    TritonServer,
+    describe_python,
+    find_server,
+)
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
 MIB = 1024 * 1024
@@ -41,6 +48,29 @@ SET_ENV_SCRIPTS = (
     Path.home() / "Ascend" / "ascend-toolkit" / "set_env.sh",
 )
 TESTED_TRITON = "2.51"
+# CANN's install guide lists protobuf 3.20.x among its Python dependencies.
+CANN_PROTOBUF = "3.20"
+MIN_NUMPY = (1, 22)
+# Run in the stub's Python by `check_stub_environment`: what the stub will find there.
+_PROBE_STUB_ENVIRONMENT = """
+import importlib.util, json, sys
+facts = {"numpy": None, "package": None, "error": "", "protobuf": None, "acl": None}
+try:
+    import numpy
+    facts["numpy"] = numpy.__version__
+    import ge_python_backend.triton
+    facts["package"] = ge_python_backend.__file__
+except Exception as exc:
+    facts["error"] = "%s: %s" % (type(exc).__name__, exc)
+try:
+    import google.protobuf
+    facts["protobuf"] = google.protobuf.__version__
+except Exception:
+    pass
+spec = importlib.util.find_spec("acl")
+facts["acl"] = spec.origin if spec is not None else None
+print(json.dumps(facts))
+"""
 _LIBPYTHON = re.compile(rb"libpython(\d+\.\d+)")
 _CPYTHON_TAG = re.compile(r"cpython-(\d)(\d+)")
 
@@ -239,9 +269,13 @@ def stub_python_version(stub: Path) -> str | None:
 
 
 def check_stub_python(
-    binary: ServerBinary | None, error: str, acl_file: str | None = None
+    binary: ServerBinary | None,
+    error: str,
+    acl_file: str | None = None,
+    python: StubPython | None = None,
 ) -> CheckResult:
-    """The Python backend stub embeds the Python that ge_python_backend and pyACL are for."""
+    """The Python backend stub embeds the stub's Python (`python`, default this interpreter),
+    the one ge_python_backend and pyACL are for."""
     title = "Python of Triton's Python backend stub"
     if binary is None:
         return CheckResult("stub_python", title, FAIL, error, _SERVER_FIX)
@@ -255,7 +289,8 @@ def check_stub_python(
             "pass --backend-directory DIR where DIR/python holds the Python backend and its stub",
         )
     stub_version = stub_python_version(stub)
-    here = _python_version()
+    here = python.version if python is not None else _python_version()
+    executable = python.executable if python is not None else sys.executable
     tag = _CPYTHON_TAG.search(Path(acl_file).name) if acl_file else None
     acl_version = f"{tag.group(1)}.{tag.group(2)}" if tag else None
     if stub_version is None:
@@ -269,7 +304,7 @@ def check_stub_python(
             title,
             FAIL,
             f"{stub} embeds Python {stub_version} but ge_python_backend runs on Python {here} "
-            f"({sys.executable}){pyacl}: model.py would import packages built for another Python",
+            f"({executable}){pyacl}: model.py would import packages built for another Python",
             f"install ge-python-backend (and numpy) into a Python {stub_version} environment whose "
             "pyACL imports, and start tritonserver with that environment first on PATH; or build "
             f"the stub for Python {here} (python_backend's custom stub build) and place it in "
@@ -277,8 +312,62 @@ def check_stub_python(
             "--tritonserver), which has stubs for Python 3.8-3.13",
         )
     return CheckResult(
-        "stub_python", title, OK, f"{stub} embeds Python {stub_version}, the same as this one"
+        "stub_python", title, OK, f"{stub} embeds Python {stub_version}, the same as {executable}"
     )
+
+
+def check_stub_environment(python: StubPython) -> CheckResult:
+    """What the stub's Python holds: numpy >= 1.22, ge_python_backend importable, a pyACL built
+    for that Python if there is one, and CANN's protobuf 3.20.x (a WARN otherwise)."""
+    title = "Packages of the stub's Python"
+    try:
+        probe = subprocess.run(
+            [str(python.executable), "-c", _PROBE_STUB_ENVIRONMENT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        facts = json.loads(probe.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return CheckResult("stub_environment", title, FAIL, f"{python.executable}: {exc}")
+    where = f"Python {python.version} ({python.executable})"
+    install = (
+        f"{python.executable} -m pip install 'numpy>=1.22' && {python.executable} -m pip install "
+        "--no-deps ge-python-backend (docs/DEPLOYING.md)"
+    )
+    numpy_version = facts["numpy"]
+    if numpy_version is None or facts["package"] is None:
+        return CheckResult("stub_environment", title, FAIL, f"{where}: {facts['error']}", install)
+    numbers = tuple(int(part) for part in re.findall(r"\d+", numpy_version)[:2])
+    if numbers < MIN_NUMPY:
+        return CheckResult(
+            "stub_environment", title, FAIL, f"{where} has numpy {numpy_version} (< 1.22)", install
+        )
+    tag = _CPYTHON_TAG.search(Path(facts["acl"]).name) if facts["acl"] else None
+    if tag and f"{tag.group(1)}.{tag.group(2)}" != python.version:
+        return CheckResult(
+            "stub_environment",
+            title,
+            FAIL,
+            f"{where}: pyACL {facts['acl']} is built for Python {tag.group(1)}.{tag.group(2)}",
+            "use the Python CANN's pyACL is built for as the stub's Python (--stub-python)",
+        )
+    detail = (
+        f"{where}: numpy {numpy_version}, ge_python_backend at {Path(facts['package']).parent}"
+        + (f", pyACL {facts['acl']}" if facts["acl"] else ", no pyACL")
+        + (f", protobuf {facts['protobuf']}" if facts["protobuf"] else ", no protobuf")
+    )
+    protobuf = facts["protobuf"]
+    if protobuf is None or not protobuf.startswith(CANN_PROTOBUF + "."):
+        return CheckResult(
+            "stub_environment",
+            title,
+            WARN,
+            detail + f"; CANN's install guide lists protobuf {CANN_PROTOBUF}.x",
+            f"{python.executable} -m pip install 'protobuf=={CANN_PROTOBUF}.3' if CANN's tools "
+            "run on this Python (ge_python_backend's stub does not import protobuf)",
+        )
+    return CheckResult("stub_environment", title, OK, detail)
 
 
 def check_shm(path: Path = Path("/dev/shm"), need_bytes: int | None = None) -> CheckResult:
@@ -346,6 +435,7 @@ def run_checks(
     repository: Path | None = None,
     tritonserver: str | None = None,
     backend_directory: str | None = None,
+    stub_python: str | None = None,
     start_server: bool = True,
     environ: Mapping[str, str] | None = None,
     dev_dir: Path = Path("/dev"),
@@ -355,8 +445,11 @@ def run_checks(
     chosen = selected_runtime(runtime)
     on_npu = chosen == "pyacl"
     pyacl = probe_acl("pyacl")
+    python = describe_python(stub_python)
     try:
-        binary: ServerBinary | None = find_server(tritonserver, backend_directory)
+        binary: ServerBinary | None = find_server(
+            tritonserver, backend_directory, stub_version=python.version
+        )
         server_error = ""
     except GeBackendError as exc:
         binary, server_error = None, str(exc)
@@ -370,7 +463,8 @@ def run_checks(
         check_pyacl(pyacl, required=on_npu),
         check_npu_devices(pyacl, dev_dir, required=on_npu),
         check_emulator(required=not on_npu),
-        check_stub_python(binary, server_error, pyacl.module_file),
+        check_stub_python(binary, server_error, pyacl.module_file, python),
+        check_stub_environment(python),
         check_shm(need_bytes=need),
     ]
     if start_server:

@@ -11,15 +11,12 @@ through `as_dict()`, which Triton 2.51 reads back whole (checked: they are serve
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
-
 from ge_python_backend.repository.autocomplete import complete_version
-from ge_python_backend.repository.config import model_config_from_json
+from ge_python_backend.repository.triton_config import TritonConfig
 from ge_python_backend.triton.log import forward_to_triton
 
 logger = logging.getLogger(__name__)
@@ -31,30 +28,24 @@ def auto_complete_config(auto_complete_model_config: Any, model_py: str, pb_util
     forward_to_triton(pb_utils)
     version_dir = Path(model_py).resolve().parent
     target = auto_complete_model_config
-    given = target.as_dict()
-    config = model_config_from_json(json.dumps(given))
-    name = f"{config.name or version_dir.parent.name!r} version {version_dir.name}"
+    given = TritonConfig.from_dict(target.as_dict())
+    name = f"{given.name or version_dir.parent.name!r} version {version_dir.name}"
     try:
-        completion = complete_version(config, version_dir)
+        completion = complete_version(given, version_dir)
     except Exception as exc:
         logger.error("model %s: auto-complete failed: %s", name, exc)
         raise
-    if config.max_batch_size != given.get("max_batch_size", 0):
+    config = completion.config
+    if config.max_batch_size != given.max_batch_size:
         target.set_max_batch_size(config.max_batch_size)
-    for add, tensors in ((target.add_input, config.input), (target.add_output, config.output)):
+    for add, tensors in ((target.add_input, config.inputs), (target.add_output, config.outputs)):
         for tensor in tensors:
-            add(
-                {
-                    "name": tensor.name,
-                    "data_type": model_config_pb2.DataType.Name(tensor.data_type),
-                    "dims": [int(dim) for dim in tensor.dims],
-                }
-            )
-    if "dynamic_batching" not in given and config.HasField("dynamic_batching"):
+            add(tensor.to_dict())
+    if given.dynamic_batching is None and config.dynamic_batching is not None:
         target.set_dynamic_batching()
         batching = target.as_dict()["dynamic_batching"]
         batching["preferred_batch_size"] = list(config.dynamic_batching.preferred_batch_size)
-        batching["max_queue_delay_microseconds"] = int(
+        batching["max_queue_delay_microseconds"] = (
             config.dynamic_batching.max_queue_delay_microseconds
         )
     logger.info(

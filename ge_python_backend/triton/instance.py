@@ -18,19 +18,19 @@ answered inline, as at depth 1.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
-
 from ge_python_backend.modelinfo import gears_text
-from ge_python_backend.repository.config import ConfigError, compare_config_with_session
 from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
+from ge_python_backend.repository.triton_config import (
+    ConfigError,
+    TritonConfig,
+    compare_config_with_session,
+)
 from ge_python_backend.repository.versions import expected_sha256, find_om
 from ge_python_backend.runtime import (
     AclError,
@@ -58,11 +58,10 @@ class ModelInstance:
         forward_to_triton(pb_utils)
         self._pb_utils = pb_utils
         self._name = f"{args['model_name']!r} version {args['model_version']}"
-        config = json_format.ParseDict(
-            json.loads(args["model_config"]),
-            model_config_pb2.ModelConfig(),
-            ignore_unknown_fields=True,
-        )
+        try:
+            config = TritonConfig.from_json(args["model_config"])
+        except ConfigError as exc:
+            raise self._load_error(str(exc)) from exc
         try:
             params = ModelParameters.from_config(config)
             device_id = params.device_for_instance(args["model_instance_name"])

@@ -10,6 +10,12 @@ import numpy as np
 
 from ge_python_backend.runtime import InputError
 
+# The Triton 2.51 stub hands numpy arrays over through a pybind11 older than numpy 2's dtype
+# layout: with numpy 2, `as_numpy()` reads zeros and `pb_utils.Tensor(name, array)` makes a
+# tensor without data (seen in tests/test_stub_environments.py). DLPack carries them intact, so
+# numpy 2 takes it both ways; numpy 1 keeps the numpy path.
+DLPACK_TENSORS = int(np.__version__.split(".")[0]) >= 2
+
 
 @dataclass(frozen=True)
 class ParsedRequest:
@@ -22,7 +28,7 @@ class ParsedRequest:
 
 def parse_request(request: Any, index: int, output_names: Sequence[str]) -> ParsedRequest:
     """Read a request's input tensors and requested outputs; raise InputError on unknown outputs."""
-    feeds = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+    feeds = {tensor.name(): _array(tensor) for tensor in request.inputs()}
     requested = tuple(request.requested_output_names())
     unknown = [name for name in requested if name not in output_names]
     if unknown:
@@ -38,8 +44,14 @@ def build_response(
 ) -> Any:
     """A response carrying the requested outputs (all of them when none were named)."""
     names = requested or tuple(outputs)
-    tensors = [pb_utils.Tensor(name, outputs[name]) for name in names]
+    make = pb_utils.Tensor.from_dlpack if DLPACK_TENSORS else pb_utils.Tensor
+    tensors = [make(name, outputs[name]) for name in names]
     return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _array(tensor: Any) -> np.ndarray:
+    """An input tensor's data as an array (a view of Triton's shared memory)."""
+    return np.from_dlpack(tensor) if DLPACK_TENSORS else tensor.as_numpy()
 
 
 def error_response(pb_utils: Any, message: str, code_name: str) -> Any:
