@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.parameters import ModelParameters

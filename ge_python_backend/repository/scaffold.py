@@ -74,7 +74,7 @@ STUB_FILES = (
     "repository/triton_config.py",
     "repository/versions.py",
 )
-STUB_LEFT_OUT = ("runtime/selftest.py", "runtime/selftest_models.py")
+STUB_LEFT_OUT = ("runtime/selftest.py", "runtime/selftest_models.py", "triton/testing.py")
 
 
 @dataclasses.dataclass(frozen=True)
