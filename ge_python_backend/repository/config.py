@@ -99,6 +99,16 @@ def first_gear_shapes(inputs: Sequence[TensorSpec], gears: GearInfo) -> list[lis
     return shapes
 
 
+def _on_every_input(gears: GearInfo) -> str:
+    """For messages: why a batched model still needs `max_batch_size: 0` (or nothing)."""
+    if not gears.side_inputs:
+        return ""
+    return (
+        f"on every input (side inputs {', '.join(gears.side_inputs)} have none, and Triton's "
+        "batch dimension applies to every input) "
+    )
+
+
 def build_model_config(
     name: str,
     inputs: Sequence[TensorSpec],
@@ -118,7 +128,8 @@ def build_model_config(
     A batched `.om` gets `max_batch_size` = its largest gear (or `max_batch_size` when given: the
     runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
     one warmup per gear (gears above `max_batch_size` are left out); a model without a batch
-    axis gets `max_batch_size: 0` and one warmup. HW/dims models warm up on their first gear.
+    axis, or with side inputs that lack it, gets `max_batch_size: 0` (full shapes, -1 on the
+    batch axis) and one warmup. HW/dims models warm up on their first gear.
     `max_queue_size` and `queue_timeout_us` (0: no limit) shed load: the dynamic batcher's
     `default_queue_policy` refuses (REJECT) requests beyond that many waiting, or waiting longer.
     """
@@ -132,14 +143,14 @@ def build_model_config(
             f"max_queue_size and queue_timeout_us must be >= 0 (0: no limit), got "
             f"{max_queue_size} and {queue_timeout_us}"
         )
-    if gears.batched:
+    if gears.every_input_batched:
         batch = gears.max_batch if max_batch_size is None else max_batch_size
         if batch < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {batch}")
     elif max_batch_size:
         raise ConfigError(
             f"max_batch_size {max_batch_size} needs a batched model, but axis 0 of this model's "
-            "inputs and outputs is not a batch axis"
+            f"inputs and outputs is not a batch axis {_on_every_input(gears)}".rstrip()
         )
     else:
         batch = 0
@@ -293,10 +304,10 @@ def compare_config_with_session(
     """
     problems: list[str] = []
     batched = config.max_batch_size > 0
-    if batched and not gears.batched:
+    if batched and not gears.every_input_batched:
         problems.append(
             f"config max_batch_size is {config.max_batch_size} but the .om has no batch axis "
-            "(use max_batch_size: 0 and full shapes)"
+            f"{_on_every_input(gears)}(use max_batch_size: 0 and full shapes)"
         )
         return problems
     problems += _compare_tensors("input", config.input, inputs, batched)
