@@ -156,9 +156,12 @@ class DescribedModel:
         return "; ".join(",".join(str(v) for v in g) for g in self.gears)
 
     def rows(self, gear: Gear | None) -> int:
-        """Dim 0 of the first input for `gear` (what the timing model scales with)."""
-        shapes = self.om.description.input_shapes(gear)
-        return shapes[0][0] if shapes and shapes[0] else 1
+        """Dim 0 for `gear` of the first input with -1 there, else of the first input (what the
+        timing model scales with; a batch model's side inputs have no batch axis)."""
+        desc = self.om.description
+        shapes = desc.input_shapes(gear)
+        first = next((i for i, t in enumerate(desc.inputs) if t.dims[:1] == (-1,)), 0)
+        return shapes[first][0] if shapes and shapes[first] else 1
 
 
 class LoadedModel(DescribedModel):
