@@ -37,6 +37,7 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.repository.config import build_model_config, compare_config_with_session
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.runtime import Session
+from ge_python_backend.runtime.batching import ExecutionPlanner
 from ge_python_backend.runtime.errors import InputError, ModelFileError
 
 # ----------------------------------------------------------------------------- the name rules
@@ -261,3 +262,12 @@ def test_config_of_a_side_input_model(tmp_path: Path) -> None:
     config.max_batch_size = 4
     problems = compare_config_with_session(config, inputs, outputs, gears)
     assert problems and "side inputs scale have none" in problems[0]
+
+
+def test_planner_keeps_requests_apart_when_executions_are_not_shared() -> None:
+    def layout(planner: ExecutionPlanner) -> list[tuple[int, int, list[int]]]:
+        plan = planner.plan([(0, 3), (0, 2)])
+        return [(e.batch, e.rows, [p.part for p in e.pieces]) for e in plan]
+
+    assert layout(ExecutionPlanner((1, 2, 4))) == [(4, 4, [0, 1]), (1, 1, [1])]
+    assert layout(ExecutionPlanner((1, 2, 4), shared=False)) == [(4, 3, [0]), (2, 2, [1])]

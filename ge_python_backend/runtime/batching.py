@@ -141,8 +141,8 @@ class ExecutionPlanner:
             elif self.shared:
                 executions += self._fill(gear, parts)
             else:
-                for part in parts:
-                    executions += self._fill(gear, [part])
+                for one in parts:
+                    executions += self._fill(gear, [one])
         return executions
 
     def _fill(self, gear: int, parts: list[tuple[int, int]]) -> list[Execution]:
