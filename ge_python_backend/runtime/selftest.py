@@ -535,13 +535,8 @@ def _tensor_names(env: _Env) -> str:
         desc = model.desc
         converted = []
         calls = [
-            ("input", spec.inputs[0][0], acl.mdl.get_input_name_by_index, acl.mdl.get_input_dims),
-            (
-                "output",
-                spec.outputs[0][0],
-                acl.mdl.get_output_name_by_index,
-                acl.mdl.get_output_dims,
-            ),
+            ("input", spec.inputs[0][0], acl.mdl.get_input_name_by_index, "get_input_dims"),
+            ("output", spec.outputs[0][0], acl.mdl.get_output_name_by_index, "get_output_dims"),
         ]
         for what, real, name_call, dims_call in calls:
             reported = name_call(desc, 0)  # the input's name; op:idx:name for the output
@@ -549,10 +544,10 @@ def _tensor_names(env: _Env) -> str:
                 reported == real or (what == "output" and reported.endswith(f":{real}")),
                 f"the {what} name by index is {reported!r}, expected {real!r} (whole)",
             )
-            dims, ret = dims_call(desc, 0)
-            check(ret, f"acl.mdl.get_{what}_dims", acl)
+            dims, ret = getattr(acl.mdl, dims_call)(desc, 0)
+            check(ret, f"acl.mdl.{dims_call}", acl)
             shown = dims["name"]
-            _expect(shown != reported, f"get_{what}_dims reports the {len(shown)}-character name")
+            _expect(shown != reported, f"{dims_call} reports the {len(shown)}-character name")
             back = acl.mdl.get_tensor_real_name(desc, shown)
             _expect(back == reported, f"get_tensor_real_name({shown!r}) is {back!r}")
             converted.append(shown)
