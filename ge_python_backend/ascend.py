@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 __all__ = [
     "ATC_INPUT_FORMATS",
     "DATA_TYPES",
+    "DIMS_NAME_LIMIT",
     "DTYPES_BY_ACL",
     "DTYPES_BY_NUMPY",
     "DTYPES_BY_ONNX",
@@ -30,8 +32,10 @@ __all__ = [
     "GearKind",
     "MemcpyKind",
     "RunMode",
+    "converted_tensor_name",
     "describe_code",
     "format_name",
+    "tensor_name_of_output",
 ]
 
 
@@ -410,3 +414,33 @@ _SET_CALLS = {
     GearKind.HW: "acl.mdl.set_dynamic_hw_size",
     GearKind.DIMS: "acl.mdl.set_input_dynamic_dims",
 }
+
+
+# ----------------------------------------------------------------------------- tensor names
+
+# The longest name the `name` of aclmdlIODims holds (char[128] with its NUL): a longer tensor
+# name comes back converted in the dims of get_input_dims/get_output_dims (aclmdlGetInputDims.md).
+DIMS_NAME_LIMIT = 127
+
+
+def converted_tensor_name(model_id: int, is_input: bool, index: int) -> str:
+    """The name ACL puts in the dims of a tensor whose name is over `DIMS_NAME_LIMIT`:
+    `acl_modelId_<id>_input_<index>` (`_output_` for outputs). ACL appends `_` and letters only
+    when that name is already a tensor's (hicann/ge api/acl/acl_model/model/model_common.cpp
+    GetConvertTensorName, TransConvertTensorNameToLegal); `get_tensor_real_name` maps it back."""
+    return f"acl_modelId_{model_id}_{'input' if is_input else 'output'}_{index}"
+
+
+_ATC_OUTPUT_NAME = re.compile(r"(?P<op>.+?):(?P<index>\d+)(?::(?P<tensor>.+))?")
+
+
+def tensor_name_of_output(acl_name: str) -> str:
+    """The tensor name in an output name as ACL reports it (aclmdlGetOutputNameByIndex.md):
+    `op:idx:name` (ONNX via ATC; Caffe `op:idx:top`) gives the name after `op:idx:`, which may
+    hold colons itself (tf2onnx's `Identity:0`); `op:idx` (TensorFlow via ATC, ONNX built with
+    `--out_nodes node:idx`) is TensorFlow's own tensor name and is kept whole, as is any other
+    form (the graph API's `output_<i>_<op>_<idx>`, a plain name)."""
+    match = _ATC_OUTPUT_NAME.fullmatch(acl_name)
+    if match is None or match.group("tensor") is None:
+        return acl_name
+    return match.group("tensor")

@@ -44,15 +44,23 @@ class GearInfo:
 
     `batch_gears` are the row counts one execution takes: the gears of a dynamic-batch model, or
     the fixed axis 0 of any other batched model. `dims_gears` holds, per gear, every input's full
-    shape.
+    shape. `side_inputs` are the inputs of a dynamic-batch model without the batch axis (ATC
+    leaves inputs without -1 as they are): every execution gets them whole.
     """
 
     kind: GearKind = GearKind.STATIC
-    batched: bool = False  # axis 0 of every input and output is a batch axis
+    batched: bool = False  # axis 0 of every output and every input but side_inputs is a batch axis
     batch_gears: tuple[int, ...] = ()
     hw_gears: tuple[tuple[int, int], ...] = ()
     dims_gears: tuple[tuple[Shape, ...], ...] = ()
     max_batch: int = 0  # most rows one execution takes (0 when not batched)
+    side_inputs: tuple[str, ...] = ()
+
+    @property
+    def every_input_batched(self) -> bool:
+        """Batched with the batch axis on every input: what Triton's batch dimension (a
+        `max_batch_size` above 0) needs, since it applies to every input."""
+        return self.batched and not self.side_inputs
 
 
 def gears_text(gears: GearInfo, inputs: Sequence[TensorSpec]) -> str:

@@ -190,3 +190,46 @@ def _save(
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, str(path))
     return Path(path)
+
+
+def build_scaled(path: Path) -> Path:
+    """`x` FLOAT[N,4], `scale` FLOAT[1] (no batch axis) -> `y` FLOAT[N,3] = (x @ W) * scale."""
+    weights = [_tensor("W", np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32))]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"], name="matmul"),
+        helper.make_node("Mul", ["xw", "scale"], ["y"], name="scale_mul"),
+    ]
+    inputs = [_value("x", TensorProto.FLOAT, ["N", 4]), _value("scale", TensorProto.FLOAT, [1])]
+    return _save(path, "scaled", nodes, inputs, [_value("y", TensorProto.FLOAT, ["N", 3])], weights)
+
+
+def build_long_names(path: Path, length: int = 150) -> tuple[Path, str, str]:
+    """An input and an output named with `length` characters: `x` FLOAT[N,4] -> `y` = relu(x)
+    + 1; returns (path, input name, output name)."""
+    x = ("input_" + "x" * length)[:length]
+    y = ("output_" + "y" * length)[:length]
+    nodes = [
+        helper.make_node("Relu", [x], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "one"], [y], name="add_one"),
+    ]
+    one = [_tensor("one", np.ones(1, np.float32))]
+    inputs = [_value(x, TensorProto.FLOAT, ["N", 4])]
+    _save(path, "long_names", nodes, inputs, [_value(y, TensorProto.FLOAT, ["N", 4])], one)
+    return Path(path), x, y
+
+
+def build_tf_style(path: Path) -> Path:
+    """Outputs named as tf2onnx names TensorFlow tensors: `x` FLOAT[N,4] -> `Identity:0` = x * 2
+    (made by node `Identity`) and `Identity_1:0` = x + 1 (node `Identity_1`)."""
+    two = _tensor("two", np.full(1, 2, np.float32))
+    one = _tensor("one", np.ones(1, np.float32))
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["Identity:0"], name="Identity"),
+        helper.make_node("Add", ["x", "one"], ["Identity_1:0"], name="Identity_1"),
+    ]
+    outputs = [
+        _value("Identity:0", TensorProto.FLOAT, ["N", 4]),
+        _value("Identity_1:0", TensorProto.FLOAT, ["N", 4]),
+    ]
+    inputs = [_value("x", TensorProto.FLOAT, ["N", 4])]
+    return _save(path, "tf_style", nodes, inputs, outputs, [two, one])

@@ -192,7 +192,16 @@ def test_unknown_codes_are_named_by_their_class() -> None:
 
 def test_exports() -> None:
     public = {name for name in vars(ascend) if not name.startswith("_")}
-    imported = {"Any", "Mapping", "MappingProxyType", "annotations", "dataclasses", "enum", "np"}
+    imported = {
+        "Any",
+        "Mapping",
+        "MappingProxyType",
+        "annotations",
+        "dataclasses",
+        "enum",
+        "np",
+        "re",
+    }
     assert sorted(public - imported) == sorted(ascend.__all__)
 
 

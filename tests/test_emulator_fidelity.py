@@ -255,7 +255,10 @@ def test_description_calls_real_code_uses(ctx: int, om_dims: Path) -> None:
     model = Model(om_dims)
     assert acl.mdl.get_input_dims_v2(model.desc, 0) == acl.mdl.get_input_dims(model.desc, 0)
     assert acl.mdl.get_tensor_real_name(model.desc, "input_ids") == "input_ids"
-    assert acl.mdl.get_tensor_real_name(model.desc, "hidden") == "hidden"
+    hidden = acl.mdl.get_output_name_by_index(model.desc, 0)  # ATC's op:idx:hidden
+    assert hidden.endswith(":0:hidden")
+    assert acl.mdl.get_tensor_real_name(model.desc, hidden) == hidden
+    assert acl.mdl.get_tensor_real_name(model.desc, "hidden") is None
     assert acl.mdl.get_tensor_real_name(model.desc, "nope") is None
     work, weight, ret = acl.mdl.query_size(str(om_dims))
     assert ret == 0 and work > 0 and weight > 0

@@ -68,9 +68,13 @@ def test_static_description(ctx: int, om_static: Path) -> None:
     assert model.in_sizes == [4 * 16 * 4]
     assert model.out_sizes == [4 * 8 * 4, 4 * 1 * 4]
     assert acl.mdl.get_input_dims(desc, 0) == ({"name": "x", "dimCount": 2, "dims": [4, 16]}, 0)
-    assert acl.mdl.get_output_dims(desc, 1) == ({"name": "z", "dimCount": 2, "dims": [4, 1]}, 0)
+    # ATC names ONNX outputs op:idx:name (aclmdlGetOutputNameByIndex.md); the dims calls too
+    assert acl.mdl.get_output_dims(desc, 1) == (
+        {"name": "ReduceSum_3:0:z", "dimCount": 2, "dims": [4, 1]},
+        0,
+    )
     assert acl.mdl.get_cur_output_dims(desc, 0) == (
-        {"name": "y", "dimCount": 2, "dims": [4, 8]},
+        {"name": "Relu_2:0:y", "dimCount": 2, "dims": [4, 8]},
         0,
     )
     assert acl.mdl.get_input_data_type(desc, 0) == 0
@@ -78,9 +82,9 @@ def test_static_description(ctx: int, om_static: Path) -> None:
     assert acl.mdl.get_input_format(desc, 0) == 0  # NCHW, the --input_format default
     assert acl.mdl.get_output_format(desc, 0) == 2  # ND
     assert acl.mdl.get_input_name_by_index(desc, 0) == "x"
-    assert acl.mdl.get_output_name_by_index(desc, 1) == "z"
+    assert acl.mdl.get_output_name_by_index(desc, 1) == "ReduceSum_3:0:z"
     assert acl.mdl.get_input_index_by_name(desc, "x") == (0, 0)
-    assert acl.mdl.get_output_index_by_name(desc, "z") == (1, 0)
+    assert acl.mdl.get_output_index_by_name(desc, "ReduceSum_3:0:z") == (1, 0)
     assert acl.mdl.get_input_index_by_name(desc, MBATCH) == (-1, 100000)
     assert "no input named" in acl.get_recent_err_msg()
     assert acl.mdl.get_dynamic_batch(desc) == ({"batchCount": 0, "batch": []}, 0)
@@ -119,7 +123,10 @@ def test_batch_description(ctx: int, om_dynamic_batch: Path) -> None:
     assert acl.mdl.get_input_size_by_index(desc, 1) == 8
     assert acl.mdl.get_input_data_type(desc, 1) == 9
     assert acl.mdl.get_input_format(desc, 1) == 2
-    assert acl.mdl.get_output_dims(desc, 0) == ({"name": "y", "dimCount": 2, "dims": [8, 8]}, 0)
+    assert acl.mdl.get_output_dims(desc, 0) == (
+        {"name": "Relu_2:0:y", "dimCount": 2, "dims": [8, 8]},
+        0,
+    )
     assert acl.mdl.get_dynamic_batch(desc) == ({"batchCount": 4, "batch": [1, 2, 4, 8]}, 0)
     assert acl.mdl.get_dynamic_hw(desc, -1) == ({"hwCount": 0, "hw": []}, 0)
     assert acl.mdl.get_input_dynamic_gear_count(desc, -1) == (0, 0)

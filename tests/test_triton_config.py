@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
+from ge_python_backend.ascend import GearKind
+from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.config import (
     build_model_config,
     config_from_view,
@@ -34,23 +35,6 @@ from ge_python_backend.repository.triton_config import (
 TEMPLATE = Path(__file__).resolve().parent.parent / "model_templates" / "model.py"
 
 
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    triton_dtype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Gears:
-    kind: str
-    batched: bool
-    batch_gears: tuple[int, ...] = ()
-    hw_gears: tuple[tuple[int, int], ...] = ()
-    dims_gears: tuple[tuple[tuple[int, ...], ...], ...] = ()
-    max_batch: int = 0
-
-
 EVERY_PARAMETER = ModelParameters(
     om_file="m.om",
     om_sha256="ab" * 32,
@@ -67,12 +51,15 @@ def built() -> model_config_pb2.ModelConfig:
     """A config with every field scaffold writes: tensors of several types, batching with a
     queue policy, instance groups, warmups, every parameter and a version policy."""
     inputs = [
-        Tensor("a", "FP16", (-1, 3, 4)),
-        Tensor("b", "INT64", (-1, 7)),
-        Tensor("c", "BOOL", (-1, 1)),
+        TensorSpec.declared("a", "FP16", (-1, 3, 4)),
+        TensorSpec.declared("b", "INT64", (-1, 7)),
+        TensorSpec.declared("c", "BOOL", (-1, 1)),
     ]
-    outputs = [Tensor("y", "FP32", (-1, 10)), Tensor("s", "BYTES", (-1, 2))]
-    gears = Gears("batch", True, (1, 2, 4, 8), max_batch=8)
+    outputs = [
+        TensorSpec.declared("y", "FP32", (-1, 10)),
+        TensorSpec.declared("s", "BYTES", (-1, 2)),
+    ]
+    gears = GearInfo(GearKind.BATCH, True, (1, 2, 4, 8), max_batch=8)
     config = build_model_config(
         "every_field",
         inputs,

@@ -7,10 +7,14 @@ import shlex
 from typing import Any
 
 from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
-from ge_python_backend.emulator.omfile import OmModel, OmTensor, compile_onnx
+from ge_python_backend.emulator.omfile import (
+    STAND_IN_FRAMEWORKS,
+    OmModel,
+    OmTensor,
+    compile_onnx,
+)
 from ge_python_backend.errors import UserError
 
-ONNX_FRAMEWORK = "5"
 ATC_FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "ONNX"}
 # The flags passed on to `atc` unchanged (every flag of this command).
 ATC_FLAGS = (
@@ -22,6 +26,7 @@ ATC_FLAGS = (
     "dynamic_image_size",
     "dynamic_dims",
     "input_format",
+    "out_nodes",
     "soc_version",
 )
 
@@ -64,7 +69,10 @@ def register(subparsers: Any) -> None:
     )
     compile_parser.add_argument("--model", required=True, help="the ONNX model file")
     compile_parser.add_argument(
-        "--framework", required=True, help="ATC's framework code; only 5 (ONNX) is supported"
+        "--framework",
+        required=True,
+        help="ATC's framework code: 5 (ONNX), or 3 to compile the ONNX as a stand-in for a "
+        "TensorFlow model (ATC's TensorFlow output names, op:idx)",
     )
     compile_parser.add_argument(
         "--output", required=True, help="output path without .om (ATC adds it), e.g. models/resnet"
@@ -90,6 +98,11 @@ def register(subparsers: Any) -> None:
         "only one ATC accepts with it; NCHW otherwise)",
     )
     compile_parser.add_argument(
+        "--out_nodes",
+        help='the outputs, as node:index entries ("conv1:0;fc:0"; outputs named op:idx) or, for '
+        'ONNX, output names ("prob;boxes"; named op:idx:name)',
+    )
+    compile_parser.add_argument(
         "--soc_version", default="Ascend310P3", help="SoC recorded in the .om (default Ascend310P3)"
     )
     compile_parser.set_defaults(func=run_compile)
@@ -97,11 +110,11 @@ def register(subparsers: Any) -> None:
 
 def run_compile(args: argparse.Namespace) -> int:
     """Compile, then print the path written, a summary and the equivalent `atc` command."""
-    if args.framework != ONNX_FRAMEWORK:
+    if args.framework not in [str(code) for code in STAND_IN_FRAMEWORKS]:
         known = ", ".join(f"{code}={name}" for code, name in ATC_FRAMEWORKS.items())
         raise UserError(
-            f"--framework {args.framework} is not supported by the emulator: only 5 (ONNX) is "
-            f"accepted (ATC's codes: {known})"
+            f"--framework {args.framework} is not supported by the emulator: 5 (ONNX) or 3 (an "
+            f"ONNX stand-in for a TensorFlow model) (ATC's codes: {known})"
         )
     path = compile_onnx(
         args.model,
@@ -112,6 +125,8 @@ def run_compile(args: argparse.Namespace) -> int:
         dynamic_dims=args.dynamic_dims,
         input_format=args.input_format,
         soc_version=args.soc_version,
+        out_nodes=args.out_nodes,
+        framework=int(args.framework),
     )
     model = OmModel.load(path)
     print(path)

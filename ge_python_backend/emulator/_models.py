@@ -8,13 +8,22 @@ there, as on the real device.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
+import string
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from ge_python_backend.ascend import DTYPES_BY_NUMPY, NUMPY_BY_ACL, AclCode, Format
+from ge_python_backend.ascend import (
+    DIMS_NAME_LIMIT,
+    DTYPES_BY_NUMPY,
+    NUMPY_BY_ACL,
+    AclCode,
+    Format,
+    converted_tensor_name,
+)
 from ge_python_backend.emulator import timing
 from ge_python_backend.emulator._memory import MEMORY, Span
 from ge_python_backend.emulator._state import (
@@ -73,6 +82,9 @@ class DescribedModel:
 
     def __init__(self, om: OmModel) -> None:
         self.om = om
+        # the model id in converted tensor names: 0 for a desc of get_desc_from_file, whose
+        # aclmdlDesc is cleared and never given one (UNCONFIRMED on hardware)
+        self.id = 0
         desc = om.description
         self.kind = desc.dynamic_kind
         self.gears = desc.gears
@@ -103,14 +115,53 @@ class DescribedModel:
             for i, t in enumerate(desc.outputs)
         )
 
+    def dims_name(self, index: int, is_input: bool) -> str:
+        """The name the dims calls report for a tensor: its own, or ACL's converted name when
+        it is longer than DIMS_NAME_LIMIT (hicann/ge model_common.cpp GetTensorDescNameToDims):
+        `acl_modelId_<id>_input_<i>`, with `_` and the first free letters a..z (up to three)
+        appended when a tensor already has that name."""
+        name = (self.inputs if is_input else self.outputs)[index].name
+        if len(name) <= DIMS_NAME_LIMIT:
+            return name
+        base = converted_tensor_name(self.id, is_input, index)
+        taken = {t.name for t in self.inputs + self.outputs}
+        if base not in taken:
+            return base
+        for length in range(1, 4):
+            for letters in itertools.product(string.ascii_lowercase, repeat=length):
+                candidate = f"{base}_{''.join(letters)}"
+                if candidate not in taken:
+                    return candidate
+        return base  # ACL warns of the conflict and uses it
+
+    def real_name(self, name: str) -> str | None:
+        """What get_tensor_real_name returns (hicann/ge model_om2.cpp
+        aclmdlGetTensorRealNameImplOm2): a tensor's own name as is; else a converted name
+        `acl_modelId_<this id>_input|output_<i>[_<suffix>]` gives tensor i's name; else None."""
+        if any(t.name == name for t in self.inputs + self.outputs):
+            return name
+        parts = name.split("_")
+        if len(parts) not in (5, 6) or parts[:2] != ["acl", "modelId"]:
+            return None
+        if not parts[2].isdigit() or int(parts[2]) != self.id or not parts[4].isdigit():
+            return None
+        tensors = {"input": self.inputs, "output": self.outputs}.get(parts[3])
+        index = int(parts[4])
+        if tensors is None or index >= len(tensors):
+            return None
+        return tensors[index].name
+
     def gear_text(self) -> str:
         """The compiled gears, for messages."""
         return "; ".join(",".join(str(v) for v in g) for g in self.gears)
 
     def rows(self, gear: Gear | None) -> int:
-        """Dim 0 of the first input for `gear` (what the timing model scales with)."""
-        shapes = self.om.description.input_shapes(gear)
-        return shapes[0][0] if shapes and shapes[0] else 1
+        """Dim 0 for `gear` of the first input with -1 there, else of the first input (what the
+        timing model scales with; a batch model's side inputs have no batch axis)."""
+        desc = self.om.description
+        shapes = desc.input_shapes(gear)
+        first = next((i for i, t in enumerate(desc.inputs) if t.dims[:1] == (-1,)), 0)
+        return shapes[first][0] if shapes and shapes[first] else 1
 
 
 class LoadedModel(DescribedModel):

@@ -47,6 +47,9 @@ _TRAILER_SIZE = 32
 _MIN_SIZE = len(MAGIC) + _LENGTH.size + _TRAILER_SIZE
 
 MAX_GEARS = 100  # ATC's limit for every gear option
+ONNX_FRAMEWORK = 5
+TENSORFLOW_FRAMEWORK = 3
+STAND_IN_FRAMEWORKS = (ONNX_FRAMEWORK, TENSORFLOW_FRAMEWORK)  # the --framework values accepted
 
 Shape = tuple[int, ...]
 Gear = tuple[int, ...]
@@ -229,12 +232,17 @@ def compile_onnx(
     dynamic_dims: str | None = None,
     input_format: str | None = None,
     soc_version: str = "Ascend310P3",
+    out_nodes: str | None = None,
+    framework: int = ONNX_FRAMEWORK,
 ) -> Path:
     """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
 
     The file is `<output>.om` (`output` itself if it already ends in `.om`). `input_format`
     defaults to ND with `dynamic_dims` (the only format ATC accepts with it) and NCHW otherwise.
-    Raises OmCompileError for anything ATC or the emulator would refuse.
+    `out_nodes` is ATC's `--out_nodes` (`node:idx;...` or, for ONNX, output names); `framework`
+    3 compiles the ONNX as a stand-in for a TensorFlow model (its outputs get TensorFlow's names).
+    Output names are ATC's (see `_output_names`). Raises OmCompileError for anything ATC or the
+    emulator would refuse.
     """
     import onnx
 
@@ -254,22 +262,29 @@ def compile_onnx(
             f"--input_format {input_format!r} is not supported; use one of {', '.join(accepted)}"
         )
 
+    if framework not in STAND_IN_FRAMEWORKS:
+        raise OmCompileError(
+            f"framework {framework} is not supported: 5 (ONNX) or 3 (an ONNX stand-in for a "
+            "TensorFlow model)"
+        )
     inputs, order = _input_tensors(proto, input_shape, Format[input_format], model_path)
     if dynamic_dims is not None and dynamic_batch_size is None and dynamic_image_size is None:
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
+    output_names = _output_names(proto, out_nodes, framework)
     onnx_bytes = proto.SerializeToString()
     output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, order, model_path)
     desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes, order)
     largest_shapes = desc.output_shapes(desc.largest_gear())
     nd = Format.ND  # ATC reports outputs as ND
     outputs = tuple(
-        OmTensor(o.name, _acl_dtype(o.type.tensor_type.elem_type, f"output {o.name}"), nd, dims)
-        for o, dims in zip(proto.graph.output, largest_shapes)
+        OmTensor(name, _acl_dtype(o.type.tensor_type.elem_type, f"output {o.name}"), nd, dims)
+        for name, o, dims in zip(output_names, proto.graph.output, largest_shapes)
     )
     flags = {
         "model": str(model),
-        "framework": 5,
+        "framework": framework,
+        "out_nodes": out_nodes,
         "output": str(output),
         "input_shape": input_shape,
         "dynamic_batch_size": dynamic_batch_size,
@@ -542,11 +557,14 @@ def _gears(
             "mark the dynamic dims with --input_shape"
         )
     if flag == "--dynamic_batch_size":
-        for t in inputs:
+        # ATC (option_utils.cc CheckDynamicBatchSizeInputShapeValid, multi_batch_options.cc
+        # CheckDynamicBatchShape): inputs without -1 stay as they are (static side inputs); an
+        # input with -1 has it on axis 0 only, and at least one input has it.
+        for t in dynamic:
             if [i for i, d in enumerate(t.dims) if d == -1] != [0]:
                 raise OmCompileError(
-                    f"--dynamic_batch_size needs every input to have -1 on axis 0 (the batch "
-                    f"axis) and nowhere else; {t.name} is {_shape_text(t.dims)}"
+                    f"E10018: Only batch N can be -1 when set --dynamic_batch_size; "
+                    f"{t.name} is {_shape_text(t.dims)}"
                 )
         expected = 'positive batch sizes separated by ",", e.g. "1,2,4,8"'
         return GearKind.BATCH, tuple(sorted(_parse_gears(flag, text.split(","), 1, expected)))
@@ -586,6 +604,73 @@ def _parse_gears(flag: str, items: list[str], size: int, expected: str) -> tuple
     if len(gears) > MAX_GEARS:
         raise OmCompileError(f"{flag} has {len(gears)} gears; ATC allows at most {MAX_GEARS}")
     return tuple(gears)
+
+
+def _output_names(proto: onnx.ModelProto, out_nodes: str | None, framework: int) -> list[str]:
+    """The outputs' names as ATC writes them (api/atc/omg.cc CreateOutputNodesInfo, read back by
+    davinci_model.cc InitOutputDescInfo; aclmdlGetOutputNameByIndex.md): `op:idx:name` for an
+    ONNX output (`op` the node making it, unnamed nodes named `<op_type>_<k>` as ATC's ONNX
+    parser does), `op:idx` for a TensorFlow model or for ONNX outputs chosen with `--out_nodes
+    node:idx`. `--out_nodes` also chooses the outputs (and their order): `proto` is changed to
+    return them. Real ATC may name a fused op instead of the source node."""
+    producers = _producers(proto)
+    graph = proto.graph
+    if out_nodes is not None:
+        entries = [entry.strip() for entry in out_nodes.split(";") if entry.strip()]
+        outputs = {o.name: o for o in graph.output}
+        nodes = {f"{node}:{index}": tensor for tensor, (node, index) in producers.items()}
+        if entries and all(entry in nodes for entry in entries):
+            chosen = [_value_info(proto, nodes[entry]) for entry in entries]
+            del graph.output[:]
+            graph.output.extend(chosen)
+            return entries
+        if (
+            framework == TENSORFLOW_FRAMEWORK
+            or not entries
+            or not all(entry in outputs for entry in entries)
+        ):
+            forms = f"node:index entries of the graph ({', '.join(sorted(nodes))})"
+            if framework != TENSORFLOW_FRAMEWORK:
+                forms += f", or output names ({', '.join(outputs)})"
+            raise OmCompileError(f"--out_nodes {out_nodes!r}: give {forms}, one form only")
+        chosen = [outputs[entry] for entry in entries]
+        del graph.output[:]
+        graph.output.extend(chosen)
+    names = []
+    for output in graph.output:
+        node, index = producers.get(output.name, (output.name, 0))  # an input returned as is
+        with_tensor = framework != TENSORFLOW_FRAMEWORK
+        names.append(f"{node}:{index}:{output.name}" if with_tensor else f"{node}:{index}")
+    return names
+
+
+def _producers(proto: onnx.ModelProto) -> dict[str, tuple[str, int]]:
+    """Tensor name -> (name of the node making it, its output index)."""
+    producers: dict[str, tuple[str, int]] = {}
+    unnamed = 0
+    for node in proto.graph.node:
+        name = node.name
+        if not name:
+            name = f"{node.op_type}_{unnamed}"
+            unnamed += 1
+        for index, tensor in enumerate(node.output):
+            if tensor:
+                producers[tensor] = (name, index)
+    return producers
+
+
+def _value_info(proto: onnx.ModelProto, tensor: str) -> onnx.ValueInfoProto:
+    """The typed value info of an intermediate tensor (ONNX shape inference)."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    for info in [*inferred.graph.value_info, *inferred.graph.output]:
+        if info.name == tensor and info.type.tensor_type.elem_type:
+            result = onnx.ValueInfoProto()
+            result.CopyFrom(info)
+            result.type.tensor_type.ClearField("shape")
+            return result
+    raise OmCompileError(f"--out_nodes: the type of tensor {tensor!r} cannot be inferred")
 
 
 def _probe_outputs(

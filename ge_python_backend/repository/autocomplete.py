@@ -6,7 +6,8 @@ model's config (empty when there is no `config.pbtxt`); `triton/autocomplete.py`
 Only what the config lacks is filled, and nothing the user wrote is changed:
 
 * `max_batch_size`: the largest gear of a batched `.om`, when the config has 0 and does not
-  declare full `.om` shapes (a config that does keeps 0: no Triton batching);
+  declare full `.om` shapes (a config that does keeps 0: no Triton batching; so does an `.om`
+  with side inputs, since Triton's batch dimension would apply to them too);
 * `input` / `output`: every tensor of the `.om` the config lacks (name, `TYPE_*`, dims without
   the batch axis, -1 on dynamic axes), and the data type or dims of a declared one that has none;
 * `dynamic_batching`: the gears up to `max_batch_size` as preferred batch sizes and a queue delay
@@ -62,7 +63,7 @@ def complete_config(
     filled: list[str] = []
     full_shapes = _declares_full_shapes(config, [*inputs, *outputs])
     max_batch_size = config.max_batch_size
-    if max_batch_size == 0 and gears.batched and not full_shapes:
+    if max_batch_size == 0 and gears.every_input_batched and not full_shapes:
         max_batch_size = gears.max_batch
         filled.append(f"max_batch_size {gears.max_batch}")
     batched = max_batch_size > 0

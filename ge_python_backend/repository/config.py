@@ -28,6 +28,7 @@ from ge_python_backend.repository.triton_config import (
     TritonConfig,
     config_type_name,
     model_dims,
+    on_every_input,
 )
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ def build_model_config(
     A batched `.om` gets `max_batch_size` = its largest gear (or `max_batch_size` when given: the
     runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
     one warmup per gear (gears above `max_batch_size` are left out); a model without a batch
-    axis gets `max_batch_size: 0` and one warmup. HW/dims models warm up on their first gear.
+    axis, or with side inputs that lack it, gets `max_batch_size: 0` (full shapes, -1 on the
+    batch axis) and one warmup. HW/dims models warm up on their first gear.
     `max_queue_size` and `queue_timeout_us` (0: no limit) shed load: the dynamic batcher's
     `default_queue_policy` refuses (REJECT) requests beyond that many waiting, or waiting longer.
     """
@@ -125,14 +127,14 @@ def build_model_config(
             f"max_queue_size and queue_timeout_us must be >= 0 (0: no limit), got "
             f"{max_queue_size} and {queue_timeout_us}"
         )
-    if gears.batched:
+    if gears.every_input_batched:
         batch = gears.max_batch if max_batch_size is None else max_batch_size
         if batch < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {batch}")
     elif max_batch_size:
         raise ConfigError(
             f"max_batch_size {max_batch_size} needs a batched model, but axis 0 of this model's "
-            "inputs and outputs is not a batch axis"
+            f"inputs and outputs is not a batch axis {on_every_input(gears)}".rstrip()
         )
     else:
         batch = 0

@@ -223,6 +223,16 @@ def _compare_tensors(
     return problems
 
 
+def on_every_input(gears: GearInfo) -> str:
+    """For messages: why a batched model still needs `max_batch_size: 0` (or nothing)."""
+    if not gears.side_inputs:
+        return ""
+    return (
+        f"on every input (side inputs {', '.join(gears.side_inputs)} have none, and Triton's "
+        "batch dimension applies to every input) "
+    )
+
+
 def compare_config_with_session(
     config: TritonConfig,
     inputs: Sequence[TensorSpec],
@@ -236,10 +246,10 @@ def compare_config_with_session(
     """
     problems: list[str] = []
     batched = config.max_batch_size > 0
-    if batched and not gears.batched:
+    if batched and not gears.every_input_batched:
         problems.append(
             f"config max_batch_size is {config.max_batch_size} but the .om has no batch axis "
-            "(use max_batch_size: 0 and full shapes)"
+            f"{on_every_input(gears)}(use max_batch_size: 0 and full shapes)"
         )
         return problems
     problems += _compare_tensors("input", config.inputs, inputs, batched)

@@ -120,10 +120,13 @@ class Execution:
 
 class ExecutionPlanner:
     """Turns matched requests into executions: requests of one gear share executions (batched
-    models, planned by `plan_chunks`); an unbatched model runs each request alone."""
+    models, planned by `plan_chunks`); an unbatched model runs each request alone. With
+    `shared` False (a model with side inputs, whose values differ between requests) each
+    request's rows get executions of their own."""
 
-    def __init__(self, batch_gears: Sequence[int]) -> None:
+    def __init__(self, batch_gears: Sequence[int], shared: bool = True) -> None:
         self.batch_gears = tuple(batch_gears)
+        self.shared = shared
         self._plans: dict[int, list[Chunk]] = {}
 
     def plan(self, matched: Sequence[tuple[int, int]]) -> list[Execution]:
@@ -135,8 +138,11 @@ class ExecutionPlanner:
         for gear, parts in groups.items():
             if not self.batch_gears:
                 executions += [Execution(gear, 0, 1, (Piece(part, 0, 0, 1),)) for part, _ in parts]
-            else:
+            elif self.shared:
                 executions += self._fill(gear, parts)
+            else:
+                for one in parts:
+                    executions += self._fill(gear, [one])
         return executions
 
     def _fill(self, gear: int, parts: list[tuple[int, int]]) -> list[Execution]:

@@ -26,7 +26,8 @@ class FeedChecker:
     def __init__(self, inputs: tuple[TensorSpec, ...], table: GearTable) -> None:
         self.inputs = inputs
         self.table = table
-        self.batched = table.info.batched
+        # per input, the axes the gears fix: a batched input's rows (axis 0) are free
+        self._first = tuple(1 if batched else 0 for batched in table.batched_inputs)
         self._matched: dict[_Signature, tuple[int, int]] = {}
 
     def match(self, feeds: Feeds) -> tuple[int, int]:
@@ -44,8 +45,8 @@ class FeedChecker:
     def inputs_text(self) -> str:
         """The model's inputs as error messages show them."""
         return ", ".join(
-            f"{spec.name} {spec.triton_dtype} {_template(spec.shape, self.batched)}"
-            for spec in self.inputs
+            f"{spec.name} {spec.triton_dtype} {_template(spec.shape, bool(first))}"
+            for spec, first in zip(self.inputs, self._first)
         )
 
     def _check(self, feeds: Feeds) -> tuple[int, int]:
@@ -61,9 +62,8 @@ class FeedChecker:
             problems = [f"unknown input(s) {', '.join(map(repr, unknown))}"] if unknown else []
             problems += [f"missing input(s) {', '.join(missing)}"] if missing else []
             raise InputError(f"{'; '.join(problems)}; the model's inputs are {self.inputs_text()}")
-        first = 1 if self.batched else 0  # the batch axis takes any number of rows
         rows: dict[str, int] = {}
-        for spec in self.inputs:
+        for spec, first in zip(self.inputs, self._first):
             array = feeds[spec.name]
             if not isinstance(array, np.ndarray):
                 raise InputError(
@@ -80,10 +80,10 @@ class FeedChecker:
             )
             if array.ndim != len(spec.shape) or not fixed:
                 raise InputError(
-                    f"input {spec.name!r}: expected shape {_template(spec.shape, self.batched)}, "
+                    f"input {spec.name!r}: expected shape {_template(spec.shape, bool(first))}, "
                     f"got {array.shape}"
                 )
-            if self.batched:
+            if first:
                 if array.shape[0] < 1:
                     raise InputError(f"input {spec.name!r}: expected at least one row, got 0")
                 rows[spec.name] = array.shape[0]
@@ -93,7 +93,7 @@ class FeedChecker:
         for number, gear in enumerate(self.table.gears):
             if all(
                 want in (-1, got)
-                for spec, shape in zip(self.inputs, gear.shapes)
+                for spec, shape, first in zip(self.inputs, gear.shapes, self._first)
                 for want, got in zip(shape[first:], feeds[spec.name].shape[first:])
             ):
                 return number, next(iter(rows.values()), 1)

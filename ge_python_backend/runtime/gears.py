@@ -40,6 +40,11 @@ class GearTable:
         self.kind = desc.gears.kind
         self.gears = _gears(desc, path)
         self.batch_sizes = desc.gears.batch_gears  # the dynamic batch gears (empty otherwise)
+        # per input: whether axis 0 is the batch axis (False for a batch model's side inputs;
+        # `_gear_info` sets it for the other kinds once the outputs are known)
+        self.batched_inputs = tuple(
+            self.kind == GearKind.BATCH and info.spec.shape[:1] == (-1,) for info in desc.inputs
+        )
         self.output_shapes: dict[OutputKey, list[Shape]] = {}
         self._desc = desc
         self._path = path
@@ -94,12 +99,16 @@ class GearTable:
         return (gear, batch if self.kind == GearKind.BATCH else 0)
 
     def input_shapes(self, gear: int, batch: int) -> list[Shape]:
-        """Concrete input shapes of an execution (`batch` 0: as the gear says)."""
-        return [_with_batch(shape, batch) for shape in self.gears[gear].shapes]
+        """Concrete input shapes of an execution (`batch` 0: as the gear says; side inputs
+        keep their shape)."""
+        return [
+            _with_batch(shape, batch if batched else 0)
+            for shape, batched in zip(self.gears[gear].shapes, self.batched_inputs)
+        ]
 
     def input_bytes(self, number: int, dtype: np.dtype[Any]) -> int:
         """Bytes input `number` needs in the largest execution of any gear."""
-        largest = max(self.batch_sizes, default=0)
+        largest = max(self.batch_sizes, default=0) if self.batched_inputs[number] else 0
         return max(
             math.prod(_with_batch(g.shapes[number], largest)) * dtype.itemsize for g in self.gears
         )
@@ -134,11 +143,17 @@ class GearTable:
             every += [s for shapes in self.output_shapes.values() for s in shapes]
             heads = {shape[0] if shape else 0 for shape in every}
             batch_gears = (heads.pop(),) if len(heads) == 1 and min(heads) > 0 else ()
+            self.batched_inputs = tuple(bool(batch_gears) for _ in desc.inputs)
         return dataclasses.replace(
             desc.gears,
             batched=bool(batch_gears),
             batch_gears=batch_gears,
             max_batch=max(batch_gears, default=0),
+            side_inputs=tuple(
+                info.spec.name
+                for info, batched in zip(desc.inputs, self.batched_inputs)
+                if batch_gears and not batched
+            ),
         )
 
 
@@ -150,12 +165,19 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
     if gears.kind == GearKind.STATIC:
         return [Gear(shapes)]
     if gears.kind == GearKind.BATCH:
+        # ATC leaves inputs without -1 unchanged (option_utils.cc
+        # CheckDynamicBatchSizeInputShapeValid): those are side inputs, passed whole
         for name, shape in zip(names, shapes):
-            if not shape or shape[0] != -1 or -1 in shape[1:]:
+            if -1 in shape and (shape[0] != -1 or -1 in shape[1:]):
                 raise ModelFileError(
                     f"{path}: dynamic-batch input {name!r} has dims {list(shape)}; expected -1 "
-                    "on axis 0 only"
+                    "on axis 0 only (or no -1: a side input without the batch axis)"
                 )
+        if not any(shape[:1] == (-1,) for shape in shapes):
+            raise ModelFileError(
+                f"{path}: the model has batch gears but no input with -1 on axis 0 "
+                f"({', '.join(f'{n} {list(s)}' for n, s in zip(names, shapes))})"
+            )
         return [Gear(shapes)]
     if gears.kind == GearKind.HW:
         for name, shape in zip(names, shapes):

@@ -180,15 +180,14 @@ class Lane(Resource):
         """Write the execution's rows into the pinned input buffers, zero the padding rows;
         the bytes to copy in."""
         nbytes = 0
-        batched = execution.batch > 0
         views = self._input_views(table, execution.gear, execution.batch)
-        for slot, view in zip(self.input_slots, views):
+        for slot, view, batched in zip(self.input_slots, views, table.batched_inputs):
+            if not (batched and execution.batch):  # whole: unbatched, or a side input
+                view[...] = feeds_list[execution.pieces[0].part][slot.spec.name]
+                nbytes += view.nbytes
+                continue
             for piece in execution.pieces:
-                source = feeds_list[piece.part][slot.spec.name]
-                if batched:
-                    view[piece.in_execution] = source[piece.in_part]
-                else:
-                    view[...] = source
+                view[piece.in_execution] = feeds_list[piece.part][slot.spec.name][piece.in_part]
             if execution.batch > execution.rows:
                 view[execution.rows :] = 0
             nbytes += view.nbytes

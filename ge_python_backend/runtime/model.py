@@ -11,7 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.ascend import DTYPES_BY_ACL, DTYPES_BY_NUMPY, GearKind, format_name
+from ge_python_backend.ascend import (
+    DTYPES_BY_ACL,
+    DTYPES_BY_NUMPY,
+    GearKind,
+    format_name,
+    tensor_name_of_output,
+)
 from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream
@@ -200,9 +206,20 @@ def _dtype(code: int, what: str, path: Path) -> tuple[np.dtype[Any], str]:
     return data_type.numpy, data_type.triton
 
 
-def _output_name(name: str) -> str:
-    # ATC names outputs "<node>:<index>:<tensor>"; the tensor name is the ONNX output name.
-    return name.rsplit(":", 1)[-1] or name
+def _output_names(mdl: Any, desc: int, path: Path) -> list[str]:
+    """The outputs' served names: the tensor name of each ACL output name
+    (`ascend.tensor_name_of_output`), taken from get_output_name_by_index, which keeps names
+    over 127 characters whole (the dims calls convert them); ModelFileError if two collide."""
+    reported = [mdl.get_output_name_by_index(desc, i) for i in range(mdl.get_num_outputs(desc))]
+    names = [tensor_name_of_output(name) for name in reported]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        listed = ", ".join(f"{name!r} (from {acl!r})" for name, acl in zip(names, reported))
+        raise ModelFileError(
+            f"{path}: outputs would be served under the same name ({', '.join(repeated)}); the "
+            f"outputs are {listed}"
+        )
+    return names
 
 
 def _describe(
@@ -226,10 +243,7 @@ def _describe(
         inputs.append(TensorInfo(index, spec, mdl.get_input_size_by_index(desc, index)))
 
     outputs = []
-    raw_names = [mdl.get_output_name_by_index(desc, i) for i in range(mdl.get_num_outputs(desc))]
-    short = [_output_name(n) for n in raw_names]
-    names = short if len(set(short)) == len(short) else raw_names
-    for index, name in enumerate(names):
+    for index, name in enumerate(_output_names(mdl, desc, path)):
         dims, ret = mdl.get_output_dims(desc, index)
         check(ret, "acl.mdl.get_output_dims", acl)
         dtype, triton = _dtype(mdl.get_output_data_type(desc, index), f"output {name!r}", path)

@@ -523,6 +523,50 @@ def _cur_output_dims(env: _Env) -> str:
     return f"{checked} gears of 4 models, each read right after its set_* call"
 
 
+@_probe("tensor names")
+def _tensor_names(env: _Env) -> str:
+    """get_input_name_by_index and get_output_name_by_index keep a 150-character name whole;
+    get_input_dims/get_output_dims report another name for it (ACL converts names over 127
+    characters to acl_modelId_<id>_input_<i>...) that get_tensor_real_name maps back; an ONNX
+    output's ACL name is op:idx:name, served as name; a Session serves the real names."""
+    acl = env.acl
+    spec, path = env.model("names")
+    with env.opened() as context, Model(context, path) as model:
+        desc = model.desc
+        converted = []
+        calls = [
+            ("input", spec.inputs[0][0], acl.mdl.get_input_name_by_index, "get_input_dims"),
+            ("output", spec.outputs[0][0], acl.mdl.get_output_name_by_index, "get_output_dims"),
+        ]
+        for what, real, name_call, dims_call in calls:
+            reported = name_call(desc, 0)  # the input's name; op:idx:name for the output
+            _expect(
+                reported == real or (what == "output" and reported.endswith(f":{real}")),
+                f"the {what} name by index is {reported!r}, expected {real!r} (whole)",
+            )
+            dims, ret = getattr(acl.mdl, dims_call)(desc, 0)
+            check(ret, f"acl.mdl.{dims_call}", acl)
+            shown = dims["name"]
+            _expect(shown != reported, f"{dims_call} reports the {len(shown)}-character name")
+            back = acl.mdl.get_tensor_real_name(desc, shown)
+            _expect(back == reported, f"get_tensor_real_name({shown!r}) is {back!r}")
+            converted.append(shown)
+        acl_name = acl.mdl.get_output_name_by_index(desc, 1)
+        parts = acl_name.split(":")
+        _expect(
+            len(parts) == 3 and parts[1].isdigit() and parts[2] == "plus_one",
+            f"output 1 is named {acl_name!r}, expected op:idx:plus_one",
+        )
+        served = [o.spec.name for o in model.description.outputs]
+        _expect(served == [o for o, _ in spec.outputs], f"the runtime serves outputs {served}")
+    _, session = env.session("names")
+    with session:
+        feeds = spec.feeds(spec.input_shapes(None), seed=3)
+        outputs = session.infer(feeds)
+        _compare("long names", [outputs[o] for o, _ in spec.outputs], spec.reference(feeds))
+    return f"dims names {', '.join(converted)} map back; output 1 is {acl_name}; served as named"
+
+
 @_probe("execute_async")
 def _execute_async(env: _Env) -> str:
     """acl.mdl.execute_async between the copies on one stream (as a lane queues it) gives the

@@ -232,6 +232,32 @@ def _build_dims(path: Path) -> None:
     )
 
 
+# Names over 127 characters (the dims calls convert them, aclmdlGetInputDims.md) and an output
+# whose ACL name is op:idx:name (aclmdlGetOutputNameByIndex.md).
+LONG_INPUT = "long_input_" + "x" * 139  # 150 characters
+LONG_OUTPUT = "long_output_" + "y" * 138
+
+
+def _build_names(path: Path) -> None:
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    _save(
+        path,
+        [
+            helper.make_node("Mul", [LONG_INPUT, "two"], [LONG_OUTPUT], name="double"),
+            helper.make_node("Add", [LONG_INPUT, "one"], ["plus_one"], name="add_one"),
+        ],
+        [(LONG_INPUT, T.FLOAT, [2, 4])],
+        [(LONG_OUTPUT, T.FLOAT, [2, 4]), ("plus_one", T.FLOAT, [2, 4])],
+        {"two": np.array(2, np.float32), "one": np.array(1, np.float32)},
+    )
+
+
+def _names(feeds: Feeds) -> list[np.ndarray]:
+    return [feeds[LONG_INPUT] * 2, feeds[LONG_INPUT] + 1]
+
+
 def _static(feeds: Feeds) -> list[np.ndarray]:
     return [feeds["x"] * 2 + 1, feeds["k"] + np.int32(7)]
 
@@ -293,6 +319,14 @@ MODELS = (
         _dims,
         _build_dims,
         needs_input_shape_order=True,
+    ),
+    SelftestModel(
+        "names",
+        ((LONG_INPUT, "float32"),),
+        ((LONG_OUTPUT, "float32"), ("plus_one", "float32")),
+        {"input_shape": f"{LONG_INPUT}:2,4"},
+        _names,
+        _build_names,
     ),
 )
 

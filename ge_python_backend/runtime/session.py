@@ -311,7 +311,11 @@ class Session(Resource):
             for n, info in enumerate(desc.outputs)
         )
         self._feeds = FeedChecker(self.inputs, table)
-        self._planner = ExecutionPlanner(self.gears.batch_gears)
+        self._planner = ExecutionPlanner(self.gears.batch_gears, not self.gears.side_inputs)
+        # the input whose axis 0 counts a request's rows (side inputs have no batch axis)
+        self._rows_input = next(
+            (s.name for s, batched in zip(self.inputs, table.batched_inputs) if batched), ""
+        )
         for index in range(1, self.pipeline_depth):
             lane = Lane.load(index, self._context, self.path, input_shape_order, first)
             self._parts.append(lane)
@@ -412,7 +416,7 @@ class Session(Resource):
                     continue
                 output = outputs.get(spec.name)
                 if output is None:
-                    total = len(batch._feeds_list[piece.part][self.inputs[0].name])
+                    total = len(batch._feeds_list[piece.part][self._rows_input])
                     if piece.rows == total:  # the whole request ran in this execution
                         outputs[spec.name] = view[piece.in_execution].copy()
                         continue

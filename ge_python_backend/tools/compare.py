@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ge_python_backend.ascend import DTYPES_BY_NUMPY
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, tensor_name_of_output
 from ge_python_backend.client import (
     TritonClient,
     load_array,
@@ -227,11 +227,12 @@ def run_served(
 
 
 def match_outputs(names: Sequence[str], reference_names: Sequence[str]) -> dict[str, str]:
-    """For each output name, the ONNX output it is: the same name, else the last part of ATC's
-    `node:index:tensor` form, else the ONNX output at the same position."""
+    """For each output name, the ONNX output it is: the same name, else the tensor name of ATC's
+    `node:index:tensor` form (`ascend.tensor_name_of_output`), else the ONNX output at the same
+    position."""
     matched: dict[str, str] = {}
     for position, name in enumerate(names):
-        tail = name.rsplit(":", 1)[-1]
+        tail = tensor_name_of_output(name)
         if name in reference_names:
             matched[name] = name
         elif tail in reference_names:

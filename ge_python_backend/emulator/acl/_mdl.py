@@ -211,26 +211,28 @@ def get_output_size_by_index(desc: int, index: int) -> int:
 
 @api("acl.mdl.get_input_dims", int, int, fail=_dict_ret, fault="none")
 def get_input_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """({"name", "dimCount", "dims"}, ret); -1 on dynamic axes."""
-    return _tensor(desc, index, True).dims_dict(), 0
+    """({"name", "dimCount", "dims"}, ret); -1 on dynamic axes; a name over 127 characters
+    converted (aclmdlGetInputDims.md)."""
+    return _dims_dict(desc, index, True), 0
 
 
 @api("acl.mdl.get_input_dims_v2", int, int, fail=_dict_ret, fault="none")
 def get_input_dims_v2(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """As get_input_dims: v2 differs only for static-AIPP inputs, which the emulator has none of."""
-    return _tensor(desc, index, True).dims_dict(), 0
+    return _dims_dict(desc, index, True), 0
 
 
 @api("acl.mdl.get_output_dims", int, int, fail=_dict_ret, fault="none")
 def get_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """({"name", "dimCount", "dims"}, ret) for the largest gear."""
-    return _tensor(desc, index, False).dims_dict(), 0
+    """({"name", "dimCount", "dims"}, ret) for the largest gear; a name over 127 characters
+    converted (aclmdlGetOutputDims.md)."""
+    return _dims_dict(desc, index, False), 0
 
 
 @api("acl.mdl.get_cur_output_dims", int, int, fail=_dict_ret, fault="none")
 def get_cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """({"name", "dimCount", "dims"}, ret) for the gear the last set_* call selected."""
-    tensor = _tensor(desc, index, False)
+    _tensor(desc, index, False)  # 100000 for a bad index first
     model = _described(desc)
     if not isinstance(model, LoadedModel):
         # pyACL's reference: a description from get_desc_from_file cannot be used with
@@ -243,7 +245,7 @@ def get_cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
         )
     model.check_live()
     shapes = model.om.description.output_shapes(model.current_gear)
-    return tensor.dims_dict(shapes[index]), 0
+    return _dims_dict(desc, index, False, shapes[index]), 0
 
 
 @api("acl.mdl.get_input_data_type", int, int, fail=value(-1), fault="none")
@@ -284,13 +286,12 @@ def get_output_name_by_index(desc: int, index: int) -> str:
 
 @api("acl.mdl.get_tensor_real_name", int, str, fail=value(None), fault="none")
 def get_tensor_real_name(desc: int, name: str) -> str:
-    """The real name of input or output `name` (None if the model has none). ATC shortens
-    names over 127 characters; the emulator keeps every name, so a known name maps to itself."""
-    model = _described(desc)
-    for tensor in model.inputs + model.outputs:
-        if tensor.name == name:
-            return name
-    raise AclFailure(_AclCode.INVALID_PARAM, f"the model has no input or output named {name!r}")
+    """The real name of input or output `name`: a tensor's own name maps to itself, a name the
+    dims calls converted (over 127 characters) to the tensor's; None for any other name."""
+    real = _described(desc).real_name(name)
+    if real is None:
+        raise AclFailure(_AclCode.INVALID_PARAM, f"the model has no input or output named {name!r}")
+    return real
 
 
 def _index_fail(code: int, args: tuple[Any, ...]) -> tuple[int, int]:
@@ -647,6 +648,15 @@ def _tensor(desc: int, index: int, is_input: bool) -> IoTensor:
             f"{what} index {index} is out of range (the model has {len(tensors)})",
         )
     return tensors[index]
+
+
+def _dims_dict(
+    desc: int, index: int, is_input: bool, dims: tuple[int, ...] | None = None
+) -> dict[str, Any]:
+    """The dims dict of a tensor with the name the dims calls report (`dims_name`)."""
+    shown = _tensor(desc, index, is_input).dims_dict(dims)
+    shown["name"] = _described(desc).dims_name(index, is_input)
+    return shown
 
 
 def _index_of(tensors: tuple[IoTensor, ...], name: str, what: str) -> int:
