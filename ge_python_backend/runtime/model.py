@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -11,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.aipp import DYNAMIC_AIPP_INPUT_NAME, AippInputFormat, AippType
 from ge_python_backend.ascend import DTYPES_BY_ACL, DTYPES_BY_NUMPY, GearKind, format_name
 from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
 from ge_python_backend.runtime._resource import Resource
@@ -26,8 +29,13 @@ __all__ = [
     "TensorInfo",
 ]
 
+logger = logging.getLogger(__name__)
+
 # The extra input ATC adds to gear models; the set_* calls fill it, callers never see it.
 GEAR_INPUT_NAME = "ascend_mbatch_shape_data"
+# GE accepts an input buffer up to this many bytes smaller than the model's size
+# (davinci_model.cc CheckUserAndModelSize).
+SIZE_SLACK = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +45,7 @@ class TensorInfo:
     index: int  # the model's input or output index
     spec: TensorSpec
     size: int  # bytes the description reports (the largest gear's)
+    aipp: str = ""  # the input's AIPP as get_aipp_type / get_first_aipp_info report it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +123,8 @@ class Model(Resource):
             desc_holder.append(desc)
             check(acl.mdl.get_desc(desc, model_id), "acl.mdl.get_desc", acl)
             self.desc = desc
-            self.description = _describe(acl, desc, self.path, input_shape_order)
+            described = _describe(acl, desc, self.path, input_shape_order)
+            self.description = _with_aipp(acl, model_id, described, self.path)
         except BaseException:
             self._abandon()
             raise
@@ -220,10 +230,18 @@ def _describe(
         dims, ret = mdl.get_input_dims(desc, index)
         check(ret, "acl.mdl.get_input_dims", acl)
         name = mdl.get_input_name_by_index(desc, index)
+        if name.startswith(DYNAMIC_AIPP_INPUT_NAME):
+            raise ModelFileError(
+                f"{path}: the model has dynamic AIPP (input {index}, {name}, takes the AIPP "
+                "parameters of each execution); this backend serves static AIPP only: compile it "
+                "with aipp_mode: static in --insert_op_conf"
+            )
         dtype, triton = _dtype(mdl.get_input_data_type(desc, index), f"input {name!r}", path)
         fmt = mdl.get_input_format(desc, index)
-        spec = TensorSpec(name, dtype, triton, _dims(dims), format_name(fmt))
-        inputs.append(TensorInfo(index, spec, mdl.get_input_size_by_index(desc, index)))
+        size = mdl.get_input_size_by_index(desc, index)
+        shape = _served_dims(acl, desc, index, name, dtype, _dims(dims), size, path)
+        spec = TensorSpec(name, dtype, triton, shape, format_name(fmt))
+        inputs.append(TensorInfo(index, spec, size))
 
     outputs = []
     raw_names = [mdl.get_output_name_by_index(desc, i) for i in range(mdl.get_num_outputs(desc))]
@@ -272,6 +290,104 @@ def _describe(
         ),
         dims_values=dims_values,
     )
+
+
+def _served_dims(
+    acl: ModuleType,
+    desc: int,
+    index: int,
+    name: str,
+    dtype: np.dtype[Any],
+    dims: Shape,
+    size: int,
+    path: Path,
+) -> Shape:
+    """The shape input `index` is served with: its bytes must be the model's size.
+
+    v1 (`get_input_dims`) where its bytes are the size (within GE's slack below it); else v2
+    (`get_input_dims_v2`) where its bytes are exactly the size: a static-AIPP input from a
+    YUV420SP_U8 image reports v1 `[n,h,w,3]` but takes `n*h*w*1.5` bytes, v2 `[n,h*1.5,w,1]`
+    (aclmdlGetInputDimsV2.md table 1). Any other disagreement is refused, naming both.
+    """
+    if -1 in dims:
+        return dims  # sized per gear
+    v1_bytes = math.prod(dims) * dtype.itemsize
+    if size - SIZE_SLACK <= v1_bytes <= size:
+        return dims
+    v2, ret = acl.mdl.get_input_dims_v2(desc, index)
+    check(ret, "acl.mdl.get_input_dims_v2", acl)
+    v2_dims = _dims(v2)
+    v2_bytes = math.prod(v2_dims) * dtype.itemsize
+    if v2_bytes == size:
+        return v2_dims
+    raise ModelFileError(
+        f"{path}: input {name!r} reports dims {list(dims)} ({v1_bytes} bytes of {dtype}) and "
+        f"dims_v2 {list(v2_dims)} ({v2_bytes} bytes), but its size is {size} bytes "
+        "(get_input_size_by_index); neither shape can be served"
+    )
+
+
+def _with_aipp(
+    acl: ModuleType, model_id: int, description: ModelDescription, path: Path
+) -> ModelDescription:
+    """The description with each input's AIPP kind (`get_aipp_type`, `get_first_aipp_info`),
+    logged at load."""
+    inputs = []
+    for info in description.inputs:
+        kind, _, ret = acl.mdl.get_aipp_type(model_id, info.index)
+        check(ret, "acl.mdl.get_aipp_type", acl)
+        text = ""
+        if kind == AippType.STATIC:
+            aipp, ret = acl.mdl.get_first_aipp_info(model_id, info.index)
+            check(ret, "acl.mdl.get_first_aipp_info", acl)
+            text = aipp_text(aipp)
+        elif kind != AippType.NONE:
+            text = f"{AippType(kind).name.lower()} AIPP"
+        if text:
+            logger.info(
+                "%s: input %s has %s; served as %s %s",
+                path,
+                info.spec.name,
+                text,
+                info.spec.triton_dtype,
+                list(info.spec.shape),
+            )
+        inputs.append(dataclasses.replace(info, aipp=text))
+    return dataclasses.replace(description, inputs=tuple(inputs))
+
+
+def aipp_text(info: dict[str, Any]) -> str:
+    """One line of what `get_first_aipp_info` reports: source format, crop, CSC, normalisation."""
+    try:
+        source = AippInputFormat(info["inputFormat"]).name
+    except ValueError:
+        source = f"input format {info['inputFormat']}"
+    parts = [f"static AIPP from {source} {info['srcImageSizeW']}x{info['srcImageSizeH']}"]
+    if info["cropSwitch"]:
+        parts.append(
+            f"crop {info['cropSizeW']}x{info['cropSizeH']} at "
+            f"({info['loadStartPosW']},{info['loadStartPosH']})"
+        )
+    if info["cscSwitch"]:
+        parts.append("CSC")
+    if info["rbuvSwapSwitch"]:
+        parts.append("R/B (U/V) swap")
+    if info["axSwapSwitch"]:
+        parts.append("AX swap")
+    channels = range(3)
+    parts.append(
+        "(x - mean - min) * var_reci with mean "
+        f"{[info[f'meanChn{i}'] for i in channels]}, min "
+        f"{[round(info[f'minChn{i}'], 6) for i in channels]}, var_reci "
+        f"{[round(info[f'varReciChn{i}'], 6) for i in channels]}"
+    )
+    if info["paddingSwitch"]:
+        parts.append(
+            "padding top/bottom/left/right "
+            f"{info['topPaddingSize']}/{info['bottomPaddingSize']}/"
+            f"{info['leftPaddingSize']}/{info['rightPaddingSize']}"
+        )
+    return ", ".join(parts)
 
 
 def _gears(

@@ -134,6 +134,7 @@ class Session(Resource):
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
     outputs: tuple[TensorSpec, ...]  # -1 on axes that differ between gears
     gears: GearInfo
+    aipp: dict[str, str]  # input name -> its AIPP (source format, crop, normalisation)
 
     def __init__(
         self,
@@ -306,6 +307,7 @@ class Session(Resource):
         self.gears = table.info
         self._table = table
         self.inputs = tuple(info.spec for info in desc.inputs)
+        self.aipp = {info.spec.name: info.aipp for info in desc.inputs if info.aipp}
         self.outputs = tuple(
             dataclasses.replace(info.spec, shape=table.merged_output_shape(n))
             for n, info in enumerate(desc.outputs)
