@@ -6,7 +6,9 @@ source (crop, mean/min/var). Clients send the raw UINT8 bytes in the shape whose
 `get_input_size_by_index` (v2 for YUV420SP: `[n, h*1.5, w, 1]`, aclmdlGetInputDimsV2.md table 1).
 Each answer must equal the documented AIPP steps in NumPy (`aipp.StaticAipp.apply`, steps of
 config_file_template.md) followed by onnxruntime on the original ONNX. The YUV model is
-scaffolded; the RGB model is served from a directory without config.pbtxt (auto-complete).
+scaffolded; the RGB model is served from a directory without config.pbtxt (auto-complete); a
+dynamic-AIPP model (`ascend_dynamic_aipp_data`) is served with the RGB config fixed by the
+parameter `aipp_config`, its config.pbtxt otherwise auto-completed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ MODEL_DIMS = (2, 3, 8, 8)  # the conv model's input, NCHW
 MODELS = {
     "yuv420sp": (onnx_models.AIPP_YUV420SP, [15, 12, 1]),  # 10 * 1.5 rows of 12, one channel
     "rgb888": (onnx_models.AIPP_RGB888, [10, 10, 3]),
+    "dynamic": (onnx_models.AIPP_RGB888, [10, 10, 3]),
 }
+DYNAMIC_CONFIG = """\
+backend: "python"
+parameters { key: "aipp_config" value { string_value: "aipp.cfg" } }
+"""
 
 
 def numpy_aipp_then_onnxruntime(om: Path, config: str, raw: np.ndarray) -> np.ndarray:
@@ -51,20 +58,33 @@ def numpy_aipp_then_onnxruntime(om: Path, config: str, raw: np.ndarray) -> np.nd
     return reference(onnx_path_of(om), [images])["features"]
 
 
+def template_dir(repository: Path, name: str, om: Path) -> Path:
+    """`R/name/1` holding model.py (the template) and the `.om`."""
+    version_dir = repository / name / "1"
+    version_dir.mkdir(parents=True)
+    assert main(["template", str(version_dir)]) == 0
+    shutil.copy(om, version_dir / om.name)
+    return version_dir
+
+
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, om_aipp_yuv: Path, om_aipp_rgb: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    om_aipp_yuv: Path,
+    om_aipp_rgb: Path,
+    om_aipp_dynamic: Path,
 ) -> Iterator[tuple[TritonServer, dict[str, Path]]]:
     root = tmp_path_factory.mktemp("aipp_e2e")
     repository = root / "models"
     scaffold(om_aipp_yuv, repository, name="yuv420sp", runtime="emulator")
-    version_dir = repository / "rgb888" / "1"
-    version_dir.mkdir(parents=True)
-    assert main(["template", str(version_dir)]) == 0
-    shutil.copy(om_aipp_rgb, version_dir / om_aipp_rgb.name)
+    template_dir(repository, "rgb888", om_aipp_rgb)
+    version_dir = template_dir(repository, "dynamic", om_aipp_dynamic)
+    (version_dir / "aipp.cfg").write_text(onnx_models.AIPP_RGB888)
+    (repository / "dynamic" / "config.pbtxt").write_text(DYNAMIC_CONFIG)
     env = {"GE_PYTHON_BACKEND_ACL": "emulator"}
     with running_server(repository, env=env, log_path=root / "triton.log") as server:
-        yield server, {"yuv420sp": om_aipp_yuv, "rgb888": om_aipp_rgb}
+        # the dynamic model's answers are the RGB config's: compare with the RGB model's ONNX
+        yield server, {"yuv420sp": om_aipp_yuv, "rgb888": om_aipp_rgb, "dynamic": om_aipp_rgb}
 
 
 def test_the_configs_take_uint8_in_the_bytes_of_the_model_size(
