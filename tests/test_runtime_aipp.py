@@ -83,12 +83,13 @@ def test_a_dynamic_aipp_model_needs_aipp_config(om_aipp_dynamic: Path) -> None:
         Session(om_aipp_dynamic, runtime="emulator")
 
 
-def test_aipp_config_on_a_model_without_dynamic_aipp_is_refused(
-    om_aipp_rgb: Path, tmp_path: Path
+def test_aipp_config_on_a_model_without_dynamic_aipp_is_ignored_with_a_warning(
+    om_aipp_rgb: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "aipp.cfg").write_text(onnx_models.AIPP_RGB888)
-    with pytest.raises(ModelFileError, match="has no dynamic AIPP input"):
-        Session(om_aipp_rgb, runtime="emulator", aipp_config=tmp_path / "aipp.cfg")
+    with Session(om_aipp_rgb, runtime="emulator", aipp_config=tmp_path / "aipp.cfg") as session:
+        assert session.inputs[0].shape == (2, 10, 10, 3)
+    assert "aipp_config is ignored: the model has no dynamic AIPP input" in caplog.text
 
 
 @pytest.mark.parametrize("depth", [1, 2])

@@ -327,10 +327,12 @@ def _describe(
         if name.startswith(DYNAMIC_AIPP_INPUT_NAME)
     )
     if aipp and not aipp_inputs:
-        raise ModelFileError(
-            f"{path}: aipp_config is given but the model has no dynamic AIPP input; static "
-            "AIPP is compiled into the model and needs no parameters"
+        logger.warning(
+            "%s: aipp_config is ignored: the model has no dynamic AIPP input (static AIPP is "
+            "compiled into the model and needs no parameters)",
+            path,
         )
+        aipp = None
     if aipp_inputs and not aipp:
         raise ModelFileError(
             f"{path}: the model has dynamic AIPP ({', '.join(names[i] for i, _ in aipp_inputs)}"
