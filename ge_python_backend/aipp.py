@@ -1094,29 +1094,6 @@ class DynamicAippParams:
         )
 
     @classmethod
-    def from_op(cls, op: AippOp, batch: int) -> DynamicAippParams:
-        """The parameters that run static-style `op` on each of `batch` images (what a client
-        sets with the `set_aipp_*` calls from an aipp.cfg block)."""
-        params = cls.create(batch)
-        params.input_format = op.input_format
-        params.csc_switch = int(op.csc_switch)
-        params.rbuv_swap_switch = int(op.rbuv_swap_switch)
-        params.ax_swap_switch = int(op.ax_swap_switch)
-        params.src_image_size_w = op.src_image_size_w
-        params.src_image_size_h = op.src_image_size_h
-        params.matrix = [v for row in op.matrix for v in row]
-        params.output_bias = list(op.output_bias)
-        params.input_bias = list(op.input_bias)
-        for b in params.batches:
-            b.crop_switch, b.padding_switch = int(op.crop), int(op.padding)
-            b.crop_start_w, b.crop_start_h = op.load_start_pos_w, op.load_start_pos_h
-            b.crop_size_w, b.crop_size_h = op.crop_size_w, op.crop_size_h
-            b.padding_top, b.padding_bottom = op.top_padding_size, op.bottom_padding_size
-            b.padding_left, b.padding_right = op.left_padding_size, op.right_padding_size
-            b.mean, b.min, b.var_reci = list(op.mean_chn), list(op.min_chn), list(op.var_reci_chn)
-        return params
-
-    @classmethod
     def unpack(cls, data: bytes | bytearray | memoryview) -> DynamicAippParams:
         """Decode the block; `batchNum` says how many batch records follow the 64-byte head."""
         data = bytes(data)
