@@ -1063,6 +1063,36 @@ class DynamicAippParams:
             for b in self.batches
         )
 
+    def static_op(self, batch_index: int) -> AippOp:
+        """Batch `batch_index`'s parameters as the static op that runs the same steps (the
+        head's format, switches and CSC with that batch's crop, padding and DTC)."""
+        b = self.batches[batch_index]
+        return AippOp(
+            aipp_mode=AippMode.STATIC,
+            input_format=self.input_format,
+            csc_switch=bool(self.csc_switch),
+            rbuv_swap_switch=bool(self.rbuv_swap_switch),
+            ax_swap_switch=bool(self.ax_swap_switch),
+            src_image_size_w=self.src_image_size_w,
+            src_image_size_h=self.src_image_size_h,
+            crop=bool(b.crop_switch),
+            load_start_pos_w=b.crop_start_w if b.crop_switch else 0,
+            load_start_pos_h=b.crop_start_h if b.crop_switch else 0,
+            crop_size_w=b.crop_size_w if b.crop_switch else 0,
+            crop_size_h=b.crop_size_h if b.crop_switch else 0,
+            padding=bool(b.padding_switch),
+            left_padding_size=b.padding_left if b.padding_switch else 0,
+            right_padding_size=b.padding_right if b.padding_switch else 0,
+            top_padding_size=b.padding_top if b.padding_switch else 0,
+            bottom_padding_size=b.padding_bottom if b.padding_switch else 0,
+            mean_chn=tuple(b.mean),
+            min_chn=tuple(b.min),
+            var_reci_chn=tuple(b.var_reci),
+            matrix=tuple(tuple(self.matrix[r * 3 : r * 3 + 3]) for r in range(3)),
+            output_bias=tuple(self.output_bias),
+            input_bias=tuple(self.input_bias),
+        )
+
     @classmethod
     def unpack(cls, data: bytes | bytearray | memoryview) -> DynamicAippParams:
         """Decode the block; `batchNum` says how many batch records follow the 64-byte head."""

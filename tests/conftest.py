@@ -9,6 +9,10 @@ it was compiled from (to compare with onnxruntime). Models are in `tests/onnx_mo
 * `om_mixed_types`: mixed_types (`x` INT32, `h` FLOAT16 [-1,4] -> `doubled` INT32,
   `positive` BOOL, `squared` FLOAT16), batch gears 1,4.
 * `om_hw`: conv (`image` FLOAT[1,3,-1,-1] -> `features` FLOAT[1,8]), HW gears 16x16 and 32x32.
+* `om_aipp_yuv`, `om_aipp_rgb`, `om_aipp_dynamic`: conv with `image:2,3,8,8` and the AIPP
+  configs `onnx_models.AIPP_YUV420SP` (12x10 YUV420SP_U8 cropped to 8x8, CSC, mean/var),
+  `AIPP_RGB888` (10x10 RGB888_U8 cropped to 8x8, mean/min/var) and `AIPP_DYNAMIC`
+  (max_src_image_size 600); the config file is `<om>.aipp.cfg` beside the `.om`.
 * `om_dims`: dims model (`input_ids`, `attention_mask` INT64[1,-1] -> `hidden` FLOAT[1,-1,4]),
   input format ND, dims gears (8,8), (16,16), (32,32): one value per -1 dim, so S is 8, 16
   or 32 for both inputs.
@@ -49,6 +53,31 @@ def _compile(
     directory = factory.mktemp(name)
     onnx_path = build(directory / f"{name}.onnx")
     return compile_onnx(onnx_path, directory / name, **flags)
+
+
+def _compile_aipp(factory: pytest.TempPathFactory, name: str, config: str) -> Path:
+    directory = factory.mktemp(name)
+    onnx_path = onnx_models.build_conv(directory / f"{name}.onnx")
+    config_path = directory / f"{name}.om.aipp.cfg"
+    config_path.write_text(config)
+    return compile_onnx(
+        onnx_path, directory / name, input_shape="image:2,3,8,8", insert_op_conf=config_path
+    )
+
+
+@pytest.fixture(scope="session")
+def om_aipp_yuv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile_aipp(tmp_path_factory, "aipp_yuv", onnx_models.AIPP_YUV420SP)
+
+
+@pytest.fixture(scope="session")
+def om_aipp_rgb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile_aipp(tmp_path_factory, "aipp_rgb", onnx_models.AIPP_RGB888)
+
+
+@pytest.fixture(scope="session")
+def om_aipp_dynamic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile_aipp(tmp_path_factory, "aipp_dynamic", onnx_models.AIPP_DYNAMIC)
 
 
 @pytest.fixture(scope="session")

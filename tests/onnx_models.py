@@ -167,6 +167,69 @@ def build_concat(path: Path) -> Path:
     return _save(path, "concat", [node], inputs, [_value("c", TensorProto.FLOAT, [1, "C"])])
 
 
+# ATC aipp.cfg texts for `build_conv` compiled with --input_shape "image:2,3,8,8" (NCHW): the
+# AIPP output must be 8x8. Crop, CSC and normalisation in each (config_file_template.md).
+AIPP_YUV420SP = """
+aipp_op {
+    aipp_mode: static
+    input_format: YUV420SP_U8
+    src_image_size_w: 12
+    src_image_size_h: 10
+    crop: true
+    load_start_pos_w: 2
+    load_start_pos_h: 2
+    crop_size_w: 8
+    crop_size_h: 8
+    csc_switch: true
+    rbuv_swap_switch: false
+    matrix_r0c0: 298
+    matrix_r0c1: 0
+    matrix_r0c2: 409
+    matrix_r1c0: 298
+    matrix_r1c1: -100
+    matrix_r1c2: -208
+    matrix_r2c0: 298
+    matrix_r2c1: 516
+    matrix_r2c2: 0
+    input_bias_0: 16
+    input_bias_1: 128
+    input_bias_2: 128
+    mean_chn_0: 124
+    mean_chn_1: 117
+    mean_chn_2: 104
+    var_reci_chn_0: 0.0171247538
+    var_reci_chn_1: 0.0175070028
+    var_reci_chn_2: 0.0174291938
+}
+"""
+AIPP_RGB888 = """
+aipp_op {
+    aipp_mode: static
+    input_format: RGB888_U8
+    src_image_size_w: 10
+    src_image_size_h: 10
+    crop: true
+    load_start_pos_w: 1
+    load_start_pos_h: 2
+    crop_size_w: 8
+    crop_size_h: 8
+    mean_chn_0: 124
+    mean_chn_1: 117
+    mean_chn_2: 104
+    min_chn_0: 0.5
+    var_reci_chn_0: 0.0171247538
+    var_reci_chn_1: 0.0175070028
+    var_reci_chn_2: 0.0174291938
+}
+"""
+AIPP_DYNAMIC = """
+aipp_op {
+    aipp_mode: dynamic
+    max_src_image_size: 600
+}
+"""
+
+
 def _value(name: str, elem_type: int, dims: list[int | str]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem_type, dims)
 

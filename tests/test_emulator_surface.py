@@ -164,6 +164,10 @@ EMULATED: dict[str, frozenset[str]] = {
         get_output_name_by_index get_output_size_by_index get_tensor_real_name load_from_file
         load_from_file_with_mem load_from_mem query_size set_dataset_tensor_desc
         set_dynamic_batch_size set_dynamic_hw_size set_input_dynamic_dims unload
+        create_aipp destroy_aipp get_aipp_data_size get_aipp_type get_first_aipp_info
+        set_aipp_ax_swap_switch set_aipp_crop_params set_aipp_csc_params set_aipp_dtc_pixel_mean
+        set_aipp_dtc_pixel_min set_aipp_input_format set_aipp_padding_params
+        set_aipp_pixel_var_reci set_aipp_rbuv_swap_switch set_aipp_src_image_size set_input_aipp
         """
     ),
     "acl.util": names("bytes_to_ptr numpy_to_ptr ptr_to_bytes ptr_to_numpy"),

@@ -25,6 +25,8 @@ from e2e_helpers import grpc_address, http_address, model_states, running_server
 from onnx_models import reference
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.aipp import bind_static, parse_aipp_config
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format
 from ge_python_backend.client import TritonClient
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.shm import MIB, ShmSizes
@@ -156,6 +158,39 @@ def test_resnet50_classifies_batches_through_its_gears(served: Served, tmp_path:
     assert pixels.shape == (1, 3, 224, 224)
     best = client.top5(reference(onnx_path, {"input": pixels})["logits"][0])[0][0]
     assert f"{picture}: top-5 class {best} " in printed, printed
+
+
+def test_resnet50_aipp_takes_uint8_images_and_crops_and_normalises_them(
+    served: Served, tmp_path: Path
+) -> None:
+    output = build(served, "resnet50", "--width", "8", "--aipp", "--batch", "4")
+    assert "--insert_op_conf=" in atc_line(output)
+    assert "--input_shape=input:4,3,224,224" in atc_line(output)
+    config = load_model_config(served.repository / "resnet50_aipp" / "config.pbtxt")
+    assert config.max_batch_size == 4
+    assert [(t.data_type, list(t.dims)) for t in config.input] == [(2, [256, 256, 3])]  # UINT8
+    load(served, "resnet50_aipp")
+    client = example_module("resnet50", "client.py")
+    workdir = served.workdir / "resnet50"
+    printed = run_script("resnet50", "client.py", "--url", served.url, "--aipp", "--synthetic", "3")
+    # 3 uint8 256x256 images: 589,824 bytes against FP32's 1,806,336
+    assert "request: 589824 bytes of uint8 (FP32 [N,3,224,224]: 1806336 bytes, 1216512 more)" in (
+        printed
+    ), printed
+    sources = client.synthetic_sources(3)
+    # the reference: the aipp.cfg's steps in NumPy (crop at 16,16, (x - mean) * var_reci), then
+    # onnxruntime on the ONNX
+    op = parse_aipp_config((workdir / "aipp.cfg").read_text())[0]
+    bound = bind_static(op, (1, 3, 224, 224), Format.NCHW, DTYPES_BY_NUMPY[np.dtype(np.float32)])
+    pixels = np.concatenate([bound.apply(image) for image in sources])
+    expected = reference(workdir / "resnet50.onnx", {"input": pixels})["logits"]
+    np.testing.assert_allclose(
+        client.classify(served.url, "resnet50_aipp", sources), expected, rtol=1e-4, atol=1e-4
+    )
+    rows = [line for line in printed.splitlines() if "top-5" in line]
+    assert len(rows) == 3, printed
+    for row, logits in zip(rows, expected):
+        assert re.findall(r"class (\d+)", row) == [str(c) for c, _ in client.top5(logits)], row
 
 
 # ----------------------------------------------------------------------------------- yolov8n

@@ -44,6 +44,9 @@ MESSAGES = {
     "input_shape_order": "parameter input_shape_order must be the model's input names in ATC's "
     "--input_shape order, comma-separated and each once, such as 'b,a' (or be left out: found "
     "from the gears), got ",
+    "aipp_config": "parameter aipp_config must name an ATC-syntax AIPP config file inside the "
+    "version directory (a plain file name such as 'aipp.cfg', whose aipp_op blocks with "
+    "aipp_mode: static fix the AIPP of a dynamic-AIPP model), got ",
 }
 
 
@@ -119,6 +122,8 @@ def test_accepted_values(name: str, text: str, value: object) -> None:
         ("input_shape_order", "b,,a"),
         ("input_shape_order", "b,a,b"),
         ("input_shape_order", " , "),
+        ("aipp_config", ""),
+        ("aipp_config", "../aipp.cfg"),
     ],
 )
 def test_refused_values_name_the_parameter_and_what_is_allowed(name: str, text: str) -> None:

@@ -113,6 +113,26 @@ def test_reverting_the_dims_order_fix_fails_the_dims_probes(
     assert not {"gears: batch", "gears: HW", "execute_async"} & set(failed)
 
 
+def _v1_only(
+    acl: Any, desc: int, index: int, name: str, dtype: Any, dims: Any, size: int, path: Path
+) -> Any:
+    """The bug of issue 21: every input served in get_input_dims' (v1) dims."""
+    return dims
+
+
+@pytest.mark.usefixtures("clean_acl")
+def test_serving_v1_dims_fails_the_aipp_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GE_PYTHON_BACKEND_ACL", raising=False)
+    monkeypatch.setattr(runtime_model, "_served_dims", _v1_only)
+    report = run_selftest("emulator", compile_onnx=compile_onnx)
+    failed = {p.name: p.detail for p in report.probes if not p.passed}
+    assert set(failed) == {"static AIPP dims v2", "model description"}, failed
+    assert (
+        "(1, 6, 8, 3))], expected [('image', 'uint8', (1, 9, 8, 1))]"
+        in (failed["model description"])
+    )
+
+
 def test_the_emulator_runtime_needs_the_emulator_compiler() -> None:
     with pytest.raises(ValueError, match="needs compile_onnx"):
         run_selftest("emulator")

@@ -8,6 +8,11 @@ Steps (each command is printed as it runs):
 2. `ge-python-model emulator compile` with batch gears 1,2,4,8,16 (it also prints the `atc`
    command that compiles the same ONNX for real Ascend hardware);
 3. `ge-python-model scaffold` the `.om` into `<repository>/<name>/` (replacing an existing one).
+
+`--aipp` builds the ModelZoo layout instead (model `resnet50_aipp`): static batch `--batch`,
+compiled with ATC's `--insert_op_conf aipp.cfg` (written beside the `.om`): RGB888_U8 256x256
+sources cropped to 224x224 at (16, 16), mean/var normalisation in the AIPP; clients send uint8
+HWC images.
 """
 
 from __future__ import annotations
@@ -21,6 +26,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/: ex
 from example_tools import build_parser, compile_om, scaffold  # noqa: E402
 
 BATCH_GEARS = "1,2,4,8,16"
+SOURCE_SIZE = 256  # --aipp: the source images' width and height (center-cropped to 224)
+# ModelZoo's ResNet-50 aipp.cfg: (x - mean) * var_reci = (x / 255 - ImageNet mean) / ImageNet std
+# with mean = 255 * (0.485, 0.456, 0.406) rounded and var_reci = 1 / (255 * (0.229, 0.224, 0.225)).
+AIPP_CONFIG = f"""\
+aipp_op {{
+    aipp_mode: static
+    input_format: RGB888_U8
+    src_image_size_w: {SOURCE_SIZE}
+    src_image_size_h: {SOURCE_SIZE}
+    crop: true
+    load_start_pos_w: {(SOURCE_SIZE - IMAGE_SIZE) // 2}
+    load_start_pos_h: {(SOURCE_SIZE - IMAGE_SIZE) // 2}
+    crop_size_w: {IMAGE_SIZE}
+    crop_size_h: {IMAGE_SIZE}
+    csc_switch: false
+    rbuv_swap_switch: false
+    mean_chn_0: 124
+    mean_chn_1: 117
+    mean_chn_2: 104
+    var_reci_chn_0: 0.0171247538
+    var_reci_chn_1: 0.0175070028
+    var_reci_chn_2: 0.0174291938
+}}
+"""
 
 
 def main() -> None:
@@ -30,17 +59,32 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="random weights seed")
     parser.add_argument("--gears", default=BATCH_GEARS, help=f"batch gears (default {BATCH_GEARS})")
+    parser.add_argument(
+        "--aipp",
+        action="store_true",
+        help="the ModelZoo layout: static AIPP (uint8 RGB 256x256 in, crop and normalise on the "
+        "device), model resnet50_aipp",
+    )
+    parser.add_argument("--batch", type=int, default=8, help="--aipp: the static batch (default 8)")
     args = parser.parse_args()
+    name = "resnet50_aipp" if args.aipp and args.name == "resnet50" else args.name
 
     onnx_path = build_resnet50(args.workdir / f"{args.name}.onnx", args.width, args.seed)
     print(f"wrote {onnx_path} (ResNet-50 topology, width {args.width}, random weights)")
-    om = compile_om(
-        onnx_path,
-        args.workdir / args.name,
-        input_shape=f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
-        dynamic_batch_size=args.gears,
-    )
-    scaffold(om, args.repository, args.name)
+    if args.aipp:
+        config = args.workdir / "aipp.cfg"
+        config.write_text(AIPP_CONFIG)
+        print(f"wrote {config} (RGB888_U8 {SOURCE_SIZE}x{SOURCE_SIZE} -> crop 224, mean/var)")
+        flags = {"input_shape": f"{INPUT_NAME}:{args.batch},3,{IMAGE_SIZE},{IMAGE_SIZE}"}
+        om = compile_om(onnx_path, args.workdir / name, **flags, insert_op_conf=str(config))
+    else:
+        om = compile_om(
+            onnx_path,
+            args.workdir / name,
+            input_shape=f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
+            dynamic_batch_size=args.gears,
+        )
+    scaffold(om, args.repository, name)
 
 
 if __name__ == "__main__":

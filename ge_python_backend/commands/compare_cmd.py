@@ -65,6 +65,12 @@ def register(subparsers: Any) -> None:
         "--min-cosine", type=float, default=DEFAULTS.min_cosine, help="lowest cosine similarity"
     )
     add_server_options(parser, url_help="also query the model --model served there", required=False)
+    parser.add_argument(
+        "--aipp-config",
+        type=Path,
+        help="an .om with AIPP inputs: the aipp.cfg it was compiled with (or, for dynamic AIPP, "
+        "serves it with); the .om gets raw UINT8 images, the ONNX the AIPP steps' output",
+    )
     parser.set_defaults(func=run)
 
 
@@ -125,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         protocol=args.protocol,
         input_shape_order=parse_input_shape_order(args.input_shape_order),
+        aipp_config=args.aipp_config,
     )
     print_report(report)
     return 0 if report.passed else 1

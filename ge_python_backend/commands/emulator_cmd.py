@@ -28,6 +28,7 @@ ATC_FLAGS = (
     "input_format",
     "out_nodes",
     "soc_version",
+    "insert_op_conf",
 )
 
 COMPILE_DESCRIPTION = """\
@@ -43,6 +44,8 @@ examples:
       --input_shape "input:-1,3,224,224" --dynamic_batch_size "1,2,4,8"
   ge-python-model emulator compile --model det.onnx --framework 5 --output det \\
       --input_shape "image:1,3,-1,-1" --dynamic_image_size "224,224;448,448"
+  ge-python-model emulator compile --model resnet.onnx --framework 5 --output resnet_aipp \\
+      --input_shape "input:1,3,224,224" --insert_op_conf aipp.cfg
   ge-python-model emulator compile --model bert.onnx --framework 5 --output bert \\
       --input_shape "input_ids:1,-1;attention_mask:1,-1" --dynamic_dims "128,128;256,256" \\
       --input_format ND
@@ -105,6 +108,11 @@ def register(subparsers: Any) -> None:
     compile_parser.add_argument(
         "--soc_version", default="Ascend310P3", help="SoC recorded in the .om (default Ascend310P3)"
     )
+    compile_parser.add_argument(
+        "--insert_op_conf",
+        help="ATC's AIPP config (aipp_op { aipp_mode: static input_format: RGB888_U8 ... }): the "
+        "input then takes raw UINT8 NHWC images and the AIPP steps run in front of the graph",
+    )
     compile_parser.set_defaults(func=run_compile)
 
 
@@ -127,6 +135,7 @@ def run_compile(args: argparse.Namespace) -> int:
         soc_version=args.soc_version,
         out_nodes=args.out_nodes,
         framework=int(args.framework),
+        insert_op_conf=args.insert_op_conf,
     )
     model = OmModel.load(path)
     print(path)
@@ -153,7 +162,12 @@ def summary(model: OmModel) -> str:
         if not desc.gears
         else f"{desc.dynamic_kind} gears " + ";".join(",".join(map(str, g)) for g in desc.gears)
     )
-    return f"inputs: {tensors(desc.inputs)}; outputs: {tensors(desc.outputs)}; {gears}"
+    aipp = "".join(
+        f"; {desc.inputs[rank].name}: {op.aipp_mode.config_name} AIPP"
+        + (f" from {op.input_format.name}" if op.is_static else "")
+        for rank, op in sorted(desc.aipp_ops().items())
+    )
+    return f"inputs: {tensors(desc.inputs)}; outputs: {tensors(desc.outputs)}; {gears}{aipp}"
 
 
 def atc_command(args: argparse.Namespace) -> str:

@@ -70,13 +70,14 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
 
 def _read(
     om: Path, runtime: str, input_shape_order: str | None
-) -> tuple[list[TensorSpec], list[TensorSpec], GearInfo]:
-    """What the `.om` takes, returns and runs (`input_shape_order`: `--input-shape-order`)."""
+) -> tuple[list[TensorSpec], list[TensorSpec], GearInfo, dict[str, str]]:
+    """What the `.om` takes, returns and runs, and its inputs' AIPP (`input_shape_order`:
+    `--input-shape-order`)."""
     if not om.is_file():
         raise UserError(f".om file {om} does not exist")
     order = parse_input_shape_order(input_shape_order)
     with open_session(om, runtime, order) as session:
-        return list(session.inputs), list(session.outputs), session.gears
+        return list(session.inputs), list(session.outputs), session.gears, dict(session.aipp)
 
 
 def _as_json(
@@ -144,8 +145,9 @@ def run(args: argparse.Namespace) -> int:
         config = completed_config(args.om, args.runtime, args.name, args.input_shape_order)
         print(config_text(config), end="")
         return 0
-    inputs, outputs, gears = _read(args.om, args.runtime, args.input_shape_order)
+    inputs, outputs, gears, aipp = _read(args.om, args.runtime, args.input_shape_order)
     info = _as_json(args.om, inputs, outputs, gears)
+    info["aipp"] = aipp
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -155,4 +157,6 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(_table(info["inputs"])))
     print("outputs:")
     print("\n".join(_table(info["outputs"])))
+    for name, text in aipp.items():
+        print(f"AIPP of {name}: {text}")
     return 0

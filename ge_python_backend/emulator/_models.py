@@ -3,6 +3,11 @@
 A gear model reports one extra, last input `ascend_mbatch_shape_data` (INT64, ND). `set_*` calls
 write the selected gear into its device buffer as int64 values and `execute` reads it back from
 there, as on the real device.
+
+An AIPP input reports what ACL reports for it (UINT8, NHWC, the source image's dims and size);
+`execute` runs the AIPP steps (`aipp.StaticAipp.apply`) on its raw bytes before the graph. A
+dynamic-AIPP image input has a parameter input `ascend_dynamic_aipp_data` after the user inputs,
+filled by `set_input_aipp`; `execute` decodes that block and applies it per image.
 """
 
 from __future__ import annotations
@@ -16,8 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ge_python_backend.aipp import (
+    DYNAMIC_AIPP_INPUT_NAME,
+    AippConfigError,
+    DynamicAippParams,
+    StaticAipp,
+    aipp_data_size,
+    bind_static,
+)
 from ge_python_backend.ascend import (
     DIMS_NAME_LIMIT,
+    DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     NUMPY_BY_ACL,
     AclCode,
@@ -40,6 +54,7 @@ from ge_python_backend.emulator.omfile import OmModel, OmTensor
 
 MBATCH_NAME = "ascend_mbatch_shape_data"
 ACL_INT64 = DTYPES_BY_NUMPY[np.dtype(np.int64)].acl
+ACL_UINT8 = DTYPES_BY_NUMPY[np.dtype(np.uint8)].acl
 # "Not a compiled gear", for every gear kind and for set_* on a model without gears: GE's
 # ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID (hicann/ge runtime/v1/executor/ge_executor.cc,
 # SetDynamicBatchSize / SetDynamicImageSize / SetDynamicDims).
@@ -61,6 +76,7 @@ class IoTensor:
     acl_format: int
     dims: tuple[int, ...]  # -1 on dynamic input axes; the largest gear for outputs
     size: int  # bytes, for the largest gear
+    dims_v2: tuple[int, ...] | None = None  # get_input_dims_v2 where it differs (static AIPP)
 
     def dims_dict(self, dims: tuple[int, ...] | None = None) -> dict[str, object]:
         """`{"name", "dimCount", "dims"}` as get_input_dims returns it."""
@@ -109,6 +125,9 @@ class DescribedModel:
             inputs.append(
                 IoTensor(MBATCH_NAME, ACL_INT64, Format.ND, dims, _nbytes(ACL_INT64, dims))
             )
+        self.static_aipp: dict[int, StaticAipp] = {}
+        self.dynamic_aipp: dict[int, int] = {}  # dynamic-AIPP image input -> its parameter input
+        self._describe_aipp(inputs)
         self.inputs = tuple(inputs)
         self.outputs = tuple(
             IoTensor(t.name, t.acl_dtype, t.acl_format, t.dims, _max_nbytes(t, i, out_shapes))
@@ -150,6 +169,43 @@ class DescribedModel:
         if tensors is None or index >= len(tensors):
             return None
         return tensors[index].name
+
+    def _describe_aipp(self, inputs: list[IoTensor]) -> None:
+        """Replace each AIPP input by what ACL reports for it; add dynamic parameter inputs.
+
+        Static: UINT8, NHWC, v1 `[n,h,w,c]`, v2 and size by the source format (davinci_model.cc
+        CreateInputDimsInfo; aclmdlGetInputDimsV2.md table 1). Dynamic: the image input is
+        UINT8 NHWC `[n,-1,-1,-1]` sized `max_src_image_size` (ACL checks a whole batch's source
+        bytes against it: aipp_param_check.cpp GetSrcImageSize); the parameter input is UINT8 ND
+        `[64 + 96n]` (aipp_op.cc AddNodeToGraph, CalcMaxSize), named `ascend_dynamic_aipp_data`
+        for the first and `ascend_dynamic_aipp_data_<aipp node>` after (the emulator names the
+        node `aipp_<rank>`).
+        """
+        desc = self.om.description
+        for index, op in sorted(desc.aipp_ops().items()):
+            tensor = inputs[index]
+            bound = desc.static_aipp(index)
+            if bound is not None:
+                self.static_aipp[index] = bound
+                inputs[index] = IoTensor(
+                    tensor.name,
+                    bound.input_dtype.acl,
+                    bound.input_format,
+                    tuple(bound.input_dims_v1),
+                    bound.input_size,
+                    tuple(bound.input_dims_v2),
+                )
+                continue
+            batch = tensor.dims[0]
+            inputs[index] = IoTensor(
+                tensor.name, ACL_UINT8, Format.NHWC, (batch, -1, -1, -1), op.max_src_image_size
+            )
+            name = DYNAMIC_AIPP_INPUT_NAME
+            if self.dynamic_aipp:
+                name = f"{DYNAMIC_AIPP_INPUT_NAME}_aipp_{index}"
+            size = aipp_data_size(batch)
+            self.dynamic_aipp[index] = len(inputs)
+            inputs.append(IoTensor(name, ACL_UINT8, Format.ND, (size,), size))
 
     def gear_text(self) -> str:
         """The compiled gears, for messages."""
@@ -250,6 +306,43 @@ class Execution:
             f"compiled {model.kind.atc_description} gear ({model.gear_text()}); {hint}",
         )
 
+    def _graph_input(
+        self, index: int, span: Span, acl_dtype: int, shape: tuple[int, ...]
+    ) -> np.ndarray:
+        """What graph input `index` receives: the buffer's data, or AIPP's output for it."""
+        model = self.model
+        bound = model.static_aipp.get(index)
+        if bound is not None:
+            return bound.apply(_read(span, ACL_UINT8, (bound.input_size,)))
+        params_index = model.dynamic_aipp.get(index)
+        if params_index is None:
+            return _read(span, acl_dtype, shape)
+        params_span = self.inputs[params_index]
+        raw = _read(params_span, ACL_UINT8, (model.inputs[params_index].size,))
+        try:
+            params = DynamicAippParams.unpack(raw.tobytes())
+            images = dynamic_images(params, model.om.description.inputs[index])
+        except (AippConfigError, ValueError) as exc:
+            # UNCONFIRMED: the code GE returns for a parameter block it cannot use.
+            raise AclFailure(
+                AclCode.GE_PARAM_INVALID,
+                f"the dynamic AIPP parameters of input {index} ({model.inputs[index].name}) "
+                f"cannot be applied: {exc}; fill them with acl.mdl.set_input_aipp",
+            ) from exc
+        need = sum(b.input_size for b in images)
+        if span.remaining is not None and span.remaining < need:
+            raise AclFailure(
+                BUFFER_TOO_SMALL,
+                f"input {index} ({model.inputs[index].name}) holds {span.remaining} bytes; "
+                f"the source images set by set_input_aipp need {need}",
+            )
+        data = _read(span, ACL_UINT8, (need,))
+        out, start = [], 0
+        for bound in images:
+            out.append(bound.apply(data[start : start + bound.input_size]))
+            start += bound.input_size
+        return np.concatenate(out)
+
     def run(self) -> None:
         """Read the inputs for the selected gear, run the model, write the outputs."""
         model = self.model
@@ -270,7 +363,7 @@ class Execution:
                     f"input {i} ({t.name}) of gear {list(gear)} needs {need} bytes, its buffer "
                     f"has {span.remaining}",
                 )
-            arrays.append(_read(span, t.acl_dtype, shape))
+            arrays.append(self._graph_input(i, span, t.acl_dtype, shape))
         seconds = timing.current().execute_seconds(model.rows(gear))
         with timing.engine(model.context.device.id, "execute", seconds):
             try:
@@ -302,6 +395,17 @@ class Execution:
             ctypes.memmove(span.address, array.ctypes.data, min(room, array.nbytes))
 
 
+def dynamic_images(params: DynamicAippParams, tensor: OmTensor) -> list[StaticAipp]:
+    """One binding per image of dynamic-AIPP graph input `tensor`: batch i's parameters on one
+    image (ValueError or AippConfigError when they do not fit the input)."""
+    n = tensor.dims[0]
+    if len(params.batches) != n:
+        raise ValueError(f"the block has {len(params.batches)} batches, the model takes {n}")
+    one = (1, *tensor.dims[1:])
+    fmt, dtype = Format(tensor.acl_format), DTYPES_BY_ACL[tensor.acl_dtype]
+    return [bind_static(params.static_op(i), one, fmt, dtype) for i in range(n)]
+
+
 def _read(span: Span, acl_dtype: int, shape: tuple[int, ...]) -> np.ndarray:
     """The input of `shape` at `span`; bytes past the allocation (a static model's buffer may be
     up to SIZE_SLACK bytes short) read as zeros."""
@@ -330,7 +434,8 @@ def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
         )
     # GE skips the size check once a set_* call chose a gear for the input dataset
     # (ge_executor.cc ExecModel -> SetDynamicInputDataFlag; DavinciModel::CheckUserAndModelSize).
-    sized = not (inputs.gear_set and model.gears)
+    # and for a dynamic-AIPP model ("no need to judge smaller user size", the same function).
+    sized = not (inputs.gear_set and model.gears) and not model.dynamic_aipp
     return Execution(
         model,
         tuple(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ge_python_backend.ascend import AclCode, RunMode, describe_code
 
 if TYPE_CHECKING:
+    from ge_python_backend.aipp import DynamicAippParams
     from ge_python_backend.emulator._models import LoadedModel, ModelDesc
     from ge_python_backend.emulator._streams import Stream
     from ge_python_backend.emulator.acl._tensor import TensorDesc
@@ -111,6 +112,7 @@ class State:
         self.descs: dict[int, ModelDesc] = {}
         self.tensor_descs: dict[int, TensorDesc] = {}
         self.dataset_tensor_descs: dict[int, TensorDesc] = {}  # copies datasets own
+        self.aipps: dict[int, DynamicAippParams] = {}  # aclmdlAIPP handles of create_aipp
         self.models: dict[int, LoadedModel] = {}
         self.next_model_id = 1
         self.counters: collections.Counter[str] = collections.Counter()

@@ -24,8 +24,17 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from ge_python_backend.aipp import (
+    AippConfigError,
+    AippOp,
+    StaticAipp,
+    bind_static,
+    check_with_dynamic_image_size,
+    parse_aipp_config,
+)
 from ge_python_backend.ascend import (
     ATC_INPUT_FORMATS,
+    DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     DTYPES_BY_ONNX,
     NUMPY_BY_ACL,
@@ -92,6 +101,24 @@ class OmDescription:
     gear_output_shapes: tuple[tuple[Shape, ...], ...]  # per gear in `gears` order; one if static
     # input names in --input_shape order (GE's user_designate_shape_order); () = graph order
     shape_order: tuple[str, ...] = ()
+    # ATC's --insert_op_conf text, recorded so the loaded model reports and runs its AIPP
+    aipp_config: str = ""
+
+    def aipp_ops(self) -> dict[int, AippOp]:
+        """The AIPP op of each graph input that has one (by `related_input_rank`)."""
+        if not self.aipp_config:
+            return {}
+        return {op.related_input_rank: op for op in parse_aipp_config(self.aipp_config)}
+
+    def static_aipp(self, index: int) -> StaticAipp | None:
+        """Graph input `index`'s static AIPP, bound to that input; None without one."""
+        op = self.aipp_ops().get(index)
+        if op is None or not op.is_static:
+            return None
+        tensor = self.inputs[index]
+        return bind_static(
+            op, tensor.dims, Format(tensor.acl_format), DTYPES_BY_ACL[tensor.acl_dtype]
+        )
 
     def ordered_inputs(self) -> list[int]:
         """Indices of the inputs in --input_shape order (graph order without --input_shape)."""
@@ -234,6 +261,7 @@ def compile_onnx(
     soc_version: str = "Ascend310P3",
     out_nodes: str | None = None,
     framework: int = ONNX_FRAMEWORK,
+    insert_op_conf: PathLike | None = None,
 ) -> Path:
     """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
 
@@ -241,8 +269,8 @@ def compile_onnx(
     defaults to ND with `dynamic_dims` (the only format ATC accepts with it) and NCHW otherwise.
     `out_nodes` is ATC's `--out_nodes` (`node:idx;...` or, for ONNX, output names); `framework`
     3 compiles the ONNX as a stand-in for a TensorFlow model (its outputs get TensorFlow's names).
-    Output names are ATC's (see `_output_names`). Raises OmCompileError for anything ATC or the
-    emulator would refuse.
+    Output names are ATC's (see `_output_names`). `insert_op_conf` is ATC's AIPP config file (see
+    `aipp.parse_aipp_config`). Raises OmCompileError for anything ATC or the emulator would refuse.
     """
     import onnx
 
@@ -272,9 +300,11 @@ def compile_onnx(
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     output_names = _output_names(proto, out_nodes, framework)
+    aipp_config = "" if insert_op_conf is None else _read_aipp_config(insert_op_conf, kind)
     onnx_bytes = proto.SerializeToString()
     output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, order, model_path)
-    desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes, order)
+    desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes, order, aipp_config)
+    _check_aipp_inputs(desc)
     largest_shapes = desc.output_shapes(desc.largest_gear())
     nd = Format.ND  # ATC reports outputs as ND
     outputs = tuple(
@@ -292,6 +322,7 @@ def compile_onnx(
         "dynamic_dims": dynamic_dims,
         "input_format": input_format,
         "soc_version": soc_version,
+        "insert_op_conf": None if insert_op_conf is None else os.fspath(insert_op_conf),
     }
     header = _description_to_header(dataclasses.replace(desc, outputs=outputs))
     header["flags"] = {k: v for k, v in flags.items() if v is not None}
@@ -380,6 +411,7 @@ def _description_to_header(desc: OmDescription) -> dict[str, Any]:
         "outputs": tensors(desc.outputs),
         "output_shapes": [[list(s) for s in shapes] for shapes in desc.gear_output_shapes],
         "shape_order": list(desc.shape_order),
+        "aipp_config": desc.aipp_config,
     }
 
 
@@ -404,6 +436,7 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
             ),
             # files written before the order was recorded listed dims gears in graph order
             shape_order=tuple(str(name) for name in header.get("shape_order", [])),
+            aipp_config=str(header.get("aipp_config", "")),
         )
         names = [t.name for t in desc.inputs]
         if any(name not in names for name in desc.shape_order):
@@ -415,6 +448,7 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
             raise ValueError(f"unknown dtype codes {unknown}")
         if len(desc.gear_output_shapes) != max(1, len(desc.gears)):
             raise ValueError("output shapes do not match the gears")
+        _check_aipp_inputs(desc)
     except (KeyError, TypeError, ValueError) as exc:
         raise OmFormatError(
             AclCode.PARSE_MODEL, f"{source} has an invalid header ({type(exc).__name__}: {exc})"
@@ -705,6 +739,53 @@ def _probe_outputs(
             ) from exc
         results.append(tuple(tuple(int(d) for d in np.shape(out)) for out in outputs))
     return tuple(results)
+
+
+def _read_aipp_config(path: PathLike, kind: GearKind) -> str:
+    """The text of `--insert_op_conf`, parsed once to refuse what ATC refuses."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise OmCompileError(
+            f"cannot read --insert_op_conf {os.fspath(path)}: {exc.strerror or exc}"
+        ) from exc
+    try:
+        ops = parse_aipp_config(text)
+        if kind == GearKind.HW:
+            check_with_dynamic_image_size(ops)
+    except AippConfigError as exc:
+        raise OmCompileError(f"--insert_op_conf {os.fspath(path)}: {exc}") from exc
+    if kind != GearKind.STATIC:
+        # ATC refuses AIPP with --dynamic_dims (issue 21); AIPP with batch or HW gears is legal
+        # in ATC, but what ACL reports for it is UNCONFIRMED, so the emulator does not build it.
+        flag = {GearKind.BATCH: "--dynamic_batch_size", GearKind.HW: "--dynamic_image_size"}
+        raise OmCompileError(
+            f"--insert_op_conf with {flag.get(kind, '--dynamic_dims')} is not supported"
+            + ("" if kind in flag else " (ATC refuses AIPP with --dynamic_dims)")
+            + "; AIPP models must have static input shapes here"
+        )
+    return text
+
+
+def _check_aipp_inputs(desc: OmDescription) -> None:
+    """Each AIPP op names an existing input; a static op binds to it (ATC's checks)."""
+    for rank, op in desc.aipp_ops().items():
+        if rank >= len(desc.inputs):
+            raise OmCompileError(
+                f"aipp_op related_input_rank {rank} is out of range: the model has "
+                f"{len(desc.inputs)} inputs"
+            )
+        tensor = desc.inputs[rank]
+        if op.is_static:
+            try:
+                desc.static_aipp(rank)
+            except (AippConfigError, ValueError) as exc:
+                raise OmCompileError(f"aipp_op for input {tensor.name}: {exc}") from exc
+        elif len(tensor.dims) != 4 or min(tensor.dims) <= 0:
+            raise OmCompileError(
+                f"dynamic AIPP feeds a static 4-D image input; {tensor.name} is "
+                f"{_shape_text(tensor.dims)}"
+            )
 
 
 def _acl_dtype(onnx_elem_type: int, what: str) -> int:

@@ -126,7 +126,12 @@ def complete_version(
     """
     params = ModelParameters.from_config(config)
     om_path = find_om(version_dir, params.om_file)
-    description = describe_om(om_path, runtime or params.acl_runtime, params.input_shape_order)
+    description = describe_om(
+        om_path,
+        runtime or params.acl_runtime,
+        params.input_shape_order,
+        params.aipp_config_path(version_dir),
+    )
     try:
         completed, filled = complete_config(
             config, description.inputs, description.outputs, description.gears

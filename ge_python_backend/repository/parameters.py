@@ -15,6 +15,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `20000` |
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
+| `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -28,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ge_python_backend.repository.triton_config import ConfigError, TritonConfig
@@ -82,6 +84,27 @@ def parse_om_file(value: object) -> str | None:
             "parameter om_file must name the .om file inside the version directory (a plain file "
             "name such as 'resnet.om'; or be left out: the only .om of each version directory), "
             f"got {_shown(value)}"
+        )
+    return value
+
+
+def parse_aipp_config_file(value: object) -> str | None:
+    """None (only dynamic-AIPP models need it), or the plain file name of an ATC-syntax
+    aipp.cfg in each version directory (`aipp_config_path` finds it)."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or value.strip() != value
+        or value in ("", ".", "..")
+        or "/" in value
+        or "\\" in value
+    ):
+        raise ConfigError(
+            "parameter aipp_config must name an ATC-syntax AIPP config file inside the version "
+            "directory (a plain file name such as 'aipp.cfg', whose aipp_op blocks with "
+            "aipp_mode: static fix the AIPP of a dynamic-AIPP model), got "
+            f"{_shown(value)}"
         )
     return value
 
@@ -193,6 +216,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "execute_timeout_ms": parse_execute_timeout_ms,
     "pipeline_min_device_us": parse_pipeline_min_device_us,
     "input_shape_order": parse_input_shape_order,
+    "aipp_config": parse_aipp_config_file,
 }
 PARAMETER_NAMES = tuple(_PARSERS)
 
@@ -229,6 +253,7 @@ class ModelParameters:
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS
     input_shape_order: tuple[str, ...] | None = None
     pipeline_min_device_us: int | None = None
+    aipp_config: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -267,6 +292,10 @@ class ModelParameters:
         inline (`pipeline_min_device_us`, else its default)."""
         given = self.pipeline_min_device_us
         return (DEFAULT_PIPELINE_MIN_DEVICE_US if given is None else given) / 1e6
+
+    def aipp_config_path(self, version_dir: Path) -> Path | None:
+        """The `aipp_config` file of a version (None without the parameter)."""
+        return None if self.aipp_config is None else version_dir / self.aipp_config
 
     def device_for_instance(self, instance_name: str) -> int:
         """The NPU of a model instance: instance k of a group uses `device_ids[k % len]`.

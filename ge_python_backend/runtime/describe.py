@@ -18,7 +18,7 @@ from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import ensure_initialized, load_acl
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
 from ge_python_backend.runtime.gears import GearTable
-from ge_python_backend.runtime.model import _describe
+from ge_python_backend.runtime.model import _describe, read_aipp_config
 
 __all__ = ["ModelFileDescription", "describe_om"]
 
@@ -46,11 +46,13 @@ def describe_om(
     om_path: PathLike,
     runtime: str | None = None,
     input_shape_order: Sequence[str] | None = None,
+    aipp_config: PathLike | None = None,
 ) -> ModelFileDescription:
     """Describe the `.om` at `om_path` with `runtime` (`$GE_PYTHON_BACKEND_ACL` overrides it).
 
     Raises ModelFileError for a missing or unusable file, AclError when ACL refuses it.
-    `input_shape_order` is `Session`'s, for dims models whose gears do not show the order.
+    `input_shape_order` and `aipp_config` are `Session`'s (dims models whose gears do not
+    show the order; dynamic-AIPP models).
     """
     path = Path(om_path)
     if not path.is_file():
@@ -64,7 +66,9 @@ def describe_om(
     desc = check_handle(handle, "acl.mdl.create_desc", acl)
     try:
         check(acl.mdl.get_desc_from_file(desc, str(path)), "acl.mdl.get_desc_from_file", acl)
-        description = _describe(acl, desc, path, input_shape_order)
+        aipp = () if aipp_config is None else read_aipp_config(Path(aipp_config))
+        ops = {op.related_input_rank: op for op in aipp}
+        description = _describe(acl, desc, path, input_shape_order, ops)
     except BaseException:
         ret = acl.mdl.destroy_desc(desc)  # the first failure is the one reported
         if ret:

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ge_python_backend.aipp import AippOp
 from ge_python_backend.ascend import GearKind
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
@@ -97,8 +98,12 @@ class Lane(Resource):
             if desc.gear_input is not None:
                 gear_buffer = DeviceBuffer(context, desc.gear_input_size)
                 buffers[desc.gear_input] = self._keep(gear_buffer)
+            for index, size in desc.aipp_inputs:
+                buffers[index] = self._keep(DeviceBuffer(context, size))
             ordered = [buffers[index] for index in range(desc.input_count)]
             self.inputs = self._keep(Dataset(context, ordered))
+            if desc.aipp_inputs:
+                model.set_input_aipp(self.inputs)  # once: the parameter buffers keep it
             self.output_slots: list[Slot] = []
             self.outputs: Dataset | None = None
         except BaseException:
@@ -113,11 +118,16 @@ class Lane(Resource):
 
     @classmethod
     def open_first(
-        cls, context: Context, path: Path, input_shape_order: Sequence[str] | None = None
+        cls,
+        context: Context,
+        path: Path,
+        input_shape_order: Sequence[str] | None = None,
+        aipp: Sequence[AippOp] = (),
     ) -> tuple[Lane, GearTable]:
         """Lane 0 and the model's gear table: the `.om` loaded, the gears' output shapes read on
-        this lane, every buffer sized for the largest execution of any gear."""
-        model = Model(context, path, input_shape_order)
+        this lane, every buffer sized for the largest execution of any gear (`aipp`: the fixed
+        parameters of a dynamic-AIPP model, see `Model`)."""
+        model = Model(context, path, input_shape_order, aipp)
         desc = model.description
         try:
             table = GearTable(desc, path)
@@ -152,7 +162,7 @@ class Lane(Resource):
         like: Lane,
     ) -> Lane:
         """A further lane: the `.om` loaded again, with buffers sized like those of `like`."""
-        model = Model(context, path, input_shape_order)
+        model = Model(context, path, input_shape_order, tuple(like.model.aipp.values()))
         try:
             lane = cls(index, context, model, [slot.host.size for slot in like.input_slots])
         except BaseException:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+import logging
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from ge_python_backend.aipp import (
+    DYNAMIC_AIPP_INPUT_NAME,
+    AippConfigError,
+    AippInputFormat,
+    AippOp,
+    AippType,
+    parse_aipp_config,
+)
 from ge_python_backend.ascend import (
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
@@ -26,14 +36,20 @@ from ge_python_backend.runtime.memory import DeviceBuffer
 
 __all__ = [
     "GEAR_INPUT_NAME",
+    "read_aipp_config",
     "Dataset",
     "Model",
     "ModelDescription",
     "TensorInfo",
 ]
 
+logger = logging.getLogger(__name__)
+
 # The extra input ATC adds to gear models; the set_* calls fill it, callers never see it.
 GEAR_INPUT_NAME = "ascend_mbatch_shape_data"
+# GE accepts an input buffer up to this many bytes smaller than the model's size
+# (davinci_model.cc CheckUserAndModelSize).
+SIZE_SLACK = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +59,7 @@ class TensorInfo:
     index: int  # the model's input or output index
     spec: TensorSpec
     size: int  # bytes the description reports (the largest gear's)
+    aipp: str = ""  # the input's AIPP as get_aipp_type / get_first_aipp_info report it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +75,8 @@ class ModelDescription:
     # with every input's full shape per gear (input order); GearTable adds a fixed batch axis
     gears: GearInfo
     dims_values: tuple[tuple[int, ...], ...] = ()  # per gear, the dims as ACL lists them
+    # (index, size) of each dynamic-AIPP parameter input: set once per dataset, never fed
+    aipp_inputs: tuple[tuple[int, int], ...] = ()
 
 
 class Dataset(Resource):
@@ -100,15 +119,22 @@ class Model(Resource):
 
     `input_shape_order` (input names in ATC's `--input_shape` order) is needed only for a
     dynamic-dims model whose gears do not reveal that order (see `_split_dims_gears`).
+    `aipp` fixes the AIPP of a dynamic-AIPP model's image inputs: one static-style op per
+    input index (`related_input_rank`); such a model is refused without it.
     """
 
     def __init__(
-        self, context: Context, path: str | Path, input_shape_order: Sequence[str] | None = None
+        self,
+        context: Context,
+        path: str | Path,
+        input_shape_order: Sequence[str] | None = None,
+        aipp: Sequence[AippOp] = (),
     ) -> None:
         acl = context.acl
         context.activate()
         self.context = context
         self.path = Path(path)
+        self.aipp = {op.related_input_rank: op for op in aipp}
         model_id, ret = acl.mdl.load_from_file(str(path))
         check(ret, "acl.mdl.load_from_file", acl)
         self.model_id: int = model_id
@@ -120,7 +146,8 @@ class Model(Resource):
             desc_holder.append(desc)
             check(acl.mdl.get_desc(desc, model_id), "acl.mdl.get_desc", acl)
             self.desc = desc
-            self.description = _describe(acl, desc, self.path, input_shape_order)
+            described = _describe(acl, desc, self.path, input_shape_order, self.aipp)
+            self.description = _with_aipp(acl, model_id, described, self.path)
         except BaseException:
             self._abandon()
             raise
@@ -151,6 +178,24 @@ class Model(Resource):
         ret = acl.mdl.set_input_dynamic_dims(self.model_id, inputs.handle, self._gear_input(), gear)
         check(ret, "acl.mdl.set_input_dynamic_dims", acl)
 
+    def set_input_aipp(self, inputs: Dataset) -> None:
+        """Write the fixed AIPP of each dynamic-AIPP image input into its parameter input
+        (`create_aipp`, the `set_aipp_*` calls, `set_input_aipp`, `destroy_aipp`)."""
+        self.context.activate()
+        acl = self.context.acl
+        for index, op in self.aipp.items():
+            _, params_index, ret = acl.mdl.get_aipp_type(self.model_id, index)
+            check(ret, "acl.mdl.get_aipp_type", acl)
+            batch = next(i.spec.shape[0] for i in self.description.inputs if i.index == index)
+            handle = check_handle(acl.mdl.create_aipp(batch), "acl.mdl.create_aipp", acl)
+            try:
+                for api, args in _aipp_calls(op, batch):
+                    check(getattr(acl.mdl, api)(handle, *args), f"acl.mdl.{api}", acl)
+                ret = acl.mdl.set_input_aipp(self.model_id, inputs.handle, params_index, handle)
+                check(ret, "acl.mdl.set_input_aipp", acl)
+            finally:
+                check(acl.mdl.destroy_aipp(handle), "acl.mdl.destroy_aipp", acl)
+
     def current_output_shapes(self) -> list[Shape]:
         """Output shapes of the gear selected last (`acl.mdl.get_cur_output_dims`)."""
         self.context.activate()
@@ -178,6 +223,64 @@ class Model(Resource):
         if self.description.gear_input is None:
             raise RuntimeError(f"{self.path} has no gears to select")
         return self.description.gear_input
+
+
+def read_aipp_config(path: Path) -> list[AippOp]:
+    """The aipp_op blocks of an ATC-syntax aipp.cfg (`aipp_config`); ModelFileError naming it."""
+    try:
+        return parse_aipp_config(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelFileError(f"cannot read aipp_config {path}: {exc.strerror or exc}") from exc
+    except AippConfigError as exc:
+        raise ModelFileError(f"aipp_config {path}: {exc}") from exc
+
+
+def _aipp_calls(op: AippOp, batch: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The set_aipp_* calls of acl.mdl (arguments after the handle) for `op` on each image."""
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("set_aipp_input_format", (int(op.input_format),)),
+        ("set_aipp_src_image_size", (op.src_image_size_w, op.src_image_size_h)),
+        (
+            "set_aipp_csc_params",
+            (
+                int(op.csc_switch),
+                *(v for row in op.matrix for v in row),
+                *op.output_bias,
+                *op.input_bias,
+            ),
+        ),
+        ("set_aipp_rbuv_swap_switch", (int(op.rbuv_swap_switch),)),
+        ("set_aipp_ax_swap_switch", (int(op.ax_swap_switch),)),
+    ]
+    for b in range(batch):
+        calls += [
+            (
+                "set_aipp_crop_params",
+                (
+                    int(op.crop),
+                    op.load_start_pos_w,
+                    op.load_start_pos_h,
+                    op.crop_size_w,
+                    op.crop_size_h,
+                    b,
+                ),
+            ),
+            (
+                "set_aipp_padding_params",
+                (
+                    int(op.padding),
+                    op.top_padding_size,
+                    op.bottom_padding_size,
+                    op.left_padding_size,
+                    op.right_padding_size,
+                    b,
+                ),
+            ),
+            ("set_aipp_dtc_pixel_mean", (*op.mean_chn, b)),
+            ("set_aipp_dtc_pixel_min", (*op.min_chn, b)),
+            ("set_aipp_pixel_var_reci", (*op.var_reci_chn, b)),
+        ]
+    return calls
 
 
 def _unload(context: Context, model_id: int, desc_holder: list[int]) -> None:
@@ -223,24 +326,54 @@ def _output_names(mdl: Any, desc: int, path: Path) -> list[str]:
 
 
 def _describe(
-    acl: ModuleType, desc: int, path: Path, input_shape_order: Sequence[str] | None
+    acl: ModuleType,
+    desc: int,
+    path: Path,
+    input_shape_order: Sequence[str] | None,
+    aipp: Mapping[int, AippOp] | None = None,
 ) -> ModelDescription:
     mdl = acl.mdl
     input_count = mdl.get_num_inputs(desc)
     gear_index, ret = mdl.get_input_index_by_name(desc, GEAR_INPUT_NAME)
     gear_input = gear_index if ret == 0 else None  # non-zero: the model has no gears
+    names = [mdl.get_input_name_by_index(desc, index) for index in range(input_count)]
+    # ACL itself finds the parameter input by this name (acl_aipp.cpp CheckAippDataIndex)
+    aipp_inputs = tuple(
+        (index, mdl.get_input_size_by_index(desc, index))
+        for index, name in enumerate(names)
+        if name.startswith(DYNAMIC_AIPP_INPUT_NAME)
+    )
+    if aipp and not aipp_inputs:
+        logger.warning(
+            "%s: aipp_config is ignored: the model has no dynamic AIPP input (static AIPP is "
+            "compiled into the model and needs no parameters)",
+            path,
+        )
+        aipp = None
+    if aipp_inputs and not aipp:
+        raise ModelFileError(
+            f"{path}: the model has dynamic AIPP ({', '.join(names[i] for i, _ in aipp_inputs)}"
+            " takes the AIPP parameters of each execution); to serve it, fix them per model: "
+            "set the parameter aipp_config to an ATC-syntax aipp.cfg (aipp_op blocks with "
+            "aipp_mode: static, related_input_rank, input_format, src_image_size_w/h, ...)"
+        )
 
     inputs = []
-    for index in range(input_count):
-        if index == gear_input:
+    for index, name in enumerate(names):
+        if index == gear_input or index in dict(aipp_inputs):
             continue
         dims, ret = mdl.get_input_dims(desc, index)
         check(ret, "acl.mdl.get_input_dims", acl)
-        name = mdl.get_input_name_by_index(desc, index)
         dtype, triton = _dtype(mdl.get_input_data_type(desc, index), f"input {name!r}", path)
         fmt = mdl.get_input_format(desc, index)
-        spec = TensorSpec(name, dtype, triton, _dims(dims), format_name(fmt))
-        inputs.append(TensorInfo(index, spec, mdl.get_input_size_by_index(desc, index)))
+        size = mdl.get_input_size_by_index(desc, index)
+        op = (aipp or {}).get(index) if aipp_inputs else None
+        if op is not None:
+            shape, size = _dynamic_aipp_dims(op, _dims(dims), name, path)
+        else:
+            shape = _served_dims(acl, desc, index, name, dtype, _dims(dims), size, path)
+        spec = TensorSpec(name, dtype, triton, shape, format_name(fmt))
+        inputs.append(TensorInfo(index, spec, size))
 
     outputs = []
     for index, name in enumerate(_output_names(mdl, desc, path)):
@@ -285,7 +418,122 @@ def _describe(
             max_batch=max(batch_gears, default=0),
         ),
         dims_values=dims_values,
+        aipp_inputs=aipp_inputs,
     )
+
+
+def _dynamic_aipp_dims(op: AippOp, dims: Shape, name: str, path: Path) -> tuple[Shape, int]:
+    """(shape, bytes) a dynamic-AIPP image input is served with under `op`: n source images
+    in the v2 layout of `op`'s format (aclmdlGetInputDimsV2.md table 1)."""
+    if len(dims) != 4 or dims[0] <= 0:
+        raise ModelFileError(f"{path}: dynamic AIPP input {name!r} reports dims {list(dims)}")
+    if not (op.is_static and op.src_image_size_w and op.src_image_size_h):
+        raise ModelFileError(
+            f"{path}: aipp_config for input {name!r} must be an aipp_mode: static block with "
+            "input_format and src_image_size_w/h (the fixed parameters of each execution)"
+        )
+    layout = op.input_format.layout
+    h, w = op.src_image_size_h, op.src_image_size_w
+    shape = (dims[0], h * layout.h_num // layout.h_den, w, layout.v2_channels)
+    return shape, math.prod(shape)
+
+
+def _served_dims(
+    acl: ModuleType,
+    desc: int,
+    index: int,
+    name: str,
+    dtype: np.dtype[Any],
+    dims: Shape,
+    size: int,
+    path: Path,
+) -> Shape:
+    """The shape input `index` is served with: its bytes must be the model's size.
+
+    v1 (`get_input_dims`) where its bytes are the size (within GE's slack below it); else v2
+    (`get_input_dims_v2`) where its bytes are exactly the size: a static-AIPP input from a
+    YUV420SP_U8 image reports v1 `[n,h,w,3]` but takes `n*h*w*1.5` bytes, v2 `[n,h*1.5,w,1]`
+    (aclmdlGetInputDimsV2.md table 1). Any other disagreement is refused, naming both.
+    """
+    if -1 in dims:
+        return dims  # sized per gear
+    v1_bytes = math.prod(dims) * dtype.itemsize
+    if size - SIZE_SLACK <= v1_bytes <= size:
+        return dims
+    v2, ret = acl.mdl.get_input_dims_v2(desc, index)
+    check(ret, "acl.mdl.get_input_dims_v2", acl)
+    v2_dims = _dims(v2)
+    v2_bytes = math.prod(v2_dims) * dtype.itemsize
+    if v2_bytes == size:
+        return v2_dims
+    raise ModelFileError(
+        f"{path}: input {name!r} reports dims {list(dims)} ({v1_bytes} bytes of {dtype}) and "
+        f"dims_v2 {list(v2_dims)} ({v2_bytes} bytes), but its size is {size} bytes "
+        "(get_input_size_by_index); neither shape can be served"
+    )
+
+
+def _with_aipp(
+    acl: ModuleType, model_id: int, description: ModelDescription, path: Path
+) -> ModelDescription:
+    """The description with each input's AIPP kind (`get_aipp_type`, `get_first_aipp_info`),
+    logged at load."""
+    inputs = []
+    for info in description.inputs:
+        kind, _, ret = acl.mdl.get_aipp_type(model_id, info.index)
+        check(ret, "acl.mdl.get_aipp_type", acl)
+        text = ""
+        if kind == AippType.STATIC:
+            aipp, ret = acl.mdl.get_first_aipp_info(model_id, info.index)
+            check(ret, "acl.mdl.get_first_aipp_info", acl)
+            text = aipp_text(aipp)
+        elif kind != AippType.NONE:
+            text = f"{AippType(kind).name.lower()} AIPP"
+        if text:
+            logger.info(
+                "%s: input %s has %s; served as %s %s",
+                path,
+                info.spec.name,
+                text,
+                info.spec.triton_dtype,
+                list(info.spec.shape),
+            )
+        inputs.append(dataclasses.replace(info, aipp=text))
+    return dataclasses.replace(description, inputs=tuple(inputs))
+
+
+def aipp_text(info: dict[str, Any]) -> str:
+    """One line of what `get_first_aipp_info` reports: source format, crop, CSC, normalisation."""
+    try:
+        source = AippInputFormat(info["inputFormat"]).name
+    except ValueError:
+        source = f"input format {info['inputFormat']}"
+    parts = [f"static AIPP from {source} {info['srcImageSizeW']}x{info['srcImageSizeH']}"]
+    if info["cropSwitch"]:
+        parts.append(
+            f"crop {info['cropSizeW']}x{info['cropSizeH']} at "
+            f"({info['loadStartPosW']},{info['loadStartPosH']})"
+        )
+    if info["cscSwitch"]:
+        parts.append("CSC")
+    if info["rbuvSwapSwitch"]:
+        parts.append("R/B (U/V) swap")
+    if info["axSwapSwitch"]:
+        parts.append("AX swap")
+    channels = range(3)
+    parts.append(
+        "(x - mean - min) * var_reci with mean "
+        f"{[info[f'meanChn{i}'] for i in channels]}, min "
+        f"{[round(info[f'minChn{i}'], 6) for i in channels]}, var_reci "
+        f"{[round(info[f'varReciChn{i}'], 6) for i in channels]}"
+    )
+    if info["paddingSwitch"]:
+        parts.append(
+            "padding top/bottom/left/right "
+            f"{info['topPaddingSize']}/{info['bottomPaddingSize']}/"
+            f"{info['leftPaddingSize']}/{info['rightPaddingSize']}"
+        )
+    return ", ".join(parts)
 
 
 def _gears(

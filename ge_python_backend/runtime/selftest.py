@@ -567,6 +567,48 @@ def _tensor_names(env: _Env) -> str:
     return f"dims names {', '.join(converted)} map back; output 1 is {acl_name}; served as named"
 
 
+@_probe("static AIPP dims v2")
+def _aipp_v2(env: _Env) -> str:
+    """A YUV420SP_U8 static-AIPP input (atc --insert_op_conf) is UINT8 NHWC; get_input_dims
+    gives the source's [n,h,w,3], get_input_dims_v2 [n,h*1.5,w,1] whose bytes equal
+    get_input_size_by_index; get_aipp_type says static (1) and get_first_aipp_info names the
+    source format; raw bytes in give the crop of the Y plane through the model."""
+    acl = env.acl
+    spec, path = env.model("aipp_v2")
+    assert spec.aipp is not None
+    with env.opened() as context, Model(context, path) as model:
+        index = model.description.inputs[0].index
+        v1, ret = acl.mdl.get_input_dims(model.desc, index)
+        check(ret, "acl.mdl.get_input_dims", acl)
+        v2, ret = acl.mdl.get_input_dims_v2(model.desc, index)
+        check(ret, "acl.mdl.get_input_dims_v2", acl)
+        size = acl.mdl.get_input_size_by_index(model.desc, index)
+        dims = (list(v1["dims"]), list(v2["dims"]), size)
+        want = (spec.aipp.input_dims_v1, spec.aipp.input_dims_v2, spec.aipp.input_size)
+        _expect(dims == want, f"v1, v2 and size are {dims}, expected {want}")
+        dtype = acl.mdl.get_input_data_type(model.desc, index)
+        fmt = acl.mdl.get_input_format(model.desc, index)
+        _expect(
+            (dtype, fmt) == (spec.aipp.input_dtype.acl, int(spec.aipp.input_format)),
+            f"the AIPP input is aclDataType {dtype}, aclFormat {fmt}; expected UINT8 (4), NHWC (1)",
+        )
+        kind, _, ret = acl.mdl.get_aipp_type(model.model_id, index)
+        check(ret, "acl.mdl.get_aipp_type", acl)
+        _expect(kind == 1, f"get_aipp_type gave {kind}, expected 1 (static)")
+        info, ret = acl.mdl.get_first_aipp_info(model.model_id, index)
+        check(ret, "acl.mdl.get_first_aipp_info", acl)
+        _expect(
+            info["inputFormat"] == int(spec.aipp.op.input_format),
+            f"get_first_aipp_info inputFormat {info['inputFormat']}, expected 1 (YUV420SP_U8)",
+        )
+    _, session = env.session("aipp_v2")
+    with session:
+        served = session.inputs[0].shape
+        feeds = spec.feeds({"image": served})
+        _compare("raw YUV420SP bytes", list(session.infer(feeds).values()), spec.reference(feeds))
+    return f"v1 {dims[0]}, v2 {dims[1]}, {size} bytes; served as UINT8 {list(served)}; static"
+
+
 @_probe("execute_async")
 def _execute_async(env: _Env) -> str:
     """acl.mdl.execute_async between the copies on one stream (as a lane queues it) gives the

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.ascend import GearKind
+from ge_python_backend.aipp import StaticAipp, bind_static, parse_aipp_config
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format, GearKind
 
 __all__ = [
     "MODELS",
@@ -56,10 +57,29 @@ class SelftestModel:
     reference: Callable[[Feeds], list[np.ndarray]]
     build: Callable[[Path], None]  # writes the ONNX file
     needs_input_shape_order: bool = False  # its dims gears fit both orders of its inputs
+    aipp_config: str = ""  # the aipp.cfg of --insert_op_conf (its first input's static AIPP)
 
     @property
     def stem(self) -> str:
         return f"selftest_{self.name}"
+
+    def atc_flags(self, directory: Path) -> dict[str, str]:
+        """Its ATC flags, with `--insert_op_conf` naming its aipp.cfg in `directory`."""
+        flags = dict(self.flags)
+        if self.aipp_config:
+            flags["insert_op_conf"] = str(directory / f"{self.stem}.aipp.cfg")
+        return flags
+
+    @property
+    def aipp(self) -> StaticAipp | None:
+        """The static AIPP of its first input, bound to the graph's input (NCHW float32)."""
+        if not self.aipp_config:
+            return None
+        name = self.inputs[0][0]
+        op = parse_aipp_config(self.aipp_config)[0]
+        return bind_static(
+            op, self.input_shape[name], Format.NCHW, DTYPES_BY_NUMPY[np.dtype(np.float32)]
+        )
 
     @property
     def kind(self) -> GearKind:
@@ -82,9 +102,13 @@ class SelftestModel:
 
     @property
     def dims(self) -> dict[str, Shape]:
-        """Every input's dims as the `.om` reports them (-1 on dynamic axes), graph order."""
+        """Every input's dims as the runtime serves them (-1 on dynamic axes), graph order: an
+        AIPP input's are `get_input_dims_v2`'s (the bytes of the model's size)."""
         given = self.input_shape
-        return {name: given[name] for name, _ in self.inputs}
+        dims = {name: given[name] for name, _ in self.inputs}
+        if self.aipp is not None:
+            dims[self.inputs[0][0]] = tuple(self.aipp.input_dims_v2)
+        return dims
 
     @property
     def gears(self) -> tuple[tuple[int, ...], ...]:
@@ -121,6 +145,9 @@ class SelftestModel:
         rng = np.random.default_rng(seed)
         feeds = {}
         for name, dtype in self.inputs:
+            if dtype == "uint8":  # raw AIPP image bytes
+                feeds[name] = rng.integers(0, 256, shapes[name], dtype=np.uint8)
+                continue
             values = rng.integers(-16, 17, shapes[name])
             feeds[name] = (values / 8 if dtype.startswith("float") else values).astype(dtype)
         return feeds
@@ -232,6 +259,47 @@ def _build_dims(path: Path) -> None:
     )
 
 
+def _build_aipp(path: Path) -> None:
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    _save(
+        path,
+        [
+            helper.make_node("Mul", ["image", "two"], ["doubled"]),
+            helper.make_node("Add", ["doubled", "one"], ["out"]),
+        ],
+        [("image", T.FLOAT, [1, 1, 4, 6])],
+        [("out", T.FLOAT, [1, 1, 4, 6])],
+        {"two": np.array(2, np.float32), "one": np.array(1, np.float32)},
+    )
+
+
+# A YUV420SP_U8 8x6 source cropped to 6x4 at (2, 2) feeding a one-channel input: the model reads
+# the Y plane only (no CSC, no chroma), scaled by 1/8 (exact in float16). v1 is [1,6,8,3], v2
+# [1,9,8,1] (aclmdlGetInputDimsV2.md table 1): 72 bytes, the model's size.
+AIPP_V2_CONFIG = """\
+aipp_op {
+    aipp_mode: static
+    input_format: YUV420SP_U8
+    src_image_size_w: 8
+    src_image_size_h: 6
+    crop: true
+    load_start_pos_w: 2
+    load_start_pos_h: 2
+    crop_size_w: 6
+    crop_size_h: 4
+    var_reci_chn_0: 0.125
+}
+"""
+
+
+def _aipp_v2(feeds: Feeds) -> list[np.ndarray]:
+    model = next(m for m in MODELS if m.name == "aipp_v2")
+    assert model.aipp is not None
+    return [model.aipp.apply(feeds["image"]) * 2 + 1]
+
+
 # Names over 127 characters (the dims calls convert them, aclmdlGetInputDims.md) and an output
 # whose ACL name is op:idx:name (aclmdlGetOutputNameByIndex.md).
 LONG_INPUT = "long_input_" + "x" * 139  # 150 characters
@@ -328,6 +396,15 @@ MODELS = (
         _names,
         _build_names,
     ),
+    SelftestModel(
+        "aipp_v2",
+        (("image", "uint8"),),
+        (("out", "float32"),),
+        {"input_shape": "image:1,1,4,6"},
+        _aipp_v2,
+        _build_aipp,
+        aipp_config=AIPP_V2_CONFIG,
+    ),
 )
 
 
@@ -353,7 +430,7 @@ def atc_command(model: SelftestModel, directory: Path, soc: str) -> list[str]:
         f"--framework={ONNX_FRAMEWORK}",
         f"--output={directory / model.stem}",
         f"--soc_version={soc}",
-        *(f"--{flag}={value}" for flag, value in model.flags.items()),
+        *(f"--{flag}={value}" for flag, value in model.atc_flags(directory).items()),
     ]
 
 
@@ -403,7 +480,7 @@ def prepare_models(
                     directory / (model.stem + ".onnx"),
                     directory / model.stem,
                     soc_version=soc or EMULATOR_SOC,
-                    **model.flags,
+                    **model.atc_flags(directory),
                 )
             elif soc is None:
                 raise RuntimeError("acl.get_soc_name() reported no SoC, so atc cannot be run")
@@ -425,6 +502,8 @@ def _write_onnx(model: SelftestModel, directory: Path) -> None:
             "pip install onnx"
         ) from exc
     model.build(directory / (model.stem + ".onnx"))
+    if model.aipp_config:
+        (directory / f"{model.stem}.aipp.cfg").write_text(model.aipp_config)
 
 
 def _compile_atc(model: SelftestModel, directory: Path, soc: str) -> None:

@@ -24,6 +24,7 @@ from typing import Union
 
 import numpy as np
 
+from ge_python_backend.aipp import AippOp
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
@@ -33,6 +34,7 @@ from ge_python_backend.runtime.device import Context, Device
 from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, ModelFileError
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import Lane
+from ge_python_backend.runtime.model import read_aipp_config
 
 __all__ = ["PIPELINE_DEPTHS", "PendingBatch", "Session", "SessionCounters"]
 
@@ -128,12 +130,15 @@ class Session(Resource):
     concurrently (2: one is copied while the other executes). `execute_timeout_ms` > 0 bounds
     the wait for each execution: past it the batch fails and the lane gets a new stream.
     `input_shape_order` names the inputs in ATC's `--input_shape` order, needed only for a
-    dynamic-dims model whose gears do not show it. Any mix of calls from any threads is safe.
+    dynamic-dims model whose gears do not show it. `aipp_config` is an ATC-syntax aipp.cfg
+    fixing the AIPP of a dynamic-AIPP model (needed by such a model only; written once per
+    lane with `set_input_aipp`). Any mix of calls from any threads is safe.
     """
 
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
     outputs: tuple[TensorSpec, ...]  # -1 on axes that differ between gears
     gears: GearInfo
+    aipp: dict[str, str]  # input name -> its AIPP (source format, crop, normalisation)
 
     def __init__(
         self,
@@ -144,6 +149,7 @@ class Session(Resource):
         pipeline_depth: int = 1,
         execute_timeout_ms: int = 0,
         input_shape_order: Sequence[str] | None = None,
+        aipp_config: PathLike | None = None,
     ) -> None:
         if pipeline_depth not in PIPELINE_DEPTHS or isinstance(pipeline_depth, bool):
             raise ValueError(
@@ -167,6 +173,7 @@ class Session(Resource):
             raise ModelFileError(f"model file not found: {self.path}")
         if sha256 is not None:
             verify_sha256(self.path, sha256)
+        aipp = () if aipp_config is None else read_aipp_config(Path(aipp_config))
         acl = load_acl(self.runtime)
         self._lock = threading.Lock()  # taking lanes in turn
         self._counters_lock = threading.Lock()
@@ -177,7 +184,7 @@ class Session(Resource):
         self._parts: list[Resource] = []
         self._own(_close_newest_first, self._parts)
         try:
-            self._open(acl, input_shape_order)
+            self._open(acl, input_shape_order, aipp)
         except BaseException:
             self._finalizer()
             raise
@@ -294,18 +301,24 @@ class Session(Resource):
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _open(self, acl: ModuleType, input_shape_order: Sequence[str] | None) -> None:
+    def _open(
+        self,
+        acl: ModuleType,
+        input_shape_order: Sequence[str] | None,
+        aipp: Sequence[AippOp],
+    ) -> None:
         device = Device(acl, self.device_id)
         self._parts.append(device)
         self._context = Context(device)
         self._parts.append(self._context)
-        first, table = Lane.open_first(self._context, self.path, input_shape_order)
+        first, table = Lane.open_first(self._context, self.path, input_shape_order, aipp)
         self._parts.append(first)
         self._lanes.append(first)
         desc = first.model.description
         self.gears = table.info
         self._table = table
         self.inputs = tuple(info.spec for info in desc.inputs)
+        self.aipp = {info.spec.name: info.aipp for info in desc.inputs if info.aipp}
         self.outputs = tuple(
             dataclasses.replace(info.spec, shape=table.merged_output_shape(n))
             for n, info in enumerate(desc.outputs)

@@ -14,10 +14,12 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ge_python_backend.ascend import DTYPES_BY_NUMPY, tensor_name_of_output
+from ge_python_backend.aipp import AippConfigError, AippOp, bind_static, parse_aipp_config
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format, tensor_name_of_output
 from ge_python_backend.client import (
     TritonClient,
     load_array,
@@ -33,6 +35,7 @@ from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
 
 # onnxruntime's input type ("tensor(float)") -> the numpy dtype to feed it.
 _ONNXRUNTIME_DTYPES = {t.onnxruntime_type: t.numpy for t in DTYPES_BY_NUMPY.values()}
+_DATA_TYPES_BY_ONNXRUNTIME = {t.onnxruntime_type: t for t in DTYPES_BY_NUMPY.values()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +173,12 @@ def make_inputs(
     return arrays
 
 
-def run_onnx(onnx_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs of the ONNX model on the CPU; inputs are cast to the ONNX input types."""
+def run_onnx(
+    onnx_path: Path, feeds: Mapping[str, np.ndarray], aipp: Mapping[str, AippOp] | None = None
+) -> dict[str, np.ndarray]:
+    """Outputs of the ONNX model on the CPU; inputs are cast to the ONNX input types. An input
+    in `aipp` holds the raw bytes of a static-AIPP `.om` input: the ONNX gets what the AIPP steps
+    make of them (`aipp.StaticAipp.apply`, image by image)."""
     import onnxruntime
 
     try:
@@ -183,6 +190,14 @@ def run_onnx(onnx_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
         raise UserError(
             f"{onnx_path} takes inputs {sorted(onnx_inputs)} but the .om takes {sorted(feeds)}"
         )
+    if aipp:
+        shapes = {item.name: item.shape for item in session.get_inputs()}
+        feeds = {
+            name: _through_aipp(aipp[name], array, shapes[name], onnx_inputs[name])
+            if name in aipp
+            else array
+            for name, array in feeds.items()
+        }
     cast = {
         name: array.astype(_ONNXRUNTIME_DTYPES.get(onnx_inputs[name], array.dtype), copy=False)
         for name, array in feeds.items()
@@ -195,6 +210,40 @@ def run_onnx(onnx_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
     return {name: np.asarray(value) for name, value in zip(names, values)}
 
 
+def _through_aipp(op: AippOp, raw: np.ndarray, shape: Sequence[Any], type_name: str) -> np.ndarray:
+    """What the AIPP steps of `op` feed an ONNX input of `shape` (NCHW, as ONNX and ATC's
+    default --input_format) from the raw images `raw` (one per row). H and W are the AIPP
+    output's (crop, else the source, plus padding: ATC requires them to be the model's)."""
+    data_type = _DATA_TYPES_BY_ONNXRUNTIME.get(type_name)
+    channels = shape[1] if len(shape) == 4 else None
+    if data_type is None or not isinstance(channels, int) or channels <= 0:
+        raise UserError(f"the ONNX input {shape} ({type_name}) is no NCHW image input for AIPP")
+    height = (op.crop_size_h if op.crop else op.src_image_size_h) + (
+        op.top_padding_size + op.bottom_padding_size
+    )
+    width = (op.crop_size_w if op.crop else op.src_image_size_w) + (
+        op.left_padding_size + op.right_padding_size
+    )
+    dims = (1, channels, height, width)
+    try:
+        bound = bind_static(op, dims, Format.NCHW, data_type)
+        return np.concatenate([bound.apply(image) for image in raw])
+    except (AippConfigError, ValueError) as exc:
+        raise UserError(f"the AIPP config does not fit the ONNX input: {exc}") from None
+
+
+def aipp_ops(path: Path | None) -> list[AippOp]:
+    """The aipp_op blocks of `--aipp-config` (none without it)."""
+    if path is None:
+        return []
+    try:
+        return parse_aipp_config(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read --aipp-config {path}: {exc.strerror or exc}") from None
+    except AippConfigError as exc:
+        raise UserError(f"--aipp-config {path}: {exc}") from None
+
+
 def run_om(
     om_path: Path,
     runtime: str,
@@ -203,17 +252,32 @@ def run_om(
     files: Mapping[str, Path],
     seed: int,
     input_shape_order: Sequence[str] | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(inputs, outputs) of one run of the `.om` through a runtime `Session`."""
+    aipp_config: Path | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, AippOp]]:
+    """(inputs, outputs, AIPP op by input name) of one run of the `.om` through a runtime
+    `Session`. An AIPP input needs `aipp_config`, the aipp.cfg the `.om` was compiled with (a
+    dynamic-AIPP model: the parameters to serve it with): pyACL reports only part of the CSC
+    matrix (`get_first_aipp_info`)."""
     if not om_path.is_file():
         raise UserError(f".om file {om_path} does not exist")
-    with open_session(om_path, runtime, input_shape_order, device_id) as session:
+    ops = aipp_ops(aipp_config)
+    with open_session(om_path, runtime, input_shape_order, device_id, aipp_config) as session:
+        names = [spec.name for spec in session.inputs]
+        by_name = {
+            names[op.related_input_rank]: op for op in ops if op.related_input_rank < len(names)
+        }
+        missing = sorted(set(session.aipp) - set(by_name))
+        if missing:
+            raise UserError(
+                f"{om_path.name} has AIPP on {', '.join(missing)}: give --aipp-config, the "
+                "aipp.cfg it was compiled with (the ONNX reference runs the same AIPP steps)"
+            )
         feeds = make_inputs(session.inputs, session.gears, shapes, files, seed)
         try:
             outputs = session.infer(feeds)
         except InputError as exc:
             raise UserError(f"the inputs do not fit {om_path.name}: {exc}") from None
-    return feeds, outputs
+    return feeds, outputs, by_name
 
 
 def run_served(
@@ -285,17 +349,19 @@ def compare(
     model: str | None = None,
     protocol: str = "http",
     input_shape_order: Sequence[str] | None = None,
+    aipp_config: Path | None = None,
 ) -> CompareReport:
-    """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs."""
+    """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs
+    (AIPP inputs: raw UINT8 to the `.om`, the AIPP steps of `aipp_config` to the ONNX)."""
     if (url is None) != (model is None):
         raise UserError("--url and --model go together (the served model to compare)")
     if not onnx_path.is_file():
         raise UserError(f"ONNX file {onnx_path} does not exist")
     limits = thresholds or Thresholds()
-    feeds, om_outputs = run_om(
-        om_path, runtime, device_id, shapes or {}, files or {}, seed, input_shape_order
+    feeds, om_outputs, aipp = run_om(
+        om_path, runtime, device_id, shapes or {}, files or {}, seed, input_shape_order, aipp_config
     )
-    reference = run_onnx(onnx_path, feeds)
+    reference = run_onnx(onnx_path, feeds, aipp)
     comparisons = compare_outputs("om", om_outputs, reference, limits)
     if url is not None and model is not None:
         served = run_served(url, protocol, model, feeds)

@@ -74,10 +74,9 @@ class ModelInstance:
                 self._name,
                 name,
             )
+        version_dir = Path(args["model_repository"]) / args["model_version"]
         try:  # each version serves its own .om, checked against its own checksum file
-            om_path = find_om(
-                Path(args["model_repository"]) / args["model_version"], params.om_file
-            )
+            om_path = find_om(version_dir, params.om_file)
             sha256 = expected_sha256(om_path, params)
         except ConfigError as exc:
             raise self._load_error(str(exc)) from exc
@@ -90,6 +89,7 @@ class ModelInstance:
                 pipeline_depth=params.pipeline_depth,
                 execute_timeout_ms=params.execute_timeout_ms,
                 input_shape_order=params.input_shape_order,
+                aipp_config=params.aipp_config_path(version_dir),
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc

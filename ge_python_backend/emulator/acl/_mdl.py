@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 from typing import Any
 
+from ge_python_backend import aipp as _aipp
 from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import GearKind as _GearKind
@@ -18,6 +20,7 @@ from ge_python_backend.emulator._models import (
     IoTensor,
     LoadedModel,
     ModelDesc,
+    dynamic_images,
     prepare,
     write_gear,
 )
@@ -35,6 +38,7 @@ from ge_python_backend.emulator.acl import _tensor as tensor_descs
 from ge_python_backend.emulator.omfile import OmFormatError, OmModel
 
 MAX_GEAR_QUERY = 4096
+_REAL = numbers.Real  # pyACL's "f": a float or an int
 RESERVED_INDEX = -1
 
 
@@ -218,8 +222,9 @@ def get_input_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
 
 @api("acl.mdl.get_input_dims_v2", int, int, fail=_dict_ret, fault="none")
 def get_input_dims_v2(desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """As get_input_dims: v2 differs only for static-AIPP inputs, which the emulator has none of."""
-    return _dims_dict(desc, index, True), 0
+    """As get_input_dims, except for a static-AIPP input: dims whose product is its byte size
+    (aclmdlGetInputDimsV2.md table 1: YUV420SP_U8 `[n, h*1.5, w, 1]`, ...)."""
+    return _dims_dict(desc, index, True, _tensor(desc, index, True).dims_v2), 0
 
 
 @api("acl.mdl.get_output_dims", int, int, fail=_dict_ret, fault="none")
@@ -440,6 +445,266 @@ def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: dict[s
             )
         write_gear(model, target, index, gear)
     return 0
+
+
+# ----------------------------------------------------------------------------- AIPP
+
+
+@api("acl.mdl.get_aipp_type", int, int, fail=lambda code, args: (0, 0, code), fault="none")
+def get_aipp_type(model_id: int, index: int) -> tuple[int, int, int]:
+    """(aclmdlInputAippType, dynamicAttachedDataIndex, ret) of input `index` of a loaded model
+    (aclmdlGetAippType.md): the index is the parameter input's for a dynamic-AIPP input and
+    0xFFFFFFFF otherwise."""
+    with LOCK:
+        model = _model(model_id)
+    _input_index(model, index)
+    if index in model.static_aipp:
+        return int(_aipp.AippType.STATIC), _aipp.ACL_INVALID_NODE_INDEX, 0
+    if index in model.dynamic_aipp:
+        return int(_aipp.AippType.DYNAMIC), model.dynamic_aipp[index], 0
+    if index in model.dynamic_aipp.values():
+        return int(_aipp.AippType.DYNAMIC_PARAMS), _aipp.ACL_INVALID_NODE_INDEX, 0
+    return int(_aipp.AippType.NONE), _aipp.ACL_INVALID_NODE_INDEX, 0
+
+
+@api("acl.mdl.get_first_aipp_info", int, int, fail=_none_ret, fault="none")
+def get_first_aipp_info(model_id: int, index: int) -> tuple[dict[str, Any], int]:
+    """(aclAippInfo as pyACL's dict, ret) of a static-AIPP input; (None, 145015) for an input
+    without static AIPP (acl_aipp.cpp aclmdlGetFirstAippInfoImpl: ACL_ERROR_GE_AIPP_NOT_EXIST)."""
+    with LOCK:
+        model = _model(model_id)
+    _input_index(model, index)
+    bound = model.static_aipp.get(index)
+    if bound is None:
+        raise AclFailure(
+            _AclCode.GE_AIPP_NOT_EXIST, f"input {index} of model {model_id} has no static AIPP"
+        )
+    return _aipp.first_aipp_info(bound, model.inputs[index].name), 0
+
+
+@api("acl.mdl.get_aipp_data_size", int, fail=zero_ret, fault="none")
+def get_aipp_data_size(batch_size: int) -> tuple[int, int]:
+    """(bytes of the dynamic-AIPP parameter block for `batch_size` images, ret): 64 + 96 n
+    (acl_aipp_om2.cpp aclmdlGetAippDataSizeImplOm2); 0 images is 100000."""
+    return _aipp_size(batch_size), 0
+
+
+@api("acl.mdl.create_aipp", int, fail=value(0), fault="none")
+def create_aipp(batch_size: int) -> int:
+    """A new aclmdlAIPP for `batch_size` images (0 on failure): zeros, var_reci 1.0."""
+    require_init()
+    _aipp_size(batch_size)
+    handle = STATE.new_handle()
+    with LOCK:
+        STATE.aipps[handle] = _aipp.DynamicAippParams.create(batch_size)
+    return handle
+
+
+@api("acl.mdl.destroy_aipp", int, fault="none")
+def destroy_aipp(aipp: int) -> int:
+    """Destroy an aclmdlAIPP."""
+    require_init()
+    with LOCK:
+        _aipp_params(aipp)
+        del STATE.aipps[aipp]
+    return 0
+
+
+@api("acl.mdl.set_aipp_input_format", int, int, fault="none")
+def set_aipp_input_format(aipp: int, input_format: int) -> int:
+    """The source format, an aclAippInputFormat (stored as its CCE code in the block)."""
+    with LOCK:
+        params = _aipp_params(aipp)
+        try:
+            fmt = _aipp.AippInputFormat(input_format)
+            fmt.cce_code  # noqa: B018 - KeyError for a format the block cannot hold
+        except (ValueError, KeyError):
+            raise AclFailure(
+                _AclCode.INVALID_PARAM, f"{input_format} is not an aclAippInputFormat"
+            ) from None
+        params.input_format = fmt
+    return 0
+
+
+@api("acl.mdl.set_aipp_csc_params", int, *([int] * 16), fault="none")
+def set_aipp_csc_params(aipp: int, csc_switch: int, *values: int) -> int:
+    """CSC switch, the 3x3 matrix by rows, output biases R0..R2, input biases R0..R2."""
+    with LOCK:
+        params = _aipp_params(aipp)
+        params.csc_switch = csc_switch
+        params.matrix = list(values[:9])
+        params.output_bias = list(values[9:12])
+        params.input_bias = list(values[12:15])
+    return 0
+
+
+@api("acl.mdl.set_aipp_rbuv_swap_switch", int, int, fault="none")
+def set_aipp_rbuv_swap_switch(aipp: int, switch: int) -> int:
+    """Swap R and B (U and V for YUV sources)."""
+    with LOCK:
+        _aipp_params(aipp).rbuv_swap_switch = switch
+    return 0
+
+
+@api("acl.mdl.set_aipp_ax_swap_switch", int, int, fault="none")
+def set_aipp_ax_swap_switch(aipp: int, switch: int) -> int:
+    """Move the leading X/A byte of a 4-channel source last."""
+    with LOCK:
+        _aipp_params(aipp).ax_swap_switch = switch
+    return 0
+
+
+@api("acl.mdl.set_aipp_src_image_size", int, int, int, fault="none")
+def set_aipp_src_image_size(aipp: int, width: int, height: int) -> int:
+    """The source image's width and height."""
+    with LOCK:
+        params = _aipp_params(aipp)
+        params.src_image_size_w, params.src_image_size_h = width, height
+    return 0
+
+
+@api("acl.mdl.set_aipp_crop_params", int, int, int, int, int, int, int, fault="none")
+def set_aipp_crop_params(
+    aipp: int, switch: int, start_w: int, start_h: int, size_w: int, size_h: int, batch: int
+) -> int:
+    """Crop of image `batch`: switch, start W/H, size W/H."""
+    with LOCK:
+        b = _aipp_batch(aipp, batch)
+        b.crop_switch, b.crop_start_w, b.crop_start_h = switch, start_w, start_h
+        b.crop_size_w, b.crop_size_h = size_w, size_h
+    return 0
+
+
+@api("acl.mdl.set_aipp_padding_params", int, int, int, int, int, int, int, fault="none")
+def set_aipp_padding_params(
+    aipp: int, switch: int, top: int, bottom: int, left: int, right: int, batch: int
+) -> int:
+    """Padding of image `batch`: switch, top, bottom, left, right."""
+    with LOCK:
+        b = _aipp_batch(aipp, batch)
+        b.padding_switch = switch
+        b.padding_top, b.padding_bottom, b.padding_left, b.padding_right = top, bottom, left, right
+    return 0
+
+
+@api("acl.mdl.set_aipp_dtc_pixel_mean", int, int, int, int, int, int, fault="none")
+def set_aipp_dtc_pixel_mean(aipp: int, c0: int, c1: int, c2: int, c3: int, batch: int) -> int:
+    """DTC channel means (int16) of image `batch`."""
+    with LOCK:
+        _aipp_batch(aipp, batch).mean = [c0, c1, c2, c3]
+    return 0
+
+
+@api("acl.mdl.set_aipp_dtc_pixel_min", int, _REAL, _REAL, _REAL, _REAL, int, fault="none")
+def set_aipp_dtc_pixel_min(
+    aipp: int, c0: float, c1: float, c2: float, c3: float, batch: int
+) -> int:
+    """DTC channel minimums of image `batch` (held as fp16)."""
+    with LOCK:
+        _aipp_batch(aipp, batch).min = [c0, c1, c2, c3]
+    return 0
+
+
+@api("acl.mdl.set_aipp_pixel_var_reci", int, _REAL, _REAL, _REAL, _REAL, int, fault="none")
+def set_aipp_pixel_var_reci(
+    aipp: int, c0: float, c1: float, c2: float, c3: float, batch: int
+) -> int:
+    """DTC channel reciprocal variances of image `batch` (held as fp16)."""
+    with LOCK:
+        _aipp_batch(aipp, batch).var_reci = [c0, c1, c2, c3]
+    return 0
+
+
+@api("acl.mdl.set_input_aipp", int, int, int, int, fault="none")
+def set_input_aipp(model_id: int, dataset: int, index: int, aipp: int) -> int:
+    """Write `aipp`'s block into the buffer of dynamic-AIPP parameter input `index` of the
+    input dataset (acl_aipp.cpp aclmdlSetInputAIPPImpl: the index must be a parameter input,
+    the batch count and the output W/H after crop and padding must equal the model's, a whole
+    batch's source bytes must not exceed max_src_image_size: else 100000)."""
+    ctx = current_context()
+    with LOCK:
+        model = _model_in(model_id, ctx)
+        target = _dataset(dataset)
+        params = _aipp_params(aipp)
+        images = [i for i, p in model.dynamic_aipp.items() if p == index]
+        if not images:
+            raise AclFailure(
+                _AclCode.INVALID_PARAM,
+                f"input {index} of model {model_id} is not a dynamic AIPP parameter input",
+            )
+        image = images[0]
+        _check_dynamic_params(model, image, params)
+        if index >= len(target.buffers):
+            raise AclFailure(_AclCode.INVALID_PARAM, f"the dataset has no buffer at index {index}")
+        block = params.pack()
+        buf = target.buffers[index]
+        span = MEMORY.resolve(buf.addr, f"the buffer of input {index}")
+        room = min(buf.size, span.remaining if span.remaining is not None else buf.size)
+        if room < len(block):
+            raise AclFailure(
+                _AclCode.GE_PARAM_INVALID,
+                f"the buffer of input {index} has {room} bytes; the AIPP block needs {len(block)}",
+            )
+        ctypes.memmove(span.address, block, len(block))
+    return 0
+
+
+def _check_dynamic_params(model: LoadedModel, image: int, params: _aipp.DynamicAippParams) -> None:
+    """set_input_aipp's checks against the model (100000 when one fails)."""
+    graph_input = model.om.description.inputs[image]
+    op = model.om.description.aipp_ops()[image]
+    n = graph_input.dims[0]
+    if len(params.batches) != n:
+        raise AclFailure(
+            _AclCode.INVALID_PARAM,
+            f"the aipp object has {len(params.batches)} batches; input {image} takes {n} images",
+        )
+    if params.input_format is _aipp.AippInputFormat.UNDEFINED:
+        raise AclFailure(_AclCode.INVALID_PARAM, "set the source format (set_aipp_input_format)")
+    layout = params.input_format.layout
+    size = n * layout.image_bytes(params.src_image_size_h, params.src_image_size_w)
+    if size > op.max_src_image_size:
+        raise AclFailure(
+            _AclCode.INVALID_PARAM,
+            f"the source images need {size} bytes, more than max_src_image_size "
+            f"{op.max_src_image_size}",
+        )
+    try:
+        dynamic_images(params, graph_input)
+    except (_aipp.AippConfigError, ValueError) as exc:
+        raise AclFailure(_AclCode.INVALID_PARAM, f"the AIPP parameters are invalid: {exc}") from exc
+
+
+def _aipp_size(batch_size: int) -> int:
+    try:
+        return _aipp.aipp_data_size(batch_size)
+    except ValueError as exc:
+        raise AclFailure(_AclCode.INVALID_PARAM, str(exc)) from exc
+
+
+def _aipp_params(handle: int) -> _aipp.DynamicAippParams:
+    params = STATE.aipps.get(handle)
+    if params is None:
+        raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live aclmdlAIPP handle")
+    return params
+
+
+def _aipp_batch(handle: int, batch: int) -> _aipp.DynamicAippBatch:
+    params = _aipp_params(handle)
+    if not 0 <= batch < len(params.batches):
+        raise AclFailure(
+            _AclCode.INVALID_PARAM,
+            f"batch index {batch} is out of range (the aipp object has {len(params.batches)})",
+        )
+    return params.batches[batch]
+
+
+def _input_index(model: DescribedModel, index: int) -> None:
+    if not 0 <= index < len(model.inputs):
+        raise AclFailure(
+            _AclCode.INVALID_PARAM,
+            f"input index {index} is out of range (the model has {len(model.inputs)})",
+        )
 
 
 # ----------------------------------------------------------------------------- datasets
