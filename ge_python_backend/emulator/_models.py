@@ -66,7 +66,7 @@ def _nbytes(acl_dtype: int, shape: tuple[int, ...]) -> int:
 
 
 def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int:
-    if tensor.ranges or -1 in tensor.dims:  # a model without gears: the ranges' upper bounds
+    if tensor.ranges:  # a dynamic-shape model: the ranges' upper bounds (0 if unbounded)
         return tensor.upper_bytes()
     return max(_nbytes(tensor.acl_dtype, shapes[index]) for shapes in per_gear)
 

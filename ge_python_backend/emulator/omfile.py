@@ -531,12 +531,10 @@ def _parse_input_shape(
         items = [d.strip() for d in dims_text.split(",")] if dims_text.strip() else []
         ranges = tuple(_parse_dim(item, ranged) for item in items)
         if any(r is None for r in ranges):
-            if ranged:
-                allowed = "positive integers, -1 (any size) or ranges lo~hi"
-            else:
-                allowed = "positive integers or -1 (ranges lo~hi only without gear options)"
+            ranges_note = "ranges lo~hi" if ranged else "ranges lo~hi only without gear options"
             raise OmCompileError(
-                f"--input_shape dims of {name!r} must be {allowed}, got {dims_text!r}"
+                f"--input_shape dims of {name!r} must be positive integers or -1, got "
+                f"{dims_text!r} (also {ranges_note})"
             )
         shapes[name] = tuple(r for r in ranges if r is not None)
     return shapes
@@ -605,12 +603,12 @@ def _gears(
         unnamed = [t for t in dynamic if not t.ranges]
         if unnamed:
             # --input_shape.md: a model whose inputs are not fixed needs --input_shape
+            listed = "; ".join(f"{t.name}:{_shape_text(t.dims)}" for t in unnamed)
             raise OmCompileError(
-                f"inputs have dynamic dims in the ONNX graph "
-                f"({'; '.join(f'{t.name}:{_shape_text(t.dims)}' for t in unnamed)}) that "
-                "--input_shape does not give: fix them, give shape ranges (lo~hi, or -1 for "
-                "any size), or give -1 with --dynamic_batch_size, --dynamic_image_size or "
-                "--dynamic_dims"
+                f"inputs have dynamic dims in the ONNX graph ({listed}) that --input_shape does "
+                "not give, and no gear option was given: fix them, give shape ranges (lo~hi, "
+                "or -1 for any size), or give -1 with --dynamic_batch_size, "
+                "--dynamic_image_size or --dynamic_dims"
             )
         return GearKind.STATIC, ()
     flag = chosen[0]
