@@ -27,6 +27,7 @@ class FeedChecker:
         self.inputs = inputs
         self.table = table
         self.batched = table.info.batched
+        self.ranges = table.input_ranges
         self._matched: dict[_Signature, tuple[int, int]] = {}
 
     def match(self, feeds: Feeds) -> tuple[int, int]:
@@ -63,7 +64,7 @@ class FeedChecker:
             raise InputError(f"{'; '.join(problems)}; the model's inputs are {self.inputs_text()}")
         first = 1 if self.batched else 0  # the batch axis takes any number of rows
         rows: dict[str, int] = {}
-        for spec in self.inputs:
+        for spec, ranges in zip(self.inputs, self.ranges):
             array = feeds[spec.name]
             if not isinstance(array, np.ndarray):
                 raise InputError(
@@ -82,6 +83,12 @@ class FeedChecker:
                 raise InputError(
                     f"input {spec.name!r}: expected shape {_template(spec.shape, self.batched)}, "
                     f"got {array.shape}"
+                )
+            if ranges and not all(lo <= d <= hi for d, (lo, hi) in zip(array.shape, ranges)):
+                allowed = ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in ranges)
+                raise InputError(
+                    f"input {spec.name!r}: shape {array.shape} is outside the model's shape "
+                    f"range ({allowed})"
                 )
             if self.batched:
                 if array.shape[0] < 1:

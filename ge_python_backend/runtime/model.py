@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.ascend import DTYPES_BY_ACL, DTYPES_BY_NUMPY, GearKind, format_name
+from ge_python_backend.ascend import DTYPES_BY_ACL, DTYPES_BY_NUMPY, Format, GearKind, format_name
 from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream
@@ -36,7 +36,9 @@ class TensorInfo:
 
     index: int  # the model's input or output index
     spec: TensorSpec
-    size: int  # bytes the description reports (the largest gear's)
+    size: int  # bytes the description reports (the largest gear's; 0 when unbounded)
+    # a shape-range input: (lower, upper) per dim (acl.mdl.get_input_dims_range); () otherwise
+    ranges: tuple[tuple[int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,9 @@ class ModelDescription:
     # with every input's full shape per gear (input order); GearTable adds a fixed batch axis
     gears: GearInfo
     dims_values: tuple[tuple[int, ...], ...] = ()  # per gear, the dims as ACL lists them
+    # no gears but -1 dims (shape-range inputs, data-dependent outputs): every execution sets
+    # its inputs' tensor descs and reads its outputs' real shapes from the output descs
+    dynamic_shape: bool = False
 
 
 class Dataset(Resource):
@@ -156,6 +161,46 @@ class Model(Resource):
             shapes.append(_dims(dims))
         return shapes
 
+    def set_input_shapes(self, inputs: Dataset, shapes: Sequence[Shape]) -> None:
+        """A dynamic-shape model: give each input's real dims to the next execution
+        (`acl.create_tensor_desc` + `acl.mdl.set_dataset_tensor_desc`; the dataset keeps a
+        copy, so ours is destroyed at once)."""
+        self.context.activate()
+        acl = self.context.acl
+        for info, shape in zip(self.description.inputs, shapes):
+            acl_dtype = DTYPES_BY_NUMPY[info.spec.dtype].acl
+            desc = check_handle(
+                acl.create_tensor_desc(acl_dtype, [int(d) for d in shape], _format(info.spec)),
+                "acl.create_tensor_desc",
+                acl,
+            )
+            try:
+                _, ret = acl.mdl.set_dataset_tensor_desc(inputs.handle, desc, info.index)
+                check(ret, "acl.mdl.set_dataset_tensor_desc", acl)
+            finally:
+                acl.destroy_tensor_desc(desc)
+
+    def output_shapes(self, outputs: Dataset) -> list[Shape]:
+        """A dynamic-shape model: each output's real shape from the output dataset's tensor
+        descs, which GE recreates at every execute. Read them after the stream is synchronized
+        (whether they are final when `execute_async` returns is UNCONFIRMED)."""
+        self.context.activate()
+        acl = self.context.acl
+        shapes = []
+        for info in self.description.outputs:
+            desc = check_handle(
+                acl.mdl.get_dataset_tensor_desc(outputs.handle, info.index),
+                "acl.mdl.get_dataset_tensor_desc",
+                acl,
+            )
+            dims = []
+            for axis in range(acl.get_tensor_desc_num_dims(desc)):
+                dim, ret = acl.get_tensor_desc_dim_v2(desc, axis)
+                check(ret, "acl.get_tensor_desc_dim_v2", acl)
+                dims.append(int(dim))
+            shapes.append(tuple(dims))
+        return shapes
+
     def execute_async(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
         """Queue one run of the model on `stream` (results after `stream.synchronize()`).
 
@@ -198,6 +243,11 @@ def _dtype(code: int, what: str, path: Path) -> tuple[np.dtype[Any], str]:
             f"supported: {supported}"
         )
     return data_type.numpy, data_type.triton
+
+
+def _format(spec: TensorSpec) -> int:
+    """The aclFormat code of a spec's format name (ND for a name `Format` does not list)."""
+    return int(Format.__members__.get(spec.format, Format.ND))
 
 
 def _output_name(name: str) -> str:
@@ -247,13 +297,10 @@ def _describe(
         if kind == GearKind.DIMS:
             dims_gears = _split_dims_gears(dims_values, inputs, path, input_shape_order)
     else:
-        dynamic = [i.spec.name for i in inputs if -1 in i.spec.shape]
-        if dynamic:
-            raise ModelFileError(
-                f"{path}: inputs {', '.join(dynamic)} have -1 dims but the model has no gears "
-                "(shape-range models are not supported); compile it with --dynamic_batch_size, "
-                "--dynamic_image_size or --dynamic_dims"
-            )
+        inputs = [_with_ranges(acl, desc, info, path) for info in inputs]
+    dynamic_shape = gear_input is None and any(
+        -1 in info.spec.shape for info in (*inputs, *outputs)
+    )
     return ModelDescription(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
@@ -271,7 +318,26 @@ def _describe(
             max_batch=max(batch_gears, default=0),
         ),
         dims_values=dims_values,
+        dynamic_shape=dynamic_shape,
     )
+
+
+def _with_ranges(acl: ModuleType, desc: int, info: TensorInfo, path: Path) -> TensorInfo:
+    """A shape-range input (-1 dims, no gears) with its ranges; ModelFileError if a range has
+    no upper bound (its buffers could not be sized)."""
+    if -1 not in info.spec.shape:
+        return info
+    found, ret = acl.mdl.get_input_dims_range(desc, info.index)
+    check(ret, "acl.mdl.get_input_dims_range", acl)
+    ranges = tuple((int(lo), int(hi)) for lo, hi in found["range"][: found["rangeCount"]])
+    if len(ranges) != len(info.spec.shape) or any(hi < 0 for _, hi in ranges):
+        raise ModelFileError(
+            f"{path}: input {info.spec.name!r} has dims {list(info.spec.shape)} with the shape "
+            f"range {[list(r) for r in ranges]}, which has no upper bound, so its buffers "
+            "cannot be sized; compile it with bounded ranges (--input_shape \"x:1~16,...\") or "
+            "with gears (--dynamic_batch_size, --dynamic_image_size, --dynamic_dims)"
+        )
+    return dataclasses.replace(info, ranges=ranges)
 
 
 def _gears(
