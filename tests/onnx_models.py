@@ -190,8 +190,8 @@ def build_nonzero(path: Path) -> Path:
 
 def build_nms(path: Path) -> Path:
     """A detector head with NMS in the graph: `boxes` FLOAT[1,B,4] (y1,x1,y2,x2), `scores`
-    FLOAT[1,C,B] -> `selected` INT64[K,3] (batch, class, box) of NonMaxSuppression (at most 5
-    boxes per class, IoU 0.5, score 0.3) and `picked` FLOAT[K,4], the boxes it kept:
+    FLOAT[1,C,B] -> `selected` INT64[K,3] (batch, class, box) of NonMaxSuppression (at most 10
+    boxes per class, IoU 0.5, score 0.6) and `picked` FLOAT[K,4], the boxes it kept:
     K depends on the data."""
     nodes = [
         helper.make_node(
@@ -204,9 +204,9 @@ def build_nms(path: Path) -> Path:
         helper.make_node("Gather", ["boxes_2d", "box_index"], ["picked"], axis=0),
     ]
     initializers = [
-        _tensor("max_boxes", np.array([5], np.int64)),
+        _tensor("max_boxes", np.array([10], np.int64)),
         _tensor("iou", np.array([0.5], np.float32)),
-        _tensor("score", np.array([0.3], np.float32)),
+        _tensor("score", np.array([0.6], np.float32)),
         _tensor("box_column", np.array(2, np.int64)),
         _tensor("batch_axis", np.array([0], np.int64)),
     ]

@@ -144,6 +144,15 @@ def register(subparsers: Any) -> None:
     )
     add_input_shape_order_option(parser)
     parser.add_argument(
+        "--max-output-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="a model with data-dependent output shapes (NonZero, NMS in the graph) whose "
+        "output size the .om leaves unbounded: the buffer of each such output, the most bytes "
+        "one answer may take (written as the parameter max_output_bytes)",
+    )
+    parser.add_argument(
         "--input",
         action="append",
         default=[],
@@ -198,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         execute_timeout_ms=args.execute_timeout_ms,
         input_shape_order=args.input_shape_order,
         pipeline_min_device_us=args.pipeline_min_device_us,
+        max_output_bytes=args.max_output_bytes,
         inputs=args.input,
         outputs=args.output,
         dry_run=args.dry_run,

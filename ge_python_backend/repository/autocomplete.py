@@ -32,7 +32,8 @@ from ge_python_backend.repository.config import (
     ModelConfig,
     compare_config_with_session,
     config_data_type,
-    model_dims,
+    served_dims,
+    set_tensor_dims,
 )
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.versions import find_om
@@ -77,8 +78,8 @@ def complete_config(
                 tensor.data_type = config_data_type(spec.triton_dtype)
                 parts.append(model_config_pb2.DataType.Name(tensor.data_type))
             if not tensor.dims:
-                tensor.dims.extend(model_dims(spec.shape, batched))
-                parts.append(str(list(tensor.dims)))
+                set_tensor_dims(tensor, spec.shape, batched)
+                parts.append(str(served_dims(tensor)))
             if parts:
                 what = "" if added else " (declared without " + _missing(parts) + ")"
                 filled.append(f"{kind} {spec.name!r} {' '.join(parts)}{what}")

@@ -82,6 +82,23 @@ def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
     return list(shape[1:] if batched else shape)
 
 
+def set_tensor_dims(tensor: Any, shape: Sequence[int], batched: bool) -> None:
+    """Write a config input's or output's dims for a tensor of `.om` shape `shape`. Triton
+    refuses empty dims: a batched `[N]` tensor is `dims: [1]` with `reshape { shape: [] }`; a
+    scalar of a model without batching, which Triton cannot reshape to [], is served as [1]
+    (`triton.requests.build_response`)."""
+    dims = model_dims(shape, batched)
+    tensor.dims.extend(dims or [1])
+    if not dims and batched:
+        tensor.reshape.SetInParent()
+
+
+def served_dims(tensor: Any) -> list[int]:
+    """The dims a config tensor gives the backend: its `reshape` shape when it has one."""
+    source = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
+    return [int(dim) for dim in source]
+
+
 def first_gear_shapes(inputs: Sequence[TensorSpec], gears: GearInfo) -> list[list[int]]:
     """Full shapes of every input for the model's first gear (a static model's own shapes):
     axis 0 is the first batch gear, the last two free axes the first HW gear, or the first dims
@@ -151,17 +168,11 @@ def build_model_config(
 
     config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=batch)
     for spec in inputs:
-        config.input.add(
-            name=spec.name,
-            data_type=config_data_type(spec.triton_dtype),
-            dims=model_dims(spec.shape, batch > 0),
-        )
+        tensor = config.input.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
+        set_tensor_dims(tensor, spec.shape, batch > 0)
     for spec in outputs:
-        config.output.add(
-            name=spec.name,
-            data_type=config_data_type(spec.triton_dtype),
-            dims=model_dims(spec.shape, batch > 0),
-        )
+        tensor = config.output.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
+        set_tensor_dims(tensor, spec.shape, batch > 0)
     config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
     preferred = [gear for gear in gears.batch_gears if gear <= batch]
     if batch:
@@ -173,8 +184,9 @@ def build_model_config(
             policy.max_queue_size = max_queue_size
         config.dynamic_batching.preferred_batch_size.extend(preferred)
     parameters.to_config(config)
-    if warmup:
-        shapes = first_gear_shapes(inputs, gears)
+    shapes = first_gear_shapes(inputs, gears)
+    # a shape-range input has -1 left: no one shape is known to be valid, so no warmup
+    if warmup and all(dim >= 0 for shape in shapes for dim in shape):
         for size in preferred if batch else [1]:
             entry = config.model_warmup.add(name=f"warmup_batch_{size}", batch_size=size)
             for spec, shape in zip(inputs, shapes):
@@ -270,8 +282,10 @@ def _compare_tensors(
                 f"{kind} {name!r}: config data_type {type_name(tensor.data_type)} "
                 f"but the .om has {type_name(expected_type)}"
             )
-        dims = [int(dim) for dim in tensor.dims]
+        dims = served_dims(tensor)
         expected = model_dims(spec.shape, batched)
+        if not expected and not tensor.HasField("reshape"):
+            expected = [1]  # a scalar of a model without batching is served as [1]
         if _dims_conflict(dims, expected):
             problems.append(f"{kind} {name!r}: config dims {dims} but the .om needs {expected}")
     for name in by_name:

@@ -22,14 +22,20 @@ def open_session(
     runtime: str,
     input_shape_order: Sequence[str] | None = None,
     device_id: int = 0,
+    max_output_bytes: int | None = None,
 ) -> Iterator[Session]:
-    """A runtime `Session` on `om_path` (`input_shape_order`: the parameter, for dims models);
-    failures to open it become one-line `UserError`s."""
+    """A runtime `Session` on `om_path` (`input_shape_order` and `max_output_bytes`: the
+    parameters, for dims and dynamic-shape models); failures to open it become one-line
+    `UserError`s."""
     from ge_python_backend.runtime import Session
 
     try:
         session = Session(
-            om_path, device_id=device_id, runtime=runtime, input_shape_order=input_shape_order
+            om_path,
+            device_id=device_id,
+            runtime=runtime,
+            input_shape_order=input_shape_order,
+            max_output_bytes=max_output_bytes,
         )
     except UserError:
         raise

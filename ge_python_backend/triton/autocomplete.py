@@ -41,7 +41,10 @@ def auto_complete_config(auto_complete_model_config: Any, model_py: str, pb_util
         raise
     if config.max_batch_size != given.get("max_batch_size", 0):
         target.set_max_batch_size(config.max_batch_size)
-    for add, tensors in ((target.add_input, config.input), (target.add_output, config.output)):
+    for key, add, tensors in (
+        ("input", target.add_input, config.input),
+        ("output", target.add_output, config.output),
+    ):
         for tensor in tensors:
             add(
                 {
@@ -50,6 +53,9 @@ def auto_complete_config(auto_complete_model_config: Any, model_py: str, pb_util
                     "dims": [int(dim) for dim in tensor.dims],
                 }
             )
+            if tensor.HasField("reshape"):  # a scalar: add_* takes no reshape, as_dict() does
+                entry = next(e for e in target.as_dict()[key] if e["name"] == tensor.name)
+                entry["reshape"] = {"shape": [int(dim) for dim in tensor.reshape.shape]}
     if "dynamic_batching" not in given and config.HasField("dynamic_batching"):
         target.set_dynamic_batching()
         batching = target.as_dict()["dynamic_batching"]

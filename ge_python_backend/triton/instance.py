@@ -91,6 +91,7 @@ class ModelInstance:
                 pipeline_depth=params.pipeline_depth,
                 execute_timeout_ms=params.execute_timeout_ms,
                 input_shape_order=params.input_shape_order,
+                max_output_bytes=params.max_output_bytes,
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc
