@@ -121,7 +121,9 @@ def test_output_descs_hold_each_execution_real_shape(
     seen = set()
     for _ in range(3):
         x = rng.random((4, 4), dtype=np.float32)
-        ret, outputs, out_ptrs, stream = _run(model_id, [x], [4 * 4 * 2 * 8, 8], asynchronous=asynchronous)
+        ret, outputs, out_ptrs, stream = _run(
+            model_id, [x], [4 * 4 * 2 * 8, 8], asynchronous=asynchronous
+        )
         assert ret == 0, acl.get_recent_err_msg()
         if stream:
             assert acl.rt.synchronize_stream(stream) == 0

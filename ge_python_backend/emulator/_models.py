@@ -220,7 +220,11 @@ class Execution:
             zip(desc.inputs, self.inputs, self.input_shapes or desc.input_shapes(gear))
         ):
             need = _nbytes(t.acl_dtype, shape)
-            if (gear is not None or dynamic) and span.remaining is not None and span.remaining < need:
+            if (
+                (gear is not None or dynamic)
+                and span.remaining is not None
+                and span.remaining < need
+            ):
                 # GE copies what the buffer has and runs on stale device memory; refused here.
                 # UNCONFIRMED code for a dynamic-shape input buffer smaller than its dims.
                 where = f" of gear {list(gear)}" if gear is not None else f" {list(shape)}"
@@ -329,7 +333,7 @@ def _dataset_input_shapes(model: LoadedModel, inputs: Dataset) -> tuple[tuple[in
         handle = inputs.tensor_descs.get(i)
         shape = tensor.dims if handle is None else desc_dims(handle)
         if tensor.ranges and not in_ranges(tensor, shape):
-            hint = "" if handle is not None else " (no tensor desc was set: set_dataset_tensor_desc)"
+            hint = "" if handle else " (no tensor desc was set: set_dataset_tensor_desc)"
             raise AclFailure(
                 AclCode.INVALID_PARAM,
                 f"input {i} ({tensor.name}) shape {list(shape)} is out of its shape range "

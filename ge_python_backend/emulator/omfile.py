@@ -471,7 +471,10 @@ def _input_tensors(
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     names = [i.name for i in graph_inputs]
     given_ranges = _parse_input_shape(input_shape, names, ranged) if input_shape else {}
-    given = {name: tuple(-1 if lo != hi else lo for lo, hi in r) for name, r in given_ranges.items()}
+    given = {
+        name: tuple(-1 if lo != hi else lo for lo, hi in ranges)
+        for name, ranges in given_ranges.items()
+    }
     tensors = []
     for value in graph_inputs:
         tensor_type = value.type.tensor_type
@@ -598,7 +601,6 @@ def _gears(
     if len(chosen) > 1:
         raise OmCompileError(f"give only one of {', '.join(options)}; got {' and '.join(chosen)}")
     dynamic = [t for t in inputs if -1 in t.dims]
-    dynamic_text = "; ".join(f"{t.name}:{_shape_text(t.dims)}" for t in dynamic)
     if not chosen:
         unnamed = [t for t in dynamic if not t.ranges]
         if unnamed:
@@ -783,8 +785,7 @@ def in_ranges(tensor: OmTensor, shape: Shape) -> bool:
 def ranges_text(ranges: tuple[tuple[int, int], ...]) -> str:
     """Ranges as ATC writes them: `1~16,3,224,224` (-1 unbounded)."""
     return ",".join(
-        str(lo) if lo == hi else ("-1" if hi < 0 and lo == 0 else f"{lo}~{hi}")
-        for lo, hi in ranges
+        str(lo) if lo == hi else ("-1" if hi < 0 and lo == 0 else f"{lo}~{hi}") for lo, hi in ranges
     )
 
 

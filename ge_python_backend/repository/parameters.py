@@ -15,7 +15,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `20000` |
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
-| `max_output_bytes` | dynamic-shape models: bytes of each output buffer the model leaves unbounded | refused |
+| `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an

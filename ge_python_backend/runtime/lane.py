@@ -199,7 +199,8 @@ class Lane(Resource):
         batched = execution.batch > 0
         if self.dynamic:  # one request per execution, with its own shapes
             (piece,) = execution.pieces
-            self._input_shapes = [feeds_list[piece.part][s.spec.name].shape for s in self.input_slots]
+            feeds = feeds_list[piece.part]
+            self._input_shapes = [feeds[slot.spec.name].shape for slot in self.input_slots]
         views = self._input_views(table, execution.gear, execution.batch)
         for slot, view in zip(self.input_slots, views):
             for piece in execution.pieces:
@@ -273,6 +274,7 @@ class Lane(Resource):
         self.stream.synchronize(timeout_ms)
         times = self._times()
         if self.dynamic:
+            assert self.outputs is not None
             self._output_shapes = self.model.output_shapes(self.outputs)
             for slot, shape in zip(self.output_slots, self._output_shapes):
                 nbytes = math.prod(shape) * slot.spec.dtype.itemsize

@@ -334,7 +334,7 @@ def _with_ranges(acl: ModuleType, desc: int, info: TensorInfo, path: Path) -> Te
         raise ModelFileError(
             f"{path}: input {info.spec.name!r} has dims {list(info.spec.shape)} with the shape "
             f"range {[list(r) for r in ranges]}, which has no upper bound, so its buffers "
-            "cannot be sized; compile it with bounded ranges (--input_shape \"x:1~16,...\") or "
+            'cannot be sized; compile it with bounded ranges (--input_shape "x:1~16,...") or '
             "with gears (--dynamic_batch_size, --dynamic_image_size, --dynamic_dims)"
         )
     return dataclasses.replace(info, ranges=ranges)

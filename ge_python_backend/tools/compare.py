@@ -203,11 +203,13 @@ def run_om(
     files: Mapping[str, Path],
     seed: int,
     input_shape_order: Sequence[str] | None = None,
+    max_output_bytes: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(inputs, outputs) of one run of the `.om` through a runtime `Session`."""
+    """(inputs, outputs) of one run of the `.om` through a runtime `Session`; a data-dependent
+    output comes with its real shape, which the comparison checks against the ONNX output's."""
     if not om_path.is_file():
         raise UserError(f".om file {om_path} does not exist")
-    with open_session(om_path, runtime, input_shape_order, device_id) as session:
+    with open_session(om_path, runtime, input_shape_order, device_id, max_output_bytes) as session:
         feeds = make_inputs(session.inputs, session.gears, shapes, files, seed)
         try:
             outputs = session.infer(feeds)
@@ -284,6 +286,7 @@ def compare(
     model: str | None = None,
     protocol: str = "http",
     input_shape_order: Sequence[str] | None = None,
+    max_output_bytes: int | None = None,
 ) -> CompareReport:
     """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs."""
     if (url is None) != (model is None):
@@ -292,7 +295,14 @@ def compare(
         raise UserError(f"ONNX file {onnx_path} does not exist")
     limits = thresholds or Thresholds()
     feeds, om_outputs = run_om(
-        om_path, runtime, device_id, shapes or {}, files or {}, seed, input_shape_order
+        om_path,
+        runtime,
+        device_id,
+        shapes or {},
+        files or {},
+        seed,
+        input_shape_order,
+        max_output_bytes,
     )
     reference = run_onnx(onnx_path, feeds)
     comparisons = compare_outputs("om", om_outputs, reference, limits)
