@@ -56,6 +56,7 @@ class SelftestModel:
     reference: Callable[[Feeds], list[np.ndarray]]
     build: Callable[[Path], None]  # writes the ONNX file
     needs_input_shape_order: bool = False  # its dims gears fit both orders of its inputs
+    data_dependent: bool = False  # its output shapes depend on the input values
 
     @property
     def stem(self) -> str:
@@ -67,12 +68,17 @@ class SelftestModel:
         return next((k for k in GearKind if k.atc_option in self.flags), GearKind.STATIC)
 
     @property
+    def dynamic_shape(self) -> bool:
+        """No gears, but shape ranges (`lo~hi` in `--input_shape`) or data-dependent outputs."""
+        return self.data_dependent or "~" in self.flags["input_shape"]
+
+    @property
     def input_shape(self) -> dict[str, Shape]:
-        """`--input_shape` parsed, in its order (-1 on dynamic dims)."""
+        """`--input_shape` parsed, in its order (-1 on dynamic dims and shape ranges)."""
         shapes = {}
         for entry in self.flags["input_shape"].split(";"):
             name, _, dims = entry.rpartition(":")
-            shapes[name] = tuple(int(d) for d in dims.split(","))
+            shapes[name] = tuple(-1 if "~" in d else int(d) for d in dims.split(","))
         return shapes
 
     @property
@@ -232,6 +238,46 @@ def _build_dims(path: Path) -> None:
     )
 
 
+def _build_nonzero(path: Path) -> None:
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    _save(
+        path,
+        [
+            helper.make_node("Greater", ["x", "half"], ["mask"]),
+            helper.make_node("NonZero", ["mask"], ["indices"]),
+        ],
+        [("x", T.FLOAT, [4, 8])],
+        [("indices", T.INT64, [2, "K"])],
+        {"half": np.array(0.5, np.float32)},
+    )
+
+
+def _build_ranged(path: Path) -> None:
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    _save(
+        path,
+        [
+            helper.make_node("Mul", ["x", "two"], ["x2"]),
+            helper.make_node("Add", ["x2", "one"], ["y"]),
+        ],
+        [("x", T.FLOAT, ["N", 8])],
+        [("y", T.FLOAT, ["N", 8])],
+        {"two": np.array(2, np.float32), "one": np.array(1, np.float32)},
+    )
+
+
+def _nonzero(feeds: Feeds) -> list[np.ndarray]:
+    return [np.stack(np.nonzero(feeds["x"] > 0.5)).astype(np.int64)]
+
+
+def _ranged(feeds: Feeds) -> list[np.ndarray]:
+    return [feeds["x"] * 2 + 1]
+
+
 def _static(feeds: Feeds) -> list[np.ndarray]:
     return [feeds["x"] * 2 + 1, feeds["k"] + np.int32(7)]
 
@@ -293,6 +339,23 @@ MODELS = (
         _dims,
         _build_dims,
         needs_input_shape_order=True,
+    ),
+    SelftestModel(
+        "nonzero",
+        (("x", "float32"),),
+        (("indices", "int64"),),
+        {"input_shape": "x:4,8"},
+        _nonzero,
+        _build_nonzero,
+        data_dependent=True,
+    ),
+    SelftestModel(
+        "ranged",
+        (("x", "float32"),),
+        (("y", "float32"),),
+        {"input_shape": "x:1~8,8"},
+        _ranged,
+        _build_ranged,
     ),
 )
 
