@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
-from ge_python_backend.emulator.omfile import OmModel, OmTensor, compile_onnx
+from ge_python_backend.emulator.omfile import OmModel, OmTensor, compile_onnx, ranges_text
 from ge_python_backend.errors import UserError
 
 ONNX_FRAMEWORK = "5"
@@ -70,7 +70,9 @@ def register(subparsers: Any) -> None:
         "--output", required=True, help="output path without .om (ATC adds it), e.g. models/resnet"
     )
     compile_parser.add_argument(
-        "--input_shape", help='input shapes, -1 on dynamic dims, e.g. "x:-1,3,224,224;y:-1,4"'
+        "--input_shape",
+        help='input shapes, -1 on dynamic dims, e.g. "x:-1,3,224,224;y:-1,4"; without a gear '
+        'option, shape ranges: "x:1~16,3,224,224" (-1: any size)',
     )
     compile_parser.add_argument(
         "--dynamic_batch_size", help='batch gears for the -1 batch axis, e.g. "1,2,4,8"'
@@ -129,15 +131,14 @@ def summary(model: OmModel) -> str:
     def tensors(items: tuple[OmTensor, ...]) -> str:
         return ", ".join(
             f"{t.name} {DTYPES_BY_ACL[t.acl_dtype].acl_name.removeprefix('ACL_')}"
-            f"[{','.join(map(str, t.dims))}]"
+            f"[{ranges_text(t.ranges) if t.ranges else ','.join(map(str, t.dims))}]"
             for t in items
         )
 
-    gears = (
-        "static"
-        if not desc.gears
-        else f"{desc.dynamic_kind} gears " + ";".join(",".join(map(str, g)) for g in desc.gears)
-    )
+    if desc.gears:
+        gears = f"{desc.dynamic_kind} gears " + ";".join(",".join(map(str, g)) for g in desc.gears)
+    else:
+        gears = "dynamic shape (no gears)" if desc.dynamic_shape else "static"
     return f"inputs: {tensors(desc.inputs)}; outputs: {tensors(desc.outputs)}; {gears}"
 
 
