@@ -2,7 +2,8 @@
 
 Layout: `MAGIC`, a little-endian u64 header length, the UTF-8 JSON header, the ONNX bytes, and a
 32-byte SHA-256 of everything before it. `compile_onnx` writes one from an ONNX file with ATC's
-flag semantics (`--input_shape`, `--dynamic_batch_size`, `--dynamic_image_size`, `--dynamic_dims`);
+flag semantics (`--input_shape`, shape ranges included, `--dynamic_batch_size`,
+`--dynamic_image_size`, `--dynamic_dims`; outputs whose dims depend on the data get -1);
 `OmModel.load` reads it back and `OmModel.run` executes it with onnxruntime on the CPU.
 
 Only numpy is needed to import this module; onnx and onnxruntime are imported when a model is
@@ -298,7 +299,7 @@ def compile_onnx(
     )
     if kind == GearKind.STATIC:
         outputs = _static_outputs(proto, inputs, outputs)
-        output_shapes = ((tuple(t.dims for t in outputs)),)
+        output_shapes = (tuple(t.dims for t in outputs),)
         desc = dataclasses.replace(desc, gear_output_shapes=output_shapes)
     flags = {
         "model": str(model),
