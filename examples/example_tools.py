@@ -85,9 +85,16 @@ def compile_om(onnx_path: Path, output: Path, **flags: str) -> Path:
 
 
 def scaffold(
-    om: Path, repository: Path, name: str, *, version: int | None = None, runtime: str = "emulator"
+    om: Path,
+    repository: Path,
+    name: str,
+    *,
+    version: int | None = None,
+    runtime: str = "emulator",
+    max_output_bytes: int | None = None,
 ) -> None:
-    """`ge-python-model scaffold` `om` into `<repository>/<name>/`, replacing an existing one."""
+    """`ge-python-model scaffold` `om` into `<repository>/<name>/`, replacing an existing one
+    (`max_output_bytes`: for data-dependent outputs)."""
     run(
         cli(),
         "scaffold",
@@ -97,6 +104,7 @@ def scaffold(
         "--name",
         name,
         *(["--version", str(version)] if version is not None else []),
+        *(["--max-output-bytes", str(max_output_bytes)] if max_output_bytes else []),
         "--runtime",
         runtime,
         "--overwrite",

@@ -230,6 +230,76 @@ aipp_op {
 """
 
 
+def build_nonzero(path: Path) -> Path:
+    """`x` FLOAT[4,4] -> `indices` INT64[2,K] = NonZero(x > 0.5), `count` INT64 scalar = K:
+    a data-dependent output (K is known only after running) and a scalar output."""
+    nodes = [
+        helper.make_node("Greater", ["x", "threshold"], ["mask"]),
+        helper.make_node("NonZero", ["mask"], ["indices"]),
+        helper.make_node("Shape", ["indices"], ["shape"], start=1, end=2),
+        helper.make_node("Squeeze", ["shape", "axes"], ["count"]),
+    ]
+    initializers = [
+        _tensor("threshold", np.array(0.5, np.float32)),
+        _tensor("axes", np.array([0], np.int64)),
+    ]
+    outputs = [
+        _value("indices", TensorProto.INT64, [2, "K"]),
+        _value("count", TensorProto.INT64, []),
+    ]
+    inputs = [_value("x", TensorProto.FLOAT, [4, 4])]
+    return _save(path, "nonzero", nodes, inputs, outputs, initializers)
+
+
+def build_nms(path: Path) -> Path:
+    """A detector head with NMS in the graph: `boxes` FLOAT[1,B,4] (y1,x1,y2,x2), `scores`
+    FLOAT[1,C,B] -> `selected` INT64[K,3] (batch, class, box) of NonMaxSuppression (at most 10
+    boxes per class, IoU 0.5, score 0.6) and `picked` FLOAT[K,4], the boxes it kept:
+    K depends on the data."""
+    nodes = [
+        helper.make_node(
+            "NonMaxSuppression",
+            ["boxes", "scores", "max_boxes", "iou", "score"],
+            ["selected"],
+        ),
+        helper.make_node("Gather", ["selected", "box_column"], ["box_index"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "batch_axis"], ["boxes_2d"]),
+        helper.make_node("Gather", ["boxes_2d", "box_index"], ["picked"], axis=0),
+    ]
+    initializers = [
+        _tensor("max_boxes", np.array([10], np.int64)),
+        _tensor("iou", np.array([0.5], np.float32)),
+        _tensor("score", np.array([0.6], np.float32)),
+        _tensor("box_column", np.array(2, np.int64)),
+        _tensor("batch_axis", np.array([0], np.int64)),
+    ]
+    inputs = [
+        _value("boxes", TensorProto.FLOAT, ["N", "B", 4]),
+        _value("scores", TensorProto.FLOAT, ["N", "C", "B"]),
+    ]
+    outputs = [
+        _value("selected", TensorProto.INT64, ["K", 3]),
+        _value("picked", TensorProto.FLOAT, ["K", 4]),
+    ]
+    return _save(path, "nms", nodes, inputs, outputs, initializers)
+
+
+def build_zero_size(path: Path) -> Path:
+    """`x` FLOAT[2,3] -> `y` FLOAT[2,3] = x * 2 and `empty` FLOAT[0,3] (always zero-size)."""
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["y"]),
+        helper.make_node("Slice", ["x", "start", "end"], ["empty"]),
+    ]
+    initializers = [
+        _tensor("two", np.array(2.0, np.float32)),
+        _tensor("start", np.array([0], np.int64)),
+        _tensor("end", np.array([0], np.int64)),
+    ]
+    inputs = [_value("x", TensorProto.FLOAT, [2, 3])]
+    outputs = [_value("y", TensorProto.FLOAT, [2, 3]), _value("empty", TensorProto.FLOAT, [0, 3])]
+    return _save(path, "zero_size", nodes, inputs, outputs, initializers)
+
+
 def _value(name: str, elem_type: int, dims: list[int | str]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem_type, dims)
 

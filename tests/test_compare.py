@@ -9,10 +9,11 @@ import onnx
 import pytest
 from e2e_helpers import http_address, running_server
 from onnx import numpy_helper
-from onnx_models import build_add_mul, onnx_path_of
+from onnx_models import build_add_mul, build_nms, onnx_path_of
 
 from ge_python_backend.cli import main
 from ge_python_backend.client import INT_HIGH
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.compare import (
@@ -190,3 +191,19 @@ def test_served_model_is_compared_too(
         "served",
         "served",
     ]
+
+
+def test_data_dependent_outputs_are_compared_by_their_real_shapes(tmp_path: Path) -> None:
+    """An NMS detector's `selected` and `picked` come back with the rows this input keeps; the
+    comparison checks them against onnxruntime's (same shape, same values)."""
+    onnx_path = build_nms(tmp_path / "nms.onnx")
+    om = compile_onnx(onnx_path, tmp_path / "nms", input_shape="boxes:1,20,4;scores:1,3,20")
+    with pytest.raises(UserError, match="max_output_bytes"):
+        compare(om, onnx_path, runtime="emulator")
+    report = compare(om, onnx_path, runtime="emulator", max_output_bytes=4096, seed=3)
+    assert report.passed
+    rows = {c.name: c.shape[0] for c in report.comparisons}
+    assert rows["selected"] == rows["picked"] > 0
+    argv = ["compare", "--om", str(om), "--onnx", str(onnx_path), "--runtime", "emulator"]
+    assert main([*argv, "--max-output-bytes", "4096"]) == 0
+    assert main([*argv, "--max-output-bytes", "0"]) == 2

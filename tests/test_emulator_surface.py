@@ -157,7 +157,8 @@ EMULATED: dict[str, frozenset[str]] = {
         add_dataset_buffer create_dataset create_desc destroy_dataset destroy_desc execute
         execute_async get_cur_output_dims get_dataset_buffer get_dataset_num_buffers
         get_dataset_tensor_desc get_desc get_desc_from_file get_dynamic_batch get_dynamic_hw
-        get_input_data_type get_input_dims get_input_dims_v2 get_input_dynamic_dims
+        get_input_data_type get_input_dims get_input_dims_range get_input_dims_v2
+        get_input_dynamic_dims
         get_input_dynamic_gear_count get_input_format get_input_index_by_name
         get_input_name_by_index get_input_size_by_index get_num_inputs get_num_outputs
         get_output_data_type get_output_dims get_output_format get_output_index_by_name

@@ -236,6 +236,40 @@ def test_yolov8n_answers_three_outputs_and_the_client_draws_boxes(served: Served
     assert "synthetic scene 0: 0 detection" not in printed, printed  # there is something to see
 
 
+def test_yolov8n_with_nms_in_the_graph_answers_each_image_with_its_own_rows(
+    served: Served,
+) -> None:
+    """build.py --nms-in-graph: NonMaxSuppression in the graph gives data-dependent rows; the
+    config says -1 and never merges requests; every answer equals onnxruntime's."""
+    build(served, "yolov8n", "--width", "8", "--nms-in-graph", "--name", "yolov8n_nms")
+    config = load_model_config(served.repository / "yolov8n_nms" / "config.pbtxt")
+    assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+    assert {t.name: list(t.dims) for t in config.output} == {
+        "det_boxes": [-1, 4],
+        "det_scores": [-1],
+        "det_labels": [-1],
+    }
+    load(served, "yolov8n_nms")
+    client = example_module("yolov8n", "client.py")
+    onnx_path = served.workdir / "yolov8n" / "yolov8n_nms.onnx"
+    counts = set()
+    for seed in range(3):
+        image = client.synthetic_scene(seed)
+        got = client.detect_in_graph(served.url, "yolov8n_nms", image)
+        expected = reference(onnx_path, {"images": image[None]})
+        for name in ("det_boxes", "det_scores", "det_labels"):
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-3)
+        counts.add(len(got["det_scores"]))
+    assert len(counts) > 1, counts  # the rows differ from image to image
+    printed = run_script(
+        "yolov8n", "client.py", "--url", served.url, "--model", "yolov8n_nms", "--nms-in-graph"
+    )
+    first = client.in_graph_detections(
+        reference(onnx_path, {"images": client.synthetic_scene(0)[None]})
+    )
+    assert f"synthetic scene 0: {len(first)} detection(s) (NMS in the graph)" in printed, printed
+
+
 # --------------------------------------------------------------------------------- bert_base
 
 

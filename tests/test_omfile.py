@@ -371,7 +371,7 @@ COMPILE_ERRORS = [
     (build_mlp, {"input_shape": "x:0,16"}, r"must be positive integers or -1, got '0,16'"),
     (build_mlp, {"input_shape": "x:a,16"}, r"must be positive integers or -1, got 'a,16'"),
     (build_mlp, {"input_shape": "x:4,16,1"}, r"gives x 3 dims but the ONNX input has 2 \(-1,16\)"),
-    (build_mlp, {}, r"no gear option was given; the emulator does not support fully dynamic"),
+    (build_mlp, {}, r"dynamic dims in the ONNX graph \(x:-1,16\) that --input_shape does not give"),
     (
         build_mlp,
         {"dynamic_batch_size": "1,2", "dynamic_dims": "1;2"},

@@ -3,12 +3,14 @@
     python examples/yolov8n/client.py                    # two synthetic scenes
     python examples/yolov8n/client.py street.jpg         # your own images
     python examples/yolov8n/client.py --conf 0.3 --iou 0.5
+    python examples/yolov8n/client.py --nms-in-graph     # a model built with --nms-in-graph
 
 Images are resized to 640x640 and scaled to 0..1, then sent as one FP32 [N,3,640,640] request. The
 model answers three tensors per image (`boxes` [8400,4], `scores` [8400], `labels` [8400]); this
 client keeps the anchors above `--conf`, runs class-wise non-maximum suppression and prints the
 boxes in the original image's pixels. The weights are random: the boxes show the plumbing, not
-real objects.
+real objects. A model built with `--nms-in-graph` runs NMS itself: one image per request, and
+each answer has one row per detection (`det_boxes` [K,4], `det_scores` [K], `det_labels` [K]).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from example_tools import infer  # noqa: E402
 
 IMAGE_SIZE = 640
 OUTPUTS = ("boxes", "scores", "labels")
+NMS_OUTPUTS = ("det_boxes", "det_scores", "det_labels")
 COCO_CLASSES = (
     "person",
     "bicycle",
@@ -156,6 +159,26 @@ def detect_raw(url: str, model: str, images: np.ndarray) -> dict[str, np.ndarray
     return {name: result.as_numpy(name) for name in OUTPUTS}
 
 
+def detect_in_graph(url: str, model: str, image: np.ndarray) -> dict[str, np.ndarray]:
+    """One request with one image ([1,3,640,640]) to a model with NMS in its graph: its three
+    outputs, one row per detection (K differs from image to image)."""
+    result = infer(url, model, "images", image[None], "FP32", NMS_OUTPUTS)
+    return {name: result.as_numpy(name) for name in NMS_OUTPUTS}
+
+
+def in_graph_detections(outputs: dict[str, np.ndarray]) -> list[Detection]:
+    """The model's detections, best score first."""
+    order = np.argsort(-outputs["det_scores"], kind="stable")
+    return [
+        Detection(
+            int(outputs["det_labels"][i]),
+            float(outputs["det_scores"][i]),
+            tuple(float(v) for v in outputs["det_boxes"][i]),  # type: ignore[arg-type]
+        )
+        for i in order
+    ]
+
+
 def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
     top_left = np.maximum(box[:2], others[:, :2])
     bottom_right = np.minimum(box[2:], others[:, 2:])
@@ -204,6 +227,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--conf", type=float, default=0.25, help="score threshold")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold")
     parser.add_argument("--top", type=int, default=10, help="detections printed per image")
+    parser.add_argument(
+        "--nms-in-graph",
+        action="store_true",
+        help="the model runs NMS in its graph (build.py --nms-in-graph): one request per image",
+    )
     args = parser.parse_args(argv)
 
     if args.images:
@@ -215,6 +243,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         names = ["synthetic scene 0", "synthetic scene 1"]
         images = np.stack([synthetic_scene(0), synthetic_scene(1)])
         sizes = [(IMAGE_SIZE, IMAGE_SIZE)] * 2
+    if args.nms_in_graph:
+        for name, image, size in zip(names, images, sizes):
+            found = in_graph_detections(detect_in_graph(args.url, args.model, image))
+            print(f"  {name}: {len(found)} detection(s) (NMS in the graph)")
+            for detection in found[: args.top]:
+                print(f"    {scaled(detection, size)}")
+        return
     outputs = detect_raw(args.url, args.model, images)
     shapes = ", ".join(f"{k} {list(v.shape)} {v.dtype}" for k, v in outputs.items())
     print(f"{args.model}: {len(images)} image(s) in one request -> {shapes}")

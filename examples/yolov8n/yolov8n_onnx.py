@@ -11,6 +11,14 @@ in the graph into three outputs:
 * `labels` INT64 [N, 8400]     that class (COCO's 80 classes).
 
 Confidence filtering and non-maximum suppression are left to the client, as with YOLOv8 exports.
+
+With `nms=True` the graph ends in ONNX NonMaxSuppression instead (per class, IoU `NMS_IOU`, score
+`NMS_SCORE`, at most `NMS_MAX_PER_CLASS` boxes per class), for one image [1, 3, 640, 640]; the
+number of detections K depends on the image (a data-dependent output shape):
+
+* `det_boxes`  FP32  [K, 4]  x1, y1, x2, y2 in pixels;
+* `det_scores` FP32  [K]     the class probability;
+* `det_labels` INT64 [K]     the class.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ STRIDES = (8, 16, 32)
 NUM_ANCHORS = sum((IMAGE_SIZE // s) ** 2 for s in STRIDES)  # 8400
 INPUT_NAME = "images"
 OUTPUT_NAMES = ("boxes", "scores", "labels")
+NMS_OUTPUT_NAMES = ("det_boxes", "det_scores", "det_labels")
+NMS_IOU, NMS_SCORE, NMS_MAX_PER_CLASS = 0.45, 0.25, 20
 # Class bias for a prior probability of 1 % (as YOLO initialises it): few confident anchors.
 CLASS_PRIOR_BIAS = float(-np.log((1 - 0.01) / 0.01))
 
@@ -94,8 +104,9 @@ def anchor_points() -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def build_yolov8n(path: str | Path, width: int = 16, seed: int = 0) -> Path:
-    """Write the detector to `path` (see the module docstring) and return the path."""
+def build_yolov8n(path: str | Path, width: int = 16, seed: int = 0, nms: bool = False) -> Path:
+    """Write the detector to `path` (see the module docstring) and return the path; `nms`: with
+    NonMaxSuppression in the graph, for one image."""
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
     g = _Graph(seed)
@@ -127,24 +138,34 @@ def build_yolov8n(path: str | Path, width: int = 16, seed: int = 0) -> Path:
     bottom_right = g.node("Add", [anchors, g.node("Mul", [g.node("Softplus", [far]), scale])])
     corners = g.node("Concat", [top_left, bottom_right], axis=2)
     low, high = g.constant(np.float32(0.0), "low"), g.constant(np.float32(IMAGE_SIZE), "high")
-    g.nodes.append(helper.make_node("Clip", [corners, low, high], ["boxes"]))
+    if nms:  # the boxes feed NonMaxSuppression
+        boxes = g.node("Clip", [corners, low, high])
+    else:  # the boxes are an output
+        boxes = "boxes"
+        g.nodes.append(helper.make_node("Clip", [corners, low, high], [boxes]))
     probabilities = g.node("Sigmoid", [logits])
-    g.nodes.append(helper.make_node("ReduceMax", [probabilities], ["scores"], axes=[2], keepdims=0))
-    g.nodes.append(helper.make_node("ArgMax", [probabilities], ["labels"], axis=2, keepdims=0))
-
-    graph = helper.make_graph(
-        g.nodes,
-        f"yolov8n_style_width{width}",
-        [
-            helper.make_tensor_value_info(
-                INPUT_NAME, TensorProto.FLOAT, ["N", 3, IMAGE_SIZE, IMAGE_SIZE]
-            )
-        ],
-        [
+    if nms:
+        outputs = _nms_outputs(g, boxes, probabilities)
+    else:
+        g.nodes.append(
+            helper.make_node("ReduceMax", [probabilities], ["scores"], axes=[2], keepdims=0)
+        )
+        g.nodes.append(helper.make_node("ArgMax", [probabilities], ["labels"], axis=2, keepdims=0))
+        outputs = [
             helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["N", NUM_ANCHORS, 4]),
             helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", NUM_ANCHORS]),
             helper.make_tensor_value_info("labels", TensorProto.INT64, ["N", NUM_ANCHORS]),
+        ]
+
+    graph = helper.make_graph(
+        g.nodes,
+        f"yolov8n_style_width{width}{'_nms' if nms else ''}",
+        [
+            helper.make_tensor_value_info(
+                INPUT_NAME, TensorProto.FLOAT, [1 if nms else "N", 3, IMAGE_SIZE, IMAGE_SIZE]
+            )
         ],
+        outputs,
         g.initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -154,3 +175,31 @@ def build_yolov8n(path: str | Path, width: int = 16, seed: int = 0) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(target))
     return target
+
+
+def _nms_outputs(g: _Graph, boxes: str, probabilities: str) -> list[onnx.ValueInfoProto]:
+    """NonMaxSuppression per class on one image's anchors; the kept boxes, scores and labels."""
+    per_class = g.node("Transpose", [probabilities], perm=[0, 2, 1])  # [1, 80, 8400]
+    selected = g.node(
+        "NonMaxSuppression",
+        [
+            boxes,
+            per_class,
+            g.constant(np.array([NMS_MAX_PER_CLASS], np.int64), "max_per_class"),
+            g.constant(np.array([NMS_IOU], np.float32), "iou"),
+            g.constant(np.array([NMS_SCORE], np.float32), "score"),
+        ],
+    )  # [K, 3]: image, class, anchor
+    column = {name: g.constant(np.array(i, np.int64), name) for i, name in ((1, "cls"), (2, "box"))}
+    anchor = g.node("Gather", [selected, column["box"]], axis=1)
+    image_boxes = g.node("Squeeze", [boxes, g.constant(np.array([0], np.int64), "axes")])
+    g.nodes += [
+        helper.make_node("Gather", [image_boxes, anchor], ["det_boxes"], axis=0),
+        helper.make_node("GatherND", [per_class, selected], ["det_scores"]),
+        helper.make_node("Gather", [selected, column["cls"]], ["det_labels"], axis=1),
+    ]
+    return [
+        helper.make_tensor_value_info("det_boxes", TensorProto.FLOAT, ["K", 4]),
+        helper.make_tensor_value_info("det_scores", TensorProto.FLOAT, ["K"]),
+        helper.make_tensor_value_info("det_labels", TensorProto.INT64, ["K"]),
+    ]

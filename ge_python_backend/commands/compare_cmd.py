@@ -11,13 +11,17 @@ from ge_python_backend.client import INT_HIGH
 from ge_python_backend.commands.options import (
     add_data_options,
     add_input_shape_order_option,
+    add_max_output_bytes_option,
     add_runtime_option,
     add_server_options,
     parse_files,
     parse_shapes,
 )
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.parameters import parse_input_shape_order
+from ge_python_backend.repository.parameters import (
+    parse_input_shape_order,
+    parse_max_output_bytes,
+)
 from ge_python_backend.tools.compare import CompareReport, OutputComparison, Thresholds, compare
 
 DEFAULTS = Thresholds()
@@ -57,6 +61,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
     add_runtime_option(parser, "run the .om with real pyACL or the CPU emulator", "pyacl")
     add_input_shape_order_option(parser)
+    add_max_output_bytes_option(parser)
     parser.add_argument("--device-id", type=int, default=0, help="NPU id (default: 0)")
     add_data_options(parser, "the first gear's")
     parser.add_argument("--atol", type=float, default=DEFAULTS.atol, help="absolute tolerance")
@@ -132,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         protocol=args.protocol,
         input_shape_order=parse_input_shape_order(args.input_shape_order),
         aipp_config=args.aipp_config,
+        max_output_bytes=parse_max_output_bytes(args.max_output_bytes),
     )
     print_report(report)
     return 0 if report.passed else 1

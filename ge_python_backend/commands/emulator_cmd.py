@@ -12,6 +12,7 @@ from ge_python_backend.emulator.omfile import (
     OmModel,
     OmTensor,
     compile_onnx,
+    ranges_text,
 )
 from ge_python_backend.errors import UserError
 
@@ -81,7 +82,9 @@ def register(subparsers: Any) -> None:
         "--output", required=True, help="output path without .om (ATC adds it), e.g. models/resnet"
     )
     compile_parser.add_argument(
-        "--input_shape", help='input shapes, -1 on dynamic dims, e.g. "x:-1,3,224,224;y:-1,4"'
+        "--input_shape",
+        help='input shapes, -1 on dynamic dims, e.g. "x:-1,3,224,224;y:-1,4"; without a gear '
+        'option, shape ranges: "x:1~16,3,224,224" (-1: any size)',
     )
     compile_parser.add_argument(
         "--dynamic_batch_size", help='batch gears for the -1 batch axis, e.g. "1,2,4,8"'
@@ -153,15 +156,14 @@ def summary(model: OmModel) -> str:
     def tensors(items: tuple[OmTensor, ...]) -> str:
         return ", ".join(
             f"{t.name} {DTYPES_BY_ACL[t.acl_dtype].acl_name.removeprefix('ACL_')}"
-            f"[{','.join(map(str, t.dims))}]"
+            f"[{ranges_text(t.ranges) if t.ranges else ','.join(map(str, t.dims))}]"
             for t in items
         )
 
-    gears = (
-        "static"
-        if not desc.gears
-        else f"{desc.dynamic_kind} gears " + ";".join(",".join(map(str, g)) for g in desc.gears)
-    )
+    if desc.gears:
+        gears = f"{desc.dynamic_kind} gears " + ";".join(",".join(map(str, g)) for g in desc.gears)
+    else:
+        gears = "dynamic shape (no gears)" if desc.dynamic_shape else "static"
     aipp = "".join(
         f"; {desc.inputs[rank].name}: {op.aipp_mode.config_name} AIPP"
         + (f" from {op.input_format.name}" if op.is_static else "")

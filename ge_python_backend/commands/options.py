@@ -54,6 +54,19 @@ def add_input_shape_order_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_max_output_bytes_option(parser: argparse.ArgumentParser) -> None:
+    """`--max-output-bytes BYTES`: the parameter `max_output_bytes`, for an `.om` with
+    data-dependent output shapes whose size it leaves unbounded (parsed by
+    `parse_max_output_bytes`)."""
+    parser.add_argument(
+        "--max-output-bytes",
+        metavar="BYTES",
+        help="an .om with data-dependent output shapes (NonZero, NMS in the graph) whose output "
+        "size it leaves unbounded: the buffer of each such output, the most bytes one answer "
+        "may take",
+    )
+
+
 def add_server_options(
     parser: argparse.ArgumentParser, *, url_help: str | None = None, required: bool = True
 ) -> None:

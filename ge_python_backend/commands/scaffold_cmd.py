@@ -6,12 +6,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
+from ge_python_backend.commands.options import (
+    add_input_shape_order_option,
+    add_max_output_bytes_option,
+    add_runtime_option,
+)
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import (
     DEFAULT_EXECUTE_TIMEOUT_MS,
     DEFAULT_PIPELINE_DEPTH,
     DEFAULT_PIPELINE_MIN_DEVICE_US,
+    parse_max_output_bytes,
 )
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
@@ -143,6 +148,7 @@ def register(subparsers: Any) -> None:
         f"(default: {DEFAULT_PIPELINE_MIN_DEVICE_US})",
     )
     add_input_shape_order_option(parser)
+    add_max_output_bytes_option(parser)
     parser.add_argument(
         "--input",
         action="append",
@@ -198,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         execute_timeout_ms=args.execute_timeout_ms,
         input_shape_order=args.input_shape_order,
         pipeline_min_device_us=args.pipeline_min_device_us,
+        max_output_bytes=parse_max_output_bytes(args.max_output_bytes),
         inputs=args.input,
         outputs=args.output,
         dry_run=args.dry_run,

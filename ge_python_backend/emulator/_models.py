@@ -41,6 +41,7 @@ from ge_python_backend.ascend import (
 from ge_python_backend.emulator import timing
 from ge_python_backend.emulator._memory import MEMORY, Span
 from ge_python_backend.emulator._state import (
+    LOCK,
     POISON,
     STATE,
     AclFailure,
@@ -50,7 +51,8 @@ from ge_python_backend.emulator._state import (
     device_mode,
 )
 from ge_python_backend.emulator._streams import Stream
-from ge_python_backend.emulator.omfile import OmModel, OmTensor
+from ge_python_backend.emulator.acl._tensor import desc_dims, fill_desc, renew_descs
+from ge_python_backend.emulator.omfile import OmModel, OmTensor, in_ranges, ranges_text
 
 MBATCH_NAME = "ascend_mbatch_shape_data"
 ACL_INT64 = DTYPES_BY_NUMPY[np.dtype(np.int64)].acl
@@ -89,6 +91,8 @@ def _nbytes(acl_dtype: int, shape: tuple[int, ...]) -> int:
 
 
 def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int:
+    if tensor.ranges:  # a dynamic-shape model: the ranges' upper bounds (0 if unbounded)
+        return tensor.upper_bytes()
     return max(_nbytes(tensor.acl_dtype, shapes[index]) for shapes in per_gear)
 
 
@@ -282,6 +286,9 @@ class Execution:
     model: LoadedModel
     inputs: tuple[Span, ...]  # user inputs, then the mbatch buffer of a gear model
     outputs: tuple[Span, ...]
+    # a dynamic-shape model: each input's dims from its dataset tensor desc (else the model's)
+    input_shapes: tuple[tuple[int, ...], ...] | None
+    output_descs: tuple[int, ...]  # the output dataset's new tensor descs, filled by `run`
 
     def read_gear(self) -> Gear | None:
         """The gear written into the mbatch buffer; 145013 if it is not a compiled gear."""
@@ -351,20 +358,28 @@ class Execution:
             span.check_live(f"buffer {i}")
         gear = self.read_gear()
         desc = model.om.description
+        dynamic = self.input_shapes is not None
         arrays = []
         for i, (t, span, shape) in enumerate(
-            zip(desc.inputs, self.inputs, desc.input_shapes(gear))
+            zip(desc.inputs, self.inputs, self.input_shapes or desc.input_shapes(gear))
         ):
             need = _nbytes(t.acl_dtype, shape)
-            if gear is not None and span.remaining is not None and span.remaining < need:
+            if (
+                (gear is not None or dynamic)
+                and span.remaining is not None
+                and span.remaining < need
+            ):
                 # GE copies what the buffer has and runs on stale device memory; refused here.
+                # UNCONFIRMED code for a dynamic-shape input buffer smaller than its dims.
+                where = f" of gear {list(gear)}" if gear is not None else f" {list(shape)}"
                 raise AclFailure(
                     BUFFER_TOO_SMALL,
-                    f"input {i} ({t.name}) of gear {list(gear)} needs {need} bytes, its buffer "
+                    f"input {i} ({t.name}){where} needs {need} bytes, its buffer "
                     f"has {span.remaining}",
                 )
             arrays.append(self._graph_input(i, span, t.acl_dtype, shape))
-        seconds = timing.current().execute_seconds(model.rows(gear))
+        rows = arrays[0].shape[0] if dynamic and arrays and arrays[0].ndim else model.rows(gear)
+        seconds = timing.current().execute_seconds(rows)
         with timing.engine(model.context.device.id, "execute", seconds):
             try:
                 results = model.om.run(arrays, gear)
@@ -375,24 +390,33 @@ class Execution:
         for i, (tensor, span, result, shape) in enumerate(
             zip(model.outputs, self.outputs, results, desc.output_shapes(gear))
         ):
-            array = np.ascontiguousarray(result)
+            array = np.asarray(result, order="C")  # ascontiguousarray makes a scalar [1]
             expected = NUMPY_BY_ACL[tensor.acl_dtype]
-            if array.dtype != expected or array.shape != shape:
+            fits = len(array.shape) == len(shape) and all(
+                want in (-1, got) for want, got in zip(shape, array.shape)
+            )
+            if array.dtype != expected or not fits:
                 raise AclFailure(
                     AclCode.RT_MODEL_EXECUTE,
                     f"output {tensor.name} came out {array.dtype}{list(array.shape)}, "
                     f"the description says {expected}{list(shape)}",
                 )
             room = span.remaining if span.remaining is not None else array.nbytes
-            if gear is not None and room < array.nbytes:
+            if (gear is not None or dynamic) and room < array.nbytes:
                 # GE writes the whole output past the user's buffer; refused here (stricter).
+                # For a dynamic-shape output GE checks the size and names the bytes needed
+                # (aclmdlGetOutputSizeByIndex.md, 方式二); UNCONFIRMED code.
+                where = f" of gear {list(gear)}" if gear is not None else f" {list(array.shape)}"
                 raise AclFailure(
                     BUFFER_TOO_SMALL,
-                    f"output {i} ({tensor.name}) of gear {list(gear)} needs {array.nbytes} "
+                    f"output {i} ({tensor.name}){where} needs {array.nbytes} "
                     f"bytes, its buffer has {room}",
                 )
             # A static model's buffer may be up to SIZE_SLACK bytes short (prepare checked).
             ctypes.memmove(span.address, array.ctypes.data, min(room, array.nbytes))
+        with LOCK:
+            for handle, tensor, result in zip(self.output_descs, model.outputs, results):
+                fill_desc(handle, tensor.acl_dtype, np.shape(result), tensor.acl_format)
 
 
 def dynamic_images(params: DynamicAippParams, tensor: OmTensor) -> list[StaticAipp]:
@@ -435,7 +459,11 @@ def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
     # GE skips the size check once a set_* call chose a gear for the input dataset
     # (ge_executor.cc ExecModel -> SetDynamicInputDataFlag; DavinciModel::CheckUserAndModelSize).
     # and for a dynamic-AIPP model ("no need to judge smaller user size", the same function).
+    # A dynamic-shape model's buffers are checked against the real dims at execution.
+    desc = model.om.description
     sized = not (inputs.gear_set and model.gears) and not model.dynamic_aipp
+    sized = sized and not desc.dynamic_shape
+    input_shapes = _dataset_input_shapes(model, inputs) if desc.dynamic_shape else None
     return Execution(
         model,
         tuple(
@@ -446,7 +474,36 @@ def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
             _buffer_span(model, buf, t, f"output {i} ({t.name})", sized)
             for i, (buf, t) in enumerate(zip(outputs.buffers, model.outputs))
         ),
+        input_shapes,
+        # GE recreates every output's tensor desc at each execute (hicann/ge api/acl/acl_model/
+        # model/model.cpp, ModelExecute): undefined until the execution has run
+        renew_descs(outputs.tensor_descs, len(model.outputs)),
     )
+
+
+def _dataset_input_shapes(model: LoadedModel, inputs: Dataset) -> tuple[tuple[int, ...], ...]:
+    """A dynamic-shape model's input dims: each input's dataset tensor desc (set with
+    set_dataset_tensor_desc), else the model's dims; 100000 when they are outside the input's
+    range (hicann/ge model.cpp: "Input [i] shape out of shape range", IsOriginShapeInRange)."""
+    shapes = []
+    for i, tensor in enumerate(model.om.description.inputs):
+        handle = inputs.tensor_descs.get(i)
+        shape = tensor.dims if handle is None else desc_dims(handle)
+        if tensor.ranges and not in_ranges(tensor, shape):
+            hint = "" if handle else " (no tensor desc was set: set_dataset_tensor_desc)"
+            raise AclFailure(
+                AclCode.INVALID_PARAM,
+                f"input {i} ({tensor.name}) shape {list(shape)} is out of its shape range "
+                f"{ranges_text(tensor.ranges)}{hint}",
+            )
+        if not tensor.ranges and shape != tensor.dims:
+            raise AclFailure(
+                AclCode.INVALID_PARAM,
+                f"input {i} ({tensor.name}) is static {list(tensor.dims)}; its tensor desc "
+                f"gives {list(shape)}",
+            )
+        shapes.append(shape)
+    return tuple(shapes)
 
 
 def _buffer_span(

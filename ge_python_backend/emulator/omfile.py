@@ -2,7 +2,8 @@
 
 Layout: `MAGIC`, a little-endian u64 header length, the UTF-8 JSON header, the ONNX bytes, and a
 32-byte SHA-256 of everything before it. `compile_onnx` writes one from an ONNX file with ATC's
-flag semantics (`--input_shape`, `--dynamic_batch_size`, `--dynamic_image_size`, `--dynamic_dims`);
+flag semantics (`--input_shape`, shape ranges included, `--dynamic_batch_size`,
+`--dynamic_image_size`, `--dynamic_dims`; outputs whose dims depend on the data get -1);
 `OmModel.load` reads it back and `OmModel.run` executes it with onnxruntime on the CPU.
 
 Only numpy is needed to import this module; onnx and onnxruntime are imported when a model is
@@ -85,6 +86,17 @@ class OmTensor:
     acl_dtype: int
     acl_format: int
     dims: Shape  # -1 on dynamic axes (inputs); the largest gear's dims (outputs)
+    # shape-range inputs and data-dependent outputs: (lower, upper) per dim, upper -1 when
+    # unbounded, lower == upper on static dims; () for a tensor without ranges
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    def upper_bytes(self) -> int:
+        """Bytes at the ranges' upper bounds (what get_*_size_by_index reports); 0 if any is
+        unbounded."""
+        uppers = [hi for _, hi in self.ranges] if self.ranges else list(self.dims)
+        if any(d < 0 for d in uppers):
+            return 0
+        return math.prod(uppers) * NUMPY_BY_ACL[self.acl_dtype].itemsize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +130,15 @@ class OmDescription:
         tensor = self.inputs[index]
         return bind_static(
             op, tensor.dims, Format(tensor.acl_format), DTYPES_BY_ACL[tensor.acl_dtype]
+        )
+
+    @property
+    def dynamic_shape(self) -> bool:
+        """No gears, but -1 dims: shape-range inputs or data-dependent outputs. Executions take
+        each input's real dims from its dataset tensor desc and report each output's in an
+        output tensor desc."""
+        return self.dynamic_kind == GearKind.STATIC and any(
+            -1 in t.dims for t in self.inputs + self.outputs
         )
 
     def ordered_inputs(self) -> list[int]:
@@ -214,7 +235,13 @@ class OmModel:
             expected = NUMPY_BY_ACL[tensor.acl_dtype]
             if array.dtype != expected:
                 raise ValueError(f"input {tensor.name} must be {expected}, got {array.dtype}")
-            if tuple(array.shape) != shape:
+            if tensor.ranges:
+                if not in_ranges(tensor, tuple(array.shape)):
+                    raise ValueError(
+                        f"input {tensor.name} has shape {list(array.shape)}, outside its range "
+                        f"{ranges_text(tensor.ranges)}"
+                    )
+            elif tuple(array.shape) != shape:
                 where = "" if gear is None else f" for {_gear_text(tuple(gear))}"
                 raise ValueError(
                     f"input {tensor.name} must have shape {list(shape)}{where}, "
@@ -295,14 +322,17 @@ def compile_onnx(
             f"framework {framework} is not supported: 5 (ONNX) or 3 (an ONNX stand-in for a "
             "TensorFlow model)"
         )
-    inputs, order = _input_tensors(proto, input_shape, Format[input_format], model_path)
+    gear_flags = (dynamic_batch_size, dynamic_image_size, dynamic_dims)
+    ranged = all(flag is None for flag in gear_flags)
+    inputs, order = _input_tensors(proto, input_shape, Format[input_format], model_path, ranged)
     if dynamic_dims is not None and dynamic_batch_size is None and dynamic_image_size is None:
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     output_names = _output_names(proto, out_nodes, framework)
     aipp_config = "" if insert_op_conf is None else _read_aipp_config(insert_op_conf, kind)
     onnx_bytes = proto.SerializeToString()
-    output_shapes = _probe_outputs(onnx_bytes, inputs, kind, gears, order, model_path)
+    probed = inputs if kind != GearKind.STATIC else _probe_inputs(inputs)
+    output_shapes = _probe_outputs(onnx_bytes, probed, kind, gears, order, model_path)
     desc = OmDescription(inputs, (), kind, gears, soc_version, output_shapes, order, aipp_config)
     _check_aipp_inputs(desc)
     largest_shapes = desc.output_shapes(desc.largest_gear())
@@ -311,6 +341,10 @@ def compile_onnx(
         OmTensor(name, _acl_dtype(o.type.tensor_type.elem_type, f"output {o.name}"), nd, dims)
         for name, o, dims in zip(output_names, proto.graph.output, largest_shapes)
     )
+    if kind == GearKind.STATIC:
+        outputs = _static_outputs(proto, inputs, outputs)
+        output_shapes = (tuple(t.dims for t in outputs),)
+        desc = dataclasses.replace(desc, gear_output_shapes=output_shapes)
     flags = {
         "model": str(model),
         "framework": framework,
@@ -398,7 +432,13 @@ def _unpack(data: bytes, source: str) -> tuple[dict[str, Any], bytes]:
 def _description_to_header(desc: OmDescription) -> dict[str, Any]:
     def tensors(items: tuple[OmTensor, ...]) -> list[dict[str, Any]]:
         return [
-            {"name": t.name, "dtype": t.acl_dtype, "format": t.acl_format, "dims": list(t.dims)}
+            {
+                "name": t.name,
+                "dtype": t.acl_dtype,
+                "format": t.acl_format,
+                "dims": list(t.dims),
+                **({"ranges": [list(r) for r in t.ranges]} if t.ranges else {}),
+            }
             for t in items
         ]
 
@@ -418,7 +458,13 @@ def _description_to_header(desc: OmDescription) -> dict[str, Any]:
 def _description_from_header(header: dict[str, Any], source: str) -> OmDescription:
     def tensors(items: list[dict[str, Any]]) -> tuple[OmTensor, ...]:
         return tuple(
-            OmTensor(str(t["name"]), int(t["dtype"]), int(t["format"]), _ints(t["dims"]))
+            OmTensor(
+                str(t["name"]),
+                int(t["dtype"]),
+                int(t["format"]),
+                _ints(t["dims"]),
+                tuple(_range(r) for r in t.get("ranges", [])),
+            )
             for t in items
         )
 
@@ -449,6 +495,8 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
         if len(desc.gear_output_shapes) != max(1, len(desc.gears)):
             raise ValueError("output shapes do not match the gears")
         _check_aipp_inputs(desc)
+        if any(t.ranges and len(t.ranges) != len(t.dims) for t in desc.inputs + desc.outputs):
+            raise ValueError("ranges do not match the dims")
     except (KeyError, TypeError, ValueError) as exc:
         raise OmFormatError(
             AclCode.PARSE_MODEL, f"{source} has an invalid header ({type(exc).__name__}: {exc})"
@@ -460,14 +508,23 @@ def _description_from_header(header: dict[str, Any], source: str) -> OmDescripti
 
 
 def _input_tensors(
-    proto: onnx.ModelProto, input_shape: str | None, acl_format: int, model_path: Path
+    proto: onnx.ModelProto,
+    input_shape: str | None,
+    acl_format: int,
+    model_path: Path,
+    ranged: bool,
 ) -> tuple[tuple[OmTensor, ...], tuple[str, ...]]:
     """The graph's real inputs with their dims (`--input_shape` where given, else ONNX's), and
-    the names `--input_shape` lists, in its order (() without `--input_shape`)."""
+    the names `--input_shape` lists, in its order (() without `--input_shape`). With `ranged`
+    (no gear option) the -1 and `lo~hi` dims of `--input_shape` are shape ranges."""
     initializers = {init.name for init in proto.graph.initializer}
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     names = [i.name for i in graph_inputs]
-    given = _parse_input_shape(input_shape, names) if input_shape else {}
+    given_ranges = _parse_input_shape(input_shape, names, ranged) if input_shape else {}
+    given = {
+        name: tuple(-1 if lo != hi else lo for lo, hi in ranges)
+        for name, ranges in given_ranges.items()
+    }
     tensors = []
     for value in graph_inputs:
         tensor_type = value.type.tensor_type
@@ -490,20 +547,27 @@ def _input_tensors(
                 f"--input_shape gives {value.name} {len(dims)} dims but the ONNX input has "
                 f"{len(onnx_dims)} ({_shape_text(onnx_dims)})"
             )
+        ranges = given_ranges.get(value.name, ())
         tensors.append(
             OmTensor(
                 value.name,
                 _acl_dtype(tensor_type.elem_type, f"input {value.name}"),
                 acl_format,
                 dims,
+                ranges if ranged and -1 in dims else (),
             )
         )
     return tuple(tensors), tuple(given)
 
 
-def _parse_input_shape(text: str, names: list[str]) -> dict[str, Shape]:
-    """Parse ATC's `name:d0,d1,...;name2:...` (-1 marks a dynamic dim)."""
-    shapes: dict[str, Shape] = {}
+def _parse_input_shape(
+    text: str, names: list[str], ranged: bool
+) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Parse ATC's `name:d0,d1,...;name2:...` into (lower, upper) per dim: `d` is (d, d); -1 is
+    (-1, -1) with a gear option, else a shape range of any size >= 0, (0, -1); `lo~hi` is a
+    shape range (--input_shape.md: ranges and -1 without gears make a dynamic-shape model;
+    ATC does not combine them with gear options)."""
+    shapes: dict[str, tuple[tuple[int, int], ...]] = {}
     for entry in text.split(";"):
         name, sep, dims_text = entry.strip().rpartition(":")
         if not sep or not name:
@@ -517,16 +581,30 @@ def _parse_input_shape(text: str, names: list[str]) -> dict[str, Shape]:
             )
         if name in shapes:
             raise OmCompileError(f"--input_shape gives {name!r} twice")
-        try:
-            dims = tuple(int(d) for d in dims_text.split(",")) if dims_text.strip() else ()
-        except ValueError:
-            dims = (0,)
-        if any(d == 0 or d < -1 for d in dims):
+        items = [d.strip() for d in dims_text.split(",")] if dims_text.strip() else []
+        ranges = tuple(_parse_dim(item, ranged) for item in items)
+        if any(r is None for r in ranges):
+            ranges_note = "ranges lo~hi" if ranged else "ranges lo~hi only without gear options"
             raise OmCompileError(
-                f"--input_shape dims of {name!r} must be positive integers or -1, got {dims_text!r}"
+                f"--input_shape dims of {name!r} must be positive integers or -1, got "
+                f"{dims_text!r} (also {ranges_note})"
             )
-        shapes[name] = dims
+        shapes[name] = tuple(r for r in ranges if r is not None)
     return shapes
+
+
+def _parse_dim(item: str, ranged: bool) -> tuple[int, int] | None:
+    """One `--input_shape` dim as (lower, upper); None if it is not valid."""
+    lo_text, tilde, hi_text = item.partition("~")
+    try:
+        lo, hi = int(lo_text), int(hi_text if tilde else lo_text)
+    except ValueError:
+        return None
+    if tilde:
+        return (lo, hi) if ranged and 0 <= lo <= hi and hi > 0 else None
+    if lo == -1:
+        return (0, -1) if ranged else (-1, -1)
+    return (lo, lo) if lo > 0 else None
 
 
 def _check_dims_inputs(
@@ -573,13 +651,16 @@ def _gears(
     if len(chosen) > 1:
         raise OmCompileError(f"give only one of {', '.join(options)}; got {' and '.join(chosen)}")
     dynamic = [t for t in inputs if -1 in t.dims]
-    dynamic_text = "; ".join(f"{t.name}:{_shape_text(t.dims)}" for t in dynamic)
     if not chosen:
-        if dynamic:
+        unnamed = [t for t in dynamic if not t.ranges]
+        if unnamed:
+            # --input_shape.md: a model whose inputs are not fixed needs --input_shape
+            listed = "; ".join(f"{t.name}:{_shape_text(t.dims)}" for t in unnamed)
             raise OmCompileError(
-                f"inputs have -1 (dynamic) dims ({dynamic_text}) but no gear option was given; "
-                "the emulator does not support fully dynamic shape: give --dynamic_batch_size, "
-                "--dynamic_image_size or --dynamic_dims, or fix every dim with --input_shape"
+                f"inputs have dynamic dims in the ONNX graph ({listed}) that --input_shape does "
+                "not give, and no gear option was given: fix them, give shape ranges (lo~hi, "
+                "or -1 for any size), or give -1 with --dynamic_batch_size, "
+                "--dynamic_image_size or --dynamic_dims"
             )
         return GearKind.STATIC, ()
     flag = chosen[0]
@@ -788,6 +869,93 @@ def _check_aipp_inputs(desc: OmDescription) -> None:
             )
 
 
+def _probe_inputs(inputs: tuple[OmTensor, ...]) -> tuple[OmTensor, ...]:
+    """The inputs of a model without gears as the compile probe runs them: shape ranges at
+    their upper bounds (at least 1 where unbounded)."""
+    return tuple(
+        dataclasses.replace(t, dims=tuple(hi if hi > 0 else max(lo, 1) for lo, hi in t.ranges))
+        if t.ranges
+        else t
+        for t in inputs
+    )
+
+
+def _static_outputs(
+    proto: onnx.ModelProto, inputs: tuple[OmTensor, ...], probed: tuple[OmTensor, ...]
+) -> tuple[OmTensor, ...]:
+    """The outputs of a model without gears as ATC describes them: -1 on every dim that ONNX
+    shape inference cannot fix from the inputs' dims (data-dependent: NonZero, NMS, TopK with a
+    computed k; or following a shape-range input), with (0, upper) ranges, upper the probe's
+    dim when every input range is bounded and the dim is fixed at the upper bounds, else -1.
+
+    `probed` holds the outputs of the probe run at the inputs' upper bounds; an output whose
+    rank inference cannot tell keeps the probe's dims."""
+    symbolic = _inferred_output_dims(proto, [t.dims for t in inputs])
+    bounded = all(hi >= 0 for t in inputs for _, hi in t.ranges)
+    at_upper = _inferred_output_dims(proto, [t.dims for t in _probe_inputs(inputs)])
+    outputs = []
+    for tensor, fixed, upper in zip(probed, symbolic, at_upper):
+        if fixed is None or len(fixed) != len(tensor.dims) or -1 not in fixed:
+            outputs.append(tensor)
+            continue
+        ranges = tuple(
+            (d, d) if d >= 0 else (0, p if bounded and upper is not None and upper[i] >= 0 else -1)
+            for i, (d, p) in enumerate(zip(fixed, tensor.dims))
+        )
+        outputs.append(dataclasses.replace(tensor, dims=fixed, ranges=ranges))
+    return tuple(outputs)
+
+
+def _inferred_output_dims(proto: onnx.ModelProto, input_dims: list[Shape]) -> list[Shape | None]:
+    """Each output's dims by ONNX shape inference for inputs of `input_dims` (-1: unknown), -1
+    where inference cannot fix a dim; None for an output whose rank it cannot tell."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    initializers = {init.name for init in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+    for value, dims in zip(graph_inputs, input_dims):
+        shape = value.type.tensor_type.shape
+        shape.ClearField("dim")
+        for axis, d in enumerate(dims):
+            if d >= 0:
+                shape.dim.add().dim_value = d
+            else:
+                shape.dim.add().dim_param = f"{value.name}_{axis}"
+    for value in model.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    del model.graph.value_info[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # onnx raises InferenceError and others; the probe's shapes stand
+        return [None] * len(model.graph.output)
+    result: list[Shape | None] = []
+    for value in inferred.graph.output:
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            result.append(None)
+            continue
+        result.append(
+            tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+        )
+    return result
+
+
+def in_ranges(tensor: OmTensor, shape: Shape) -> bool:
+    """Whether `shape` lies in the tensor's ranges (GE: IsOriginShapeInRange)."""
+    return len(shape) == len(tensor.ranges) and all(
+        lo <= d and (hi < 0 or d <= hi) for d, (lo, hi) in zip(shape, tensor.ranges)
+    )
+
+
+def ranges_text(ranges: tuple[tuple[int, int], ...]) -> str:
+    """Ranges as ATC writes them: `1~16,3,224,224` (-1 unbounded)."""
+    return ",".join(
+        str(lo) if lo == hi else ("-1" if hi < 0 and lo == 0 else f"{lo}~{hi}") for lo, hi in ranges
+    )
+
+
 def _acl_dtype(onnx_elem_type: int, what: str) -> int:
     """The aclDataType of an ONNX element type numpy holds; OmCompileError for any other."""
     data_type = DTYPES_BY_ONNX.get(onnx_elem_type)
@@ -864,6 +1032,11 @@ def _ints(values: Any) -> tuple[int, ...]:
     if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
         raise ValueError(f"expected a list of integers, got {values!r}")
     return tuple(values)
+
+
+def _range(value: Any) -> tuple[int, int]:
+    lo, hi = _ints(value)
+    return lo, hi
 
 
 def _gear_text(gear: Gear) -> str:

@@ -34,7 +34,6 @@ from ge_python_backend.repository.triton_config import (
     TritonConfig,
     compare_config_with_session,
     config_type_name,
-    model_dims,
 )
 from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
@@ -86,8 +85,8 @@ def complete_config(
                 tensor = dataclasses.replace(tensor, data_type=config_type_name(spec.triton_dtype))
                 parts.append(tensor.data_type)
             if not tensor.dims:
-                tensor = dataclasses.replace(tensor, dims=tuple(model_dims(spec.shape, batched)))
-                parts.append(str(list(tensor.dims)))
+                tensor = tensor.with_om_shape(spec.shape, batched)
+                parts.append(str(tensor.served_dims))
             tensors[index] = tensor
             if parts:
                 what = "" if added else " (declared without " + _missing(parts) + ")"

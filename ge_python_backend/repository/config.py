@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
@@ -25,6 +25,7 @@ from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.triton_config import (
     DEFAULT_MAX_QUEUE_DELAY_US,
     ConfigError,
+    ConfigTensor,
     TritonConfig,
     config_type_name,
     model_dims,
@@ -74,6 +75,17 @@ def check_model_name(name: str) -> str:
             "interpreted; use letters, digits, '_', '-' and '.'"
         )
     return name
+
+
+def set_tensor_dims(tensor: Any, shape: Sequence[int], batched: bool) -> None:
+    """Write a protobuf config input's or output's dims for a tensor of `.om` shape `shape`, by
+    the rule of `ConfigTensor.with_om_shape` (scalars: `[1]`, with `reshape { shape: [] }` when
+    batched)."""
+    entry = ConfigTensor(tensor.name).with_om_shape(shape, batched)
+    tensor.dims.extend(entry.dims)
+    if entry.reshape is not None:
+        tensor.reshape.SetInParent()
+        tensor.reshape.shape.extend(entry.reshape)
 
 
 def first_gear_shapes(inputs: Sequence[TensorSpec], gears: GearInfo) -> list[list[int]]:
@@ -146,17 +158,11 @@ def build_model_config(
 
     config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=batch)
     for spec in inputs:
-        config.input.add(
-            name=spec.name,
-            data_type=config_data_type(spec.triton_dtype),
-            dims=model_dims(spec.shape, batch > 0),
-        )
+        tensor = config.input.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
+        set_tensor_dims(tensor, spec.shape, batch > 0)
     for spec in outputs:
-        config.output.add(
-            name=spec.name,
-            data_type=config_data_type(spec.triton_dtype),
-            dims=model_dims(spec.shape, batch > 0),
-        )
+        tensor = config.output.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
+        set_tensor_dims(tensor, spec.shape, batch > 0)
     config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
     preferred = [gear for gear in gears.batch_gears if gear <= batch]
     if batch:
@@ -168,8 +174,9 @@ def build_model_config(
             policy.max_queue_size = max_queue_size
         config.dynamic_batching.preferred_batch_size.extend(preferred)
     parameters.to_config(config)
-    if warmup:
-        shapes = first_gear_shapes(inputs, gears)
+    shapes = first_gear_shapes(inputs, gears)
+    # a shape-range input has -1 left: no one shape is known to be valid, so no warmup
+    if warmup and all(dim >= 0 for shape in shapes for dim in shape):
         for size in preferred if batch else [1]:
             entry = config.model_warmup.add(name=f"warmup_batch_{size}", batch_size=size)
             for spec, shape in zip(inputs, shapes):

@@ -23,10 +23,11 @@ def open_session(
     input_shape_order: Sequence[str] | None = None,
     device_id: int = 0,
     aipp_config: Path | None = None,
+    max_output_bytes: int | None = None,
 ) -> Iterator[Session]:
-    """A runtime `Session` on `om_path` (`input_shape_order`, `aipp_config`: the parameters,
-    for dims models and dynamic-AIPP models); failures to open it become one-line
-    `UserError`s."""
+    """A runtime `Session` on `om_path` (`input_shape_order`, `aipp_config` and
+    `max_output_bytes`: the parameters, for dims, dynamic-AIPP and dynamic-shape models);
+    failures to open it become one-line `UserError`s."""
     from ge_python_backend.runtime import Session
 
     try:
@@ -36,6 +37,7 @@ def open_session(
             runtime=runtime,
             input_shape_order=input_shape_order,
             aipp_config=aipp_config,
+            max_output_bytes=max_output_bytes,
         )
     except UserError:
         raise

@@ -16,6 +16,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
+| `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -54,6 +55,9 @@ DEFAULT_PIPELINE_DEPTH = 2
 # one execution's device time, so shorter executions (mean over the last 100 ms) are answered
 # inline.
 DEFAULT_PIPELINE_MIN_DEVICE_US = 1000
+# The largest output buffer max_output_bytes may ask for per output and lane (64 GiB, the HBM of
+# the largest Ascend device): a larger value is a typo.
+MAX_OUTPUT_BYTES = 64 << 30
 
 
 def _shown(value: object) -> str:
@@ -206,6 +210,21 @@ def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
     return names
 
 
+def parse_max_output_bytes(value: object) -> int | None:
+    """None (a model whose outputs are all bounded needs none), or bytes in 1..MAX_OUTPUT_BYTES:
+    the buffer of each output whose size the model leaves unbounded (data-dependent shapes)."""
+    if value is None:
+        return None
+    nbytes = _whole_number(value)
+    if nbytes is None or not 1 <= nbytes <= MAX_OUTPUT_BYTES:
+        raise ConfigError(
+            "parameter max_output_bytes must be a whole number of bytes from 1 to "
+            f"{MAX_OUTPUT_BYTES} (the buffer of each output whose shape depends on the data), "
+            f"got {_shown(value)}"
+        )
+    return nbytes
+
+
 # The one parser of each parameter: it takes the config text or the typed value alike.
 _PARSERS: dict[str, Callable[[object], Any]] = {
     "om_file": parse_om_file,
@@ -217,6 +236,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "pipeline_min_device_us": parse_pipeline_min_device_us,
     "input_shape_order": parse_input_shape_order,
     "aipp_config": parse_aipp_config_file,
+    "max_output_bytes": parse_max_output_bytes,
 }
 PARAMETER_NAMES = tuple(_PARSERS)
 
@@ -254,6 +274,7 @@ class ModelParameters:
     input_shape_order: tuple[str, ...] | None = None
     pipeline_min_device_us: int | None = None
     aipp_config: str | None = None
+    max_output_bytes: int | None = None
 
     def __post_init__(self) -> None:
         problems = []

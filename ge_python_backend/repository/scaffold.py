@@ -142,11 +142,16 @@ def declared_model(
 
 
 def describe_om(
-    om_path: Path, runtime: str, input_shape_order: Sequence[str] | None = None
+    om_path: Path,
+    runtime: str,
+    input_shape_order: Sequence[str] | None = None,
+    max_output_bytes: int | None = None,
 ) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], GearInfo]:
     """Inputs, outputs and gears read from the `.om` by opening a runtime Session."""
     try:
-        with open_session(om_path, runtime, input_shape_order) as session:
+        with open_session(
+            om_path, runtime, input_shape_order, max_output_bytes=max_output_bytes
+        ) as session:
             return tuple(session.inputs), tuple(session.outputs), session.gears
     except UserError as exc:
         raise UserError(
@@ -216,6 +221,7 @@ def scaffold(
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS,
     input_shape_order: Sequence[str] | str | None = None,
     pipeline_min_device_us: int | None = None,
+    max_output_bytes: int | None = None,
     inputs: Sequence[str] | None = None,
     outputs: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -230,7 +236,8 @@ def scaffold(
     place and renamed in, so a failure leaves nothing half-written; an existing directory is
     replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
     write. `device_ids`, `runtime`, `pipeline_depth`, `execute_timeout_ms`,
-    `input_shape_order` and `pipeline_min_device_us` (None: left out, its default applies)
+    `input_shape_order`, `pipeline_min_device_us` and `max_output_bytes` (None: left out, its
+    default applies)
     become the config's parameters (`ModelParameters`: the rules and
     messages of the model instance). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
@@ -263,6 +270,7 @@ def scaffold(
         execute_timeout_ms=execute_timeout_ms,
         input_shape_order=parse_input_shape_order(input_shape_order),
         pipeline_min_device_us=pipeline_min_device_us,
+        max_output_bytes=max_output_bytes,
     )
     specs_in: Sequence[TensorSpec]
     specs_out: Sequence[TensorSpec]
@@ -270,7 +278,9 @@ def scaffold(
     if inputs or outputs:
         specs_in, specs_out, gears = declared_model(inputs or (), outputs or (), max_batch_size)
     else:
-        specs_in, specs_out, gears = describe_om(source, runtime, parameters.input_shape_order)
+        specs_in, specs_out, gears = describe_om(
+            source, runtime, parameters.input_shape_order, parameters.max_output_bytes
+        )
     root = Path(repository)
     model_dir = root / model_name
     if model_dir.is_symlink():

@@ -75,11 +75,12 @@ def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
 @dataclasses.dataclass(frozen=True)
 class ConfigTensor:
     """One `input` or `output` entry; `data_type` is `TYPE_INVALID` and `dims` empty when the
-    config does not give them."""
+    config does not give them; `reshape` is the `reshape { shape }` it gives, if any."""
 
     name: str
     data_type: str = "TYPE_INVALID"
     dims: tuple[int, ...] = ()
+    reshape: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConfigTensor:
@@ -90,10 +91,33 @@ class ConfigTensor:
         if data_type not in DATA_TYPES:
             raise ConfigError(f"tensor {data.get('name')!r}: unknown data_type {data_type!r}")
         dims = tuple(int(dim) for dim in data.get("dims", ()))
-        return cls(str(data.get("name", "")), str(data_type), dims)
+        given = data.get("reshape")
+        reshape = None if given is None else tuple(int(dim) for dim in given.get("shape", ()))
+        return cls(str(data.get("name", "")), str(data_type), dims, reshape)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "data_type": self.data_type, "dims": list(self.dims)}
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "data_type": self.data_type,
+            "dims": list(self.dims),
+        }
+        if self.reshape is not None:
+            entry["reshape"] = {"shape": list(self.reshape)}
+        return entry
+
+    def with_om_shape(self, shape: Sequence[int], batched: bool) -> ConfigTensor:
+        """This entry with the dims of an `.om` tensor of `shape`. Triton refuses empty dims: a
+        batched `[N]` tensor is `dims: [1]` with `reshape { shape: [] }`; a scalar of a model
+        without batching, which Triton cannot reshape to [], is served as [1]
+        (`triton.requests.build_response`)."""
+        dims = model_dims(shape, batched)
+        reshape = () if not dims and batched else None
+        return dataclasses.replace(self, dims=tuple(dims or [1]), reshape=reshape)
+
+    @property
+    def served_dims(self) -> list[int]:
+        """The dims the entry gives the backend: its `reshape` shape when it has one."""
+        return list(self.dims if self.reshape is None else self.reshape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,8 +237,10 @@ def _compare_tensors(
                 f"{kind} {name!r}: config data_type {tensor.data_type} "
                 f"but the .om has {expected_type}"
             )
-        dims = list(tensor.dims)
+        dims = tensor.served_dims
         expected = model_dims(spec.shape, batched)
+        if not expected and tensor.reshape is None:
+            expected = [1]  # a scalar of a model without batching is served as [1]
         if _dims_conflict(dims, expected):
             problems.append(f"{kind} {name!r}: config dims {dims} but the .om needs {expected}")
     for name in by_name:

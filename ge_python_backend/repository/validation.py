@@ -104,7 +104,9 @@ def _check_version(
         report.notes.append(prefix + "auto-complete will fill " + "; ".join(completion.filled))
     chosen = runtime or params.acl_runtime or "pyacl"
     try:
-        with open_session(om_path, chosen, params.input_shape_order) as session:
+        with open_session(
+            om_path, chosen, params.input_shape_order, max_output_bytes=params.max_output_bytes
+        ) as session:
             problems = compare_config_with_session(
                 completion.config, session.inputs, session.outputs, session.gears
             )

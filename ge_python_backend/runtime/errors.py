@@ -13,6 +13,7 @@ __all__ = [
     "ExecuteTimeoutError",
     "InputError",
     "ModelFileError",
+    "OutputTooLargeError",
     "RuntimeSelectionError",
     "check",
     "check_handle",
@@ -53,6 +54,16 @@ class ExecuteTimeoutError(AclError):
 
 class InputError(GeBackendError, ValueError):
     """Caller data does not fit the model (dtype, shape, missing or unknown input, no gear)."""
+
+
+class OutputTooLargeError(GeBackendError):
+    """A data-dependent output came out larger than its buffer (`max_output_bytes`)."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], nbytes: int, room: int) -> None:
+        super().__init__(
+            f"output {name!r} came out with shape {list(shape)}, {nbytes} bytes, but its buffer "
+            f"holds {room}; raise the parameter max_output_bytes"
+        )
 
 
 class ModelFileError(UserError):

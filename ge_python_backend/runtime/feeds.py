@@ -28,6 +28,7 @@ class FeedChecker:
         self.table = table
         # per input, the axes the gears fix: a batched input's rows (axis 0) are free
         self._first = tuple(1 if batched else 0 for batched in table.batched_inputs)
+        self.ranges = table.input_ranges
         self._matched: dict[_Signature, tuple[int, int]] = {}
 
     def match(self, feeds: Feeds) -> tuple[int, int]:
@@ -63,7 +64,7 @@ class FeedChecker:
             problems += [f"missing input(s) {', '.join(missing)}"] if missing else []
             raise InputError(f"{'; '.join(problems)}; the model's inputs are {self.inputs_text()}")
         rows: dict[str, int] = {}
-        for spec, first in zip(self.inputs, self._first):
+        for spec, first, ranges in zip(self.inputs, self._first, self.ranges):
             array = feeds[spec.name]
             if not isinstance(array, np.ndarray):
                 raise InputError(
@@ -82,6 +83,12 @@ class FeedChecker:
                 raise InputError(
                     f"input {spec.name!r}: expected shape {_template(spec.shape, bool(first))}, "
                     f"got {array.shape}"
+                )
+            if ranges and not all(lo <= d <= hi for d, (lo, hi) in zip(array.shape, ranges)):
+                allowed = ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in ranges)
+                raise InputError(
+                    f"input {spec.name!r}: shape {array.shape} is outside the model's shape "
+                    f"range ({allowed})"
                 )
             if first:
                 if array.shape[0] < 1:

@@ -84,6 +84,11 @@ class GearTable:
             return self.info, [(*s[:kept], *(-1 for _ in s[kept:])) for s in reported]
         return self.info, [self.merged_output_shape(n) for n in range(len(reported))]
 
+    @property
+    def input_ranges(self) -> list[tuple[tuple[int, int], ...]]:
+        """Each input's shape range ((lower, upper) per dim; () for an input without one)."""
+        return [info.ranges for info in self._desc.inputs]
+
     def select(self, model: Model, inputs: Dataset, gear: int, batch: int) -> None:
         """The set_* call for gear `gear` (batch gear `batch` for a dynamic-batch model)."""
         if self.kind == GearKind.BATCH:
@@ -138,6 +143,8 @@ class GearTable:
                             f"gear {batch}; expected the batch on axis 0"
                         )
             batch_gears = normalize_gears(desc.gears.batch_gears)
+        elif desc.dynamic_shape:
+            batch_gears = ()  # every execution runs one request with its own shapes
         else:
             every = [s for g in self.gears for s in g.shapes]
             every += [s for shapes in self.output_shapes.values() for s in shapes]

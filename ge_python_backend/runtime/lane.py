@@ -31,7 +31,7 @@ from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
 from ge_python_backend.runtime.device import Context, Event, Stream
-from ge_python_backend.runtime.errors import AclError
+from ge_python_backend.runtime.errors import AclError, ModelFileError, OutputTooLargeError
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, Model
@@ -110,6 +110,11 @@ class Lane(Resource):
             self._abandon()
             raise
         self._views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
+        # a dynamic-shape model: the shapes of the execution staged (inputs) and finished
+        # (outputs, read from the output tensor descs)
+        self.dynamic = model.description.dynamic_shape
+        self._input_shapes: list[Shape] = []
+        self._output_shapes: list[Shape] = []
         self.lock = threading.Lock()  # held while staging into, or finishing, the lane
         self._events_lock = threading.Lock()  # replacing `events` vs another lane waiting on them
         self.job: Any = None  # the session's execution launched here and not yet finished
@@ -123,30 +128,38 @@ class Lane(Resource):
         path: Path,
         input_shape_order: Sequence[str] | None = None,
         aipp: Sequence[AippOp] = (),
+        max_output_bytes: int | None = None,
     ) -> tuple[Lane, GearTable]:
         """Lane 0 and the model's gear table: the `.om` loaded, the gears' output shapes read on
         this lane, every buffer sized for the largest execution of any gear (`aipp`: the fixed
-        parameters of a dynamic-AIPP model, see `Model`)."""
+        parameters of a dynamic-AIPP model, see `Model`). A dynamic-shape model's buffers take
+        the sizes the model reports (range upper bounds); an output whose size is unbounded (0)
+        takes `max_output_bytes`, without which it is refused."""
         model = Model(context, path, input_shape_order, aipp)
         desc = model.description
         try:
             table = GearTable(desc, path)
-            input_sizes = [
-                max(table.input_bytes(n, info.spec.dtype), info.size, 1)
-                for n, info in enumerate(desc.inputs)
-            ]
+            if desc.dynamic_shape:
+                input_sizes = [max(info.size, 1) for info in desc.inputs]
+            else:
+                input_sizes = [
+                    max(table.input_bytes(n, info.spec.dtype), info.size, 1)
+                    for n, info in enumerate(desc.inputs)
+                ]
             lane = cls(0, context, model, input_sizes)
         except BaseException:
             model.close()
             raise
         try:
             table.read_outputs(model, lane.inputs)
-            lane.open_outputs(
-                [
+            if desc.dynamic_shape:
+                output_sizes = _dynamic_output_sizes(desc.outputs, max_output_bytes, path)
+            else:
+                output_sizes = [
                     max(table.output_bytes(n, info.spec.dtype), info.size, 1)
                     for n, info in enumerate(desc.outputs)
                 ]
-            )
+            lane.open_outputs(output_sizes)
         except BaseException:
             lane.close()
             raise
@@ -190,6 +203,10 @@ class Lane(Resource):
         """Write the execution's rows into the pinned input buffers, zero the padding rows;
         the bytes to copy in."""
         nbytes = 0
+        if self.dynamic:  # one request per execution, with its own shapes
+            (piece,) = execution.pieces
+            feeds = feeds_list[piece.part]
+            self._input_shapes = [feeds[slot.spec.name].shape for slot in self.input_slots]
         views = self._input_views(table, execution.gear, execution.batch)
         for slot, view, batched in zip(self.input_slots, views, table.batched_inputs):
             if not (batched and execution.batch):  # whole: unbatched, or a side input
@@ -221,18 +238,23 @@ class Lane(Resource):
         for slot, view in zip(
             self.input_slots, self._input_views(table, execution.gear, execution.batch)
         ):
-            slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
+            if view.nbytes:  # a zero-size tensor has nothing to copy
+                slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
         if table.kind != GearKind.STATIC:
             table.select(self.model, self.inputs, execution.gear, execution.batch)
+        if self.dynamic:
+            self.model.set_input_shapes(self.inputs, self._input_shapes)
         if after is not None and after is not self:
             after.queue_wait_for_execution(self.stream)
         events.executing.record(self.stream)
         self.model.execute_async(self.inputs, self.outputs, self.stream)
         events.executed.record(self.stream)
         nbytes = 0
-        for slot, view in zip(self.output_slots, self.output_views(table, execution)):
-            slot.device.copy_to_host_async(slot.host, view.nbytes, self.stream)
-            nbytes += view.nbytes
+        if not self.dynamic:  # else copied once the output descs give the real shapes
+            for slot, view in zip(self.output_slots, self.output_views(table, execution)):
+                if view.nbytes:
+                    slot.device.copy_to_host_async(slot.host, view.nbytes, self.stream)
+                nbytes += view.nbytes
         events.end.record(self.stream)
         return nbytes
 
@@ -250,9 +272,23 @@ class Lane(Resource):
                 stream.wait(self.events.executed)
 
     def finish(self, timeout_ms: int = 0) -> DeviceTimes:
-        """Wait for the launched work (at most `timeout_ms` when > 0); its device times."""
+        """Wait for the launched work (at most `timeout_ms` when > 0); its device times.
+
+        A dynamic-shape model's outputs are read here: their real shapes from the output
+        tensor descs (final once the stream is synchronized), then their bytes, copied out.
+        """
         self.stream.synchronize(timeout_ms)
-        return self._times()
+        times = self._times()
+        if self.dynamic:
+            assert self.outputs is not None
+            self._output_shapes = self.model.output_shapes(self.outputs)
+            for slot, shape in zip(self.output_slots, self._output_shapes):
+                nbytes = math.prod(shape) * slot.spec.dtype.itemsize
+                if nbytes > slot.host.size:
+                    raise OutputTooLargeError(slot.spec.name, shape, nbytes, slot.host.size)
+                if nbytes:
+                    slot.device.copy_to_host(slot.host, nbytes)
+        return times
 
     def settle(self) -> None:
         """After a failure: wait until nothing of the lane's work still runs (errors logged)."""
@@ -281,6 +317,11 @@ class Lane(Resource):
 
     def output_views(self, table: GearTable, execution: Execution) -> list[np.ndarray]:
         """The pinned output buffers of an execution as arrays (trimmed to its real rows)."""
+        if self.dynamic:
+            return [
+                _view(s.host, s.spec.dtype, shape)
+                for s, shape in zip(self.output_slots, self._output_shapes)
+            ]
         key = table.output_key(execution.gear, execution.batch)
         views = self._views.get((False, *key))
         if views is None:
@@ -294,6 +335,11 @@ class Lane(Resource):
         return views
 
     def _input_views(self, table: GearTable, gear: int, batch: int) -> list[np.ndarray]:
+        if self.dynamic:
+            return [
+                _view(s.host, s.spec.dtype, shape)
+                for s, shape in zip(self.input_slots, self._input_shapes)
+            ]
         views = self._views.get((True, gear, batch))
         if views is None:
             shapes = table.input_shapes(gear, batch)
@@ -337,6 +383,25 @@ class Lane(Resource):
 
     def __repr__(self) -> str:
         return f"Lane({self.index}, model {self.model.model_id}{', closed' if self.closed else ''})"
+
+
+def _dynamic_output_sizes(
+    outputs: Sequence[Any], max_output_bytes: int | None, path: Path
+) -> list[int]:
+    """Output buffer sizes of a dynamic-shape model: the size the model reports (its range's
+    upper bound), else `max_output_bytes`; ModelFileError for an unbounded output without it."""
+    unbounded = [info.spec.name for info in outputs if info.size == 0 and -1 in info.spec.shape]
+    if unbounded and max_output_bytes is None:
+        raise ModelFileError(
+            f"{path}: outputs {', '.join(unbounded)} have data-dependent shapes "
+            f"({', '.join(str(list(i.spec.shape)) for i in outputs if i.spec.name in unbounded)}) "
+            "with no upper bound (acl.mdl.get_output_size_by_index is 0); set the parameter "
+            "max_output_bytes to the most bytes one answer of such an output may take"
+        )
+    return [
+        max(info.size if info.size or max_output_bytes is None else max_output_bytes, 1)
+        for info in outputs
+    ]
 
 
 def _close_parts(parts: list[Resource]) -> None:

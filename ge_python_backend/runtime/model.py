@@ -24,6 +24,7 @@ from ge_python_backend.aipp import (
 from ge_python_backend.ascend import (
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
+    Format,
     GearKind,
     format_name,
     tensor_name_of_output,
@@ -58,7 +59,9 @@ class TensorInfo:
 
     index: int  # the model's input or output index
     spec: TensorSpec
-    size: int  # bytes the description reports (the largest gear's)
+    size: int  # bytes the description reports (the largest gear's; 0 when unbounded)
+    # a shape-range input: (lower, upper) per dim (acl.mdl.get_input_dims_range); () otherwise
+    ranges: tuple[tuple[int, int], ...] = ()
     aipp: str = ""  # the input's AIPP as get_aipp_type / get_first_aipp_info report it
 
 
@@ -77,6 +80,9 @@ class ModelDescription:
     dims_values: tuple[tuple[int, ...], ...] = ()  # per gear, the dims as ACL lists them
     # (index, size) of each dynamic-AIPP parameter input: set once per dataset, never fed
     aipp_inputs: tuple[tuple[int, int], ...] = ()
+    # no gears but -1 dims (shape-range inputs, data-dependent outputs): every execution sets
+    # its inputs' tensor descs and reads its outputs' real shapes from the output descs
+    dynamic_shape: bool = False
 
 
 class Dataset(Resource):
@@ -207,6 +213,46 @@ class Model(Resource):
             shapes.append(_dims(dims))
         return shapes
 
+    def set_input_shapes(self, inputs: Dataset, shapes: Sequence[Shape]) -> None:
+        """A dynamic-shape model: give each input's real dims to the next execution
+        (`acl.create_tensor_desc` + `acl.mdl.set_dataset_tensor_desc`; the dataset keeps a
+        copy, so ours is destroyed at once)."""
+        self.context.activate()
+        acl = self.context.acl
+        for info, shape in zip(self.description.inputs, shapes):
+            acl_dtype = DTYPES_BY_NUMPY[info.spec.dtype].acl
+            desc = check_handle(
+                acl.create_tensor_desc(acl_dtype, [int(d) for d in shape], _format(info.spec)),
+                "acl.create_tensor_desc",
+                acl,
+            )
+            try:
+                _, ret = acl.mdl.set_dataset_tensor_desc(inputs.handle, desc, info.index)
+                check(ret, "acl.mdl.set_dataset_tensor_desc", acl)
+            finally:
+                acl.destroy_tensor_desc(desc)
+
+    def output_shapes(self, outputs: Dataset) -> list[Shape]:
+        """A dynamic-shape model: each output's real shape from the output dataset's tensor
+        descs, which GE recreates at every execute. Read them after the stream is synchronized
+        (whether they are final when `execute_async` returns is UNCONFIRMED)."""
+        self.context.activate()
+        acl = self.context.acl
+        shapes = []
+        for info in self.description.outputs:
+            desc = check_handle(
+                acl.mdl.get_dataset_tensor_desc(outputs.handle, info.index),
+                "acl.mdl.get_dataset_tensor_desc",
+                acl,
+            )
+            dims = []
+            for axis in range(acl.get_tensor_desc_num_dims(desc)):
+                dim, ret = acl.get_tensor_desc_dim_v2(desc, axis)
+                check(ret, "acl.get_tensor_desc_dim_v2", acl)
+                dims.append(int(dim))
+            shapes.append(tuple(dims))
+        return shapes
+
     def execute_async(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
         """Queue one run of the model on `stream` (results after `stream.synchronize()`).
 
@@ -325,6 +371,11 @@ def _output_names(mdl: Any, desc: int, path: Path) -> list[str]:
     return names
 
 
+def _format(spec: TensorSpec) -> int:
+    """The aclFormat code of a spec's format name (ND for a name `Format` does not list)."""
+    return int(Format.__members__.get(spec.format, Format.ND))
+
+
 def _describe(
     acl: ModuleType,
     desc: int,
@@ -394,13 +445,10 @@ def _describe(
         if kind == GearKind.DIMS:
             dims_gears = _split_dims_gears(dims_values, inputs, path, input_shape_order)
     else:
-        dynamic = [i.spec.name for i in inputs if -1 in i.spec.shape]
-        if dynamic:
-            raise ModelFileError(
-                f"{path}: inputs {', '.join(dynamic)} have -1 dims but the model has no gears "
-                "(shape-range models are not supported); compile it with --dynamic_batch_size, "
-                "--dynamic_image_size or --dynamic_dims"
-            )
+        inputs = [_with_ranges(acl, desc, info, path) for info in inputs]
+    dynamic_shape = gear_input is None and any(
+        -1 in info.spec.shape for info in (*inputs, *outputs)
+    )
     return ModelDescription(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
@@ -419,6 +467,7 @@ def _describe(
         ),
         dims_values=dims_values,
         aipp_inputs=aipp_inputs,
+        dynamic_shape=dynamic_shape,
     )
 
 
@@ -534,6 +583,24 @@ def aipp_text(info: dict[str, Any]) -> str:
             f"{info['leftPaddingSize']}/{info['rightPaddingSize']}"
         )
     return ", ".join(parts)
+
+
+def _with_ranges(acl: ModuleType, desc: int, info: TensorInfo, path: Path) -> TensorInfo:
+    """A shape-range input (-1 dims, no gears) with its ranges; ModelFileError if a range has
+    no upper bound (its buffers could not be sized)."""
+    if -1 not in info.spec.shape:
+        return info
+    found, ret = acl.mdl.get_input_dims_range(desc, info.index)
+    check(ret, "acl.mdl.get_input_dims_range", acl)
+    ranges = tuple((int(lo), int(hi)) for lo, hi in found["range"][: found["rangeCount"]])
+    if len(ranges) != len(info.spec.shape) or any(hi < 0 for _, hi in ranges):
+        raise ModelFileError(
+            f"{path}: input {info.spec.name!r} has dims {list(info.spec.shape)} with the shape "
+            f"range {[list(r) for r in ranges]}, which has no upper bound, so its buffers "
+            'cannot be sized; compile it with bounded ranges (--input_shape "x:1~16,...") or '
+            "with gears (--dynamic_batch_size, --dynamic_image_size, --dynamic_dims)"
+        )
+    return dataclasses.replace(info, ranges=ranges)
 
 
 def _gears(

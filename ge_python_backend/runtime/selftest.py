@@ -114,7 +114,9 @@ class _Env:
             raise ProbeFailure(f"model {spec.stem}.om is missing: {reason}")
         return spec, self.models.paths[name]
 
-    def session(self, name: str, pipeline_depth: int = 1) -> tuple[SelftestModel, Session]:
+    def session(
+        self, name: str, pipeline_depth: int = 1, max_output_bytes: int | None = None
+    ) -> tuple[SelftestModel, Session]:
         """A model's spec and a Session on it (given the --input_shape order if it needs it)."""
         spec, path = self.model(name)
         session = Session(
@@ -123,6 +125,7 @@ class _Env:
             self.runtime,
             pipeline_depth=pipeline_depth,
             input_shape_order=spec.input_shape_order,
+            max_output_bytes=max_output_bytes,
         )
         return spec, session
 
@@ -430,7 +433,11 @@ def _description(env: _Env) -> str:
                     got_out == list(spec.outputs),
                     f"{spec.stem}: outputs {got_out}, expected {list(spec.outputs)}",
                 )
-                if spec.kind == GearKind.STATIC:
+                _expect(
+                    desc.dynamic_shape == spec.dynamic_shape,
+                    f"{spec.stem}: dynamic shape {desc.dynamic_shape}, expected the opposite",
+                )
+                if spec.kind == GearKind.STATIC and not spec.dynamic_shape:
                     shapes = [o.spec.shape for o in desc.outputs]
                     want_shapes = spec.output_shapes(None)
                     _expect(shapes == want_shapes, f"outputs {shapes}, expected {want_shapes}")
@@ -722,6 +729,53 @@ def _session(env: _Env) -> str:
         f"11 rows in {counters.executions} executions, {counters.padded_rows} row(s) padded; "
         f"outputs equal NumPy; device time executing {counters.execute_seconds * 1e6:.0f} us"
     )
+
+
+@_probe("data-dependent output descriptors")
+def _data_dependent(env: _Env) -> str:
+    """A NonZero model with static inputs reports -1 in get_output_dims; after each
+    execute_async and the stream's synchronize, get_dataset_tensor_desc of the output dataset
+    holds that execution's real dims (get_tensor_desc_num_dims, get_tensor_desc_dim_v2), and
+    the rows read with them equal NumPy's, request after request on both lanes."""
+    spec, path = env.model("nonzero")
+    with env.opened() as context, Model(context, path) as model:
+        dims, ret = env.acl.mdl.get_output_dims(model.desc, 0)
+        check(ret, "acl.mdl.get_output_dims", env.acl)
+        size = env.acl.mdl.get_output_size_by_index(model.desc, 0)
+    _expect(-1 in dims["dims"], f"get_output_dims gave {dims['dims']}, expected a -1")
+    _, session = env.session("nonzero", pipeline_depth=2, max_output_bytes=2 * 4 * 8 * 8)
+    with session:
+        requests = [spec.feeds({"x": (4, 8)}, seed=seed) for seed in range(4)]
+        results = session.infer_many(requests)
+    rows = []
+    for feeds, outputs in zip(requests, results):
+        _compare("NonZero indices", list(outputs.values()), spec.reference(feeds))
+        rows.append(outputs["indices"].shape[1])
+    return f"get_output_dims {dims['dims']}, size {size}; rows per request {rows} equal NumPy"
+
+
+@_probe("shape-range inputs")
+def _shape_range(env: _Env) -> str:
+    """`--input_shape x:1~8,8` (no gears): get_input_dims has -1, get_input_dims_range gives
+    {"rangeCount": 2, "range": [[1, 8], [8, 8]]}, get_input_size_by_index the upper bound; a
+    Session sets each request's real dims with set_dataset_tensor_desc and reads the outputs'
+    from the output descriptors."""
+    spec, path = env.model("ranged")
+    acl = env.acl
+    with env.opened() as context, Model(context, path) as model:
+        found, ret = acl.mdl.get_input_dims_range(model.desc, 0)
+        check(ret, "acl.mdl.get_input_dims_range", acl)
+        size = acl.mdl.get_input_size_by_index(model.desc, 0)
+    ranges = [list(r) for r in found["range"][: found["rangeCount"]]]
+    _expect(ranges == [[1, 8], [8, 8]], f"get_input_dims_range gave {found}")
+    _expect(size == 8 * 8 * 4, f"get_input_size_by_index gave {size}, expected {8 * 8 * 4}")
+    _, session = env.session("ranged", pipeline_depth=2)
+    with session:
+        requests = [spec.feeds({"x": (rows, 8)}, seed=rows) for rows in (1, 5, 8)]
+        results = session.infer_many(requests)
+    for feeds, outputs in zip(requests, results):
+        _compare(f"{len(feeds['x'])} rows", list(outputs.values()), spec.reference(feeds))
+    return f"range {ranges}, size {size}; 1, 5 and 8 rows equal NumPy"
 
 
 @_probe("teardown order")

@@ -58,6 +58,7 @@ class SelftestModel:
     build: Callable[[Path], None]  # writes the ONNX file
     needs_input_shape_order: bool = False  # its dims gears fit both orders of its inputs
     aipp_config: str = ""  # the aipp.cfg of --insert_op_conf (its first input's static AIPP)
+    data_dependent: bool = False  # its output shapes depend on the input values
 
     @property
     def stem(self) -> str:
@@ -87,12 +88,17 @@ class SelftestModel:
         return next((k for k in GearKind if k.atc_option in self.flags), GearKind.STATIC)
 
     @property
+    def dynamic_shape(self) -> bool:
+        """No gears, but shape ranges (`lo~hi` in `--input_shape`) or data-dependent outputs."""
+        return self.data_dependent or "~" in self.flags["input_shape"]
+
+    @property
     def input_shape(self) -> dict[str, Shape]:
-        """`--input_shape` parsed, in its order (-1 on dynamic dims)."""
+        """`--input_shape` parsed, in its order (-1 on dynamic dims and shape ranges)."""
         shapes = {}
         for entry in self.flags["input_shape"].split(";"):
             name, _, dims = entry.rpartition(":")
-            shapes[name] = tuple(int(d) for d in dims.split(","))
+            shapes[name] = tuple(-1 if "~" in d else int(d) for d in dims.split(","))
         return shapes
 
     @property
@@ -300,6 +306,46 @@ def _aipp_v2(feeds: Feeds) -> list[np.ndarray]:
     return [model.aipp.apply(feeds["image"]) * 2 + 1]
 
 
+def _build_nonzero(path: Path) -> None:
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    _save(
+        path,
+        [
+            helper.make_node("Greater", ["x", "half"], ["mask"]),
+            helper.make_node("NonZero", ["mask"], ["indices"]),
+        ],
+        [("x", T.FLOAT, [4, 8])],
+        [("indices", T.INT64, [2, "K"])],
+        {"half": np.array(0.5, np.float32)},
+    )
+
+
+def _build_ranged(path: Path) -> None:
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    _save(
+        path,
+        [
+            helper.make_node("Mul", ["x", "two"], ["x2"]),
+            helper.make_node("Add", ["x2", "one"], ["y"]),
+        ],
+        [("x", T.FLOAT, ["N", 8])],
+        [("y", T.FLOAT, ["N", 8])],
+        {"two": np.array(2, np.float32), "one": np.array(1, np.float32)},
+    )
+
+
+def _nonzero(feeds: Feeds) -> list[np.ndarray]:
+    return [np.stack(np.nonzero(feeds["x"] > 0.5)).astype(np.int64)]
+
+
+def _ranged(feeds: Feeds) -> list[np.ndarray]:
+    return [feeds["x"] * 2 + 1]
+
+
 # Names over 127 characters (the dims calls convert them, aclmdlGetInputDims.md) and an output
 # whose ACL name is op:idx:name (aclmdlGetOutputNameByIndex.md).
 LONG_INPUT = "long_input_" + "x" * 139  # 150 characters
@@ -404,6 +450,23 @@ MODELS = (
         _aipp_v2,
         _build_aipp,
         aipp_config=AIPP_V2_CONFIG,
+    ),
+    SelftestModel(
+        "nonzero",
+        (("x", "float32"),),
+        (("indices", "int64"),),
+        {"input_shape": "x:4,8"},
+        _nonzero,
+        _build_nonzero,
+        data_dependent=True,
+    ),
+    SelftestModel(
+        "ranged",
+        (("x", "float32"),),
+        (("y", "float32"),),
+        {"input_shape": "x:1~8,8"},
+        _ranged,
+        _build_ranged,
     ),
 )
 

@@ -132,7 +132,10 @@ class Session(Resource):
     `input_shape_order` names the inputs in ATC's `--input_shape` order, needed only for a
     dynamic-dims model whose gears do not show it. `aipp_config` is an ATC-syntax aipp.cfg
     fixing the AIPP of a dynamic-AIPP model (needed by such a model only; written once per
-    lane with `set_input_aipp`). Any mix of calls from any threads is safe.
+    lane with `set_input_aipp`). A dynamic-shape model (shape-range inputs, data-dependent
+    outputs) runs each request alone and answers with each output's real shape;
+    `max_output_bytes` sizes its outputs whose size the model leaves unbounded. Any mix of calls
+    from any threads is safe.
     """
 
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
@@ -150,7 +153,17 @@ class Session(Resource):
         execute_timeout_ms: int = 0,
         input_shape_order: Sequence[str] | None = None,
         aipp_config: PathLike | None = None,
+        max_output_bytes: int | None = None,
     ) -> None:
+        if max_output_bytes is not None and (
+            isinstance(max_output_bytes, bool)
+            or not isinstance(max_output_bytes, int)
+            or max_output_bytes < 1
+        ):
+            raise ValueError(
+                f"max_output_bytes must be a positive integer (or None), got {max_output_bytes!r}"
+            )
+        self.max_output_bytes = max_output_bytes
         if pipeline_depth not in PIPELINE_DEPTHS or isinstance(pipeline_depth, bool):
             raise ValueError(
                 f"pipeline_depth must be one of {PIPELINE_DEPTHS}, got {pipeline_depth!r}"
@@ -311,7 +324,9 @@ class Session(Resource):
         self._parts.append(device)
         self._context = Context(device)
         self._parts.append(self._context)
-        first, table = Lane.open_first(self._context, self.path, input_shape_order, aipp)
+        first, table = Lane.open_first(
+            self._context, self.path, input_shape_order, aipp, self.max_output_bytes
+        )
         self._parts.append(first)
         self._lanes.append(first)
         desc = first.model.description
@@ -355,7 +370,7 @@ class Session(Resource):
         try:
             h2d_bytes = lane.stage(self._table, execution, batch._feeds_list)
             d2h_bytes = lane.launch(self._table, execution, after=self._launched_last)
-        except AclError as exc:
+        except Exception as exc:  # any failure fails the batch; the lane is settled below
             batch._fail(exc)
             lane.settle()
             with self._counters_lock:
@@ -383,9 +398,9 @@ class Session(Resource):
         batch = job.batch_ref()
         try:
             times = lane.finish(self.execute_timeout_ms if timeout_ms is None else timeout_ms)
-        except AclError as exc:
-            error: AclError = exc
-            if exc.code == ExecuteTimeoutError.CODE:
+        except Exception as exc:  # the execution failed: its batch fails, the lane is settled
+            error: Exception = exc
+            if isinstance(exc, AclError) and exc.code == ExecuteTimeoutError.CODE:
                 error = ExecuteTimeoutError(exc, self.execute_timeout_ms)
                 lane.replace_stream()
             else:

@@ -253,15 +253,19 @@ def run_om(
     seed: int,
     input_shape_order: Sequence[str] | None = None,
     aipp_config: Path | None = None,
+    max_output_bytes: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, AippOp]]:
     """(inputs, outputs, AIPP op by input name) of one run of the `.om` through a runtime
-    `Session`. An AIPP input needs `aipp_config`, the aipp.cfg the `.om` was compiled with (a
-    dynamic-AIPP model: the parameters to serve it with): pyACL reports only part of the CSC
-    matrix (`get_first_aipp_info`)."""
+    `Session`; a data-dependent output comes with its real shape, which the comparison checks
+    against the ONNX output's. An AIPP input needs `aipp_config`, the aipp.cfg the `.om` was
+    compiled with (a dynamic-AIPP model: the parameters to serve it with): pyACL reports only
+    part of the CSC matrix (`get_first_aipp_info`)."""
     if not om_path.is_file():
         raise UserError(f".om file {om_path} does not exist")
     ops = aipp_ops(aipp_config)
-    with open_session(om_path, runtime, input_shape_order, device_id, aipp_config) as session:
+    with open_session(
+        om_path, runtime, input_shape_order, device_id, aipp_config, max_output_bytes
+    ) as session:
         names = [spec.name for spec in session.inputs]
         by_name = {
             names[op.related_input_rank]: op for op in ops if op.related_input_rank < len(names)
@@ -350,6 +354,7 @@ def compare(
     protocol: str = "http",
     input_shape_order: Sequence[str] | None = None,
     aipp_config: Path | None = None,
+    max_output_bytes: int | None = None,
 ) -> CompareReport:
     """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs
     (AIPP inputs: raw UINT8 to the `.om`, the AIPP steps of `aipp_config` to the ONNX)."""
@@ -359,7 +364,15 @@ def compare(
         raise UserError(f"ONNX file {onnx_path} does not exist")
     limits = thresholds or Thresholds()
     feeds, om_outputs, aipp = run_om(
-        om_path, runtime, device_id, shapes or {}, files or {}, seed, input_shape_order, aipp_config
+        om_path,
+        runtime,
+        device_id,
+        shapes or {},
+        files or {},
+        seed,
+        input_shape_order,
+        aipp_config,
+        max_output_bytes,
     )
     reference = run_onnx(onnx_path, feeds, aipp)
     comparisons = compare_outputs("om", om_outputs, reference, limits)

@@ -38,9 +38,17 @@ def auto_complete_config(auto_complete_model_config: Any, model_py: str, pb_util
     config = completion.config
     if config.max_batch_size != given.max_batch_size:
         target.set_max_batch_size(config.max_batch_size)
-    for add, tensors in ((target.add_input, config.inputs), (target.add_output, config.outputs)):
+    for key, add, tensors in (
+        ("input", target.add_input, config.inputs),
+        ("output", target.add_output, config.outputs),
+    ):
         for tensor in tensors:
-            add(tensor.to_dict())
+            entry = tensor.to_dict()
+            reshape = entry.pop("reshape", None)
+            add(entry)
+            if reshape is not None:  # a scalar: add_* takes no reshape, as_dict() does
+                added = next(e for e in target.as_dict()[key] if e["name"] == tensor.name)
+                added["reshape"] = reshape
     if given.dynamic_batching is None and config.dynamic_batching is not None:
         target.set_dynamic_batching()
         batching = target.as_dict()["dynamic_batching"]

@@ -90,6 +90,7 @@ class ModelInstance:
                 execute_timeout_ms=params.execute_timeout_ms,
                 input_shape_order=params.input_shape_order,
                 aipp_config=params.aipp_config_path(version_dir),
+                max_output_bytes=params.max_output_bytes,
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc

@@ -42,11 +42,16 @@ def parse_request(request: Any, index: int, output_names: Sequence[str]) -> Pars
 def build_response(
     pb_utils: Any, outputs: Mapping[str, np.ndarray], requested: Sequence[str]
 ) -> Any:
-    """A response carrying the requested outputs (all of them when none were named)."""
+    """A response carrying the requested outputs (all of them when none were named). Triton
+    has no scalar tensors in a model without batching: a scalar output is served as [1]."""
     names = requested or tuple(outputs)
     make = pb_utils.Tensor.from_dlpack if DLPACK_TENSORS else pb_utils.Tensor
-    tensors = [make(name, outputs[name]) for name in names]
+    tensors = [make(name, _served(outputs[name])) for name in names]
     return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _served(array: np.ndarray) -> np.ndarray:
+    return array.reshape(1) if array.ndim == 0 else array
 
 
 def _array(tensor: Any) -> np.ndarray:

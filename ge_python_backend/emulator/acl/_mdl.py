@@ -203,13 +203,15 @@ def get_num_outputs(desc: int) -> int:
 
 @api("acl.mdl.get_input_size_by_index", int, int, fail=value(0), fault="none")
 def get_input_size_by_index(desc: int, index: int) -> int:
-    """Bytes of input `index` for the largest gear (0 on failure)."""
+    """Bytes of input `index` for the largest gear, or at a shape range's upper bounds (0 on
+    failure or when unbounded)."""
     return _tensor(desc, index, True).size
 
 
 @api("acl.mdl.get_output_size_by_index", int, int, fail=value(0), fault="none")
 def get_output_size_by_index(desc: int, index: int) -> int:
-    """Bytes of output `index` for the largest gear (0 on failure)."""
+    """Bytes of output `index` for the largest gear, or at its range's upper bounds (0 on
+    failure or when unbounded: aclmdlGetOutputSizeByIndex.md)."""
     return _tensor(desc, index, False).size
 
 
@@ -225,6 +227,24 @@ def get_input_dims_v2(desc: int, index: int) -> tuple[dict[str, Any], int]:
     """As get_input_dims, except for a static-AIPP input: dims whose product is its byte size
     (aclmdlGetInputDimsV2.md table 1: YUV420SP_U8 `[n, h*1.5, w, 1]`, ...)."""
     return _dims_dict(desc, index, True, _tensor(desc, index, True).dims_v2), 0
+
+
+def _range_fail(code: int, args: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
+    return {"rangeCount": 0, "range": []}, code
+
+
+@api("acl.mdl.get_input_dims_range", int, int, fail=_range_fail, fault="none")
+def get_input_dims_range(desc: int, index: int) -> tuple[dict[str, Any], int]:
+    """({"rangeCount", "range": [[lo, hi], ...]}, ret): a shape-range input's range per dim,
+    lo == hi on static dims and hi -1 where unbounded; a static model's dims as ranges; a gear
+    model's rangeCount 0 (aclmdlGetInputDimsRange.md; mdl_wrap.cpp WrapAclMdlGetInputDimsRange)."""
+    _tensor(desc, index, True)  # 100000 for an index out of range
+    model = _described(desc)
+    if model.gears:
+        return {"rangeCount": 0, "range": []}, 0
+    source = model.om.description.inputs[index]
+    ranges = source.ranges or tuple((d, d) for d in source.dims)
+    return {"rangeCount": len(ranges), "range": [list(r) for r in ranges]}, 0
 
 
 @api("acl.mdl.get_output_dims", int, int, fail=_dict_ret, fault="none")
@@ -770,7 +790,8 @@ def destroy_dataset(dataset: int) -> int:
 @api("acl.mdl.set_dataset_tensor_desc", int, int, int, fail=lambda code, args: (args[0], code))
 def set_dataset_tensor_desc(dataset: int, desc: int, index: int) -> tuple[int, int]:
     """(dataset, ret): the dataset keeps a copy of tensor desc `desc` for buffer `index` (0
-    drops it). GE uses it only for dynamic-shape models, which the emulator does not run."""
+    drops it). GE uses it only for dynamic-shape models: their executions take each input's
+    real dims from it (hicann/ge api/acl/acl_model/model/model.cpp, SetInputData)."""
     require_init()
     with LOCK:
         target = _dataset_with_buffer(dataset, index)
@@ -780,7 +801,10 @@ def set_dataset_tensor_desc(dataset: int, desc: int, index: int) -> tuple[int, i
 
 @api("acl.mdl.get_dataset_tensor_desc", int, int, fail=value(0), fault="none")
 def get_dataset_tensor_desc(dataset: int, index: int) -> int:
-    """The dataset's tensor desc for buffer `index` (0 if none was set)."""
+    """The dataset's tensor desc for buffer `index` (0 if none): an input's copy from
+    set_dataset_tensor_desc, or an output's, new at every execute and holding the output's real
+    dims once the execution has run (after execute returns; after synchronize_stream for
+    execute_async)."""
     require_init()
     with LOCK:
         target = _dataset_with_buffer(dataset, index)
@@ -845,6 +869,8 @@ def _read_om(path: str) -> OmModel:
 def _mem_sizes(om: OmModel) -> tuple[int, int]:
     """(work, weight) bytes the emulator reports for `om` (see query_size)."""
     desc = om.description
+    if desc.dynamic_shape:
+        return sum(t.upper_bytes() for t in desc.inputs + desc.outputs), len(om.onnx_bytes)
     gear = desc.largest_gear()
     tensors = list(zip(desc.inputs, desc.input_shapes(gear))) + list(
         zip(desc.outputs, desc.output_shapes(gear))

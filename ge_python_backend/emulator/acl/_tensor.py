@@ -1,8 +1,9 @@
 """Tensor descriptors (`aclTensorDesc`): top-level `acl.create_tensor_desc` and its getters.
 
 GE keeps a descriptor attached to a dataset (`acl.mdl.set_dataset_tensor_desc`) and uses it
-only for dynamic-shape models; the emulator runs no such model, so descriptors are stored and
-reported back, never used to run a model. Signatures and return shapes follow pyACL's
+only for dynamic-shape models (shape-range inputs, data-dependent outputs): their executions
+take each input's dims from it, and every execute gives the output dataset new descriptors that
+hold each output's real dims once the execution has run. Signatures and return shapes follow pyACL's
 `py_init_acl.cpp` (hicann/runtime python/pyACL): bare values for the getters, `(dim, ret)` for
 `get_tensor_desc_dim_v2`, None from `destroy_tensor_desc`.
 """
@@ -133,6 +134,31 @@ def attach(dataset_descs: dict[int, int], desc: int, index: int) -> None:
         copy = TensorDesc(STATE.new_handle(), source.dtype, source.dims, source.format)
         STATE.dataset_tensor_descs[copy.handle] = copy
         dataset_descs[index] = copy.handle
+
+
+def renew_descs(dataset_descs: dict[int, int], count: int) -> tuple[int, ...]:
+    """An execute: replace the output dataset's tensor descs by `count` new, undefined ones
+    (GE recreates them at every execute; a handle read before is stale). Caller holds LOCK."""
+    handles = []
+    for index in range(count):
+        attach(dataset_descs, 0, index)
+        desc = TensorDesc(STATE.new_handle(), ACL_DT_UNDEFINED, (), ACL_FORMAT_UNDEFINED)
+        STATE.dataset_tensor_descs[desc.handle] = desc
+        dataset_descs[index] = desc.handle
+        handles.append(desc.handle)
+    return tuple(handles)
+
+
+def fill_desc(handle: int, dtype: int, dims: tuple[int, ...], acl_format: int) -> None:
+    """An execution finished: its output desc `handle` gets the output's real dims, unless the
+    dataset was destroyed or executed again meanwhile. Caller holds LOCK."""
+    if handle in STATE.dataset_tensor_descs:
+        STATE.dataset_tensor_descs[handle] = TensorDesc(handle, dtype, tuple(dims), acl_format)
+
+
+def desc_dims(handle: int) -> tuple[int, ...]:
+    """The dims of a live tensor desc. Caller holds LOCK."""
+    return _desc(handle).dims
 
 
 def detach_all(dataset_descs: dict[int, int]) -> None:

@@ -1,0 +1,194 @@
+"""Dynamic-shape `.om` files in the emulator: data-dependent outputs, shape-range inputs, scalars.
+
+Sources: hicann/ge docs/zh/user_guides/atc_tools/CLI_options/--input_shape.md (ranges `lo~hi`
+and -1 without gears make a dynamic-shape model; before executing, set each input's real dims
+with aclmdlSetDatasetTensorDesc; after, read each output's from aclmdlGetDatasetTensorDesc);
+docs/zh/api/graph_engine_api/c/acl/aclmdlGetInputDimsRange.md (static dims lo == hi, gear models
+rangeCount 0), aclmdlGetOutputSizeByIndex.md (0 when the output's range is not bounded);
+api/acl/acl_model/model/model.cpp (ModelExecute: an input out of its range is 100000; the output
+descs are recreated at every execute); hicann/runtime python/pyACL/mdl/mdl_wrap.cpp
+(get_input_dims_range -> ({"rangeCount", "range"}, ret)).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx_models
+import pytest
+from emulator_helpers import D2H, H2D, dataset_of, malloc
+
+from ge_python_backend.emulator import acl
+from ge_python_backend.emulator.omfile import OmCompileError, OmModel, compile_onnx
+
+pytestmark = pytest.mark.usefixtures("clean_acl")
+
+
+@pytest.fixture(scope="module")
+def om_nonzero(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("nonzero")
+    return compile_onnx(onnx_models.build_nonzero(directory / "nz.onnx"), directory / "nz")
+
+
+@pytest.fixture(scope="module")
+def om_range(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("range")
+    onnx_path = onnx_models.build_mlp(directory / "mlp.onnx")
+    return compile_onnx(onnx_path, directory / "mlp", input_shape="x:1~16,16")
+
+
+def _desc(om: Path) -> tuple[int, int]:
+    model_id, ret = acl.mdl.load_from_file(str(om))
+    assert ret == 0, acl.get_recent_err_msg()
+    desc = acl.mdl.create_desc()
+    assert acl.mdl.get_desc(desc, model_id) == 0
+    return model_id, desc
+
+
+def _output_shape(dataset: int, index: int) -> tuple[int, ...]:
+    handle = acl.mdl.get_dataset_tensor_desc(dataset, index)
+    assert handle
+    count = acl.get_tensor_desc_num_dims(handle)
+    dims = [acl.get_tensor_desc_dim_v2(handle, i) for i in range(count)]
+    assert all(ret == 0 for _, ret in dims)
+    return tuple(d for d, _ in dims)
+
+
+def _run(
+    model_id: int,
+    arrays: list[np.ndarray],
+    out_sizes: list[int],
+    *,
+    descs: bool = True,
+    asynchronous: bool = False,
+) -> tuple[int, int, list[int], int]:
+    """Copy `arrays` in (with tensor descs), execute; (ret, outputs dataset, out ptrs, stream)."""
+    ptrs = []
+    for array in arrays:
+        data = np.ascontiguousarray(array).tobytes()
+        ptr = malloc(max(len(data), 1))
+        assert acl.rt.memcpy(ptr, len(data), acl.util.bytes_to_ptr(data), len(data), H2D) == 0
+        ptrs.append((ptr, len(data)))
+    inputs = dataset_of(ptrs)
+    if descs:
+        for i, array in enumerate(arrays):
+            desc = acl.create_tensor_desc(0, list(array.shape), 2)
+            assert acl.mdl.set_dataset_tensor_desc(inputs, desc, i) == (inputs, 0)
+            acl.destroy_tensor_desc(desc)
+    out_ptrs = [malloc(size) for size in out_sizes]
+    outputs = dataset_of(list(zip(out_ptrs, out_sizes)))
+    stream = 0
+    if asynchronous:
+        stream, ret = acl.rt.create_stream()
+        assert ret == 0
+        ret = acl.mdl.execute_async(model_id, inputs, outputs, stream)
+    else:
+        ret = acl.mdl.execute(model_id, inputs, outputs)
+    return ret, outputs, out_ptrs, stream
+
+
+def _fetch(ptr: int, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    out = bytes(nbytes)
+    if nbytes:
+        assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), nbytes, ptr, nbytes, D2H) == 0
+    return np.frombuffer(out, dtype).reshape(shape)
+
+
+def test_data_dependent_output_reports_minus_one_and_size_zero(ctx: int, om_nonzero: Path) -> None:
+    """NonZero's count of rows is known only after running: get_output_dims has -1 (not the
+    zeros probe's 0) and get_output_size_by_index 0 (unbounded); the scalar stays a scalar."""
+    _, desc = _desc(om_nonzero)
+    dims, ret = acl.mdl.get_output_dims(desc, 0)
+    assert ret == 0 and dims["dims"] == [2, -1]
+    assert acl.mdl.get_output_size_by_index(desc, 0) == 0
+    scalar, ret = acl.mdl.get_output_dims(desc, 1)
+    assert ret == 0 and scalar["dimCount"] == 0 and scalar["dims"] == []
+    assert acl.mdl.get_output_size_by_index(desc, 1) == 8
+    ranges, ret = acl.mdl.get_input_dims_range(desc, 0)
+    assert ret == 0 and ranges == {"rangeCount": 2, "range": [[4, 4], [4, 4]]}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_output_descs_hold_each_execution_real_shape(
+    ctx: int, om_nonzero: Path, asynchronous: bool
+) -> None:
+    """Every execute makes new output descs with that execution's dims (async: final once the
+    stream is synchronized); the rows match onnxruntime; the scalar output is served as []."""
+    model_id, _ = _desc(om_nonzero)
+    rng = np.random.default_rng(3)
+    seen = set()
+    for _ in range(3):
+        x = rng.random((4, 4), dtype=np.float32)
+        ret, outputs, out_ptrs, stream = _run(
+            model_id, [x], [4 * 4 * 2 * 8, 8], asynchronous=asynchronous
+        )
+        assert ret == 0, acl.get_recent_err_msg()
+        if stream:
+            assert acl.rt.synchronize_stream(stream) == 0
+        want = onnx_models.reference(om_nonzero, [x])
+        shape = _output_shape(outputs, 0)
+        assert shape == want["indices"].shape
+        np.testing.assert_array_equal(_fetch(out_ptrs[0], shape, np.int64), want["indices"])
+        assert _output_shape(outputs, 1) == ()
+        assert _fetch(out_ptrs[1], (), np.int64) == want["count"]
+        seen.add(acl.mdl.get_dataset_tensor_desc(outputs, 0))
+        seen.add(shape)
+    assert len(seen) > 2
+
+
+def test_too_small_output_buffer_is_refused(ctx: int, om_nonzero: Path) -> None:
+    """GE checks a dynamic output's buffer against the bytes it needs (code UNCONFIRMED:
+    145000, what the emulator gives for every too-small buffer)."""
+    model_id, _ = _desc(om_nonzero)
+    x = np.ones((4, 4), np.float32)
+    ret, *_ = _run(model_id, [x], [8, 8])
+    assert ret == 145000
+    assert "needs 256 bytes" in acl.get_recent_err_msg()
+
+
+def test_shape_range_input(ctx: int, om_range: Path) -> None:
+    """`--input_shape x:1~16,16`: dims -1, range [[1,16],[16,16]], size at the upper bound;
+    the outputs follow with -1 and their bounded size; each execution takes its dims from the
+    input's tensor desc; a shape outside the range, or no desc, is 100000."""
+    model_id, desc = _desc(om_range)
+    dims, _ = acl.mdl.get_input_dims(desc, 0)
+    assert dims["dims"] == [-1, 16]
+    assert acl.mdl.get_input_dims_range(desc, 0) == (
+        {"rangeCount": 2, "range": [[1, 16], [16, 16]]},
+        0,
+    )
+    assert acl.mdl.get_input_size_by_index(desc, 0) == 16 * 16 * 4
+    assert acl.mdl.get_output_dims(desc, 0)[0]["dims"] == [-1, 8]
+    assert acl.mdl.get_output_size_by_index(desc, 0) == 16 * 8 * 4
+    assert acl.mdl.get_dynamic_batch(desc)[0]["batchCount"] == 0
+    for rows in (1, 5, 16):
+        x = np.random.default_rng(rows).random((rows, 16), dtype=np.float32)
+        ret, outputs, out_ptrs, _ = _run(model_id, [x], [16 * 8 * 4, 16 * 4])
+        assert ret == 0, acl.get_recent_err_msg()
+        want = onnx_models.reference(om_range, [x])
+        assert _output_shape(outputs, 0) == (rows, 8)
+        np.testing.assert_allclose(_fetch(out_ptrs[0], (rows, 8), np.float32), want["y"], 1e-5)
+    x = np.zeros((17, 16), np.float32)
+    assert _run(model_id, [x], [16 * 8 * 4, 16 * 4])[0] == 100000
+    assert "out of its shape range 1~16,16" in acl.get_recent_err_msg()
+    assert _run(model_id, [x[:2]], [16 * 8 * 4, 16 * 4], descs=False)[0] == 100000
+
+
+def test_gear_model_has_no_dims_range(ctx: int, om_dynamic_batch: Path) -> None:
+    _, desc = _desc(om_dynamic_batch)
+    assert acl.mdl.get_input_dims_range(desc, 0) == ({"rangeCount": 0, "range": []}, 0)
+
+
+def test_compile_ranges_as_atc(tmp_path: Path) -> None:
+    """-1 without gears is a range of any size (size 0); ranges and gear options do not mix;
+    ONNX dynamic dims that --input_shape leaves open are refused."""
+    onnx_path = onnx_models.build_mlp(tmp_path / "mlp.onnx")
+    om = OmModel.load(compile_onnx(onnx_path, tmp_path / "any", input_shape="x:-1,16"))
+    assert om.description.inputs[0].ranges == ((0, -1), (16, 16))
+    assert om.description.inputs[0].upper_bytes() == 0
+    with pytest.raises(OmCompileError, match="ranges lo~hi only without gear options"):
+        compile_onnx(onnx_path, tmp_path / "bad", input_shape="x:1~4,16", dynamic_batch_size="1,2")
+    with pytest.raises(OmCompileError, match="that --input_shape does not give"):
+        compile_onnx(onnx_path, tmp_path / "open")
