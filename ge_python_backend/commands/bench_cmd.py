@@ -10,6 +10,7 @@ from typing import Any
 
 from ge_python_backend.client import TritonClient, request_arrays, server_errors, server_url
 from ge_python_backend.commands.options import (
+    add_command,
     add_data_options,
     add_server_options,
     parse_files,
@@ -47,11 +48,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `bench` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "bench",
+        run,
         help="closed-loop load at several concurrency levels: throughput and p50/p90/p99",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_options(parser)
     parser.add_argument(
@@ -84,7 +86,6 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
-    parser.set_defaults(func=run)
 
 
 def parse_levels(text: str) -> list[int]:

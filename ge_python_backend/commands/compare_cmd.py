@@ -9,6 +9,7 @@ from typing import Any
 
 from ge_python_backend.client import INT_HIGH
 from ge_python_backend.commands.options import (
+    add_command,
     add_data_options,
     add_input_shape_order_option,
     add_runtime_option,
@@ -47,11 +48,12 @@ defaults: --atol {DEFAULTS.atol:g} --rtol {DEFAULTS.rtol:g} --min-cosine {DEFAUL
 
 def register(subparsers: Any) -> None:
     """Add the `compare` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "compare",
+        run,
         help="compare an .om (and a served model) with its ONNX on the same inputs",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--om", type=Path, required=True, help="the .om file")
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
@@ -65,7 +67,6 @@ def register(subparsers: Any) -> None:
         "--min-cosine", type=float, default=DEFAULTS.min_cosine, help="lowest cosine similarity"
     )
     add_server_options(parser, url_help="also query the model --model served there", required=False)
-    parser.set_defaults(func=run)
 
 
 def _number(value: float) -> str:

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
+from ge_python_backend.commands.options import add_command
 from ge_python_backend.emulator.omfile import OmModel, OmTensor, compile_onnx
 from ge_python_backend.errors import UserError
 
@@ -56,11 +57,12 @@ def register(subparsers: Any) -> None:
         description="Tools for the CPU emulator of pyACL.",
     )
     commands = parser.add_subparsers(dest="emulator_command", metavar="SUBCOMMAND", required=True)
-    compile_parser = commands.add_parser(
+    compile_parser = add_command(
+        commands,
         "compile",
+        run_compile,
         help="compile an ONNX model into an emulator .om (ATC's flags)",
         description=COMPILE_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compile_parser.add_argument("--model", required=True, help="the ONNX model file")
     compile_parser.add_argument(
@@ -92,7 +94,6 @@ def register(subparsers: Any) -> None:
     compile_parser.add_argument(
         "--soc_version", default="Ascend310P3", help="SoC recorded in the .om (default Ascend310P3)"
     )
-    compile_parser.set_defaults(func=run_compile)
 
 
 def run_compile(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ge_python_backend.client import TritonClient, request_arrays, server_errors, server_url
 from ge_python_backend.commands.options import (
+    add_command,
     add_data_options,
     add_server_options,
     parse_files,
@@ -34,15 +35,15 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `infer` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "infer",
+        run,
         help="send one request (random data or .npy files) and summarise the outputs",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_options(parser)
     add_data_options(parser, "the model metadata's, batch 1")
-    parser.set_defaults(func=run)
 
 
 def summary(name: str, datatype: str, array: np.ndarray) -> str:

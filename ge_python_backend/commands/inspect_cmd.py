@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.ascend import GearKind
-from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
+from ge_python_backend.commands.options import (
+    add_command,
+    add_input_shape_order_option,
+    add_runtime_option,
+)
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
 from ge_python_backend.repository.autocomplete import complete_config
@@ -37,11 +41,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `inspect` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "inspect",
+        run,
         help="show the inputs, outputs and gears of an .om",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("om", type=Path, help="the .om file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -55,7 +60,6 @@ def register(subparsers: Any) -> None:
     )
     add_runtime_option(parser, "open the .om with real pyACL or the CPU emulator", "pyacl")
     add_input_shape_order_option(parser)
-    parser.set_defaults(func=run)
 
 
 def _tensor(spec: TensorSpec) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ge_python_backend.commands.options import add_repository_argument
+from ge_python_backend.commands.options import add_command, add_repository_argument
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
     DEFAULT_CANN_ENV,
@@ -56,11 +56,12 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def register(subparsers: Any) -> None:
     """Add the `k8s` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "k8s",
+        run,
         help="print Kubernetes manifests (Deployment, Service, ServiceMonitor, autoscaler)",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_repository_argument(parser)
     parser.add_argument("--name", required=True, help="name of the Deployment, Service, ...")
@@ -143,7 +144,6 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="label the ServiceMonitor so Prometheus selects it (repeatable)",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ge_python_backend.commands.options import add_server_options
+from ge_python_backend.commands.options import add_command, add_server_options
 from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, probe
 
 DESCRIPTION = """\
@@ -25,11 +25,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `probe` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "probe",
+        run,
         help="liveness check: one real inference; exit 0 only on a well-formed answer in time",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_options(parser)
     parser.add_argument(
@@ -40,7 +41,6 @@ def register(subparsers: Any) -> None:
         help=f"seconds for reading the config and the inference together "
         f"(default: {DEFAULT_TIMEOUT_S:g})",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

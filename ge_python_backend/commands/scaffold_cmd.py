@@ -6,7 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
+from ge_python_backend.commands.options import (
+    add_command,
+    add_input_shape_order_option,
+    add_runtime_option,
+)
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import (
     DEFAULT_EXECUTE_TIMEOUT_MS,
@@ -53,11 +57,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `scaffold` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "scaffold",
+        run,
         help="write a Triton model directory (config.pbtxt, model.py, .om) for an .om",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("om", type=Path, help="the .om file to serve")
     parser.add_argument(
@@ -173,7 +178,6 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="copy ge_python_backend into <version>/_ge_vendor so the server needs no install",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

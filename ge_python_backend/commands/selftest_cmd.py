@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_runtime_option
+from ge_python_backend.commands.options import add_command, add_runtime_option
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import selected_runtime
@@ -37,11 +37,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `selftest` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "selftest",
+        run,
         help="probe pyACL on this host: every assumption of the runtime, pass/fail",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_runtime_option(parser, "the ACL to probe (default: $GE_PYTHON_BACKEND_ACL, else pyacl)")
     parser.add_argument(
@@ -55,7 +56,6 @@ def register(subparsers: Any) -> None:
         "PATH; otherwise they are compiled into it (default: a temporary directory)",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
-    parser.set_defaults(func=run)
 
 
 def _device_id(text: str) -> int:

@@ -10,7 +10,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ge_python_backend.commands.options import add_repository_argument, add_tritonserver_options
+from ge_python_backend.commands.options import (
+    add_command,
+    add_repository_argument,
+    add_tritonserver_options,
+)
 from ge_python_backend.server import (
     MODEL_CONTROL_MODES,
     ServerError,
@@ -44,11 +48,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `serve` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "serve",
+        run,
         help="run Triton Inference Server on a model repository",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_repository_argument(parser)
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
@@ -92,7 +97,6 @@ def register(subparsers: Any) -> None:
         help="on Ctrl-C/SIGTERM, how long Triton waits for requests in flight "
         f"(default: {EXIT_TIMEOUT_S})",
     )
-    parser.set_defaults(func=run)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands.options import add_command
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.model_files import model_template
 
@@ -23,17 +24,17 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `template` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "template",
+        run,
         help="write the template model.py into a directory (next to the .om)",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("directory", type=Path, help="where to write model.py")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a model.py that differs from it"
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
