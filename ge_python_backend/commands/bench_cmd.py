@@ -28,6 +28,8 @@ from ge_python_backend.tools.bench import (
 
 DEFAULT_DURATION_S = 5.0
 
+HELP = "closed-loop load at several concurrency levels: throughput and p50/p90/p99"
+
 DESCRIPTION = """\
 Measure a served model under closed-loop load: at concurrency C, C clients each keep one request
 in flight and send the next as soon as the answer arrives (perf_analyzer's concurrency mode).
@@ -48,13 +50,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `bench` subcommand."""
-    parser = add_command(
-        subparsers,
-        "bench",
-        run,
-        help="closed-loop load at several concurrency levels: throughput and p50/p90/p99",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "bench", run, HELP, DESCRIPTION)
     add_server_options(parser)
     parser.add_argument(
         "--concurrency",

@@ -23,6 +23,8 @@ from ge_python_backend.tools.compare import CompareReport, OutputComparison, Thr
 
 DEFAULTS = Thresholds()
 
+HELP = "compare an .om (and a served model) with its ONNX on the same inputs"
+
 DESCRIPTION = f"""\
 Send the same inputs to an .om (run here through pyACL or the CPU emulator), to the ONNX it was
 compiled from (onnxruntime on the CPU) and, with --url and --model, to the model served by Triton,
@@ -48,13 +50,7 @@ defaults: --atol {DEFAULTS.atol:g} --rtol {DEFAULTS.rtol:g} --min-cosine {DEFAUL
 
 def register(subparsers: Any) -> None:
     """Add the `compare` subcommand."""
-    parser = add_command(
-        subparsers,
-        "compare",
-        run,
-        help="compare an .om (and a served model) with its ONNX on the same inputs",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "compare", run, HELP, DESCRIPTION)
     parser.add_argument("--om", type=Path, required=True, help="the .om file")
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
     add_runtime_option(parser, "run the .om with real pyACL or the CPU emulator", "pyacl")

@@ -17,6 +17,8 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.tools.doctor import FAIL, CheckResult, run_checks
 
+HELP = "check this host (CANN, pyACL, NPUs, stub Python, /dev/shm, tritonserver)"
+
 DESCRIPTION = """\
 Check this host before serving .om models: Python and ge_python_backend, $GE_PYTHON_BACKEND_ACL,
 the CANN environment (set_env.sh sourced), pyACL importable, NPU devices (device nodes and pyACL's
@@ -41,13 +43,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `doctor` subcommand."""
-    parser = add_command(
-        subparsers,
-        "doctor",
-        run,
-        help="check this host (CANN, pyACL, NPUs, stub Python, /dev/shm, tritonserver)",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "doctor", run, HELP, DESCRIPTION)
     add_runtime_option(
         parser, "the runtime the models will use (default: $GE_PYTHON_BACKEND_ACL, else pyacl)"
     )

@@ -26,6 +26,8 @@ ATC_FLAGS = (
     "soc_version",
 )
 
+COMPILE_HELP = "compile an ONNX model into an emulator .om (ATC's flags)"
+
 COMPILE_DESCRIPTION = """\
 Compile an ONNX model into an emulator .om for the CPU emulator of pyACL. The flags are ATC's, with
 ATC's meaning; the file written is <output>.om.
@@ -58,11 +60,7 @@ def register(subparsers: Any) -> None:
     )
     commands = parser.add_subparsers(dest="emulator_command", metavar="SUBCOMMAND", required=True)
     compile_parser = add_command(
-        commands,
-        "compile",
-        run_compile,
-        help="compile an ONNX model into an emulator .om (ATC's flags)",
-        description=COMPILE_DESCRIPTION,
+        commands, "compile", run_compile, COMPILE_HELP, COMPILE_DESCRIPTION
     )
     compile_parser.add_argument("--model", required=True, help="the ONNX model file")
     compile_parser.add_argument(

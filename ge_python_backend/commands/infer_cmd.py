@@ -21,6 +21,8 @@ from ge_python_backend.commands.options import (
 
 FIRST_VALUES = 6
 
+HELP = "send one request (random data or .npy files) and summarise the outputs"
+
 DESCRIPTION = """\
 Send one inference request and print, per output, its data type, shape, min/max/mean and first
 values. Inputs are random data of the model's data types (or .npy files with --input). Shapes come
@@ -35,13 +37,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `infer` subcommand."""
-    parser = add_command(
-        subparsers,
-        "infer",
-        run,
-        help="send one request (random data or .npy files) and summarise the outputs",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "infer", run, HELP, DESCRIPTION)
     add_server_options(parser)
     add_data_options(parser, "the model metadata's, batch 1")
 

@@ -23,6 +23,8 @@ from ge_python_backend.repository.parameters import parse_input_shape_order
 from ge_python_backend.repository.triton_config import TritonConfig
 from ge_python_backend.runtime.describe import describe_om
 
+HELP = "show the inputs, outputs and gears of an .om"
+
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
 .om, read through pyACL (the default) or the CPU emulator. Shapes are the full .om shapes: axis 0
@@ -41,13 +43,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `inspect` subcommand."""
-    parser = add_command(
-        subparsers,
-        "inspect",
-        run,
-        help="show the inputs, outputs and gears of an .om",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "inspect", run, HELP, DESCRIPTION)
     parser.add_argument("om", type=Path, help="the .om file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(

@@ -23,6 +23,8 @@ from ge_python_backend.tools.k8s import (
     to_yaml,
 )
 
+HELP = "print Kubernetes manifests (Deployment, Service, ServiceMonitor, autoscaler)"
+
 DESCRIPTION = f"""\
 Print YAML for serving repository R on Ascend nodes: a Deployment running tritonserver with the
 Python backend (NPUs requested from the Ascend device plugin, a memory-backed /dev/shm sized for
@@ -56,13 +58,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def register(subparsers: Any) -> None:
     """Add the `k8s` subcommand."""
-    parser = add_command(
-        subparsers,
-        "k8s",
-        run,
-        help="print Kubernetes manifests (Deployment, Service, ServiceMonitor, autoscaler)",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "k8s", run, HELP, DESCRIPTION)
     add_repository_argument(parser)
     parser.add_argument("--name", required=True, help="name of the Deployment, Service, ...")
     parser.add_argument("--namespace", help="namespace of every object (default: none set)")

@@ -17,7 +17,6 @@ def add_command(
     subparsers: Any,
     name: str,
     run: Callable[[argparse.Namespace], int],
-    *,
     help: str,
     description: str,
 ) -> argparse.ArgumentParser:

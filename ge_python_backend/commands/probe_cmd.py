@@ -9,6 +9,8 @@ from typing import Any
 from ge_python_backend.commands.options import add_command, add_server_options
 from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, probe
 
+HELP = "liveness check: one real inference; exit 0 only on a well-formed answer in time"
+
 DESCRIPTION = """\
 Check that a served model really answers: read its config from the server, send one request of
 zeros shaped from it (batch 1, the first gear of HW/dims gear models, 1 for other dynamic axes)
@@ -25,13 +27,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `probe` subcommand."""
-    parser = add_command(
-        subparsers,
-        "probe",
-        run,
-        help="liveness check: one real inference; exit 0 only on a well-formed answer in time",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "probe", run, HELP, DESCRIPTION)
     add_server_options(parser)
     parser.add_argument(
         "--timeout",

@@ -21,6 +21,8 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import PIPELINE_DEPTHS
 
+HELP = "write a Triton model directory (config.pbtxt, model.py, .om) for an .om"
+
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:
   config.pbtxt              inputs/outputs, batching, instances, warmup, the parameters below
@@ -57,13 +59,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `scaffold` subcommand."""
-    parser = add_command(
-        subparsers,
-        "scaffold",
-        run,
-        help="write a Triton model directory (config.pbtxt, model.py, .om) for an .om",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "scaffold", run, HELP, DESCRIPTION)
     parser.add_argument("om", type=Path, help="the .om file to serve")
     parser.add_argument(
         "--repository", "-r", type=Path, required=True, help="the Triton model repository"

@@ -13,6 +13,8 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.runtime.selftest import ProbeResult, SelftestReport, run_selftest
 
+HELP = "probe pyACL on this host: every assumption of the runtime, pass/fail"
+
 DESCRIPTION = """\
 The first command to run on a new Ascend host, after `doctor`: each probe checks one assumption
 the runtime makes about pyACL (init, device and context per thread, run mode, memory and copies of
@@ -37,13 +39,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `selftest` subcommand."""
-    parser = add_command(
-        subparsers,
-        "selftest",
-        run,
-        help="probe pyACL on this host: every assumption of the runtime, pass/fail",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "selftest", run, HELP, DESCRIPTION)
     add_runtime_option(parser, "the ACL to probe (default: $GE_PYTHON_BACKEND_ACL, else pyacl)")
     parser.add_argument(
         "--device", type=_device_id, default=0, metavar="N", help="NPU to probe (default: 0)"

@@ -25,6 +25,8 @@ from ge_python_backend.server import (
 
 EXIT_TIMEOUT_S = 30
 
+HELP = "run Triton Inference Server on a model repository"
+
 DESCRIPTION = """\
 Start Triton Inference Server on a model repository: the server bundled in nvidia-pytriton, or your
 own with --tritonserver (and --backend-directory holding python/ with the Python backend and its
@@ -48,13 +50,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `serve` subcommand."""
-    parser = add_command(
-        subparsers,
-        "serve",
-        run,
-        help="run Triton Inference Server on a model repository",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "serve", run, HELP, DESCRIPTION)
     add_repository_argument(parser)
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
         parser.add_argument(

@@ -10,6 +10,8 @@ from ge_python_backend.commands.options import add_command
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.model_files import model_template
 
+HELP = "write the template model.py into a directory (next to the .om)"
+
 DESCRIPTION = """\
 Write ge-python-backend's model.py into DIR, for people who lay out the model repository by hand.
 Next to an .om in a version directory it is a complete Triton model: without a config.pbtxt,
@@ -24,13 +26,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `template` subcommand."""
-    parser = add_command(
-        subparsers,
-        "template",
-        run,
-        help="write the template model.py into a directory (next to the .om)",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "template", run, HELP, DESCRIPTION)
     parser.add_argument("directory", type=Path, help="where to write model.py")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a model.py that differs from it"

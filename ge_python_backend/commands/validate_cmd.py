@@ -12,6 +12,8 @@ from ge_python_backend.commands.options import (
 )
 from ge_python_backend.repository.validation import validate_repository
 
+HELP = "check a model repository (config, files, checksum, inputs/outputs vs the .om)"
+
 DESCRIPTION = """\
 Check every model of a repository (or only --name): config.pbtxt (optional) parses and names its
 directory, the parameters are usable, each version directory has model.py and exactly one .om (or
@@ -28,13 +30,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `validate` subcommand."""
-    parser = add_command(
-        subparsers,
-        "validate",
-        run,
-        help="check a model repository (config, files, checksum, inputs/outputs vs the .om)",
-        description=DESCRIPTION,
-    )
+    parser = add_command(subparsers, "validate", run, HELP, DESCRIPTION)
     add_repository_argument(parser)
     parser.add_argument("--name", help="check only this model")
     add_runtime_option(
