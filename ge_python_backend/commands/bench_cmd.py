@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.client import TritonClient, request_arrays, server_errors, server_url
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
-    add_command,
     add_data_options,
     add_server_options,
     parse_files,

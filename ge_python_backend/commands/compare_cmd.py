@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.client import INT_HIGH
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
-    add_command,
     add_data_options,
     add_input_shape_order_option,
     add_runtime_option,

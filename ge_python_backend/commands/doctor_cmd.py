@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
-    add_command,
     add_runtime_option,
     add_tritonserver_options,
 )

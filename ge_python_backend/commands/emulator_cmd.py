@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
-from ge_python_backend.commands.options import add_command
+from ge_python_backend.commands import add_command
 from ge_python_backend.emulator.omfile import OmModel, OmTensor, compile_onnx
 from ge_python_backend.errors import UserError
 

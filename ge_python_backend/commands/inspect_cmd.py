@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.ascend import GearKind
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
-    add_command,
     add_input_shape_order_option,
     add_runtime_option,
 )

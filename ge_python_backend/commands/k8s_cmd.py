@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from ge_python_backend.commands.options import add_command, add_repository_argument
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import add_repository_argument
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
     DEFAULT_CANN_ENV,

@@ -1,35 +1,15 @@
-"""What several subcommands declare: their parser (`add_command`) and the command-line options
-they share, one definition each, with the parsing of their values."""
+"""Command-line options that several subcommands declare: one definition each, with the parsing
+of their values."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import RUNTIMES
-
-
-def add_command(
-    subparsers: Any,
-    name: str,
-    run: Callable[[argparse.Namespace], int],
-    help: str,
-    description: str,
-) -> argparse.ArgumentParser:
-    """The parser of subcommand `name`, which `run` carries out: `help` is its line in the list
-    of commands, `description` (with its examples) is printed as written above its options."""
-    parser = subparsers.add_parser(
-        name,
-        help=help,
-        description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.set_defaults(func=run)
-    return parser
 
 
 def add_repository_argument(parser: argparse.ArgumentParser) -> None:

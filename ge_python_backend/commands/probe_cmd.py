@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from ge_python_backend.commands.options import add_command, add_server_options
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import add_server_options
 from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, probe
 
 HELP = "liveness check: one real inference; exit 0 only on a well-formed answer in time"

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_command, add_runtime_option
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import add_runtime_option
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import selected_runtime

@@ -10,8 +10,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
-    add_command,
     add_repository_argument,
     add_tritonserver_options,
 )

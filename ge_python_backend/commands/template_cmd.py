@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_command
+from ge_python_backend.commands import add_command
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.model_files import model_template
 
