@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.client import TritonClient, request_arrays, server_errors, server_url
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_data_options,
     add_server_options,
@@ -26,6 +27,8 @@ from ge_python_backend.tools.bench import (
 )
 
 DEFAULT_DURATION_S = 5.0
+
+HELP = "closed-loop load at several concurrency levels: throughput and p50/p90/p99"
 
 DESCRIPTION = """\
 Measure a served model under closed-loop load: at concurrency C, C clients each keep one request
@@ -47,12 +50,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `bench` subcommand."""
-    parser = subparsers.add_parser(
-        "bench",
-        help="closed-loop load at several concurrency levels: throughput and p50/p90/p99",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "bench", run, HELP, DESCRIPTION)
     add_server_options(parser)
     parser.add_argument(
         "--concurrency",
@@ -84,7 +82,6 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
-    parser.set_defaults(func=run)
 
 
 def parse_levels(text: str) -> list[int]:

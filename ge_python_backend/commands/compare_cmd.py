@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.client import INT_HIGH
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_data_options,
     add_input_shape_order_option,
@@ -25,6 +26,8 @@ from ge_python_backend.repository.parameters import (
 from ge_python_backend.tools.compare import CompareReport, OutputComparison, Thresholds, compare
 
 DEFAULTS = Thresholds()
+
+HELP = "compare an .om (and a served model) with its ONNX on the same inputs"
 
 DESCRIPTION = f"""\
 Send the same inputs to an .om (run here through pyACL or the CPU emulator), to the ONNX it was
@@ -51,12 +54,7 @@ defaults: --atol {DEFAULTS.atol:g} --rtol {DEFAULTS.rtol:g} --min-cosine {DEFAUL
 
 def register(subparsers: Any) -> None:
     """Add the `compare` subcommand."""
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare an .om (and a served model) with its ONNX on the same inputs",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "compare", run, HELP, DESCRIPTION)
     parser.add_argument("--om", type=Path, required=True, help="the .om file")
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
     add_runtime_option(parser, "run the .om with real pyACL or the CPU emulator", "pyacl")
@@ -76,7 +74,6 @@ def register(subparsers: Any) -> None:
         help="an .om with AIPP inputs: the aipp.cfg it was compiled with (or, for dynamic AIPP, "
         "serves it with); the .om gets raw UINT8 images, the ONNX the AIPP steps' output",
     )
-    parser.set_defaults(func=run)
 
 
 def _number(value: float) -> str:

@@ -8,10 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.commands.options import add_runtime_option, add_tritonserver_options
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import (
+    add_runtime_option,
+    add_tritonserver_options,
+)
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.tools.doctor import FAIL, CheckResult, run_checks
+
+HELP = "check this host (CANN, pyACL, NPUs, stub Python, /dev/shm, tritonserver)"
 
 DESCRIPTION = """\
 Check this host before serving .om models: Python and ge_python_backend, $GE_PYTHON_BACKEND_ACL,
@@ -37,12 +43,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `doctor` subcommand."""
-    parser = subparsers.add_parser(
-        "doctor",
-        help="check this host (CANN, pyACL, NPUs, stub Python, /dev/shm, tritonserver)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "doctor", run, HELP, DESCRIPTION)
     add_runtime_option(
         parser, "the runtime the models will use (default: $GE_PYTHON_BACKEND_ACL, else pyacl)"
     )
@@ -54,7 +55,6 @@ def register(subparsers: Any) -> None:
         "--no-server", action="store_true", help="do not start tritonserver to read its version"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.set_defaults(func=run)
 
 
 def _label(result: CheckResult) -> str:

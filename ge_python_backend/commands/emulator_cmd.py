@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
+from ge_python_backend.commands import add_command
 from ge_python_backend.emulator.omfile import (
     STAND_IN_FRAMEWORKS,
     OmModel,
@@ -31,6 +32,8 @@ ATC_FLAGS = (
     "soc_version",
     "insert_op_conf",
 )
+
+COMPILE_HELP = "compile an ONNX model into an emulator .om (ATC's flags)"
 
 COMPILE_DESCRIPTION = """\
 Compile an ONNX model into an emulator .om for the CPU emulator of pyACL. The flags are ATC's, with
@@ -65,11 +68,8 @@ def register(subparsers: Any) -> None:
         description="Tools for the CPU emulator of pyACL.",
     )
     commands = parser.add_subparsers(dest="emulator_command", metavar="SUBCOMMAND", required=True)
-    compile_parser = commands.add_parser(
-        "compile",
-        help="compile an ONNX model into an emulator .om (ATC's flags)",
-        description=COMPILE_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    compile_parser = add_command(
+        commands, "compile", run_compile, COMPILE_HELP, COMPILE_DESCRIPTION
     )
     compile_parser.add_argument("--model", required=True, help="the ONNX model file")
     compile_parser.add_argument(
@@ -116,7 +116,6 @@ def register(subparsers: Any) -> None:
         help="ATC's AIPP config (aipp_op { aipp_mode: static input_format: RGB888_U8 ... }): the "
         "input then takes raw UINT8 NHWC images and the AIPP steps run in front of the graph",
     )
-    compile_parser.set_defaults(func=run_compile)
 
 
 def run_compile(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ge_python_backend.client import TritonClient, request_arrays, server_errors, server_url
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_data_options,
     add_server_options,
@@ -19,6 +20,8 @@ from ge_python_backend.commands.options import (
 )
 
 FIRST_VALUES = 6
+
+HELP = "send one request (random data or .npy files) and summarise the outputs"
 
 DESCRIPTION = """\
 Send one inference request and print, per output, its data type, shape, min/max/mean and first
@@ -34,15 +37,9 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `infer` subcommand."""
-    parser = subparsers.add_parser(
-        "infer",
-        help="send one request (random data or .npy files) and summarise the outputs",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "infer", run, HELP, DESCRIPTION)
     add_server_options(parser)
     add_data_options(parser, "the model metadata's, batch 1")
-    parser.set_defaults(func=run)
 
 
 def summary(name: str, datatype: str, array: np.ndarray) -> str:

@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.ascend import GearKind
-from ge_python_backend.commands.options import add_input_shape_order_option, add_runtime_option
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import (
+    add_input_shape_order_option,
+    add_runtime_option,
+)
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
 from ge_python_backend.repository.autocomplete import complete_config
@@ -18,6 +22,8 @@ from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.repository.parameters import parse_input_shape_order
 from ge_python_backend.repository.triton_config import TritonConfig
 from ge_python_backend.runtime.describe import describe_om
+
+HELP = "show the inputs, outputs and gears of an .om"
 
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
@@ -37,12 +43,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `inspect` subcommand."""
-    parser = subparsers.add_parser(
-        "inspect",
-        help="show the inputs, outputs and gears of an .om",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "inspect", run, HELP, DESCRIPTION)
     parser.add_argument("om", type=Path, help="the .om file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -55,7 +56,6 @@ def register(subparsers: Any) -> None:
     )
     add_runtime_option(parser, "open the .om with real pyACL or the CPU emulator", "pyacl")
     add_input_shape_order_option(parser)
-    parser.set_defaults(func=run)
 
 
 def _tensor(spec: TensorSpec) -> dict[str, Any]:

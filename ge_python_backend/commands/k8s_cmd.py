@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import add_repository_argument
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
@@ -22,6 +23,8 @@ from ge_python_backend.tools.k8s import (
     build_manifests,
     to_yaml,
 )
+
+HELP = "print Kubernetes manifests (Deployment, Service, ServiceMonitor, autoscaler)"
 
 DESCRIPTION = f"""\
 Print YAML for serving repository R on Ascend nodes: a Deployment running tritonserver with the
@@ -56,12 +59,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def register(subparsers: Any) -> None:
     """Add the `k8s` subcommand."""
-    parser = subparsers.add_parser(
-        "k8s",
-        help="print Kubernetes manifests (Deployment, Service, ServiceMonitor, autoscaler)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "k8s", run, HELP, DESCRIPTION)
     add_repository_argument(parser)
     parser.add_argument("--name", required=True, help="name of the Deployment, Service, ...")
     parser.add_argument("--namespace", help="namespace of every object (default: none set)")
@@ -143,7 +141,6 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="label the ServiceMonitor so Prometheus selects it (repeatable)",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,8 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import add_server_options
 from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, probe
+
+HELP = "liveness check: one real inference; exit 0 only on a well-formed answer in time"
 
 DESCRIPTION = """\
 Check that a served model really answers: read its config from the server, send one request of
@@ -25,12 +28,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `probe` subcommand."""
-    parser = subparsers.add_parser(
-        "probe",
-        help="liveness check: one real inference; exit 0 only on a well-formed answer in time",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "probe", run, HELP, DESCRIPTION)
     add_server_options(parser)
     parser.add_argument(
         "--timeout",
@@ -40,7 +38,6 @@ def register(subparsers: Any) -> None:
         help=f"seconds for reading the config and the inference together "
         f"(default: {DEFAULT_TIMEOUT_S:g})",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

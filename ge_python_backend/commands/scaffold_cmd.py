@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_input_shape_order_option,
     add_max_output_bytes_option,
@@ -21,6 +22,8 @@ from ge_python_backend.repository.parameters import (
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import PIPELINE_DEPTHS
+
+HELP = "write a Triton model directory (config.pbtxt, model.py, .om) for an .om"
 
 DESCRIPTION = """\
 Write <repository>/<name>/ for Triton's Python backend:
@@ -58,12 +61,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `scaffold` subcommand."""
-    parser = subparsers.add_parser(
-        "scaffold",
-        help="write a Triton model directory (config.pbtxt, model.py, .om) for an .om",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "scaffold", run, HELP, DESCRIPTION)
     parser.add_argument("om", type=Path, help="the .om file to serve")
     parser.add_argument(
         "--repository", "-r", type=Path, required=True, help="the Triton model repository"
@@ -179,7 +177,6 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="copy ge_python_backend into <version>/_ge_vendor so the server needs no install",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

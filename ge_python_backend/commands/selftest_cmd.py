@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import add_runtime_option
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.runtime.selftest import ProbeResult, SelftestReport, run_selftest
+
+HELP = "probe pyACL on this host: every assumption of the runtime, pass/fail"
 
 DESCRIPTION = """\
 The first command to run on a new Ascend host, after `doctor`: each probe checks one assumption
@@ -37,12 +40,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `selftest` subcommand."""
-    parser = subparsers.add_parser(
-        "selftest",
-        help="probe pyACL on this host: every assumption of the runtime, pass/fail",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "selftest", run, HELP, DESCRIPTION)
     add_runtime_option(parser, "the ACL to probe (default: $GE_PYTHON_BACKEND_ACL, else pyacl)")
     parser.add_argument(
         "--device", type=_device_id, default=0, metavar="N", help="NPU to probe (default: 0)"
@@ -55,7 +53,6 @@ def register(subparsers: Any) -> None:
         "PATH; otherwise they are compiled into it (default: a temporary directory)",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
-    parser.set_defaults(func=run)
 
 
 def _device_id(text: str) -> int:

@@ -10,7 +10,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ge_python_backend.commands.options import add_repository_argument, add_tritonserver_options
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import (
+    add_repository_argument,
+    add_tritonserver_options,
+)
 from ge_python_backend.server import (
     MODEL_CONTROL_MODES,
     ServerError,
@@ -20,6 +24,8 @@ from ge_python_backend.server import (
 )
 
 EXIT_TIMEOUT_S = 30
+
+HELP = "run Triton Inference Server on a model repository"
 
 DESCRIPTION = """\
 Start Triton Inference Server on a model repository: the server bundled in nvidia-pytriton, or your
@@ -44,12 +50,7 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `serve` subcommand."""
-    parser = subparsers.add_parser(
-        "serve",
-        help="run Triton Inference Server on a model repository",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "serve", run, HELP, DESCRIPTION)
     add_repository_argument(parser)
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
         parser.add_argument(
@@ -92,7 +93,6 @@ def register(subparsers: Any) -> None:
         help="on Ctrl-C/SIGTERM, how long Triton waits for requests in flight "
         f"(default: {EXIT_TIMEOUT_S})",
     )
-    parser.set_defaults(func=run)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -6,8 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.commands import add_command
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.model_files import model_template
+
+HELP = "write the template model.py into a directory (next to the .om)"
 
 DESCRIPTION = """\
 Write ge-python-backend's model.py into DIR, for people who lay out the model repository by hand.
@@ -23,17 +26,11 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `template` subcommand."""
-    parser = subparsers.add_parser(
-        "template",
-        help="write the template model.py into a directory (next to the .om)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "template", run, HELP, DESCRIPTION)
     parser.add_argument("directory", type=Path, help="where to write model.py")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a model.py that differs from it"
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

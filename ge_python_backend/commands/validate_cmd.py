@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ge_python_backend.commands.options import add_repository_argument, add_runtime_option
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import (
+    add_repository_argument,
+    add_runtime_option,
+)
 from ge_python_backend.repository.validation import validate_repository
+
+HELP = "check a model repository (config, files, checksum, inputs/outputs vs the .om)"
 
 DESCRIPTION = """\
 Check every model of a repository (or only --name): config.pbtxt (optional) parses and names its
@@ -24,18 +30,12 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `validate` subcommand."""
-    parser = subparsers.add_parser(
-        "validate",
-        help="check a model repository (config, files, checksum, inputs/outputs vs the .om)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "validate", run, HELP, DESCRIPTION)
     add_repository_argument(parser)
     parser.add_argument("--name", help="check only this model")
     add_runtime_option(
         parser, "open the .om files with this runtime instead of each config's acl_runtime"
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -57,38 +57,40 @@ class Device:
 
 
 @dataclass(eq=False)
-class Context:
-    """A runtime context; `streams` are the ones created in it (not its default stream)."""
+class Handled:
+    """An object the runtime hands out as a handle (an int); `live` until it is destroyed."""
 
     handle: int
+    live: bool = field(default=True, init=False)
+
+
+@dataclass(eq=False)
+class Context(Handled):
+    """A runtime context; `streams` are the ones created in it (not its default stream)."""
+
     device: Device
     explicit: bool
-    live: bool = True
     streams: dict[int, Stream] = field(default_factory=dict)
     default_stream: Stream | None = None
 
 
 @dataclass(eq=False)
-class DataBuffer:
+class DataBuffer(Handled):
     """`aclDataBuffer`: an address and a size; owns no memory."""
 
-    handle: int
     addr: int
     size: int
-    live: bool = True
 
 
 @dataclass(eq=False)
-class Dataset:
+class Dataset(Handled):
     """`aclmdlDataset`: an ordered list of data buffers; owns none of them. `gear_set` records
     that a set_* call chose a gear for it (GE then skips the input size check); `tensor_descs`
     holds the descriptors of set_dataset_tensor_desc by buffer index."""
 
-    handle: int
     buffers: list[DataBuffer] = field(default_factory=list)
     gear_set: bool = False
     tensor_descs: dict[int, int] = field(default_factory=dict)
-    live: bool = True
 
 
 class _Tls(threading.local):

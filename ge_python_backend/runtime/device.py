@@ -138,17 +138,30 @@ def _destroy_context(acl: ModuleType, handle: int, device: Device) -> None:
     check(acl.rt.destroy_context(handle), "acl.rt.destroy_context", acl)
 
 
+def create_in_context(
+    owner: Resource, context: Context, create: str, release: str, *args: object
+) -> int:
+    """`acl.rt.<create>(*args)` in `context`: the new object's handle (or address), which
+    `acl.rt.<release>(handle)` releases when `owner` closes (before `context` does)."""
+    context.activate()
+    handle, ret = getattr(context.acl.rt, create)(*args)
+    check(ret, f"acl.rt.{create}", context.acl)
+    owner._own(_release_in_context, context, release, handle)
+    context._adopt(owner)
+    return handle
+
+
+def _release_in_context(context: Context, release: str, handle: int) -> None:
+    context.activate()
+    check(getattr(context.acl.rt, release)(handle), f"acl.rt.{release}", context.acl)
+
+
 class Stream(Resource):
     """A stream in `context` for queued work (`acl.mdl.execute_async`)."""
 
     def __init__(self, context: Context) -> None:
-        context.activate()
-        handle, ret = context.acl.rt.create_stream()
-        check(ret, "acl.rt.create_stream", context.acl)
         self.context = context
-        self.handle: int = handle
-        self._own(_destroy_stream, context, handle)
-        context._adopt(self)
+        self.handle = create_in_context(self, context, "create_stream", "destroy_stream")
 
     def synchronize(self, timeout_ms: int = 0) -> None:
         """Block until all work queued on the stream has finished (releases the GIL).
@@ -188,22 +201,12 @@ def _warn_no_timeout() -> None:
     )
 
 
-def _destroy_stream(context: Context, handle: int) -> None:
-    context.activate()
-    check(context.acl.rt.destroy_stream(handle), "acl.rt.destroy_stream", context.acl)
-
-
 class Event(Resource):
     """An event in `context`: recorded on a stream, it marks a point of the stream's work."""
 
     def __init__(self, context: Context) -> None:
-        context.activate()
-        handle, ret = context.acl.rt.create_event()
-        check(ret, "acl.rt.create_event", context.acl)
         self.context = context
-        self.handle: int = handle
-        self._own(_destroy_event, context, handle)
-        context._adopt(self)
+        self.handle = create_in_context(self, context, "create_event", "destroy_event")
 
     def record(self, stream: Stream) -> None:
         """Queue the event on `stream`; it completes when the work queued before it has run."""
@@ -231,8 +234,3 @@ class Event(Resource):
         ms, ret = acl.rt.event_elapsed_time(start.handle, self.handle)
         check(ret, "acl.rt.event_elapsed_time", acl)
         return float(ms) / 1000.0
-
-
-def _destroy_event(context: Context, handle: int) -> None:
-    context.activate()
-    check(context.acl.rt.destroy_event(handle), "acl.rt.destroy_event", context.acl)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ge_python_backend.ascend import MemcpyKind
 from ge_python_backend.runtime._resource import Resource
-from ge_python_backend.runtime.device import Context, Stream
+from ge_python_backend.runtime.device import Context, Stream, create_in_context
 from ge_python_backend.runtime.errors import check
 
 __all__ = ["DeviceBuffer", "HostBuffer"]
@@ -30,25 +30,15 @@ class HostBuffer(Resource):
 
     def __init__(self, context: Context, size: int) -> None:
         _check_size(size)
-        context.activate()
-        ptr, ret = context.acl.rt.malloc_host(size)
-        check(ret, "acl.rt.malloc_host", context.acl)
         self.context = context
-        self.ptr: int = ptr
+        self.ptr = create_in_context(self, context, "malloc_host", "free_host", size)
         self.size = size
-        self._own(_free_host, context, ptr)
-        context._adopt(self)
         # pyACL hands out a bare address; ctypes wraps real host memory without copying.
-        memory = memoryview((ctypes.c_ubyte * size).from_address(ptr)).cast("B")
+        memory = memoryview((ctypes.c_ubyte * size).from_address(self.ptr)).cast("B")
         self.array: np.ndarray = np.frombuffer(memory, np.uint8)
 
     def __repr__(self) -> str:
         return f"HostBuffer(0x{self.ptr:x}, {self.size} bytes{', closed' if self.closed else ''})"
-
-
-def _free_host(context: Context, ptr: int) -> None:
-    context.activate()
-    check(context.acl.rt.free_host(ptr), "acl.rt.free_host", context.acl)
 
 
 class DeviceBuffer(Resource):
@@ -58,28 +48,17 @@ class DeviceBuffer(Resource):
         self, context: Context, size: int, policy: int = ACL_MEM_MALLOC_HUGE_FIRST
     ) -> None:
         _check_size(size)
-        context.activate()
-        ptr, ret = context.acl.rt.malloc(size, policy)
-        check(ret, "acl.rt.malloc", context.acl)
         self.context = context
-        self.ptr: int = ptr
+        self.ptr = create_in_context(self, context, "malloc", "free", size, policy)
         self.size = size
-        self._own(_free, context, ptr)
-        context._adopt(self)
 
     def copy_from_host(self, host: HostBuffer, nbytes: int) -> None:
         """Copy the first `nbytes` of `host` to the start of this buffer (synchronous)."""
-        kind = self._check_copy(host, nbytes, MemcpyKind.HOST_TO_DEVICE)
-        self.context.activate()
-        acl = self.context.acl
-        check(acl.rt.memcpy(self.ptr, self.size, host.ptr, nbytes, kind), "acl.rt.memcpy", acl)
+        self._copy(host, nbytes, MemcpyKind.HOST_TO_DEVICE)
 
     def copy_to_host(self, host: HostBuffer, nbytes: int) -> None:
         """Copy the first `nbytes` of this buffer to the start of `host` (synchronous)."""
-        kind = self._check_copy(host, nbytes, MemcpyKind.DEVICE_TO_HOST)
-        self.context.activate()
-        acl = self.context.acl
-        check(acl.rt.memcpy(host.ptr, host.size, self.ptr, nbytes, kind), "acl.rt.memcpy", acl)
+        self._copy(host, nbytes, MemcpyKind.DEVICE_TO_HOST)
 
     def copy_from_host_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
         """Queue a copy of the first `nbytes` of `host` to this buffer on `stream`.
@@ -87,19 +66,30 @@ class DeviceBuffer(Resource):
         Both buffers start 64-byte aligned and `host` is page-locked, so `acl.rt.memcpy_async`
         returns at once; `host` must not change until the stream is synchronized.
         """
-        kind = self._check_copy(host, nbytes, MemcpyKind.HOST_TO_DEVICE)
-        self.context.activate()
-        acl = self.context.acl
-        ret = acl.rt.memcpy_async(self.ptr, self.size, host.ptr, nbytes, kind, stream.handle)
-        check(ret, "acl.rt.memcpy_async", acl)
+        self._copy(host, nbytes, MemcpyKind.HOST_TO_DEVICE, stream)
 
     def copy_to_host_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
         """Queue a copy of the first `nbytes` of this buffer to `host` on `stream`."""
-        kind = self._check_copy(host, nbytes, MemcpyKind.DEVICE_TO_HOST)
+        self._copy(host, nbytes, MemcpyKind.DEVICE_TO_HOST, stream)
+
+    def _copy(
+        self, host: HostBuffer, nbytes: int, direction: MemcpyKind, stream: Stream | None = None
+    ) -> None:
+        """Copy `nbytes` between the starts of `host` and this buffer the way `direction`
+        (HOST_TO_DEVICE or DEVICE_TO_HOST) says: `acl.rt.memcpy`, or queued on `stream` with
+        `acl.rt.memcpy_async`."""
+        kind = self._check_copy(host, nbytes, direction)
+        if direction == MemcpyKind.HOST_TO_DEVICE:
+            dst, dst_size, src = self.ptr, self.size, host.ptr
+        else:
+            dst, dst_size, src = host.ptr, host.size, self.ptr
         self.context.activate()
         acl = self.context.acl
-        ret = acl.rt.memcpy_async(host.ptr, host.size, self.ptr, nbytes, kind, stream.handle)
-        check(ret, "acl.rt.memcpy_async", acl)
+        if stream is None:
+            check(acl.rt.memcpy(dst, dst_size, src, nbytes, kind), "acl.rt.memcpy", acl)
+        else:
+            ret = acl.rt.memcpy_async(dst, dst_size, src, nbytes, kind, stream.handle)
+            check(ret, "acl.rt.memcpy_async", acl)
 
     def _check_copy(self, host: HostBuffer, nbytes: int, kind: MemcpyKind) -> MemcpyKind:
         """The memcpy kind to use; ValueError unless `nbytes` fits both buffers."""
@@ -115,8 +105,3 @@ class DeviceBuffer(Resource):
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""
         return f"DeviceBuffer(0x{self.ptr:x}, {self.size} bytes{state})"
-
-
-def _free(context: Context, ptr: int) -> None:
-    context.activate()
-    check(context.acl.rt.free(ptr), "acl.rt.free", context.acl)

@@ -149,26 +149,23 @@ class MetricFamily:
         return Metric(self, labels)
 
 
+def _log_at(level: str) -> classmethod[Logger, [str], None]:
+    """A `Logger` method keeping `(level, message)` in the class's `lines`."""
+
+    def log(cls: type[Logger], message: str) -> None:
+        cls.lines.append((level, message))
+
+    return classmethod(log)
+
+
 class Logger:
     """`pb_utils.Logger`: what would reach Triton's log goes to `lines` as (level, message)."""
 
     lines: list[tuple[str, str]]  # set by StandInUtils
-
-    @classmethod
-    def log_info(cls, message: str) -> None:
-        cls.lines.append(("INFO", message))
-
-    @classmethod
-    def log_warn(cls, message: str) -> None:
-        cls.lines.append(("WARNING", message))
-
-    @classmethod
-    def log_error(cls, message: str) -> None:
-        cls.lines.append(("ERROR", message))
-
-    @classmethod
-    def log_verbose(cls, message: str) -> None:
-        cls.lines.append(("VERBOSE", message))
+    log_info = _log_at("INFO")
+    log_warn = _log_at("WARNING")
+    log_error = _log_at("ERROR")
+    log_verbose = _log_at("VERBOSE")
 
 
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
