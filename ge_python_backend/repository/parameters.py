@@ -73,17 +73,21 @@ def _whole_number(value: object) -> int | None:
     return None
 
 
+def _is_plain_file_name(value: str) -> bool:
+    """A file name inside the version directory: no path, no surrounding blanks, not . or .."""
+    return (
+        value.strip() == value
+        and value not in ("", ".", "..")
+        and "/" not in value
+        and "\\" not in value
+    )
+
+
 def parse_om_file(value: object) -> str | None:
     """None (the only `.om` of each version directory), or a plain file name."""
     if value is None:
         return None
-    if (
-        not isinstance(value, str)
-        or value.strip() != value
-        or value in ("", ".", "..")
-        or "/" in value
-        or "\\" in value
-    ):
+    if not isinstance(value, str) or not _is_plain_file_name(value):
         raise ConfigError(
             "parameter om_file must name the .om file inside the version directory (a plain file "
             "name such as 'resnet.om'; or be left out: the only .om of each version directory), "
@@ -97,13 +101,7 @@ def parse_aipp_config_file(value: object) -> str | None:
     aipp.cfg in each version directory (`aipp_config_path` finds it)."""
     if value is None:
         return None
-    if (
-        not isinstance(value, str)
-        or value.strip() != value
-        or value in ("", ".", "..")
-        or "/" in value
-        or "\\" in value
-    ):
+    if not isinstance(value, str) or not _is_plain_file_name(value):
         raise ConfigError(
             "parameter aipp_config must name an ATC-syntax AIPP config file inside the version "
             "directory (a plain file name such as 'aipp.cfg', whose aipp_op blocks with "
