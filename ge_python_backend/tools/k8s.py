@@ -311,7 +311,7 @@ def _server_command(options: K8sOptions, args: list[str]) -> list[str]:
 
 
 def _server_mounts(options: K8sOptions) -> list[dict[str, Any]]:
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if options.driver_path:
         mounts.append({"name": "ascend-driver", "mountPath": options.driver_path, "readOnly": True})
     return mounts
@@ -502,7 +502,7 @@ def kserve_manifests(
             meta["namespace"] = options.namespace
         return meta
 
-    runtime = {
+    runtime: dict[str, Any] = {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": "ServingRuntime",
         "metadata": metadata(runtime_name(options)),
