@@ -486,6 +486,12 @@ def test_kserve_objects_pass_the_crd_schemas(repository: Path) -> None:
     device = build_manifests(repository, K8sOptions(name="m", kserve=True, scale_on="device"))
     for document in device.documents:
         validate_kserve(document)
+    (metric,) = device.documents[1]["spec"]["predictor"]["autoScaling"]["metrics"]
+    assert metric["external"]["metric"]["query"] == (
+        "avg(max by (pod) (sum by (pod, device) "
+        '(rate(ge_device_busy_seconds_total{pod=~"m-predictor-.*"}[1m]))))'
+    )
+    assert metric["external"]["target"] == {"type": "Value", "value": "700m"}
     # The checks fail on what the CRDs refuse.
     typo = copy.deepcopy(service)
     typo["spec"]["predictor"]["autoscaling"] = typo["spec"]["predictor"].pop("autoScaling")
@@ -547,7 +553,7 @@ def test_kserve_contents(repository: Path) -> None:
     query = metric["external"]["metric"]["query"]
     assert query == (
         'sum(rate(nv_inference_queue_duration_us{pod=~"mlp-predictor-.*"}[1m])) / '
-        'sum(rate(nv_inference_request_success{pod=~"mlp-predictor-.*"}[1m]))'
+        'clamp_min(sum(rate(nv_inference_request_success{pod=~"mlp-predictor-.*"}[1m])), 1e-9)'
     )
     assert metric["external"]["target"] == {"type": "Value", "value": "50000"}
     assert "containers" not in predictor  # no sidecar unless asked

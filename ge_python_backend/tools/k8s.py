@@ -473,16 +473,18 @@ def _target(options: K8sOptions) -> tuple[str, str]:
 
 def prometheus_query(options: K8sOptions) -> str:
     """The PromQL the KServe autoscaler scales on, over the InferenceService's predictor pods:
-    the average queue time per request (us), or the mean over pods of the busiest NPU's busy
-    seconds per second (the same series as Prometheus Adapter's rules in docs/DEPLOYING.md)."""
+    the average queue time per request (us; the divisor kept above 0, so idle pods read 0), or
+    the mean over pods of the busiest NPU's busy seconds per second, its instances added up (as
+    Prometheus Adapter's rules in docs/DEPLOYING.md compute them per pod)."""
     matchers = f'pod=~"{options.name}-predictor-.*"'
     if options.namespace:
         matchers += f',namespace="{options.namespace}"'
     if options.scale_on == "device":
-        return f"avg(max by (pod) (rate(ge_device_busy_seconds_total{{{matchers}}}[1m])))"
+        busy = f"rate(ge_device_busy_seconds_total{{{matchers}}}[1m])"
+        return f"avg(max by (pod) (sum by (pod, device) ({busy})))"
     return (
         f"sum(rate(nv_inference_queue_duration_us{{{matchers}}}[1m])) / "
-        f"sum(rate(nv_inference_request_success{{{matchers}}}[1m]))"
+        f"clamp_min(sum(rate(nv_inference_request_success{{{matchers}}}[1m])), 1e-9)"
     )
 
 
