@@ -129,6 +129,7 @@ def repository_entries(
         try:
             entries.append(ModelEntry(directory, read_model_config(directory, runtime)))
         except (ConfigError, GeBackendError) as exc:
+            logger.debug("no config for %s: %s", directory.name, exc)
             entries.append(ModelEntry(directory, None, str(exc)))
     return entries
 
