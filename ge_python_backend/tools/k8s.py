@@ -64,10 +64,10 @@ PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # (https://www.hiascend.com/document/detail/zh/mindcluster/730/clustersched/dlug/dlug_installation_014.html).
 HWHIAIUSER_UID = 1000
 HWHIAIUSER_GID = 1000
-# Set by the device plugin for the container it allocates NPUs to, read by the Ascend Docker
-# Runtime to mount those devices; Ascend's docs say not to fix them in an image or a container
-# spec (MindCluster 7.3 "Usage on the Containerd Client", dlruntime_ug_006).
-ASCEND_RUNTIME_ENV = ("ASCEND_VISIBLE_DEVICES", "ASCEND_RUNTIME_OPTIONS")
+# No container sets ASCEND_VISIBLE_DEVICES (nor ASCEND_RUNTIME_OPTIONS): the device plugin sets it
+# for the container it allocates NPUs to and the Ascend Docker Runtime mounts those devices;
+# Ascend's docs say not to fix these in an image or a container spec (MindCluster 7.3, "Usage on
+# the Containerd Client", dlruntime_ug_006).
 # KServe: the model format our ServingRuntime serves, where the storage initializer puts the
 # repository, and the ports of its tritonserver runtime (HTTP 8080, gRPC 9000).
 MODEL_FORMAT = "ascend-om"
@@ -295,7 +295,7 @@ def security_context(options: K8sOptions) -> dict[str, Any]:
 
 
 def watch_container(options: K8sOptions, http_port: int) -> dict[str, Any]:
-    """The sidecar running `ge-python-model watch` (branch `watch`) on the pod's tritonserver."""
+    """The sidecar running `ge-python-model watch` on the pod's tritonserver."""
     return {
         "name": "watch",
         "image": options.image,
@@ -326,6 +326,11 @@ def _server_volumes(options: K8sOptions, shm_bytes: int) -> list[dict[str, Any]]
     return volumes
 
 
+def _drain() -> dict[str, Any]:
+    """The preStop sleep before Triton's SIGTERM (see PRESTOP_SLEEP_SECONDS)."""
+    return {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}}
+
+
 def _probes(
     options: K8sOptions, models: Sequence[str], port: int | str, http_port: int
 ) -> dict[str, Any]:
@@ -352,7 +357,7 @@ def _container(options: K8sOptions, sizes: ShmSizes, models: Sequence[str]) -> d
         ],
         "resources": {"requests": dict(npus), "limits": dict(npus)},
         **_probes(options, models, "http", PORTS["http"]),
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}},
+        "lifecycle": _drain(),
         "securityContext": security_context(options),
         "volumeMounts": [
             {"name": "models", "mountPath": MODELS_PATH, "readOnly": True},
@@ -528,9 +533,7 @@ def kserve_manifests(
                         {"name": "h2c", "containerPort": KSERVE_PORTS["grpc"], "protocol": "TCP"},
                     ],
                     **_probes(options, live, http, http),
-                    "lifecycle": {
-                        "preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}
-                    },
+                    "lifecycle": _drain(),
                     "securityContext": security_context(options),
                 }
             ],
