@@ -571,6 +571,20 @@ def test_kserve_cli(repository: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert service["spec"]["predictor"]["model"]["storageUri"] == "pvc://claim/models"
     validate_kserve(runtime)
     validate_kserve(service)
+    code = main(
+        ["k8s", str(repository), "--name", "m", "--kserve", "--watch-sidecar"]
+        + ["--run-as-user", "2000", "--run-as-group", "3000", "--prometheus", "http://p:9090"]
+    )
+    runtime, service = documents_of(capsys.readouterr().out)
+    assert code == 0
+    for container in (
+        runtime["spec"]["containers"][0],
+        *service["spec"]["predictor"]["containers"],
+    ):
+        context = container["securityContext"]
+        assert (context["runAsUser"], context["runAsGroup"]) == (2000, 3000)
+    metric = service["spec"]["predictor"]["autoScaling"]["metrics"][0]["external"]["metric"]
+    assert metric["serverAddress"] == "http://p:9090"
     for args, message in (
         (["--kserve", "--storage-uri", "gs://bucket"], "must be pvc://<claim>"),
         (["--kserve", "--storage-uri", "pvc://"], "must be pvc://<claim>"),
