@@ -26,7 +26,11 @@ from ge_python_backend.repository.config import (
     load_model_config,
 )
 from ge_python_backend.repository.model_files import model_template, open_session
-from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
+from ge_python_backend.repository.parameters import (
+    ModelParameters,
+    describe_unknown_parameter,
+    unknown_parameters,
+)
 from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
 from ge_python_backend.repository.versions import (
     checksum_path,
@@ -56,7 +60,8 @@ def _read_parameters(report: ModelReport, config: TritonConfig) -> ModelParamete
     """The model's parameters, or None after recording why they are unusable."""
     unknown = unknown_parameters(config)
     if unknown:
-        report.notes.append(f"parameters not used by ge-python-backend: {', '.join(unknown)}")
+        described = ", ".join(map(describe_unknown_parameter, unknown))
+        report.notes.append(f"parameters not used by ge-python-backend: {described}")
     try:
         return ModelParameters.from_config(config)
     except ConfigError as exc:
