@@ -38,7 +38,10 @@ from types import TracebackType
 from typing import Any
 
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.repository.config import shell_unsafe_characters
+from ge_python_backend.repository.config import (
+    check_model_directory_names,
+    check_shell_safe_path,
+)
 from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit")
@@ -256,18 +259,10 @@ def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:
     `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, the paths unquoted: a
     space breaks the stub's arguments (the model never loads) and `$(...)` or `;` run commands.
     """
-    paths = [("model repository", repository)]
-    paths += [("model directory", path) for path in sorted(repository.iterdir()) if path.is_dir()]
+    check_shell_safe_path("model repository", repository)
+    check_model_directory_names(repository)
     if binary.backend_directory is not None:
-        paths.append(("backend directory", binary.backend_directory.resolve()))
-    for what, path in paths:
-        unsafe = shell_unsafe_characters(str(path))
-        if unsafe:
-            raise UserError(
-                f"{what} {str(path)!r} contains {unsafe!r}: Triton's Python backend starts "
-                "each model through a shell command line holding this path, unquoted, where "
-                "these characters would be interpreted; rename or move it"
-            )
+        check_shell_safe_path("backend directory", binary.backend_directory.resolve())
 
 
 def server_environment(

@@ -5,7 +5,9 @@ Per model: the config (when there is one) parses and names the directory, the pa
 directory has `model.py` and exactly one `.om` (or the `om_file` one) whose SHA-256 matches its
 `<file>.om.sha256` (else `om_sha256`). Each version's config is then completed as Triton's
 auto-complete will (`autocomplete.complete_version`, from the `.om` read without a device) and
-compared with the `.om` loaded (`triton_config.compare_config_with_session`). Problems make a model
+compared with the `.om` loaded (`triton_config.compare_config_with_session`). A model directory
+name or repository path that `serve` refuses (`config.check_model_name`, `check_shell_safe_path`)
+is refused here too. Problems make a model
 invalid; notes (what auto-complete will fill, the `.om` cannot be opened on this machine, an
 outdated `model.py`, no checksum, parameters this package does not know) do not.
 """
@@ -22,6 +24,7 @@ from ge_python_backend.repository.config import (
     ConfigError,
     ModelConfig,
     check_model_name,
+    check_shell_safe_path,
     config_view,
     load_model_config,
 )
@@ -123,6 +126,10 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
     """Validate one model directory (with or without config.pbtxt); `runtime` overrides the
     config's `acl_runtime`."""
     report = ModelReport(model_dir.name, model_dir)
+    try:
+        check_model_name(model_dir.name)
+    except ConfigError as exc:
+        report.problems.append(str(exc))
     config_path = model_dir / "config.pbtxt"
     if config_path.exists():
         try:
@@ -155,10 +162,12 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
 def validate_repository(
     repository: str | os.PathLike[str], *, name: str | None = None, runtime: str | None = None
 ) -> list[ModelReport]:
-    """Validate every model directory of `repository` (or only `name`)."""
+    """Validate every model directory of `repository` (or only `name`); a repository path
+    `serve` would refuse is refused (UserError)."""
     root = Path(repository)
     if not root.is_dir():
         raise UserError(f"model repository {root} is not a directory")
+    check_shell_safe_path("model repository", root.resolve())
     if name is not None:
         model_dir = root / check_model_name(name)
         if not model_dir.is_dir():

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import check_model_directory_names
 from ge_python_backend.repository.shm import (
     MIB,
     RepositoryModel,
@@ -267,6 +268,7 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     """Deployment, Service and ServiceMonitor for serving `repository` (mounted at /models)."""
     if not Path(repository).is_dir():
         raise UserError(f"model repository {repository} is not a directory")
+    check_model_directory_names(repository)  # mounted at /models: its own path never reaches bash
     models = repository_models(repository)
     if not models:
         raise UserError(f"no */config.pbtxt in {repository}: scaffold a model into it first")
