@@ -18,7 +18,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.errors import GeBackendError, UserError, command_line_message
 from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import (
     ConfigError,
@@ -106,7 +106,9 @@ def _check_version(
         report.problems.append(prefix + str(exc))
         return
     except GeBackendError as exc:
-        report.notes.append(prefix + f"inputs/outputs not checked against the .om: {exc}")
+        report.notes.append(
+            prefix + f"inputs/outputs not checked against the .om: {command_line_message(exc)}"
+        )
         return
     if completion.filled:
         report.notes.append(prefix + "auto-complete will fill " + "; ".join(completion.filled))
@@ -117,7 +119,9 @@ def _check_version(
                 completion.config, session.inputs, session.outputs, session.gears
             )
     except UserError as exc:
-        report.notes.append(prefix + f"not loaded to check the config against it: {exc}")
+        report.notes.append(
+            prefix + f"not loaded to check the config against it: {command_line_message(exc)}"
+        )
         return
     report.problems += [prefix + problem for problem in problems]
 
