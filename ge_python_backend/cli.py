@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from ge_python_backend import __version__
 from ge_python_backend.errors import UserError, command_line_message
 
 # Subcommand modules, each with `register(subparsers)` that adds its parser and sets `func`.
@@ -71,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ge-python-model",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {__version__} (Python {sys.version.split()[0]})",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
