@@ -37,6 +37,7 @@ from ge_python_backend.ascend import (
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     DTYPES_BY_ONNX,
+    LAYOUT_RANKS,
     NUMPY_BY_ACL,
     AclCode,
     Format,
@@ -490,11 +491,13 @@ def _input_tensors(
                 f"--input_shape gives {value.name} {len(dims)} dims but the ONNX input has "
                 f"{len(onnx_dims)} ({_shape_text(onnx_dims)})"
             )
+        # A layout names the axes of tensors of its rank only; ATC records the others as ND.
+        fits = LAYOUT_RANKS.get(acl_format, len(dims)) == len(dims)
         tensors.append(
             OmTensor(
                 value.name,
                 _acl_dtype(tensor_type.elem_type, f"input {value.name}"),
-                acl_format,
+                acl_format if fits else Format.ND,
                 dims,
             )
         )
