@@ -327,7 +327,7 @@ ATC_INPUT_FORMATS: tuple[Format, ...] = (
 )
 # The rank of the tensors each layout format describes; ATC records other ranks as ND (a 2-D
 # input compiled with --input_format NCHW is ND).
-LAYOUT_RANKS = {Format.NCHW: 4, Format.NHWC: 4, Format.NCDHW: 5, Format.NDHWC: 5}
+LAYOUT_RANKS: dict[int, int] = {Format.NCHW: 4, Format.NHWC: 4, Format.NCDHW: 5, Format.NDHWC: 5}
 
 
 def format_name(code: int) -> str:

@@ -328,6 +328,4 @@ def test_scaffold_writes_pipeline_min_device_us_only_when_given(
         + ["--runtime", "emulator", "--pipeline-min-device-us", "-1"]
     )
     assert code == 2
-    assert "pipeline_min_device_us must be 0..2147483647 microseconds" in (
-        capsys.readouterr().err
-    )
+    assert "pipeline_min_device_us must be 0..2147483647 microseconds" in (capsys.readouterr().err)

@@ -116,6 +116,7 @@ def test_parameters_are_checked_at_load_and_near_misses_warned_in_tritons_log(
         if line.startswith("W") and "'typo' version 1" in line
     ]
     assert len(warnings) == 1, warnings
-    assert "parameter 'pipeline_dept' (did you mean 'pipeline_depth'?) is not one of ours" in (
-        warnings[0]
+    assert (
+        "parameter 'pipeline_dept' (did you mean 'pipeline_depth'?) is not one of ours"
+        in (warnings[0])
     )

@@ -9,10 +9,10 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 |---|---|---|
 | `om_file` | the `.om` file name inside each version directory | the only `.om` there |
 | `om_sha256` | the `.om` file's SHA-256, 64 hex characters (model-level) | `<file>.om.sha256` |
-| `device_ids` | comma-separated NPU ids 0..2147483647; instance k uses `device_ids[k % len]` | `0` |
+| `device_ids` | comma-separated NPU ids (C ints); instance k uses `device_ids[k % len]` | `0` |
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `2` |
-| `execute_timeout_ms` | bound on each execution's wait (`Session`), 0..2147483647; 0 = none | `20000` |
+| `execute_timeout_ms` | bound on each execution's wait (`Session`, a C int); 0 = none | `20000` |
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
