@@ -259,10 +259,18 @@ def listening_pids(port: int) -> set[int]:
                     inodes.add(f"socket:[{fields[9]}]")
     pids = set()
     for fds in Path("/proc").glob("[0-9]*/fd") if inodes else ():
-        with contextlib.suppress(OSError):
-            if any(os.readlink(fd) in inodes for fd in fds.iterdir()):
+        with contextlib.suppress(OSError):  # a process gone, or not ours to look at
+            if any(_fd_target(fd) in inodes for fd in fds.iterdir()):
                 pids.add(int(fds.parent.name))
     return pids
+
+
+def _fd_target(fd: Path) -> str:
+    """What a `/proc/<pid>/fd` entry points at; "" for one closed while it is read."""
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
 
 
 def describe_process(pid: int) -> str:
@@ -282,10 +290,12 @@ def check_port_free(host: str, port: int, what: str) -> None:
         try:
             sock.bind((host, port))
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise UserError(f"cannot listen on {what} port {port} of {host}: {exc}") from None
+            # Any other failure (an address this IPv4 check cannot bind) is Triton's to report.
+            in_use = exc.errno == errno.EADDRINUSE
         else:
-            return
+            in_use = False
+    if not in_use:
+        return
     holders = ", ".join(describe_process(pid) for pid in sorted(listening_pids(port)))
     raise UserError(
         f"{what} port {port} on {host} is already in use"

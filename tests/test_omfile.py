@@ -475,26 +475,6 @@ def test_cli_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert desc.gears == ((16, 16), (24, 32))
 
 
-def test_cli_compile_prints_batch_gear_shapes_as_inspect_does(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The file records outputs at the largest gear ([8,8]); the runtime, and so `inspect`,
-    reads them with -1 on the batch axis. The 2-D input is ND whatever --input_format says."""
-    onnx_path = build_mlp(tmp_path / "mlp.onnx")
-    argv = ["emulator", "compile", f"--model={onnx_path}", "--framework=5"]
-    argv += ["--output", str(tmp_path / "mlp"), "--input_shape", "x:-1,16"]
-    assert cli.main([*argv, "--dynamic_batch_size", "1,2,8"]) == 0
-    compiled = capsys.readouterr().out.splitlines()[1]
-    assert compiled == (
-        "inputs: x FLOAT[-1,16]; outputs: Relu_2:0:y FLOAT[-1,8], ReduceSum_3:0:z FLOAT[-1,1]; "
-        "batch gears 1;2;8"
-    )
-    assert cli.main(["inspect", str(tmp_path / "mlp.om"), "--runtime", "emulator"]) == 0
-    table = capsys.readouterr().out
-    assert "x     FP32  float32  [-1, 16]  ND" in table
-    assert "y     FP32  float32  [-1, 8]  ND" in table
-
-
 def test_a_layout_format_applies_to_inputs_of_its_rank(tmp_path: Path) -> None:
     conv = build_conv(tmp_path / "conv.onnx")
     om = compile_onnx(conv, tmp_path / "conv", input_shape="image:1,3,16,16", input_format="NHWC")

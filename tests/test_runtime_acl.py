@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ge_python_backend.cli import main
 from ge_python_backend.runtime import (
     ENV_VAR,
     RuntimeSelectionError,
@@ -88,32 +87,6 @@ def test_missing_pyacl_names_set_env_and_the_emulator() -> None:
     assert "set_env.sh" in message
     assert "runtime='emulator'" in message and f"{ENV_VAR}=emulator" in message
     assert isinstance(caught.value, ImportError)
-
-
-@pytest.mark.usefixtures("no_pyacl")
-@pytest.mark.parametrize("command", ["inspect", "scaffold", "compare", "selftest", "validate"])
-def test_commands_hint_at_the_runtime_flag(
-    command: str,
-    om_static: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    om, onnx = str(om_static), str(om_static.with_suffix(".onnx"))
-    argv = {
-        "inspect": ["inspect", om],
-        "scaffold": ["scaffold", om, "--repository", str(tmp_path / "models")],
-        "compare": ["compare", "--om", om, "--onnx", onnx],
-        "selftest": ["selftest"],
-        "validate": ["validate", str(tmp_path / "models"), "--runtime", "pyacl"],
-    }[command]
-    if command == "validate":  # a repository made with the emulator, checked with pyACL
-        assert main(["scaffold", om, "-r", str(tmp_path / "models"), "--runtime", "emulator"]) == 0
-    main(argv)
-    printed = "".join(capsys.readouterr())
-    assert "Without an NPU, use the CPU emulator: --runtime emulator or" in printed
-    assert "runtime='emulator'" not in printed
 
 
 @pytest.mark.usefixtures("no_pyacl")

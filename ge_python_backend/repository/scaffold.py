@@ -62,6 +62,7 @@ VENDOR_DIR = "_ge_vendor"
 # server and client) and the self-test are left out.
 STUB_FILES = (
     "__init__.py",
+    "aipp.py",
     "ascend.py",
     "errors.py",
     "modelinfo.py",
