@@ -8,7 +8,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ge_python_backend.errors import UserError
+from ge_python_backend import __version__
+from ge_python_backend.errors import UserError, command_line_message
 
 # Subcommand modules, each with `register(subparsers)` that adds its parser and sets `func`.
 COMMAND_MODULES = (
@@ -72,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {__version__} (Python {sys.version.split()[0]})",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
         try:
@@ -103,7 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ModuleNotFoundError as exc:  # a module imported when the command runs
             raise missing_extra(exc) from exc
     except UserError as exc:
-        print(f"ge-python-model {args.command}: error: {exc}", file=sys.stderr)
+        print(
+            f"ge-python-model {args.command}: error: {command_line_message(exc)}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

@@ -17,6 +17,7 @@ host): `StubPython` describes it, and the stub built for its version is used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import json
@@ -38,10 +39,14 @@ from types import TracebackType
 from typing import Any
 
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.repository.config import shell_unsafe_characters
+from ge_python_backend.repository.config import (
+    check_model_directory_names,
+    check_shell_safe_path,
+)
 from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit")
+PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
 
 
 class ServerError(GeBackendError):
@@ -242,6 +247,63 @@ def find_server(
     return ServerBinary(root / "bin" / "tritonserver", backends, (libs,) if libs.is_dir() else ())
 
 
+def listening_pids(port: int) -> set[int]:
+    """The processes with a TCP socket listening on `port` in this network namespace, as far as
+    Linux's `/proc` shows them (empty when it shows none: another OS, or no permission)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()  # sl local_address rem_address st ... inode
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    pids = set()
+    for fds in Path("/proc").glob("[0-9]*/fd") if inodes else ():
+        with contextlib.suppress(OSError):  # a process gone, or not ours to look at
+            if any(_fd_target(fd) in inodes for fd in fds.iterdir()):
+                pids.add(int(fds.parent.name))
+    return pids
+
+
+def _fd_target(fd: Path) -> str:
+    """What a `/proc/<pid>/fd` entry points at; "" for one closed while it is read."""
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
+
+
+def describe_process(pid: int) -> str:
+    """`pid 123 (tritonserver)`: the id and, when readable, the program name."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({name})"
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """UserError naming the port and the process listening on it when `port` is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As a server binds: a port left in TIME_WAIT is free, one something listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            # Any other failure (an address this IPv4 check cannot bind) is Triton's to report.
+            in_use = exc.errno == errno.EADDRINUSE
+        else:
+            in_use = False
+    if not in_use:
+        return
+    holders = ", ".join(describe_process(pid) for pid in sorted(listening_pids(port)))
+    raise UserError(
+        f"{what} port {port} on {host} is already in use"
+        + (f" by {holders}" if holders else "")
+        + "; stop that server or choose another port (0 picks a free one)"
+    )
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -256,18 +318,10 @@ def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:
     `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, the paths unquoted: a
     space breaks the stub's arguments (the model never loads) and `$(...)` or `;` run commands.
     """
-    paths = [("model repository", repository)]
-    paths += [("model directory", path) for path in sorted(repository.iterdir()) if path.is_dir()]
+    check_shell_safe_path("model repository", repository)
+    check_model_directory_names(repository)
     if binary.backend_directory is not None:
-        paths.append(("backend directory", binary.backend_directory.resolve()))
-    for what, path in paths:
-        unsafe = shell_unsafe_characters(str(path))
-        if unsafe:
-            raise UserError(
-                f"{what} {str(path)!r} contains {unsafe!r}: Triton's Python backend starts "
-                "each model through a shell command line holding this path, unquoted, where "
-                "these characters would be interpreted; rename or move it"
-            )
+        check_shell_safe_path("backend directory", binary.backend_directory.resolve())
 
 
 def server_environment(
@@ -433,6 +487,9 @@ class TritonServer:
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
         check_shell_safe_paths(self.repository, self.binary)
+        for what, port in zip(PORT_NAMES, self._requested_ports):
+            if port:
+                check_port_free(self.host, port, what)
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
         http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)
@@ -478,9 +535,11 @@ class TritonServer:
             return False
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Poll `/v2/health/ready`; raise `ServerError` with the log tail on exit or timeout."""
-        if self._process is None:
+        """Poll `/v2/health/ready` until this server answers it; raise `ServerError` with the
+        log tail on exit or timeout, or when another process answers on its HTTP port."""
+        if self._process is None or self._ports is None:
             raise ServerError("the server has not been started")
+        http_port = self._ports[0]
         deadline = time.monotonic() + timeout
         while True:
             code = self._process.poll()
@@ -490,7 +549,16 @@ class TritonServer:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             if self.is_ready():
-                return
+                # The answer may be another server's on the same port: the listener must be
+                # this process (trusted when /proc shows no listener).
+                holders = listening_pids(http_port)
+                if not holders or self._process.pid in holders:
+                    return
+                raise ServerError(
+                    f"{', '.join(map(describe_process, sorted(holders)))} answers on HTTP port "
+                    f"{http_port}, not this tritonserver (pid {self._process.pid}); "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"tritonserver not ready after {timeout:.0f} s; "

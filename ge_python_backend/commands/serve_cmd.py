@@ -33,8 +33,11 @@ own with --tritonserver (and --backend-directory holding python/ with the Python
 stub). The stub runs model.py on this Python interpreter, so it imports the installed
 ge_python_backend, or on --stub-python's (the bundled server then uses the stub built for that
 version; the package must be installed there: docs/DEPLOYING.md). It listens on 127.0.0.1
-unless --host is given. A model that fails to load stays UNAVAILABLE (shown with its reason)
-while the others serve. Ctrl-C or SIGTERM drains the server: Triton answers the requests in
+unless --host is given; a port already in use is refused before the server starts (naming the
+process listening there), and "ready" is printed only once this server's own process answers. A
+model that fails to load stays UNAVAILABLE (shown with its reason) while the others serve; when
+none of the models to serve (every one, or the --load-model ones) is available, the command
+lists them and exits 1. Ctrl-C or SIGTERM drains the server: Triton answers the requests in
 flight (for up to --exit-timeout-secs), unloads the models and exits; the command exits 0 only
 when that went cleanly, non-zero if the server dies or could not finish its requests in time.
 
@@ -99,19 +102,39 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _print_ready(server: TritonServer) -> None:
+def _model_lines(index: list[dict[str, Any]]) -> list[str]:
+    """One line per model of the repository index: its state and the first line of its
+    reason (why an UNAVAILABLE model failed to load)."""
+    lines = []
+    for entry in index:
+        reason = entry.get("reason", "").strip().splitlines()
+        detail = f": {reason[0]}" if reason else ""
+        version = entry.get("version", "-")
+        lines.append(
+            f"  {entry['name']} (version {version}): {entry.get('state', 'UNKNOWN')}{detail}"
+        )
+    return lines
+
+
+def _none_available(index: list[dict[str, Any]], args: argparse.Namespace) -> bool:
+    """Whether the server was to serve models at start (every model of the repository; in
+    explicit mode the --load-model ones, if any) and serves none of them."""
+    explicit = args.model_control_mode == "explicit"
+    if explicit and not args.load_model:
+        return False  # models are loaded later, through the model-control API
+    wanted = [e for e in index if not explicit or e["name"] in args.load_model]
+    return not any(entry.get("state") == "READY" for entry in wanted)
+
+
+def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     urls = server.urls
     print(f"Triton is ready (pid {server.pid}); log: {server.log_path}")
     print(f"  HTTP     {urls.http}")
     print(f"  gRPC     {urls.grpc}")
     print(f"  metrics  {urls.metrics}")
-    index = server.repository_index()
     print("models:" if index else "models: none loaded")
-    for entry in index:
-        reason = entry.get("reason", "").strip().splitlines()
-        detail = f": {reason[0]}" if reason else ""
-        version = entry.get("version", "-")
-        print(f"  {entry['name']} (version {version}): {entry.get('state', 'UNKNOWN')}{detail}")
+    for line in _model_lines(index):
+        print(line)
     print("Press Ctrl-C to stop.", flush=True)
 
 
@@ -142,7 +165,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.start()
         server.wait_ready()
-        _print_ready(server)
+        index = server.repository_index()
+        if _none_available(index, args):
+            print(
+                f"ge-python-model serve: no model is available (log {server.log_path}):\n"
+                + "\n".join(_model_lines(index) or ["  (none loaded)"]),
+                file=sys.stderr,
+            )
+            return 1
+        _print_ready(server, index)
         while (code := server.poll()) is None:
             time.sleep(0.5)
         print(

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import check_model_directory_names
 from ge_python_backend.repository.shm import (
     MIB,
     RepositoryModel,
@@ -381,6 +382,7 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     `config.pbtxt` are read from their `.om` with `options.runtime`."""
     if not Path(repository).is_dir():
         raise UserError(f"model repository {repository} is not a directory")
+    check_model_directory_names(repository)  # mounted at /models: its own path never reaches bash
     entries = repository_entries(repository, options.runtime)
     unreadable = [entry for entry in entries if entry.config is None and entry.copy_path]
     if unreadable:

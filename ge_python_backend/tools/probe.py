@@ -18,7 +18,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ge_python_backend.client import TritonClient, error_text, server_url
+from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -134,7 +134,7 @@ def probe(
         names = [tensor.name for tensor in config.output]
         with TritonClient(address, protocol, timeout_s=remaining()) as client:
             answer = _infer(client, model, inputs, names)
-    except (InferenceServerException, OSError) as exc:
+    except (InferenceServerException, *CONNECTION_ERRORS) as exc:
         seconds = time.monotonic() - start
         if seconds >= timeout:
             failed = f"no answer to {step} within the {timeout:g} s timeout"
