@@ -6,12 +6,13 @@ import argparse
 import logging
 from typing import Any
 
+from ge_python_backend.client import server_url
 from ge_python_backend.commands.options import (
     add_server_options,
     add_watch_options,
     watch_option,
 )
-from ge_python_backend.tools.watch import Watcher, serve_metrics
+from ge_python_backend.tools.watch import Watcher, WatchMetrics, serve_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +49,22 @@ def register(subparsers: Any) -> None:
 
 
 def watcher_from(
-    args: argparse.Namespace, url: str | None, protocol: str = "http", prefix: str = ""
+    args: argparse.Namespace,
+    url: str | None,
+    protocol: str = "http",
+    prefix: str = "",
+    metrics: WatchMetrics | None = None,
 ) -> Watcher:
     """The `Watcher` of `url` that the values of `add_watch_options(parser, prefix)` describe
-    (`--model`, where given, limits it to that model)."""
+    (`--model`, where given, limits it to that model), counting into `metrics` (None: new)."""
     return Watcher(
-        url,
+        server_url(url, protocol),
         protocol,
         models=tuple(filter(None, [getattr(args, "model", None)])),
         interval=watch_option(args, "interval", prefix),
         timeout=watch_option(args, "timeout", prefix),
         retries=watch_option(args, "retries", prefix),
+        metrics=metrics or WatchMetrics(),
     )
 
 
@@ -73,4 +79,5 @@ def run(args: argparse.Namespace) -> int:
         watcher.run()
     finally:
         metrics_server.shutdown()
+        metrics_server.server_close()
     return 0
