@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 from typing import Any
 
 from ge_python_backend.client import server_url
@@ -27,7 +28,7 @@ doubling backoff. Reloads need the server in explicit model-control mode
 reported. Every failure and action is logged to stderr. Prometheus counters
 ge_watch_probes_total, ge_watch_failures_total and ge_watch_reloads_total, labelled by model,
 are served on http://0.0.0.0:--metrics-port/metrics. --model watches that model alone. Runs
-until Ctrl-C.
+until SIGINT (Ctrl-C) or SIGTERM.
 
 examples:
   ge-python-model watch --url 127.0.0.1:8000
@@ -69,14 +70,19 @@ def watcher_from(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Watch until Ctrl-C (exit 130 through the CLI)."""
+    """Watch until SIGINT or SIGTERM (exit 0)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     watcher = watcher_from(args, args.url, args.protocol)
     metrics_server = serve_metrics(watcher.metrics, watch_option(args, "metrics_port"))
     port = metrics_server.server_address[1]
     logger.info("watcher metrics on http://0.0.0.0:%d/metrics", port)
+    # A signal sets `stop` rather than raising: tritonclient's gevent hub may swallow a
+    # KeyboardInterrupt raised inside a request.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: watcher.stop.set())
     try:
         watcher.run()
+        logger.info("watcher stopped")
     finally:
         metrics_server.shutdown()
         metrics_server.server_close()

@@ -225,8 +225,9 @@ class Watcher:
         return False
 
     def _reload(self, model: str) -> None:
-        # A load alone keeps a dead stub: Triton reuses the loaded instance; unload stops it.
-        # A hung stub can take Triton's whole unload to answer, so no short call timeout here.
+        # A load alone keeps a dead stub: Triton reuses the loaded instance. Triton 2.51 never
+        # finishes unloading an instance whose stub died under a request, so the load does not
+        # wait for the unload (the old instance lingers until the server exits: RELIABILITY.md).
         with TritonClient(self.url, self.protocol) as client:
             client.unload_model(model)
             client.load_model(model)
