@@ -52,9 +52,10 @@ Unless --no-watch is given, the watcher of `ge-python-model watch` runs beside t
 probes every READY model each --watch-interval seconds and reloads one whose stub process died
 or whose inference hangs. So that it can reload, the server runs in explicit model-control mode
 with every model loaded (--model-control-mode none turns reloads off). The watcher's Prometheus
-counters are on --watch-metrics-port. When tritonserver dies by a signal (a crash, SIGKILL),
-serve removes what the dead server left in /dev/shm and starts it again on the same ports, at
-most --max-restarts times in --restart-window seconds; an exit without a signal ends serve.
+counters are on --watch-metrics-port (at --host). When tritonserver dies by a signal (a crash,
+SIGKILL), serve removes what the dead server left in /dev/shm and starts it again on the same
+ports, at most --max-restarts times in --restart-window seconds; an exit without a signal ends
+serve.
 
 examples:
   ge-python-model serve models
@@ -185,8 +186,8 @@ def _start_watcher(
     daemon thread."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     watcher = watcher_from(args, server.urls.http, prefix=WATCH_PREFIX, metrics=metrics)
-    port = endpoint.server_address[1]
-    print(f"  watcher  every {watcher.interval:g} s; metrics http://0.0.0.0:{port}/metrics")
+    host, port = endpoint.server_address[:2]
+    print(f"  watcher  every {watcher.interval:g} s; metrics http://{host}:{port}/metrics")
     threading.Thread(target=watcher.run, name="ge-watch", daemon=True).start()
     return watcher
 
@@ -243,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = WatchMetrics()
     # Bound before Triton starts, so that a port in use fails before anything runs.
     port = watch_option(args, "metrics_port", WATCH_PREFIX)
-    endpoint = serve_metrics(metrics, port) if args.watch else None
+    endpoint = serve_metrics(metrics, port, host=args.host) if args.watch else None
     watcher: Watcher | None = None
     try:
         server.start()
@@ -257,12 +258,15 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
             ended = f"tritonserver {exit_description(code)}"
             if code >= 0 or not budget.take():
-                limit = (
-                    ""
-                    if code >= 0
-                    else f" (the {args.max_restarts} restarts allowed in "
-                    f"{args.restart_window:g} s are used up)"
-                )
+                if code >= 0:
+                    limit = ""
+                elif args.max_restarts == 0:
+                    limit = " (not restarted: --max-restarts 0)"
+                else:
+                    limit = (
+                        f" (not restarted: its {args.max_restarts} restarts in "
+                        f"{args.restart_window:g} s are used up)"
+                    )
                 print(
                     f"{ended}{limit}; log {server.log_path}:\n{server.log_tail()}",
                     file=sys.stderr,
