@@ -26,7 +26,7 @@ import numpy as np
 import psutil
 import pytest
 from e2e_helpers import free_port, running_server
-from reliability_helpers import stub_processes, wait_for_exit
+from reliability_helpers import install_faults, stub_processes, wait_for_exit
 
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.repository.scaffold import scaffold
@@ -165,7 +165,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory, om_hw: Path) -> Path:
 
 
 @contextlib.contextmanager
-def watching(url: str, log: Path, *options: str) -> Iterator[int]:
+def watching(url: str, log: Path, *options: str, model: str = "conv") -> Iterator[int]:
     """`ge-python-model watch --url URL` as a process (its stderr to `log`); its metrics port."""
     port = free_port()
     command = [sys.executable, "-m", "ge_python_backend.cli", "watch", "--url", url]
@@ -176,9 +176,7 @@ def watching(url: str, log: Path, *options: str) -> Iterator[int]:
         deadline = time.monotonic() + 30
         while True:
             with contextlib.suppress(OSError):
-                if "probes" in scrape(port) and metric(
-                    scrape(port), "ge_watch_probes_total", "conv"
-                ):
+                if metric(scrape(port), "ge_watch_probes_total", model):
                     break
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the watcher did not probe in time"
@@ -242,6 +240,36 @@ def test_watch_reports_what_it_cannot_reload_outside_explicit_mode(
             text = scrape(port)
         assert not answers(address)  # nothing reloaded it
     assert metric(text, "ge_watch_failures_total", "conv") >= 1
+
+
+@pytest.mark.e2e
+def test_watch_reloads_a_model_whose_inference_hangs(
+    om_dynamic_batch: Path, tmp_path: Path
+) -> None:
+    """The stub's 2nd execution never completes (the watcher's 2nd probe; no warmup): reloaded,
+    the new stub answers the probe."""
+    models = tmp_path / "models"
+    scaffold(om_dynamic_batch, models, name="mlp", runtime="emulator", warmup=False)
+    install_faults(models / "mlp", "mdl.execute_async:hang:2")
+    with running_server(
+        models,
+        log_path=tmp_path / "triton.log",
+        model_control_mode="explicit",
+        load_models=["mlp"],
+        exit_timeout=1,
+    ) as server:
+        address = server.urls.http.removeprefix("http://")
+        log = tmp_path / "watch.log"
+        with watching(address, log, "--timeout", "2", model="mlp") as port:
+            deadline = time.monotonic() + 30
+            while "healed by reload" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+            text = scrape(port)
+    logged = log.read_text()
+    assert "within the 2 s timeout" in logged
+    assert "reloading model 'mlp' (attempt 1 of 3): its probe timed out" in logged
+    assert metric(text, "ge_watch_reloads_total", "mlp") == 1
 
 
 # --- `serve` ------------------------------------------------------------------------------
