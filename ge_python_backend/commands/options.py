@@ -11,6 +11,12 @@ from typing import Any
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import RUNTIMES
+from ge_python_backend.tools.watch import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+)
 
 
 def add_repository_argument(parser: argparse.ArgumentParser) -> None:
@@ -118,13 +124,6 @@ def add_watch_options(parser: argparse.ArgumentParser, prefix: str = "") -> None
     """`--interval`, `--timeout`, `--retries` and `--metrics-port` of the watcher
     (`tools.watch.Watcher`); `prefix` ("watch-") names them `--watch-interval`, ... where they
     sit beside a server's own options (read them back with `watch_option`)."""
-    from ge_python_backend.tools.watch import (
-        DEFAULT_INTERVAL_S,
-        DEFAULT_METRICS_PORT,
-        DEFAULT_RETRIES,
-        DEFAULT_TIMEOUT_S,
-    )
-
     parser.add_argument(
         f"--{prefix}interval",
         type=float,
