@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.serve_cmd",
     "ge_python_backend.commands.infer_cmd",
     "ge_python_backend.commands.probe_cmd",
+    "ge_python_backend.commands.watch_cmd",
     "ge_python_backend.commands.emulator_cmd",
     "ge_python_backend.commands.bench_cmd",
     "ge_python_backend.commands.compare_cmd",

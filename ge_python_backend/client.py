@@ -132,6 +132,14 @@ class TritonClient:
         """Whether `version` of `model` ("": the server's choice of version) is ready."""
         return bool(self._client.is_model_ready(model, version, **self._options))
 
+    def repository_index(self) -> list[dict[str, Any]]:
+        """Every model of the repository: `{"name", "version", "state", "reason"}` (a model
+        never loaded has no version or state)."""
+        if self.protocol == "grpc":
+            index = self._client.get_model_repository_index(as_json=True, **self._options)
+            return list(index.get("models", []))
+        return list(self._client.get_model_repository_index())
+
     def load_model(self, model: str) -> None:
         """Load (or reload) `model`; needs `--model-control-mode=explicit`."""
         self._client.load_model(model, **self._options)

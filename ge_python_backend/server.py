@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -47,6 +48,10 @@ from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit")
 PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
+# The Python backend names its shared-memory regions /dev/shm/<prefix><uuid>; each TritonServer
+# gives its own prefix (this one and a tag), so the regions a crashed server left are known.
+SHM_REGION_PREFIX = "triton_python_backend_shm_region_"
+SHM_DIRECTORY = Path("/dev/shm")
 
 
 class ServerError(GeBackendError):
@@ -344,6 +349,16 @@ def server_environment(
     return env
 
 
+def exit_description(code: int) -> str:
+    """How a process ended, from its return code: "exited with code 1", "killed by SIGKILL"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
 def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> int:
     """SIGINT (Triton's clean shutdown), SIGKILL after `timeout`; then end the process group.
 
@@ -416,6 +431,7 @@ class TritonServer:
         self._requested_ports = (http_port, grpc_port, metrics_port)
         self._ports: tuple[int, int, int] | None = None
         self.log_path = Path(log_path) if log_path is not None else None
+        self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -474,6 +490,7 @@ class TritonServer:
             f"--model-control-mode={self.model_control_mode}",
             f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_region_prefix}",
         ]
         if self.binary.backend_directory is not None:
             command.append(f"--backend-directory={self.binary.backend_directory}")
@@ -497,7 +514,11 @@ class TritonServer:
         if self.log_path is None:
             self.log_path = Path(tempfile.mkdtemp(prefix="ge-tritonserver-")) / "tritonserver.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        self._launch("wb")
+
+    def _launch(self, log_mode: str) -> None:
+        assert self.binary is not None and self.log_path is not None
+        with open(self.log_path, log_mode) as log:
             self._process = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
@@ -511,6 +532,29 @@ class TritonServer:
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""
         return self._process.poll() if self._process else None
+
+    def restart(self) -> list[Path]:
+        """Start the server again, on the same ports and appending to the same log, after it
+        exited (does not wait: see `wait_ready`). What remains of the dead server's process
+        group is killed first and its shared-memory regions removed; returns those regions."""
+        if self._process is None or self._process.poll() is None:
+            raise ServerError("only a server that has exited can be restarted")
+        _stop_process(self._process, 0.0)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        removed = self.remove_shm_regions()
+        self._launch("ab")
+        return removed
+
+    def remove_shm_regions(self) -> list[Path]:
+        """Remove the `/dev/shm` regions of this server's Python backend (only once it and its
+        stubs are gone); the paths removed."""
+        removed = []
+        for path in sorted(SHM_DIRECTORY.glob(f"{self.shm_region_prefix}*")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
 
     def log_tail(self, lines: int = 40) -> str:
         """The last `lines` lines of the server log."""
@@ -576,7 +620,8 @@ class TritonServer:
         return list(json.loads(body))
 
     def stop(self, timeout: float | None = None) -> int | None:
-        """Stop with SIGINT and return the exit code.
+        """Stop with SIGINT and return the exit code (what a crashed server left in `/dev/shm`
+        is removed).
 
         Triton lets in-flight requests and open HTTP connections finish for `exit_timeout`
         seconds, then unloads the models; the process group is killed after `timeout` seconds
@@ -587,4 +632,5 @@ class TritonServer:
         code = _stop_process(self._process, self.exit_timeout + 20 if timeout is None else timeout)
         if self._finalizer is not None:
             self._finalizer.detach()
+        self.remove_shm_regions()  # what a crash left; a clean exit removed its own
         return code
