@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "ATC_INPUT_FORMATS",
+    "LAYOUT_RANKS",
     "DATA_TYPES",
     "DIMS_NAME_LIMIT",
     "DTYPES_BY_ACL",
@@ -324,6 +325,9 @@ ATC_INPUT_FORMATS: tuple[Format, ...] = (
     Format.NCDHW,
     Format.NDHWC,
 )
+# The rank of the tensors each layout format describes; ATC records other ranks as ND (a 2-D
+# input compiled with --input_format NCHW is ND).
+LAYOUT_RANKS: dict[int, int] = {Format.NCHW: 4, Format.NHWC: 4, Format.NCDHW: 5, Format.NDHWC: 5}
 
 
 def format_name(code: int) -> str:

@@ -8,7 +8,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ge_python_backend.errors import UserError
+from ge_python_backend import __version__
+from ge_python_backend.errors import UserError, command_line_message
 
 # Subcommand modules, each with `register(subparsers)` that adds its parser and sets `func`.
 COMMAND_MODULES = (
@@ -19,6 +20,7 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.serve_cmd",
     "ge_python_backend.commands.infer_cmd",
     "ge_python_backend.commands.probe_cmd",
+    "ge_python_backend.commands.watch_cmd",
     "ge_python_backend.commands.emulator_cmd",
     "ge_python_backend.commands.bench_cmd",
     "ge_python_backend.commands.compare_cmd",
@@ -72,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {__version__} (Python {sys.version.split()[0]})",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
         try:
@@ -103,7 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ModuleNotFoundError as exc:  # a module imported when the command runs
             raise missing_extra(exc) from exc
     except UserError as exc:
-        print(f"ge-python-model {args.command}: error: {exc}", file=sys.stderr)
+        print(
+            f"ge-python-model {args.command}: error: {command_line_message(exc)}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

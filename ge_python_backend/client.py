@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import http.client
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,10 @@ DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 INT_HIGH = 32
 # Request inputs: name -> (array, Triton data type).
 TypedArrays = Mapping[str, tuple[np.ndarray, str]]
+# What a client raises when nothing, or no server of its protocol, answers at the address:
+# refused or reset connections (OSError) and replies that are not HTTP/1.1 (tritonclient.http's
+# geventhttpclient raises HTTPParseError, an http.client.HTTPException, e.g. at a gRPC port).
+CONNECTION_ERRORS = (OSError, http.client.HTTPException)
 
 
 def server_url(url: str | None, protocol: str) -> str:
@@ -41,7 +46,11 @@ def server_url(url: str | None, protocol: str) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """The message of an exception (tritonclient's `message()` when it has one)."""
+    """The message of an exception (tritonclient's `message()` when it has one); a reply that
+    is not HTTP/1.1 says so."""
+    if isinstance(exc, http.client.HTTPException):
+        detail = exc.args[0] if exc.args else type(exc).__name__
+        return f"the reply is not HTTP/1.1 ({detail}): is this Triton's HTTP port?"
     text = getattr(exc, "message", None)
     text = text() if callable(text) else text
     return str(text or exc) or type(exc).__name__
@@ -57,8 +66,8 @@ def server_errors(url: str, protocol: str, model: str | None = None) -> Iterator
         yield
     except InferenceServerException as exc:
         raise UserError(f"{where}: {error_text(exc)}") from None
-    except OSError as exc:
-        raise UserError(f"cannot reach Triton at {protocol}://{url}: {exc}") from None
+    except CONNECTION_ERRORS as exc:
+        raise UserError(f"cannot reach Triton at {protocol}://{url}: {error_text(exc)}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +131,14 @@ class TritonClient:
     def is_model_ready(self, model: str, version: str = "") -> bool:
         """Whether `version` of `model` ("": the server's choice of version) is ready."""
         return bool(self._client.is_model_ready(model, version, **self._options))
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        """Every model of the repository: `{"name", "version", "state", "reason"}` (a model
+        never loaded has no version or state)."""
+        if self.protocol == "grpc":
+            index = self._client.get_model_repository_index(as_json=True, **self._options)
+            return list(index.get("models", []))
+        return list(self._client.get_model_repository_index())
 
     def load_model(self, model: str) -> None:
         """Load (or reload) `model`; needs `--model-control-mode=explicit`."""

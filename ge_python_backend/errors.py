@@ -12,3 +12,9 @@ class UserError(GeBackendError):
 
     The CLI prints these as one line on stderr and exits non-zero, without a traceback.
     """
+
+
+def command_line_message(exc: BaseException) -> str:
+    """The message of `exc` as a command prints it: its `command_line_message` (naming the
+    command-line flags where the message names Python arguments) when it has one."""
+    return str(getattr(exc, "command_line_message", None) or exc)

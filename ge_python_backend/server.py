@@ -17,10 +17,12 @@ host): `StubPython` describes it, and the stub built for its version is used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -38,10 +40,18 @@ from types import TracebackType
 from typing import Any
 
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.repository.config import shell_unsafe_characters
+from ge_python_backend.repository.config import (
+    check_model_directory_names,
+    check_shell_safe_path,
+)
 from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit")
+PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
+# The Python backend names its shared-memory regions /dev/shm/<prefix><uuid>; each TritonServer
+# gives its own prefix (this one and a tag), so the regions a crashed server left are known.
+SHM_REGION_PREFIX = "triton_python_backend_shm_region_"
+SHM_DIRECTORY = Path("/dev/shm")
 
 
 class ServerError(GeBackendError):
@@ -242,6 +252,63 @@ def find_server(
     return ServerBinary(root / "bin" / "tritonserver", backends, (libs,) if libs.is_dir() else ())
 
 
+def listening_pids(port: int) -> set[int]:
+    """The processes with a TCP socket listening on `port` in this network namespace, as far as
+    Linux's `/proc` shows them (empty when it shows none: another OS, or no permission)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()  # sl local_address rem_address st ... inode
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    pids = set()
+    for fds in Path("/proc").glob("[0-9]*/fd") if inodes else ():
+        with contextlib.suppress(OSError):  # a process gone, or not ours to look at
+            if any(_fd_target(fd) in inodes for fd in fds.iterdir()):
+                pids.add(int(fds.parent.name))
+    return pids
+
+
+def _fd_target(fd: Path) -> str:
+    """What a `/proc/<pid>/fd` entry points at; "" for one closed while it is read."""
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
+
+
+def describe_process(pid: int) -> str:
+    """`pid 123 (tritonserver)`: the id and, when readable, the program name."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({name})"
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """UserError naming the port and the process listening on it when `port` is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As a server binds: a port left in TIME_WAIT is free, one something listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            # Any other failure (an address this IPv4 check cannot bind) is Triton's to report.
+            in_use = exc.errno == errno.EADDRINUSE
+        else:
+            in_use = False
+    if not in_use:
+        return
+    holders = ", ".join(describe_process(pid) for pid in sorted(listening_pids(port)))
+    raise UserError(
+        f"{what} port {port} on {host} is already in use"
+        + (f" by {holders}" if holders else "")
+        + "; stop that server or choose another port (0 picks a free one)"
+    )
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -256,18 +323,10 @@ def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:
     `bash -c "exec <stub> <repository>/<model>/<version>/model.py ..."`, the paths unquoted: a
     space breaks the stub's arguments (the model never loads) and `$(...)` or `;` run commands.
     """
-    paths = [("model repository", repository)]
-    paths += [("model directory", path) for path in sorted(repository.iterdir()) if path.is_dir()]
+    check_shell_safe_path("model repository", repository)
+    check_model_directory_names(repository)
     if binary.backend_directory is not None:
-        paths.append(("backend directory", binary.backend_directory.resolve()))
-    for what, path in paths:
-        unsafe = shell_unsafe_characters(str(path))
-        if unsafe:
-            raise UserError(
-                f"{what} {str(path)!r} contains {unsafe!r}: Triton's Python backend starts "
-                "each model through a shell command line holding this path, unquoted, where "
-                "these characters would be interpreted; rename or move it"
-            )
+        check_shell_safe_path("backend directory", binary.backend_directory.resolve())
 
 
 def server_environment(
@@ -288,6 +347,16 @@ def server_environment(
         libdirs.append(str(python.libpython.parent))
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libdirs, env.get("LD_LIBRARY_PATH")]))
     return env
+
+
+def exit_description(code: int) -> str:
+    """How a process ended, from its return code: "exited with code 1", "killed by SIGKILL"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> int:
@@ -362,6 +431,7 @@ class TritonServer:
         self._requested_ports = (http_port, grpc_port, metrics_port)
         self._ports: tuple[int, int, int] | None = None
         self.log_path = Path(log_path) if log_path is not None else None
+        self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -420,6 +490,7 @@ class TritonServer:
             f"--model-control-mode={self.model_control_mode}",
             f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_region_prefix}",
         ]
         if self.binary.backend_directory is not None:
             command.append(f"--backend-directory={self.binary.backend_directory}")
@@ -433,6 +504,9 @@ class TritonServer:
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
         check_shell_safe_paths(self.repository, self.binary)
+        for what, port in zip(PORT_NAMES, self._requested_ports):
+            if port:
+                check_port_free(self.host, port, what)
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
         http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)
@@ -440,7 +514,11 @@ class TritonServer:
         if self.log_path is None:
             self.log_path = Path(tempfile.mkdtemp(prefix="ge-tritonserver-")) / "tritonserver.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        self._launch("wb")
+
+    def _launch(self, log_mode: str) -> None:
+        assert self.binary is not None and self.log_path is not None
+        with open(self.log_path, log_mode) as log:
             self._process = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
@@ -454,6 +532,29 @@ class TritonServer:
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""
         return self._process.poll() if self._process else None
+
+    def restart(self) -> list[Path]:
+        """Start the server again, on the same ports and appending to the same log, after it
+        exited (does not wait: see `wait_ready`). What remains of the dead server's process
+        group is killed first and its shared-memory regions removed; returns those regions."""
+        if self._process is None or self._process.poll() is None:
+            raise ServerError("only a server that has exited can be restarted")
+        _stop_process(self._process, 0.0)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        removed = self.remove_shm_regions()
+        self._launch("ab")
+        return removed
+
+    def remove_shm_regions(self) -> list[Path]:
+        """Remove the `/dev/shm` regions of this server's Python backend (only once it and its
+        stubs are gone); the paths removed."""
+        removed = []
+        for path in sorted(SHM_DIRECTORY.glob(f"{self.shm_region_prefix}*")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
 
     def log_tail(self, lines: int = 40) -> str:
         """The last `lines` lines of the server log."""
@@ -478,9 +579,11 @@ class TritonServer:
             return False
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Poll `/v2/health/ready`; raise `ServerError` with the log tail on exit or timeout."""
-        if self._process is None:
+        """Poll `/v2/health/ready` until this server answers it; raise `ServerError` with the
+        log tail on exit or timeout, or when another process answers on its HTTP port."""
+        if self._process is None or self._ports is None:
             raise ServerError("the server has not been started")
+        http_port = self._ports[0]
         deadline = time.monotonic() + timeout
         while True:
             code = self._process.poll()
@@ -490,7 +593,16 @@ class TritonServer:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             if self.is_ready():
-                return
+                # The answer may be another server's on the same port: the listener must be
+                # this process (trusted when /proc shows no listener).
+                holders = listening_pids(http_port)
+                if not holders or self._process.pid in holders:
+                    return
+                raise ServerError(
+                    f"{', '.join(map(describe_process, sorted(holders)))} answers on HTTP port "
+                    f"{http_port}, not this tritonserver (pid {self._process.pid}); "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"tritonserver not ready after {timeout:.0f} s; "
@@ -508,7 +620,8 @@ class TritonServer:
         return list(json.loads(body))
 
     def stop(self, timeout: float | None = None) -> int | None:
-        """Stop with SIGINT and return the exit code.
+        """Stop with SIGINT and return the exit code (what a crashed server left in `/dev/shm`
+        is removed).
 
         Triton lets in-flight requests and open HTTP connections finish for `exit_timeout`
         seconds, then unloads the models; the process group is killed after `timeout` seconds
@@ -519,4 +632,5 @@ class TritonServer:
         code = _stop_process(self._process, self.exit_timeout + 20 if timeout is None else timeout)
         if self._finalizer is not None:
             self._finalizer.detach()
+        self.remove_shm_regions()  # what a crash left; a clean exit removed its own
         return code

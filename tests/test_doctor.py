@@ -12,13 +12,21 @@ import pytest
 
 from ge_python_backend.cli import main
 from ge_python_backend.emulator import acl as emulator_acl
+from ge_python_backend.emulator import set_faults
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.shm import RepositoryModel
 from ge_python_backend.runtime import AclProbe, probe_acl
 from ge_python_backend.server import ServerBinary, bundled_server_root, find_server
 from ge_python_backend.tools.doctor import (
+    CAP_DAC_OVERRIDE,
     FAIL,
+    MANAGEMENT_NODES,
     OK,
+    SKIP,
     WARN,
     check_cann_environment,
+    check_device_nodes,
+    check_devices_open,
     check_emulator,
     check_npu_devices,
     check_pyacl,
@@ -26,6 +34,9 @@ from ge_python_backend.tools.doctor import (
     check_shm,
     check_stub_python,
     check_tritonserver,
+    check_visible_devices,
+    effective_capabilities,
+    parse_device_list,
     run_checks,
     stub_python_version,
 )
@@ -163,3 +174,119 @@ def test_runtime_override() -> None:
     assert check_runtime_override({}, "pyacl").status == OK
     override = check_runtime_override({"GE_PYTHON_BACKEND_ACL": "emulator"}, "pyacl")
     assert override.status == WARN and "unset GE_PYTHON_BACKEND_ACL" in override.fix
+
+
+def device_nodes(directory: Path, mode: int = 0o660) -> Path:
+    """A fake /dev: davinci0, davinci1 and the management nodes, owned by this process."""
+    directory.mkdir()
+    for name in ("davinci0", "davinci1", *MANAGEMENT_NODES):
+        (directory / name).touch()
+        (directory / name).chmod(mode)
+    return directory
+
+
+def test_device_node_permissions(tmp_path: Path) -> None:
+    dev = device_nodes(tmp_path / "dev")
+    owner = (dev / "davinci0").stat()
+    other_uid, other_gid = owner.st_uid + 1000, owner.st_gid + 1000
+    # Another uid, not in the nodes' group, without CAP_DAC_OVERRIDE: every node refused.
+    refused = check_device_nodes(dev, other_uid, [other_gid], capabilities=0)
+    assert refused.status == FAIL
+    assert refused.detail.count(f"({owner.st_uid}):") == 2 + len(MANAGEMENT_NODES)
+    assert "davinci0 " in refused.detail and " 0660" in refused.detail
+    assert f"uid {other_uid}, groups {other_gid}, without CAP_DAC_OVERRIDE" in refused.detail
+    assert "--run-as-user UID --run-as-group GID" in refused.fix
+    assert f"uid {owner.st_uid} / group {owner.st_gid}" in refused.fix
+    # The nodes' group opens them (HwHiAiUser's 0660), as does CAP_DAC_OVERRIDE.
+    member = check_device_nodes(dev, other_uid, [other_gid, owner.st_gid], capabilities=0)
+    assert member.status == OK and "davinci0, davinci1 and davinci_manager" in member.detail
+    assert check_device_nodes(dev, other_uid, [other_gid], 1 << CAP_DAC_OVERRIDE).status == OK
+    # The owner is judged by the owner bits only, even when its group could open the node.
+    (dev / "davinci1").chmod(0o060)
+    owner_only = check_device_nodes(dev, owner.st_uid, [owner.st_gid], capabilities=0)
+    assert owner_only.status == FAIL and "davinci1 " in owner_only.detail
+    assert "davinci0 " not in owner_only.detail
+    (dev / "davinci1").chmod(0o600)
+    group_only = check_device_nodes(dev, other_uid, [owner.st_gid], capabilities=0)
+    assert group_only.status == FAIL and "davinci1 " in group_only.detail
+    # A container given /dev/davinci0 alone cannot use it.
+    (dev / "devmm_svm").unlink()
+    (dev / "davinci1").chmod(0o660)
+    missing = check_device_nodes(dev, other_uid, [owner.st_gid], capabilities=0)
+    assert missing.status == FAIL and missing.detail.startswith("devmm_svm missing from")
+    assert "--device /dev/devmm_svm" in missing.fix
+    (tmp_path / "empty").mkdir()
+    assert check_device_nodes(tmp_path / "empty").status == SKIP
+
+
+def test_effective_capabilities(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t00000000a80425fb\n")
+    assert effective_capabilities(status) == 0xA80425FB
+    assert effective_capabilities(status) >> CAP_DAC_OVERRIDE & 1
+    assert effective_capabilities(tmp_path / "missing") == 0
+
+
+def test_device_held_by_another_process() -> None:
+    emulator = probe_acl("emulator")
+    assert check_devices_open("emulator", [0, 1], emulator).status == OK
+    set_faults("rt.set_device:507033:*")  # what set_device returns for a device held elsewhere
+    try:
+        held = check_devices_open("emulator", [1], emulator)
+    finally:
+        set_faults(None)
+    assert held.status == FAIL and held.blocking
+    assert "device 1: acl.rt.set_device failed with 507033" in held.detail
+    assert "another process or container holds it" in held.detail
+    assert "npu-smi info" in held.fix
+    unknown = check_devices_open("emulator", [99], emulator)
+    assert unknown.status == FAIL and "invalid device id" in unknown.detail
+    assert "ASCEND_RT_VISIBLE_DEVICES" in unknown.fix
+    absent = AclProbe("pyacl", None, "ModuleNotFoundError: No module named 'acl'", "", None, "")
+    assert check_devices_open("pyacl", [0], absent).status == SKIP
+
+
+def test_visible_devices_against_the_configs() -> None:
+    models = [RepositoryModel("mlp", 1, (0, 3), None), RepositoryModel("conv", 1, (1,), None)]
+    assert check_visible_devices({}, models).status == OK
+    four = check_visible_devices({"ASCEND_VISIBLE_DEVICES": "4-6,9"}, models)
+    assert four.status == OK and "4 device(s) visible" in four.detail
+    two = check_visible_devices({"ASCEND_RT_VISIBLE_DEVICES": "4,5"}, models)
+    assert two.status == FAIL
+    assert "model 'mlp' uses device_ids 0,3 but 2 device(s) are visible, numbered 0..1" in (
+        two.detail
+    )
+    assert "'conv'" not in two.detail and "--device-ids" in two.fix
+    both = check_visible_devices(
+        {"ASCEND_VISIBLE_DEVICES": "2,3", "ASCEND_RT_VISIBLE_DEVICES": "1,2"}, []
+    )
+    assert both.status == FAIL
+    assert "ASCEND_RT_VISIBLE_DEVICES names 2 but the container has 2 device(s)" in both.detail
+    for name, value in (("ASCEND_VISIBLE_DEVICES", "0-x"), ("ASCEND_RT_VISIBLE_DEVICES", "0-1")):
+        bad = check_visible_devices({name: value}, models)
+        assert bad.status == FAIL and bad.detail.startswith(f"{name}={value}: ")
+    assert parse_device_list("0-2,4", ranges=True) == [0, 1, 2, 4]
+    assert parse_device_list("void", ranges=True) == []
+
+
+def test_run_checks_compares_the_repository_with_the_devices(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    repository = tmp_path / "models"
+    scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator", device_ids=(0, 3))
+    dev = device_nodes(tmp_path / "dev")
+    results = {
+        r.name: r
+        for r in run_checks(
+            "emulator",
+            repository=repository,
+            start_server=False,
+            environ={"ASCEND_RT_VISIBLE_DEVICES": "0,1"},
+            dev_dir=dev,
+        )
+    }
+    assert results["device_nodes"].status == OK  # this process owns the fake nodes
+    assert results["devices_open"].status == OK
+    assert results["devices_open"].detail == "device(s) 0,3 opened and released"
+    assert results["visible_devices"].status == FAIL
+    assert "model 'mlp' uses device_ids 0,3" in results["visible_devices"].detail

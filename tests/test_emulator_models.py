@@ -79,7 +79,7 @@ def test_static_description(ctx: int, om_static: Path) -> None:
     )
     assert acl.mdl.get_input_data_type(desc, 0) == 0
     assert acl.mdl.get_output_data_type(desc, 0) == 0
-    assert acl.mdl.get_input_format(desc, 0) == 0  # NCHW, the --input_format default
+    assert acl.mdl.get_input_format(desc, 0) == 2  # ND: --input_format NCHW names 4-D inputs only
     assert acl.mdl.get_output_format(desc, 0) == 2  # ND
     assert acl.mdl.get_input_name_by_index(desc, 0) == "x"
     assert acl.mdl.get_output_name_by_index(desc, 1) == "ReduceSum_3:0:z"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -433,3 +434,28 @@ def test_each_example_readme_shows_its_commands(example: str) -> None:
     assert f"examples/{example}/build.py" in text
     assert f"examples/{example}/client.py" in text
     assert "atc --model=" in text
+
+
+@pytest.mark.usefixtures("clean_acl")
+def test_the_readme_session_example_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's `Session` section: make mlp.onnx, compile it, run the session; the specs it
+    shows in comments are the ones the session reports."""
+    from ge_python_backend.cli import main
+
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme.split("## Running an `.om` from Python: `Session`")[1].split("\n## ")[0]
+    make_onnx, run_session = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    [compile_command] = re.findall(r"```bash\n(.*?)```", section, re.S)[:1]
+    monkeypatch.chdir(tmp_path)
+    exec(make_onnx, {})
+    argv = shlex.split(compile_command.replace("\\\n", " "), comments=True)
+    assert argv[0] == "ge-python-model" and main(argv[1:]) == 0
+    namespace: dict[str, Any] = {}
+    exec(run_session, namespace)
+    session = namespace["session"]
+    for name in ("inputs", "outputs"):
+        shown = re.search(rf"session\.{name} +# (.*)", run_session).group(1)  # type: ignore[union-attr]
+        # the README writes numpy's dtype('float32') as float32
+        assert repr(getattr(session, name)).replace("dtype('float32')", "float32") == shown

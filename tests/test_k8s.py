@@ -5,14 +5,20 @@ schemas (strict variant: unknown fields are errors) for Kubernetes 1.25 onwards.
 ServiceMonitor is a prometheus-operator CRD: it is validated with the pydantic models that
 cloudcoil-models-prometheus-operator generates from that CRD's schema; they ignore unknown
 fields, so the test also requires that nothing is dropped when the parsed object is dumped back.
+The KServe ServingRuntime and InferenceService are validated against the facts of their CRDs'
+schemas in kserve_crd_facts.json (its `source` names the files and the kserve commit): the
+types, required fields and enums of every field `k8s --kserve` writes, with undeclared fields an
+error (the API server prunes them); their pod parts also against the Kubernetes Pod schema.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,15 +27,19 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 from e2e_helpers import free_port
+from onnx_models import build_mlp
 
 from ge_python_backend.cli import main
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import (
+    MIB,
     SHM_MIN_BYTES,
     repository_models,
     shm_limit_bytes,
@@ -40,6 +50,9 @@ from ge_python_backend.tools.k8s import (
     DEVICE_METRIC,
     EXIT_TIMEOUT_SECONDS,
     GRACE_PERIOD_SECONDS,
+    HWHIAIUSER_GID,
+    HWHIAIUSER_UID,
+    MODEL_FORMAT,
     PRESTOP_SLEEP_SECONDS,
     QUEUE_METRIC,
     K8sOptions,
@@ -300,11 +313,299 @@ def test_cli_user_mistakes_exit_2(
     assert "no */config.pbtxt" in capsys.readouterr().err
 
 
+def copy_path(repository: Path, name: str, om: Path) -> None:
+    """`mkdir -p R/name/1 && cp model.py name.om R/name/1/`: no config.pbtxt."""
+    version_dir = repository / name / "1"
+    version_dir.mkdir(parents=True)
+    assert main(["template", str(version_dir)]) == 0
+    shutil.copy(om, version_dir / f"{name}.om")
+
+
+@pytest.fixture(scope="module")
+def om_large_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MLP with batch gears up to 65536 rows: a 6.5 MB exchange, beyond Triton's 1 MiB."""
+    directory = tmp_path_factory.mktemp("large_batch")
+    onnx = build_mlp(directory / "mlp.onnx")
+    return compile_onnx(
+        onnx, directory / "mlp", input_shape="x:-1,16", dynamic_batch_size="1,65536"
+    )
+
+
+def test_copy_path_repository_is_sized_from_its_om(
+    tmp_path: Path, om_large_batch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copied = tmp_path / "copied"
+    copy_path(copied, "mlp", om_large_batch)
+    scaffolded = tmp_path / "scaffolded"
+    scaffold(om_large_batch, scaffolded, name="mlp", runtime="emulator", warmup=False)
+    manifests = build_manifests(copied, K8sOptions(name="m", runtime="emulator"))
+    assert manifests.shm_sizes == shm_sizes_for_repository(scaffolded, "emulator")
+    default = manifests.shm_sizes.default_bytes
+    assert default == 13 * MIB  # twice the 65536-row exchange (not Triton's 1 MiB)
+    deployment = manifests.documents[0]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = shlex.split(container["command"][2].split(" && exec ", 1)[1])
+    assert f"--backend-config=python,shm-default-byte-size={default}" in args
+    assert container["livenessProbe"]["exec"]["command"][:2] == ["ge-python-model", "probe"]
+    assert manifests.warnings == []
+    validate_core(deployment)
+    # The .om needs a runtime to be read here: without pyACL, the error says which flag.
+    with pytest.raises(UserError, match="model 'mlp': .*give --runtime to read it"):
+        build_manifests(copied, K8sOptions(name="m", runtime="pyacl"))
+    capsys.readouterr()
+    assert main(["k8s", str(copied), "--name", "m", "--runtime", "emulator"]) == 0
+    assert documents_of(capsys.readouterr().out)[0]["kind"] == "Deployment"
+
+
+def containers_of(document: dict[str, Any]) -> list[dict[str, Any]]:
+    if document["kind"] == "Deployment":
+        return list(document["spec"]["template"]["spec"]["containers"])
+    if document["kind"] == "ServingRuntime":
+        return list(document["spec"]["containers"])
+    predictor = document["spec"]["predictor"]
+    return [predictor["model"], *predictor.get("containers", [])]
+
+
+def test_containers_run_as_hwhiaiuser_without_capabilities(repository: Path) -> None:
+    for options in (
+        K8sOptions(name="m", watch_sidecar=True),
+        K8sOptions(name="m", watch_sidecar=True, kserve=True),
+    ):
+        documents = build_manifests(repository, options).documents
+        contexts = [
+            container["securityContext"]
+            for document in documents
+            if document["kind"] in ("Deployment", "ServingRuntime", "InferenceService")
+            for container in containers_of(document)
+            if "securityContext" in container
+        ]
+        assert len(contexts) == 2  # tritonserver and the watcher
+        for context in contexts:
+            assert (context["runAsUser"], context["runAsGroup"]) == (HWHIAIUSER_UID, 1000)
+            assert HWHIAIUSER_GID == 1000 and context["runAsNonRoot"] is True
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert context["allowPrivilegeEscalation"] is False
+        # ASCEND_VISIBLE_DEVICES is the device plugin's to set, for the container it allocates
+        # NPUs to: no container sets it (nor any other env).
+        for document in documents:
+            if document["kind"] in ("Deployment", "ServingRuntime", "InferenceService"):
+                assert all("env" not in container for container in containers_of(document))
+    root = build_manifests(repository, K8sOptions(name="m", run_as_user=0, run_as_group=1001))
+    context = root.documents[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (
+        0,
+        1001,
+        False,
+    )
+    validate_core(root.documents[0])
+    with pytest.raises(UserError, match="--run-as-user and --run-as-group must be >= 0"):
+        build_manifests(repository, K8sOptions(name="m", run_as_group=-1))
+
+
+def test_watch_sidecar_runs_the_watcher_on_an_explicit_mode_server(repository: Path) -> None:
+    deployment = build_manifests(repository, K8sOptions(name="m", watch_sidecar=True)).documents[0]
+    server, watch = deployment["spec"]["template"]["spec"]["containers"]
+    assert watch["command"] == ["ge-python-model", "watch", "--url", "127.0.0.1:8000"]
+    assert "resources" not in watch  # the NPUs are tritonserver's
+    args = shlex.split(server["command"][2].split(" && exec ", 1)[1])
+    assert "--model-control-mode=explicit" in args and "--load-model=*" in args
+    validate_core(deployment)
+    plain = build_manifests(repository, K8sOptions(name="m")).documents[0]
+    assert len(plain["spec"]["template"]["spec"]["containers"]) == 1
+    assert (
+        "--model-control-mode=none"
+        in plain["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    )
+
+
+KSERVE_FACTS = json.loads((Path(__file__).parent / "kserve_crd_facts.json").read_text())
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with undeclared fields an error at every object that declares its fields."""
+    closed = {key: value for key, value in schema.items()}
+    if "properties" in schema:
+        closed["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+        closed["additionalProperties"] = False
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            closed[key] = _closed(schema[key])
+    return closed
+
+
+def validate_kserve(document: dict[str, Any]) -> None:
+    facts = KSERVE_FACTS[document["kind"]]
+    assert document["apiVersion"] == facts["apiVersion"]
+    assert set(document) == {"apiVersion", "kind", "metadata", "spec"}
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": document["metadata"]},
+        kubernetes_validate.utils.latest_version(),
+        strict=True,
+    )  # the metadata is an ObjectMeta
+    jsonschema.validate(document["spec"], _closed(facts["spec"]))
+
+
+def kserve_pod(runtime: dict[str, Any], service: dict[str, Any]) -> dict[str, Any]:
+    """The predictor pod KServe builds: the runtime's container merged with the model's fields
+    (KServe's merge of `kserve-container`), the sidecars and the volumes."""
+    predictor = service["spec"]["predictor"]
+    model = {k: v for k, v in predictor["model"].items() if k not in KSERVE_MODEL_ONLY}
+    server = {**runtime["spec"]["containers"][0], **model}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [server, *predictor.get("containers", [])],
+            "volumes": predictor["volumes"],
+            "terminationGracePeriodSeconds": predictor["terminationGracePeriodSeconds"],
+        },
+    }
+
+
+KSERVE_MODEL_ONLY = ("modelFormat", "runtime", "storageUri")
+
+
+def test_kserve_objects_pass_the_crd_schemas(repository: Path) -> None:
+    options = K8sOptions(
+        name="resnet",
+        namespace="inference",
+        kserve=True,
+        watch_sidecar=True,
+        storage_uri="s3://models/resnet",
+        node_selector={"accelerator": "huawei-Ascend310P"},
+        ready_model="mlp",
+    )
+    manifests = build_manifests(repository, options)
+    runtime, service = documents_of(to_yaml(manifests.documents))
+    assert [runtime, service] == manifests.documents  # faithful YAML
+    validate_kserve(runtime)
+    validate_kserve(service)
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(kserve_pod(runtime, service), version, strict=True)
+    device = build_manifests(repository, K8sOptions(name="m", kserve=True, scale_on="device"))
+    for document in device.documents:
+        validate_kserve(document)
+    (metric,) = device.documents[1]["spec"]["predictor"]["autoScaling"]["metrics"]
+    assert metric["external"]["metric"]["query"] == (
+        "avg(max by (pod) (sum by (pod, device) "
+        '(rate(ge_device_busy_seconds_total{pod=~"m-predictor-.*"}[1m]))))'
+    )
+    assert metric["external"]["target"] == {"type": "Value", "value": "700m"}
+    # The checks fail on what the CRDs refuse.
+    typo = copy.deepcopy(service)
+    typo["spec"]["predictor"]["autoscaling"] = typo["spec"]["predictor"].pop("autoScaling")
+    with pytest.raises(jsonschema.ValidationError, match="autoscaling"):
+        validate_kserve(typo)
+    no_name = copy.deepcopy(service)
+    del no_name["spec"]["predictor"]["model"]["modelFormat"]["name"]
+    with pytest.raises(jsonschema.ValidationError, match="'name' is a required property"):
+        validate_kserve(no_name)
+    wrong_type = copy.deepcopy(runtime)
+    wrong_type["spec"]["supportedModelFormats"][0]["autoSelect"] = "true"
+    with pytest.raises(jsonschema.ValidationError, match="is not of type 'boolean'"):
+        validate_kserve(wrong_type)
+    bad_backend = copy.deepcopy(service)
+    external = bad_backend["spec"]["predictor"]["autoScaling"]["metrics"][0]["external"]
+    external["metric"]["backend"] = "datadog"
+    with pytest.raises(jsonschema.ValidationError, match="datadog"):
+        validate_kserve(bad_backend)
+    no_containers = copy.deepcopy(runtime)
+    del no_containers["spec"]["containers"]
+    with pytest.raises(jsonschema.ValidationError, match="'containers' is a required property"):
+        validate_kserve(no_containers)
+
+
+def test_kserve_contents(repository: Path) -> None:
+    manifests = build_manifests(repository, K8sOptions(name="mlp", kserve=True, npus=2))
+    runtime, service = manifests.documents
+    # Our own model format: KServe's tritonserver runtime (NVIDIA's image) serves tensorrt,
+    # tensorflow, onnx, pytorch and triton, so an Ascend model never auto-selects it.
+    assert runtime["spec"]["supportedModelFormats"][0]["name"] == MODEL_FORMAT
+    assert MODEL_FORMAT not in ("tensorrt", "tensorflow", "onnx", "pytorch", "triton")
+    predictor = service["spec"]["predictor"]
+    model = predictor["model"]
+    assert model["modelFormat"]["name"] == MODEL_FORMAT
+    assert model["runtime"] == runtime["metadata"]["name"] == "mlp-runtime"
+    assert model["storageUri"] == "pvc://mlp-models"
+    assert model["resources"]["limits"] == {"huawei.com/Ascend910": 2}
+    container = runtime["spec"]["containers"][0]
+    args = shlex.split(container["command"][2].split(" && exec ", 1)[1])
+    assert "--model-repository=/mnt/models" in args
+    assert "--http-port=8080" in args and "--grpc-port=9000" in args
+    assert [port["containerPort"] for port in container["ports"]] == [8080, 9000]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 8080}
+    assert container["startupProbe"]["httpGet"]["port"] == 8080
+    script = container["livenessProbe"]["exec"]["command"][2]
+    assert "--url 127.0.0.1:8080 --model conv" in script and "--model mlp" in script
+    volumes = {volume["name"]: volume for volume in predictor["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in model["volumeMounts"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"] == {
+        "medium": "Memory",
+        "sizeLimit": f"{manifests.shm_limit_bytes // 2**20}Mi",
+    }
+    assert service["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == (
+        "RawDeployment"
+    )
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 2)
+    (metric,) = predictor["autoScaling"]["metrics"]
+    assert metric["type"] == "External"
+    query = metric["external"]["metric"]["query"]
+    assert query == (
+        'sum(rate(nv_inference_queue_duration_us{pod=~"mlp-predictor-.*"}[1m])) / '
+        'clamp_min(sum(rate(nv_inference_request_success{pod=~"mlp-predictor-.*"}[1m])), 1e-9)'
+    )
+    assert metric["external"]["target"] == {"type": "Value", "value": "50000"}
+    assert "containers" not in predictor  # no sidecar unless asked
+    watched = build_manifests(repository, K8sOptions(name="m", kserve=True, watch_sidecar=True))
+    sidecar = watched.documents[1]["spec"]["predictor"]["containers"][0]
+    assert sidecar["command"] == ["ge-python-model", "watch", "--url", "127.0.0.1:8080"]
+
+
+def test_kserve_cli(repository: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["k8s", str(repository), "--name", "m", "--kserve", "--storage-uri", "pvc://claim/models"]
+    )
+    runtime, service = documents_of(capsys.readouterr().out)
+    assert code == 0
+    assert service["spec"]["predictor"]["model"]["storageUri"] == "pvc://claim/models"
+    validate_kserve(runtime)
+    validate_kserve(service)
+    code = main(
+        ["k8s", str(repository), "--name", "m", "--kserve", "--watch-sidecar"]
+        + ["--run-as-user", "2000", "--run-as-group", "3000", "--prometheus", "http://p:9090"]
+    )
+    runtime, service = documents_of(capsys.readouterr().out)
+    assert code == 0
+    for container in (
+        runtime["spec"]["containers"][0],
+        *service["spec"]["predictor"]["containers"],
+    ):
+        context = container["securityContext"]
+        assert (context["runAsUser"], context["runAsGroup"]) == (2000, 3000)
+    metric = service["spec"]["predictor"]["autoScaling"]["metrics"][0]["external"]["metric"]
+    assert metric["serverAddress"] == "http://p:9090"
+    for args, message in (
+        (["--kserve", "--storage-uri", "gs://bucket"], "must be pvc://<claim>"),
+        (["--kserve", "--storage-uri", "pvc://"], "must be pvc://<claim>"),
+        (["--storage-uri", "s3://bucket"], "--storage-uri needs --kserve"),
+        (["--kserve", "--pvc", "claim"], "not --pvc/--host-path"),
+    ):
+        assert main(["k8s", str(repository), "--name", "m", *args]) == 2
+        assert message in capsys.readouterr().err
+
+
 @pytest.mark.e2e
-def test_the_pod_command_line_serves_the_repository(repository: Path, tmp_path: Path) -> None:
-    """The container's tritonserver flags, run here: only paths, ports and addresses differ."""
-    deployment = build_manifests(repository, K8sOptions(name="mlp", cann_env="")).documents[0]
+@pytest.mark.parametrize("watch_sidecar", [False, True], ids=["none", "explicit"])
+def test_the_pod_command_line_serves_the_repository(
+    repository: Path, tmp_path: Path, watch_sidecar: bool
+) -> None:
+    """The container's tritonserver flags, run here: only paths, ports and addresses differ
+    (with the watch sidecar, explicit model-control mode loading every model at start)."""
+    options = K8sOptions(name="mlp", cann_env="", watch_sidecar=watch_sidecar)
+    deployment = build_manifests(repository, options).documents[0]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert ("--load-model=*" in args) is watch_sidecar
     binary = find_server()
     http, metrics = free_port(), free_port()
     local = {

@@ -99,7 +99,7 @@ def test_static_description(om_static: Path) -> None:
     assert desc.gears == ()
     assert desc.soc_version == "Ascend310P3"
     assert [(t.name, t.acl_dtype, t.acl_format, t.dims) for t in desc.inputs] == [
-        ("x", 0, Format.NCHW, (4, 16))
+        ("x", 0, Format.ND, (4, 16))
     ]
     assert [(t.name, t.acl_dtype, t.acl_format, t.dims) for t in desc.outputs] == [
         # ATC's op:idx:name, unnamed nodes named <op_type>_<k> (onnx_parser.cc
@@ -473,6 +473,15 @@ def test_cli_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     desc = OmModel.load(tmp_path / "conv.om").description
     assert desc.soc_version == "Ascend910B3"
     assert desc.gears == ((16, 16), (24, 32))
+
+
+def test_a_layout_format_applies_to_inputs_of_its_rank(tmp_path: Path) -> None:
+    conv = build_conv(tmp_path / "conv.onnx")
+    om = compile_onnx(conv, tmp_path / "conv", input_shape="image:1,3,16,16", input_format="NHWC")
+    assert OmModel.load(om).description.inputs[0].acl_format == Format.NHWC
+    mlp = build_mlp(tmp_path / "mlp.onnx")
+    om = compile_onnx(mlp, tmp_path / "mlp", input_shape="x:4,16", input_format="NHWC")
+    assert OmModel.load(om).description.inputs[0].acl_format == Format.ND
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ and the checkout tracks no symbolic link."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -99,3 +100,14 @@ def test_scaffold_uses_the_installed_wheel(wheel: Path, tmp_path: Path) -> None:
     vendored = version_dir / "_ge_vendor" / "ge_python_backend"
     assert (vendored / "repository" / "parameters.py").is_file()
     assert not (vendored / "templates").exists()
+
+
+def test_the_command_reports_the_package_version() -> None:
+    """`ge-python-model --version`, the installed entry point: pyproject.toml's version."""
+    [version] = re.findall(r'(?m)^version = "(.+)"$', (ROOT / "pyproject.toml").read_text())
+    entry_point = Path(sys.executable).parent / "ge-python-model"
+    shown = subprocess.run(
+        [str(entry_point), "--version"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    python = ".".join(map(str, sys.version_info[:3]))
+    assert shown == f"ge-python-model {version} (Python {python})\n"

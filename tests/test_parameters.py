@@ -18,6 +18,7 @@ from ge_python_backend.repository.config import (
 )
 from ge_python_backend.repository.parameters import (
     ModelParameters,
+    describe_unknown_parameter,
     instance_index,
     unknown_parameters,
 )
@@ -32,15 +33,15 @@ MESSAGES = {
     "directory), got ",
     "om_sha256": "parameter om_sha256 must be the .om file's SHA-256 as 64 hexadecimal "
     "characters (or be left out to skip the check), got ",
-    "device_ids": "parameter device_ids must be comma-separated NPU ids >= 0 such as '0' or "
-    "'0,1', got ",
+    "device_ids": "parameter device_ids must be comma-separated NPU ids 0..2147483647 such as "
+    "'0' or '0,1', got ",
     "acl_runtime": "parameter acl_runtime must be one of pyacl, emulator (or be left out: "
     "$GE_PYTHON_BACKEND_ACL, else pyacl), got ",
     "pipeline_depth": "parameter pipeline_depth must be one of 1, 2, got ",
-    "execute_timeout_ms": "parameter execute_timeout_ms must be a whole number of "
-    "milliseconds >= 0 (0: no timeout), got ",
-    "pipeline_min_device_us": "parameter pipeline_min_device_us must be a whole number of "
-    "microseconds >= 0 (0: pipeline every execution), got ",
+    "execute_timeout_ms": "parameter execute_timeout_ms must be 0..2147483647 ms (a whole "
+    "number; 0: no timeout), got ",
+    "pipeline_min_device_us": "parameter pipeline_min_device_us must be 0..2147483647 "
+    "microseconds (a whole number; 0: pipeline every execution), got ",
     "input_shape_order": "parameter input_shape_order must be the model's input names in ATC's "
     "--input_shape order, comma-separated and each once, such as 'b,a' (or be left out: found "
     "from the gears), got ",
@@ -116,6 +117,10 @@ def test_accepted_values(name: str, text: str, value: object) -> None:
         ("execute_timeout_ms", "-1"),
         ("execute_timeout_ms", "1.5"),
         ("execute_timeout_ms", ""),
+        ("execute_timeout_ms", "99999999999999999999"),
+        ("execute_timeout_ms", "2147483648"),
+        ("device_ids", "0,2147483648"),
+        ("pipeline_min_device_us", "99999999999999999999"),
         ("pipeline_min_device_us", "-1"),
         ("pipeline_min_device_us", "1ms"),
         ("input_shape_order", ""),
@@ -155,6 +160,7 @@ def test_every_problem_is_reported_at_once() -> None:
         ("pipeline_depth", 3),
         ("pipeline_depth", True),
         ("execute_timeout_ms", -5),
+        ("execute_timeout_ms", 2**31),
         ("input_shape_order", ()),
         ("input_shape_order", ("a", "")),
         ("input_shape_order", ("a", 1)),
@@ -215,6 +221,25 @@ def test_other_parameters_are_left_out_and_listed() -> None:
     ]
 
 
+def test_the_largest_c_int_is_accepted() -> None:
+    config = config_with(om_file="m.om", execute_timeout_ms="2147483647", device_ids="2147483647")
+    params = ModelParameters.from_config(config_view(config))
+    assert (params.execute_timeout_ms, params.device_ids) == (2**31 - 1, (2**31 - 1,))
+
+
+@pytest.mark.parametrize(
+    ("name", "described"),
+    [
+        ("pipeline_dept", "'pipeline_dept' (did you mean 'pipeline_depth'?)"),
+        ("execute_timeout", "'execute_timeout' (did you mean 'execute_timeout_ms'?)"),
+        ("EXECUTION_ENV_PAT", "'EXECUTION_ENV_PAT' (did you mean 'EXECUTION_ENV_PATH'?)"),
+        ("colour", "'colour'"),
+    ],
+)
+def test_unknown_parameters_name_the_one_they_nearly_spell(name: str, described: str) -> None:
+    assert describe_unknown_parameter(name) == described
+
+
 @pytest.mark.parametrize(
     ("name", "index"), [("resnet_0_0", 0), ("resnet_0_3", 3), ("my_model_1_12", 12)]
 )
@@ -246,7 +271,10 @@ def test_validate_applies_the_same_rules(tmp_path: Path, om_static: Path) -> Non
     write_model_config(config, result.config_path)
     [report] = validate_repository(repo)
     assert report.problems == [MESSAGES["device_ids"] + "'0,,1'"]
-    assert "parameters not used by ge-python-backend: pipline_depth" in report.notes
+    assert (
+        "parameters not used by ge-python-backend: 'pipline_depth' (did you mean "
+        "'pipeline_depth'?)" in report.notes
+    )
     config.parameters["device_ids"].string_value = "0"
     write_model_config(config, result.config_path)
     [report] = validate_repository(repo)
@@ -300,6 +328,4 @@ def test_scaffold_writes_pipeline_min_device_us_only_when_given(
         + ["--runtime", "emulator", "--pipeline-min-device-us", "-1"]
     )
     assert code == 2
-    assert "pipeline_min_device_us must be a whole number of microseconds" in (
-        capsys.readouterr().err
-    )
+    assert "pipeline_min_device_us must be 0..2147483647 microseconds" in (capsys.readouterr().err)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from e2e_helpers import grpc_address, http_address, running_server
 
+from ge_python_backend.cli import main
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 from ge_python_backend.tools.probe import output_problems, probe_inputs
@@ -98,6 +99,27 @@ def test_probe_fails_on_an_unknown_model_or_server(live_server: TritonServer) ->
     assert "FAILED: model 'nope'" in result.stderr and "reading its config failed" in result.stderr
     result, _ = run_probe("--url", "127.0.0.1:1", "--model", "mlp", "--timeout", "3")
     assert result.returncode == 1 and "FAILED" in result.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command", ["probe", "infer", "bench"])
+def test_a_wrong_port_or_protocol_is_one_line(
+    live_server: TritonServer, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each protocol's client pointed at the other protocol's port, and at a closed port."""
+    extra = {"probe": ["--timeout", "5"], "infer": [], "bench": ["--duration", "1"]}[command]
+    targets = [
+        ("http", grpc_address(live_server), "the reply is not HTTP/1.1"),
+        ("grpc", http_address(live_server), "grpc://"),
+        ("http", "127.0.0.1:1", "Connection refused"),
+    ]
+    for protocol, url, reason in targets:
+        args = [command, "--url", url, "--protocol", protocol, "--model", "mlp", *extra]
+        assert main(args) in (1, 2)
+        printed = capsys.readouterr()
+        message = printed.err.strip()
+        assert message.startswith(f"ge-python-model {command}: "), printed
+        assert len(message.splitlines()) == 1 and reason in message, message
 
 
 @pytest.mark.e2e

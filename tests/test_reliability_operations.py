@@ -55,6 +55,7 @@ def serving(
     process = subprocess.Popen(
         [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository), "--emulator"]
         + ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+        + ["--watch-metrics-port", "0"]
         + ["--log-file", str(log), *options],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,

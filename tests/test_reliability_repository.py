@@ -87,3 +87,36 @@ def test_the_server_and_the_healthy_model_keep_serving(
     with TritonClient(grpc_address(server), "grpc") as client:
         result = client.infer("healthy", typed({"x": np.ones((3, 16), np.float32)}))
     assert result["y"].shape == (3, 8)
+
+
+@pytest.mark.e2e
+def test_parameters_are_checked_at_load_and_near_misses_warned_in_tritons_log(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    """A timeout beyond pyACL's C int fails the load naming the parameter and its range (it
+    used to fail at warmup with `signed integer is greater than maximum`); a misspelt parameter
+    loads with a WARNING in Triton's log naming the parameter it nearly spells."""
+    repository = tmp_path / "models"
+    for name, key, value in (
+        ("huge", "execute_timeout_ms", "99999999999999999999"),
+        ("typo", "pipeline_dept", "1"),
+    ):
+        result = scaffold(om_dynamic_batch, repository, name=name, runtime="emulator")
+        result.config.parameters[key].string_value = value
+        write_model_config(result.config, result.config_path)
+    with running_server(repository, log_path=tmp_path / "triton.log") as server:
+        states = model_states(server)
+    assert states["typo"][0] == "READY"
+    assert states["huge"][0] == "UNAVAILABLE"
+    assert "parameter execute_timeout_ms must be 0..2147483647 ms" in states["huge"][1]
+    assert "got '99999999999999999999'" in states["huge"][1]
+    warnings = [
+        line
+        for line in (tmp_path / "triton.log").read_text().splitlines()
+        if line.startswith("W") and "'typo' version 1" in line
+    ]
+    assert len(warnings) == 1, warnings
+    assert (
+        "parameter 'pipeline_dept' (did you mean 'pipeline_depth'?) is not one of ours"
+        in (warnings[0])
+    )

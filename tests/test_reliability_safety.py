@@ -227,6 +227,20 @@ def test_paths_a_shell_would_interpret_are_refused_before_the_server_starts(
     assert server.pid is None
     assert main(["serve", str(repository), "--emulator"]) == 2
     assert "Python backend starts each model through a shell" in capsys.readouterr().err
+    # validate refuses what serve refuses: the repository outright, the model as INVALID
+    validate = main(["validate", str(repository), "--runtime", "emulator"])
+    output = capsys.readouterr()
+    assert validate == (2 if where == "repository" else 1)
+    assert "contains" in output.err + output.out and "shell command line" in output.err + output.out
+    if where == "model directory":
+        assert f"{SHELL_BAIT}: INVALID" in output.out
+    # k8s mounts the repository at /models: only the model directories' names reach the shell
+    k8s = main(["k8s", str(repository), "--name", "mlp"])
+    output = capsys.readouterr()
+    if where == "model directory":
+        assert k8s == 2 and "shell command line" in output.err
+    else:
+        assert k8s == 0 and "kind: Deployment" in output.out
     assert not (Path.cwd() / "PWNED").exists() and not (tmp_path / "PWNED").exists()
 
 

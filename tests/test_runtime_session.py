@@ -601,3 +601,11 @@ def test_an_unbatched_model_runs_whole_requests(om_dims_unbatched: Path) -> None
             session.validate({name: array[:, :8] for name, array in parts[0].items()})
     for feeds, result in zip(parts, results):
         assert_outputs_equal(result, reference(om_dims_unbatched, feeds))
+
+
+@pytest.mark.parametrize("timeout", [-1, 2**31, True, 1.5])
+def test_execute_timeout_outside_a_c_int_is_refused_before_loading(
+    om_static: Path, timeout: object
+) -> None:
+    with pytest.raises(ValueError, match=r"execute_timeout_ms must be an integer 0\.\.2147483647"):
+        Session(om_static, runtime="emulator", execute_timeout_ms=timeout)  # type: ignore[arg-type]

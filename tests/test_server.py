@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -257,28 +261,106 @@ def test_explicit_mode_loads_only_the_named_model(repository: Path, tmp_path: Pa
         assert states["broken"][0] != "READY"
 
 
-@pytest.mark.e2e
-def test_wait_ready_reports_a_server_that_exits(repository: Path, tmp_path: Path) -> None:
+def http_port(server: TritonServer) -> int:
+    return int(http_address(server).rsplit(":", 1)[1])
+
+
+def this_process() -> str:
+    """How the server's messages name this process."""
+    return f"pid {os.getpid()} ({Path('/proc/self/comm').read_text().strip()})"
+
+
+def test_a_port_in_use_is_refused_before_the_server_starts(
+    repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = TritonServer(repository, http_port=port, log_path=tmp_path / "triton.log")
-        server.start()
-        try:
+        server = TritonServer(repository, grpc_port=port, log_path=tmp_path / "triton.log")
+        holder = this_process()
+        with pytest.raises(
+            UserError,
+            match=rf"gRPC port {port} on 127.0.0.1 is already in use "
+            rf"by {re.escape(holder)}; stop that server or choose another port",
+        ):
+            server.start()
+        assert server.pid is None
+        assert main(["serve", str(repository), "--http-port", str(port)]) == 2
+        assert f"HTTP port {port} on 127.0.0.1 is already in use by pid" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_wait_ready_reports_a_server_that_exits(repository: Path, tmp_path: Path) -> None:
+    server = TritonServer(repository, log_path=tmp_path / "triton.log")
+    server.start()
+    try:
+        with socket.socket() as taken:  # taken after the check, before Triton binds it
+            taken.bind(("127.0.0.1", http_port(server)))
+            taken.listen()
             with pytest.raises(ServerError, match="exited with code") as failure:
                 server.wait_ready(60)
-        finally:
-            server.stop()
+    finally:
+        server.stop()
     assert "HTTP" in str(failure.value)  # the log tail names what failed
 
 
-def start_serve(repository: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], list[str]]:
+class _Ready(http.server.BaseHTTPRequestHandler):
+    """Another server's `/v2/health/ready`: 200."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.e2e
+def test_wait_ready_refuses_another_server_answering_on_its_port(
+    repository: Path, tmp_path: Path
+) -> None:
+    server = TritonServer(repository, log_path=tmp_path / "triton.log")
+    server.start()
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", http_port(server)), _Ready)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ServerError) as failure:
+            server.wait_ready(60)
+    finally:
+        other.shutdown()
+        other.server_close()
+        server.stop()
+    assert str(failure.value).startswith(
+        f"{this_process()} answers on HTTP port {http_port(server)}, not this "
+        f"tritonserver (pid {server.pid})"
+    )
+
+
+@pytest.mark.e2e
+def test_serve_exits_non_zero_when_no_model_is_available(
+    repository: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.rmtree(repository / "add_one")  # only the broken model is left
+    ports = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    log = ["--log-file", str(tmp_path / "serve.log")]
+    assert main(["serve", str(repository), *ports, *log]) == 1
+    printed = capsys.readouterr()
+    assert "Triton is ready" not in printed.out
+    assert printed.err.startswith("ge-python-model serve: no model is available (log ")
+    assert "  broken (version 1): UNAVAILABLE: " in printed.err
+    assert "deliberately broken model" in printed.err
+
+
+def start_serve(
+    repository: Path, tmp_path: Path, *options: str
+) -> tuple[subprocess.Popen[str], list[str]]:
     """`ge-python-model serve` in a child process, read up to its "Press Ctrl-C" line."""
     env = dict(os.environ, PROBE_FILE=str(tmp_path / "probe.json"))
     command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
     command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
-    command += ["--log-file", str(tmp_path / "serve.log")]
+    command += ["--watch-metrics-port", "0"]
+    command += ["--log-file", str(tmp_path / "serve.log"), *options]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -318,12 +400,13 @@ def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_serve_exits_non_zero_when_the_server_dies(repository: Path, tmp_path: Path) -> None:
-    process, lines = start_serve(repository, tmp_path)
+    """Without restarts (tests/test_watch.py has serve restarting it)."""
+    process, lines = start_serve(repository, tmp_path, "--max-restarts", "0")
     pid = int(lines[0].split("(pid ")[1].split(")")[0])
     os.kill(pid, signal.SIGKILL)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
-    assert "tritonserver exited with code -9" in stderr
+    assert "tritonserver killed by SIGKILL (not restarted: --max-restarts 0)" in stderr
     assert process_group_members(pid) == []  # its orphaned stub processes were ended too
 
 

@@ -22,15 +22,18 @@ HELP = "check this host (CANN, pyACL, NPUs, stub Python, /dev/shm, tritonserver)
 DESCRIPTION = """\
 Check this host before serving .om models: Python and ge_python_backend, $GE_PYTHON_BACKEND_ACL,
 the CANN environment (set_env.sh sourced), pyACL importable, NPU devices (device nodes and pyACL's
-device count), the CPU emulator, the Python version of Triton's Python backend stub against the
-stub's Python (this one, or --stub-python's) and pyACL's, what the stub's Python holds (numpy,
-ge_python_backend, pyACL, CANN's protobuf 3.20.x), the size of /dev/shm (against what
---repository needs) and tritonserver (started on an empty repository to read its version).
-Every failed check says what to do.
+device count), the device nodes' owner, group and mode against this process's uid, groups and
+capabilities, each device the repository uses (or every device) opening with acl.rt.set_device
+(507033 when another process or container holds it), ASCEND_VISIBLE_DEVICES and
+ASCEND_RT_VISIBLE_DEVICES against the configs' device_ids, the CPU emulator, the Python version of
+Triton's Python backend stub against the stub's Python (this one, or --stub-python's) and pyACL's,
+what the stub's Python holds (numpy, ge_python_backend, pyACL, CANN's protobuf 3.20.x), the size of
+/dev/shm (against what --repository needs) and tritonserver (started on an empty repository to read
+its version). Every failed check says what to do.
 
-Exits 1 when a check required for the runtime fails: with pyacl (the default) the CANN, pyACL and
-NPU checks are required; with --runtime emulator they are reported but not required, and the
-emulator check is.
+Exits 1 when a check required for the runtime fails: with pyacl (the default) the CANN, pyACL, NPU
+and device-node checks are required; with --runtime emulator they are reported but not required,
+and the emulator check is.
 
 examples:
   ge-python-model doctor
@@ -48,7 +51,9 @@ def register(subparsers: Any) -> None:
         parser, "the runtime the models will use (default: $GE_PYTHON_BACKEND_ACL, else pyacl)"
     )
     parser.add_argument(
-        "--repository", type=Path, help="size the /dev/shm check for this model repository"
+        "--repository",
+        type=Path,
+        help="size the /dev/shm check and check the device ids for this model repository",
     )
     add_tritonserver_options(parser)
     parser.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
@@ -16,6 +17,7 @@ from ge_python_backend.emulator.omfile import (
     ranges_text,
 )
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.model_files import open_session
 
 ATC_FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "ONNX"}
 # The flags passed on to `atc` unchanged (every flag of this command).
@@ -141,22 +143,26 @@ def run_compile(args: argparse.Namespace) -> int:
     )
     model = OmModel.load(path)
     print(path)
-    print(summary(model))
+    # the output shapes as `inspect` reads them: through a session on the emulator
+    with open_session(path, "emulator", model.description.shape_order or None) as session:
+        print(summary(model, [spec.shape for spec in session.outputs]))
     # the format the compiler resolved (ND for --dynamic_dims), so the command is one ATC accepts
     args.input_format = model.header["flags"]["input_format"]
     print(f"on Ascend hardware: {atc_command(args)}")
     return 0
 
 
-def summary(model: OmModel) -> str:
-    """One line: inputs, outputs and gears of a compiled model."""
+def summary(model: OmModel, output_shapes: Sequence[Sequence[int]]) -> str:
+    """One line: inputs, outputs and gears of a compiled model, with ATC's names and data types;
+    `output_shapes` are the session's, as `inspect` shows them (-1 on the batch axis of batch
+    gears, where the file records the largest gear's)."""
     desc = model.description
 
-    def tensors(items: tuple[OmTensor, ...]) -> str:
+    def tensors(items: tuple[OmTensor, ...], shapes: Sequence[Sequence[int]]) -> str:
         return ", ".join(
             f"{t.name} {DTYPES_BY_ACL[t.acl_dtype].acl_name.removeprefix('ACL_')}"
-            f"[{ranges_text(t.ranges) if t.ranges else ','.join(map(str, t.dims))}]"
-            for t in items
+            f"[{ranges_text(t.ranges) if t.ranges else ','.join(map(str, shape))}]"
+            for t, shape in zip(items, shapes)
         )
 
     if desc.gears:
@@ -168,7 +174,9 @@ def summary(model: OmModel) -> str:
         + (f" from {op.input_format.name}" if op.is_static else "")
         for rank, op in sorted(desc.aipp_ops().items())
     )
-    return f"inputs: {tensors(desc.inputs)}; outputs: {tensors(desc.outputs)}; {gears}{aipp}"
+    inputs = tensors(desc.inputs, [t.dims for t in desc.inputs])
+    outputs = tensors(desc.outputs, output_shapes)
+    return f"inputs: {inputs}; outputs: {outputs}; {gears}{aipp}"
 
 
 def atc_command(args: argparse.Namespace) -> str:

@@ -7,16 +7,21 @@ import sys
 from typing import Any
 
 from ge_python_backend.commands import add_command
-from ge_python_backend.commands.options import add_repository_argument
+from ge_python_backend.commands.options import add_repository_argument, add_runtime_option
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
     DEFAULT_CANN_ENV,
     DEFAULT_DRIVER_PATH,
     DEFAULT_IMAGE,
     DEFAULT_NPU_RESOURCE,
+    DEFAULT_PROMETHEUS,
     DEFAULT_SCALE_QUEUE_MS,
     DEFAULT_SCALE_UTILIZATION,
+    HWHIAIUSER_GID,
+    HWHIAIUSER_UID,
+    KSERVE_MODELS_PATH,
     MIB,
+    MODEL_FORMAT,
     MODELS_PATH,
     SCALE_ON,
     K8sOptions,
@@ -37,16 +42,27 @@ metrics port, and a HorizontalPodAutoscaler on each pod's average queue time per
 --scale-on device, its busiest NPU's utilization (custom metrics served by Prometheus Adapter;
 docs/DEPLOYING.md has the rules).
 
-R is read here to size /dev/shm and the Python backend's shared memory; the pod mounts the same
-repository at {MODELS_PATH} from a PersistentVolumeClaim (default <name>-models) or --host-path.
-The image needs tritonserver, CANN and ge-python-backend installed into the Python that the
-Python backend's stub runs (see docs/DEPLOYING.md). Warnings about R go to stderr.
+R is read here to size /dev/shm and the Python backend's shared memory (a model without
+config.pbtxt from its .om, read with --runtime); the pod mounts the same repository at
+{MODELS_PATH} from a PersistentVolumeClaim (default <name>-models) or --host-path. Containers run
+as HwHiAiUser ({HWHIAIUSER_UID}:{HWHIAIUSER_GID}, the owner of the Ascend device nodes) with every
+capability dropped; the device plugin sets ASCEND_VISIBLE_DEVICES. The image needs tritonserver,
+CANN and ge-python-backend installed into the Python that the Python backend's stub runs (see
+docs/DEPLOYING.md). Warnings about R go to stderr.
+
+With --kserve: a KServe ServingRuntime for the model format {MODEL_FORMAT} (tritonserver on HTTP
+8080 and gRPC 9000) and an InferenceService serving R from --storage-uri (at {KSERVE_MODELS_PATH})
+on it, autoscaled by KEDA on the same metric from Prometheus (--prometheus). --watch-sidecar adds
+a container running `ge-python-model watch --url 127.0.0.1:<http port>` and starts tritonserver
+in explicit model-control mode, so the watcher can reload a model whose stub died.
 
 examples:
   ge-python-model k8s models --name resnet > resnet.yaml
   ge-python-model k8s models --name resnet --image registry.example.com/ge-triton:1.0 \\
       --npu-resource huawei.com/Ascend310P --replicas 2 --monitor-label release=prometheus
   ge-python-model k8s models --name resnet --scale-on device --scale-utilization 60
+  ge-python-model k8s models --name resnet --kserve --storage-uri s3://models/resnet \\
+      --watch-sidecar
 """
 
 
@@ -141,6 +157,47 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="label the ServiceMonitor so Prometheus selects it (repeatable)",
     )
+    parser.add_argument(
+        "--run-as-user",
+        type=int,
+        default=HWHIAIUSER_UID,
+        metavar="UID",
+        help=f"containers' uid (default: {HWHIAIUSER_UID}, HwHiAiUser's)",
+    )
+    parser.add_argument(
+        "--run-as-group",
+        type=int,
+        default=HWHIAIUSER_GID,
+        metavar="GID",
+        help=f"containers' gid; the device nodes' group (default: {HWHIAIUSER_GID}, HwHiAiUser's)",
+    )
+    add_runtime_option(
+        parser,
+        "the ACL that reads the .om of models without config.pbtxt here, to size shared memory "
+        "(default: $GE_PYTHON_BACKEND_ACL, else pyacl)",
+    )
+    parser.add_argument(
+        "--watch-sidecar",
+        action="store_true",
+        help="add a container running `ge-python-model watch` beside tritonserver",
+    )
+    parser.add_argument(
+        "--kserve",
+        action="store_true",
+        help="print a KServe ServingRuntime and InferenceService instead",
+    )
+    parser.add_argument(
+        "--storage-uri",
+        metavar="URI",
+        help="--kserve: the repository, pvc://CLAIM[/PATH] or s3://BUCKET[/PATH] "
+        "(default: pvc://<name>-models)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        default=DEFAULT_PROMETHEUS,
+        metavar="URL",
+        help=f"--kserve: the Prometheus the autoscaler queries (default: {DEFAULT_PROMETHEUS})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,6 +223,13 @@ def run(args: argparse.Namespace) -> int:
         scale_utilization=args.scale_utilization,
         node_selector=dict(args.node_selector),
         monitor_labels=dict(args.monitor_label),
+        run_as_user=args.run_as_user,
+        run_as_group=args.run_as_group,
+        runtime=args.runtime,
+        watch_sidecar=args.watch_sidecar,
+        kserve=args.kserve,
+        storage_uri=args.storage_uri,
+        prometheus=args.prometheus,
     )
     manifests = build_manifests(args.repository, options)
     sizes = manifests.shm_sizes

@@ -6,10 +6,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import RUNTIMES
+from ge_python_backend.tools.watch import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+)
 
 
 def add_repository_argument(parser: argparse.ArgumentParser) -> None:
@@ -124,3 +131,45 @@ def parse_files(items: Sequence[str]) -> dict[str, Path]:
             raise UserError(f"--input {item!r} must be NAME=FILE.npy")
         files[name] = Path(path)
     return files
+
+
+def add_watch_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """`--interval`, `--timeout`, `--retries` and `--metrics-port` of the watcher
+    (`tools.watch.Watcher`); `prefix` ("watch-") names them `--watch-interval`, ... where they
+    sit beside a server's own options (read them back with `watch_option`)."""
+    parser.add_argument(
+        f"--{prefix}interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="S",
+        help=f"seconds between two rounds of probes (default: {DEFAULT_INTERVAL_S:g})",
+    )
+    parser.add_argument(
+        f"--{prefix}timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds a probe may take (config and inference) before its model counts as hung "
+        f"(default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        f"--{prefix}retries",
+        type=int,
+        default=DEFAULT_RETRIES,
+        metavar="N",
+        help=f"reloads of a failing model in a row before giving up on it until it answers "
+        f"again (default: {DEFAULT_RETRIES})",
+    )
+    parser.add_argument(
+        f"--{prefix}metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help=f"port of the watcher's Prometheus /metrics (default: {DEFAULT_METRICS_PORT}; "
+        "0 picks a free port)",
+    )
+
+
+def watch_option(args: argparse.Namespace, name: str, prefix: str = "") -> Any:
+    """The value of watcher option `name` ("metrics_port") declared by `add_watch_options`."""
+    return getattr(args, prefix.replace("-", "_") + name)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import collections
+import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -14,16 +17,26 @@ from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_repository_argument,
     add_tritonserver_options,
+    add_watch_options,
+    watch_option,
 )
+from ge_python_backend.commands.watch_cmd import watcher_from
 from ge_python_backend.server import (
     MODEL_CONTROL_MODES,
     ServerError,
     TritonServer,
     describe_python,
+    exit_description,
     find_server,
 )
+from ge_python_backend.tools.watch import Watcher, WatchMetrics, serve_metrics
+
+logger = logging.getLogger(__name__)
 
 EXIT_TIMEOUT_S = 30
+MAX_RESTARTS = 3
+RESTART_WINDOW_S = 600.0
+WATCH_PREFIX = "watch-"
 
 HELP = "run Triton Inference Server on a model repository"
 
@@ -33,15 +46,28 @@ own with --tritonserver (and --backend-directory holding python/ with the Python
 stub). The stub runs model.py on this Python interpreter, so it imports the installed
 ge_python_backend, or on --stub-python's (the bundled server then uses the stub built for that
 version; the package must be installed there: docs/DEPLOYING.md). It listens on 127.0.0.1
-unless --host is given. A model that fails to load stays UNAVAILABLE (shown with its reason)
-while the others serve. Ctrl-C or SIGTERM drains the server: Triton answers the requests in
+unless --host is given; a port already in use is refused before the server starts (naming the
+process listening there), and "ready" is printed only once this server's own process answers. A
+model that fails to load stays UNAVAILABLE (shown with its reason) while the others serve; when
+none of the models to serve (every one, or the --load-model ones) is available, the command
+lists them and exits 1. Ctrl-C or SIGTERM drains the server: Triton answers the requests in
 flight (for up to --exit-timeout-secs), unloads the models and exits; the command exits 0 only
 when that went cleanly, non-zero if the server dies or could not finish its requests in time.
+
+Unless --no-watch is given, the watcher of `ge-python-model watch` runs beside the server: it
+probes every READY model each --watch-interval seconds and reloads one whose stub process died
+or whose inference hangs. So that it can reload, the server runs in explicit model-control mode
+with every model loaded (--model-control-mode none turns reloads off). The watcher's Prometheus
+counters are on --watch-metrics-port (at --host). When tritonserver dies by a signal (a crash,
+SIGKILL), serve removes what the dead server left in /dev/shm and starts it again on the same
+ports, at most --max-restarts times in --restart-window seconds; an exit without a signal ends
+serve.
 
 examples:
   ge-python-model serve models
   ge-python-model serve models --emulator --http-port 0 --grpc-port 0 --metrics-port 0
   ge-python-model serve models --model-control-mode explicit --load-model resnet
+  ge-python-model serve models --no-watch --model-control-mode none
   ge-python-model serve models --stub-python /usr/local/python3.9/bin/python3
   ge-python-model serve models --tritonserver /opt/tritonserver/bin/tritonserver \\
       --backend-directory /opt/tritonserver/backends
@@ -66,8 +92,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--model-control-mode",
         choices=MODEL_CONTROL_MODES,
-        default="none",
-        help="none: load every model; explicit: only --load-model ones (default: none)",
+        help="none: load every model; explicit: only --load-model ones (default: explicit "
+        "with every model loaded while the watcher runs, else none)",
     )
     parser.add_argument(
         "--load-model",
@@ -93,30 +119,125 @@ def register(subparsers: Any) -> None:
         help="on Ctrl-C/SIGTERM, how long Triton waits for requests in flight "
         f"(default: {EXIT_TIMEOUT_S})",
     )
+    parser.add_argument(
+        "--no-watch",
+        dest="watch",
+        action="store_false",
+        help="do not run the watcher (nothing then reloads a model whose stub died)",
+    )
+    add_watch_options(parser, WATCH_PREFIX)
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=MAX_RESTARTS,
+        metavar="N",
+        help=f"restarts of a tritonserver killed by a signal within --restart-window "
+        f"(default: {MAX_RESTARTS}; 0: never restart)",
+    )
+    parser.add_argument(
+        "--restart-window",
+        type=float,
+        default=RESTART_WINDOW_S,
+        metavar="S",
+        help=f"seconds over which --max-restarts counts (default: {RESTART_WINDOW_S:g})",
+    )
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _print_ready(server: TritonServer) -> None:
+def _model_lines(index: list[dict[str, Any]]) -> list[str]:
+    """One line per model of the repository index: its state and the first line of its
+    reason (why an UNAVAILABLE model failed to load)."""
+    lines = []
+    for entry in index:
+        reason = entry.get("reason", "").strip().splitlines()
+        detail = f": {reason[0]}" if reason else ""
+        version = entry.get("version", "-")
+        lines.append(
+            f"  {entry['name']} (version {version}): {entry.get('state', 'UNKNOWN')}{detail}"
+        )
+    return lines
+
+
+def _none_available(index: list[dict[str, Any]], args: argparse.Namespace) -> bool:
+    """Whether the server was to serve models at start (every model of the repository; in
+    explicit mode the --load-model ones, if any) and serves none of them."""
+    explicit = args.model_control_mode == "explicit"
+    if explicit and not args.load_model:
+        return False  # models are loaded later, through the model-control API
+    wanted = [e for e in index if not explicit or e["name"] in args.load_model]
+    return not any(entry.get("state") == "READY" for entry in wanted)
+
+
+class RestartBudget:
+    """At most `limit` restarts in any `window` seconds."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit = limit
+        self.window = window
+        self._times: collections.deque[float] = collections.deque()
+
+    def take(self) -> bool:
+        """Count one restart now; False when that would exceed the budget."""
+        now = time.monotonic()
+        while self._times and now - self._times[0] > self.window:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+
+def _model_control(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The model-control mode and the models to load: explicit with every model (`*`) when
+    the watcher runs and no mode was given, so that it can reload them."""
+    if args.model_control_mode is not None:
+        return args.model_control_mode, args.load_model
+    if args.watch:
+        return "explicit", args.load_model or ["*"]
+    return "none", args.load_model
+
+
+def _start_watcher(
+    args: argparse.Namespace, server: TritonServer, endpoint: Any, metrics: WatchMetrics
+) -> Watcher:
+    """The watcher of `server` (counting into `metrics`, served by `endpoint`), running in a
+    daemon thread."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    watcher = watcher_from(args, server.urls.http, prefix=WATCH_PREFIX, metrics=metrics)
+    host, port = endpoint.server_address[:2]
+    print(f"  watcher  every {watcher.interval:g} s; metrics http://{host}:{port}/metrics")
+    threading.Thread(target=watcher.run, name="ge-watch", daemon=True).start()
+    return watcher
+
+
+def _stop_watcher(watcher: Watcher | None, endpoint: Any) -> None:
+    if watcher is not None:
+        watcher.stop.set()
+    if endpoint is not None:
+        endpoint.shutdown()
+        endpoint.server_close()
+
+
+def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     urls = server.urls
     print(f"Triton is ready (pid {server.pid}); log: {server.log_path}")
     print(f"  HTTP     {urls.http}")
     print(f"  gRPC     {urls.grpc}")
     print(f"  metrics  {urls.metrics}")
-    index = server.repository_index()
     print("models:" if index else "models: none loaded")
-    for entry in index:
-        reason = entry.get("reason", "").strip().splitlines()
-        detail = f": {reason[0]}" if reason else ""
-        version = entry.get("version", "-")
-        print(f"  {entry['name']} (version {version}): {entry.get('state', 'UNKNOWN')}{detail}")
-    print("Press Ctrl-C to stop.", flush=True)
+    for line in _model_lines(index):
+        print(line)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until Ctrl-C/SIGTERM (exit 0) or until the server dies (exit 1)."""
+    """Serve until Ctrl-C/SIGTERM (exit 0) or until the server dies for good (exit 1)."""
+    mode, load_models = _model_control(args)
     stub_python = describe_python(args.stub_python)
     binary = find_server(
         args.tritonserver, args.backend_directory, stub_version=stub_python.version
@@ -127,8 +248,8 @@ def run(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         host=args.host,
-        model_control_mode=args.model_control_mode,
-        load_models=args.load_model,
+        model_control_mode=mode,
+        load_models=load_models,
         env={"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else None,
         log_path=args.log_file,
         binary=binary,
@@ -139,21 +260,68 @@ def run(args: argparse.Namespace) -> int:
     # installs no Ctrl-C handler of its own.
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = [signal.signal(signum, _raise_interrupt) for signum in stop_signals]
+    budget = RestartBudget(args.max_restarts, args.restart_window)
+    metrics = WatchMetrics()
+    # Bound before Triton starts, so that a port in use fails before anything runs.
+    port = watch_option(args, "metrics_port", WATCH_PREFIX)
+    endpoint = serve_metrics(metrics, port, host=args.host) if args.watch else None
+    watcher: Watcher | None = None
     try:
         server.start()
         server.wait_ready()
-        _print_ready(server)
-        while (code := server.poll()) is None:
-            time.sleep(0.5)
-        print(
-            f"tritonserver exited with code {code}; log {server.log_path}:\n{server.log_tail()}",
-            file=sys.stderr,
-        )
-        return 1
+        index = server.repository_index()
+        if _none_available(index, args):
+            print(
+                f"ge-python-model serve: no model is available (log {server.log_path}):\n"
+                + "\n".join(_model_lines(index) or ["  (none loaded)"]),
+                file=sys.stderr,
+            )
+            return 1
+        _print_ready(server, index)
+        if endpoint is not None:
+            watcher = _start_watcher(args, server, endpoint, metrics)
+        print("Press Ctrl-C to stop.", flush=True)
+        while True:
+            while (code := server.poll()) is None:
+                time.sleep(0.5)
+            ended = f"tritonserver {exit_description(code)}"
+            if code >= 0 or not budget.take():
+                if code >= 0:
+                    limit = ""
+                elif args.max_restarts == 0:
+                    limit = " (not restarted: --max-restarts 0)"
+                else:
+                    limit = (
+                        f" (not restarted: its {args.max_restarts} restarts in "
+                        f"{args.restart_window:g} s are used up)"
+                    )
+                print(
+                    f"{ended}{limit}; log {server.log_path}:\n{server.log_tail()}",
+                    file=sys.stderr,
+                )
+                return 1
+            print(
+                f"{ended}; restarting it (restart {len(budget)} of at most "
+                f"{args.max_restarts} in {args.restart_window:g} s); log {server.log_path}:\n"
+                f"{server.log_tail(10)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            removed = server.restart()
+            if removed:
+                print(
+                    f"removed {len(removed)} shared-memory regions of the dead server: "
+                    + ", ".join(path.name for path in removed),
+                    file=sys.stderr,
+                )
+            server.wait_ready()
+            _print_ready(server, server.repository_index())
+            print("Triton restarted.", flush=True)
     except ServerError as exc:
         print(f"ge-python-model serve: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _stop_watcher(watcher, endpoint)  # no reloads while the server drains
         print("stopping Triton (answering the requests in flight)...", file=sys.stderr)
         code = server.stop()
         if code != 0:
@@ -166,6 +334,7 @@ def run(args: argparse.Namespace) -> int:
         print("Triton stopped (exit code 0)", file=sys.stderr)
         return 0
     finally:
+        _stop_watcher(watcher, endpoint)
         server.stop()
         for signum, handler in zip(stop_signals, previous):
             signal.signal(signum, handler)

@@ -38,6 +38,7 @@ from ge_python_backend.ascend import (
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     DTYPES_BY_ONNX,
+    LAYOUT_RANKS,
     NUMPY_BY_ACL,
     AclCode,
     Format,
@@ -548,11 +549,13 @@ def _input_tensors(
                 f"{len(onnx_dims)} ({_shape_text(onnx_dims)})"
             )
         ranges = given_ranges.get(value.name, ())
+        # A layout names the axes of tensors of its rank only; ATC records the others as ND.
+        fits = LAYOUT_RANKS.get(acl_format, len(dims)) == len(dims)
         tensors.append(
             OmTensor(
                 value.name,
                 _acl_dtype(tensor_type.elem_type, f"input {value.name}"),
-                acl_format,
+                acl_format if fits else Format.ND,
                 dims,
                 ranges if ranged and -1 in dims else (),
             )

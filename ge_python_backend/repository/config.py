@@ -50,6 +50,25 @@ def shell_unsafe_characters(text: str) -> str:
     return "".join(found)
 
 
+def check_shell_safe_path(what: str, path: str | os.PathLike[str]) -> None:
+    """Refuse (ConfigError) a path Triton's Python backend would hand to a shell unquoted."""
+    unsafe = shell_unsafe_characters(os.fspath(path))
+    if unsafe:
+        raise ConfigError(
+            f"{what} {os.fspath(path)!r} contains {unsafe!r}: Triton's Python backend starts "
+            "each model through a shell command line holding this path, unquoted, where these "
+            "characters would be interpreted; rename or move it"
+        )
+
+
+def check_model_directory_names(repository: str | os.PathLike[str]) -> None:
+    """Refuse (ConfigError) a repository holding a model directory whose name a shell would
+    interpret (`check_shell_safe_path`), wherever the repository itself is mounted."""
+    for path in sorted(Path(repository).iterdir()):
+        if path.is_dir():
+            check_shell_safe_path("model directory", path.name)
+
+
 def config_data_type(triton_dtype: str) -> int:
     """`"FP32"` -> `TYPE_FP32` (the enum value; `triton_config.config_type_name` has the rules)."""
     return int(model_config_pb2.DataType.Value(config_type_name(triton_dtype)))

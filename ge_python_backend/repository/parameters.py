@@ -9,10 +9,10 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 |---|---|---|
 | `om_file` | the `.om` file name inside each version directory | the only `.om` there |
 | `om_sha256` | the `.om` file's SHA-256, 64 hex characters (model-level) | `<file>.om.sha256` |
-| `device_ids` | comma-separated NPU ids; instance k uses `device_ids[k % len]` | `0` |
+| `device_ids` | comma-separated NPU ids (C ints); instance k uses `device_ids[k % len]` | `0` |
 | `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `2` |
-| `execute_timeout_ms` | bound on each execution's wait (`Session`); 0 = no timeout | `20000` |
+| `execute_timeout_ms` | bound on each execution's wait (`Session`, a C int); 0 = none | `20000` |
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
@@ -21,20 +21,22 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
 error, but a misspelt name (`pipline_depth`) would silently fall back to the default, so
-`unknown_parameters(config)` names them for the caller to report: validate lists them as a note,
-the model instance logs them as a warning at load.
+`unknown_parameters(config)` names them for the caller to report (`describe_unknown_parameter`
+adds the parameter a name nearly spells): validate lists them as a note, the model instance logs
+them as a warning in Triton's log at load. Numbers are bounded by pyACL's C int (`ACL_INT_MAX`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ge_python_backend.repository.triton_config import ConfigError, TritonConfig
-from ge_python_backend.runtime import ENV_VAR, PIPELINE_DEPTHS, RUNTIMES
+from ge_python_backend.runtime import ACL_INT_MAX, ENV_VAR, PIPELINE_DEPTHS, RUNTIMES
 from ge_python_backend.runtime.checksum import check_digest
 
 if TYPE_CHECKING:
@@ -65,11 +67,12 @@ def _shown(value: object) -> str:
 
 
 def _whole_number(value: object) -> int | None:
-    """`value` as an int >= 0 if it is one (an int, or its decimal text), else None."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
+    """`value` as an int in 0..`ACL_INT_MAX` if it is one (an int, or its decimal text), else
+    None."""
     if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= ACL_INT_MAX:
+        return value
     return None
 
 
@@ -134,8 +137,8 @@ def parse_device_ids(value: object) -> tuple[int, ...]:
     ids = [_whole_number(item) for item in items]
     if not ids or any(device is None for device in ids):
         raise ConfigError(
-            "parameter device_ids must be comma-separated NPU ids >= 0 such as '0' or '0,1', "
-            f"got {_shown(value)}"
+            f"parameter device_ids must be comma-separated NPU ids 0..{ACL_INT_MAX} such as '0' "
+            f"or '0,1', got {_shown(value)}"
         )
     return tuple(device for device in ids if device is not None)
 
@@ -164,26 +167,26 @@ def parse_pipeline_depth(value: object) -> int:
 
 
 def parse_execute_timeout_ms(value: object) -> int:
-    """Milliseconds >= 0; 0 means no timeout."""
+    """Milliseconds 0..`ACL_INT_MAX` (pyACL's C int); 0 means no timeout."""
     timeout = _whole_number(value)
     if timeout is None:
         raise ConfigError(
-            "parameter execute_timeout_ms must be a whole number of milliseconds >= 0 "
-            f"(0: no timeout), got {_shown(value)}"
+            f"parameter execute_timeout_ms must be 0..{ACL_INT_MAX} ms (a whole number; "
+            f"0: no timeout), got {_shown(value)}"
         )
     return timeout
 
 
 def parse_pipeline_min_device_us(value: object) -> int | None:
-    """None (the default, `DEFAULT_PIPELINE_MIN_DEVICE_US`) or microseconds >= 0; 0 pipelines
-    every execution."""
+    """None (the default, `DEFAULT_PIPELINE_MIN_DEVICE_US`) or microseconds 0..`ACL_INT_MAX`;
+    0 pipelines every execution."""
     if value is None:
         return None
     microseconds = _whole_number(value)
     if microseconds is None:
         raise ConfigError(
-            "parameter pipeline_min_device_us must be a whole number of microseconds >= 0 "
-            f"(0: pipeline every execution), got {_shown(value)}"
+            f"parameter pipeline_min_device_us must be 0..{ACL_INT_MAX} microseconds (a whole "
+            f"number; 0: pipeline every execution), got {_shown(value)}"
         )
     return microseconds
 
@@ -253,6 +256,13 @@ def unknown_parameters(config: TritonConfig) -> list[str]:
     """The config's parameters that are neither ours nor Triton's Python backend's."""
     known = (*PARAMETER_NAMES, *TRITON_PARAMETERS)
     return sorted(name for name in config.parameters if name not in known)
+
+
+def describe_unknown_parameter(name: str) -> str:
+    """`name` quoted, with the parameter it nearly spells: `'pipeline_dept' (did you mean
+    'pipeline_depth'?)`."""
+    close = difflib.get_close_matches(name, (*PARAMETER_NAMES, *TRITON_PARAMETERS), n=1)
+    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from tritonclient.grpc import model_config_pb2
 
 import ge_python_backend
 from ge_python_backend.ascend import GearKind
-from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.errors import GeBackendError, UserError, command_line_message
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import (
@@ -156,7 +156,7 @@ def describe_om(
             return tuple(session.inputs), tuple(session.outputs), session.gears
     except UserError as exc:
         raise UserError(
-            f"{exc} (where the .om cannot be opened, declare the model with "
+            f"{command_line_message(exc)} (where the .om cannot be opened, declare the model with "
             "--input/--output NAME:TYPE:DIMS)"
         ) from None
 

@@ -1,6 +1,10 @@
 """Sizing the Python backend's shared memory for a repository: the region flags every
 `tritonserver` gets (`shm_sizes_for_repository`) and the `/dev/shm` every stub together needs
-(`shm_limit_bytes`). Used by the server launcher, `doctor` and the k8s manifests."""
+(`shm_limit_bytes`). Used by the server launcher, `doctor` and the k8s manifests.
+
+A model directory without `config.pbtxt` (the copy path: only `<version>/model.py` and the `.om`)
+is sized from the config Triton's auto-complete builds from its newest version's `.om`
+(`repository_entries`), so reading such a repository needs the runtime that reads the `.om`."""
 
 from __future__ import annotations
 
@@ -14,8 +18,17 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 
 from ge_python_backend.ascend import DATA_TYPES
-from ge_python_backend.repository.config import ConfigError, config_view, load_model_config
+from ge_python_backend.errors import GeBackendError
+from ge_python_backend.repository.autocomplete import complete_version
+from ge_python_backend.repository.config import (
+    ConfigError,
+    ModelConfig,
+    config_from_view,
+    config_view,
+    load_model_config,
+)
 from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.versions import version_dirs
 
 logger = logging.getLogger(__name__)
 
@@ -74,21 +87,67 @@ def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def shm_sizes_for_repository(repository: str | os.PathLike[str]) -> ShmSizes:
-    """Shared-memory sizes for the Python backend, from every `*/config.pbtxt` in `repository`.
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+    """A model directory of a repository and its config, or why there is none."""
+
+    directory: Path
+    config: ModelConfig | None
+    error: str = ""
+
+    @property
+    def copy_path(self) -> bool:
+        """No `config.pbtxt`: Triton's auto-complete builds the whole config from the `.om`."""
+        return not (self.directory / "config.pbtxt").exists()
+
+
+def read_model_config(model_dir: Path, runtime: str | None = None) -> ModelConfig:
+    """The config of `model_dir`: its `config.pbtxt`, else (the copy path) the one auto-complete
+    builds from the newest version's `.om`, read with `runtime` (`complete_version`'s rules).
+    ConfigError, or the runtime's GeBackendError when the `.om` cannot be read."""
+    path = model_dir / "config.pbtxt"
+    if path.exists():
+        return load_model_config(path)
+    versions = version_dirs(model_dir)
+    if not versions:
+        raise ConfigError(f"{model_dir.name}: no config.pbtxt and no version directory (e.g. 1/)")
+    empty = config_view(ModelConfig(name=model_dir.name, backend="python"))
+    return config_from_view(complete_version(empty, versions[-1], runtime).config)
+
+
+def repository_entries(
+    repository: str | os.PathLike[str], runtime: str | None = None
+) -> list[ModelEntry]:
+    """Every model directory of `repository` (one with `config.pbtxt` or a numbered version
+    directory), in name order, with its config (`read_model_config`) or the error reading it."""
+    entries = []
+    for directory in sorted(Path(repository).iterdir()):
+        if not directory.is_dir():
+            continue
+        if not (directory / "config.pbtxt").exists() and not version_dirs(directory):
+            continue
+        try:
+            entries.append(ModelEntry(directory, read_model_config(directory, runtime)))
+        except (ConfigError, GeBackendError) as exc:
+            logger.debug("no config for %s: %s", directory.name, exc)
+            entries.append(ModelEntry(directory, None, str(exc)))
+    return entries
+
+
+def shm_sizes(entries: Sequence[ModelEntry]) -> ShmSizes:
+    """Shared-memory sizes for the Python backend, from the configs of `entries`.
 
     The largest exchange is the biggest model's request plus response at `max_batch_size` rows
     (1 row for `max_batch_size: 0`); -1 axes take the size of that input's `model_warmup` dims,
     else 1 (so it is a lower bound). Each stub's region starts at twice that (one batch
     arriving while the previous answer leaves), rounded up to MiB, between Triton's 1 MiB and
-    256 MiB; it grows in steps of one exchange, between 1 MiB and 64 MiB. Configs that do not
-    parse are skipped: the server reports them itself.
+    256 MiB; it grows in steps of one exchange, between 1 MiB and 64 MiB. Entries without a
+    config are skipped: the server reports them itself.
     """
     largest = 0
-    for path in sorted(Path(repository).glob("*/config.pbtxt")):
-        try:
-            config = load_model_config(path)
-        except ConfigError:
+    for entry in entries:
+        config = entry.config
+        if config is None:
             continue
         warmup_dims: dict[str, list[int]] = {}
         for warmup in config.model_warmup:
@@ -106,24 +165,43 @@ def shm_sizes_for_repository(repository: str | os.PathLike[str]) -> ShmSizes:
     return ShmSizes(default, growth)
 
 
-def repository_models(repository: str | os.PathLike[str]) -> list[RepositoryModel]:
-    """Every model with a readable `config.pbtxt` and valid parameters in `repository` (the
-    others are logged and left out: `ge-python-model validate` explains them)."""
+def shm_sizes_for_repository(
+    repository: str | os.PathLike[str], runtime: str | None = None
+) -> ShmSizes:
+    """`shm_sizes` of every model of `repository` (`repository_entries`)."""
+    return shm_sizes(repository_entries(repository, runtime))
+
+
+def repository_models_of(entries: Sequence[ModelEntry]) -> list[RepositoryModel]:
+    """The models of `entries` with a config and valid parameters (the others are logged and
+    left out: `ge-python-model validate` explains them)."""
     models = []
-    for path in sorted(Path(repository).glob("*/config.pbtxt")):
+    for entry in entries:
         try:
-            config = load_model_config(path)
+            if entry.config is None:
+                raise ConfigError(entry.error)
+            config = entry.config
             params = ModelParameters.from_config(config_view(config))
         except ConfigError as exc:
-            logger.warning("leaving out %s: %s", path.parent.name, exc)
+            logger.warning("leaving out %s: %s", entry.directory.name, exc)
             continue
         instances = sum(max(group.count, 1) for group in config.instance_group) or 1
         models.append(
             RepositoryModel(
-                config.name or path.parent.name, instances, params.device_ids, params.acl_runtime
+                config.name or entry.directory.name,
+                instances,
+                params.device_ids,
+                params.acl_runtime,
             )
         )
     return models
+
+
+def repository_models(
+    repository: str | os.PathLike[str], runtime: str | None = None
+) -> list[RepositoryModel]:
+    """`repository_models_of` every model of `repository` (`repository_entries`)."""
+    return repository_models_of(repository_entries(repository, runtime))
 
 
 def shm_limit_bytes(models: Sequence[RepositoryModel], sizes: ShmSizes) -> int:

@@ -5,7 +5,9 @@ Per model: the config (when there is one) parses and names the directory, the pa
 directory has `model.py` and exactly one `.om` (or the `om_file` one) whose SHA-256 matches its
 `<file>.om.sha256` (else `om_sha256`). Each version's config is then completed as Triton's
 auto-complete will (`autocomplete.complete_version`, from the `.om` read without a device) and
-compared with the `.om` loaded (`triton_config.compare_config_with_session`). Problems make a model
+compared with the `.om` loaded (`triton_config.compare_config_with_session`). A model directory
+name or repository path that `serve` refuses (`config.check_model_name`, `check_shell_safe_path`)
+is refused here too. Problems make a model
 invalid; notes (what auto-complete will fill, the `.om` cannot be opened on this machine, an
 outdated `model.py`, no checksum, parameters this package does not know) do not.
 """
@@ -16,17 +18,22 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.errors import GeBackendError, UserError, command_line_message
 from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import (
     ConfigError,
     ModelConfig,
     check_model_name,
+    check_shell_safe_path,
     config_view,
     load_model_config,
 )
 from ge_python_backend.repository.model_files import model_template, open_session
-from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
+from ge_python_backend.repository.parameters import (
+    ModelParameters,
+    describe_unknown_parameter,
+    unknown_parameters,
+)
 from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
 from ge_python_backend.repository.versions import (
     checksum_path,
@@ -56,7 +63,8 @@ def _read_parameters(report: ModelReport, config: TritonConfig) -> ModelParamete
     """The model's parameters, or None after recording why they are unusable."""
     unknown = unknown_parameters(config)
     if unknown:
-        report.notes.append(f"parameters not used by ge-python-backend: {', '.join(unknown)}")
+        described = ", ".join(map(describe_unknown_parameter, unknown))
+        report.notes.append(f"parameters not used by ge-python-backend: {described}")
     try:
         return ModelParameters.from_config(config)
     except ConfigError as exc:
@@ -98,7 +106,9 @@ def _check_version(
         report.problems.append(prefix + str(exc))
         return
     except GeBackendError as exc:
-        report.notes.append(prefix + f"inputs/outputs not checked against the .om: {exc}")
+        report.notes.append(
+            prefix + f"inputs/outputs not checked against the .om: {command_line_message(exc)}"
+        )
         return
     if completion.filled:
         report.notes.append(prefix + "auto-complete will fill " + "; ".join(completion.filled))
@@ -111,7 +121,9 @@ def _check_version(
                 completion.config, session.inputs, session.outputs, session.gears
             )
     except UserError as exc:
-        report.notes.append(prefix + f"not loaded to check the config against it: {exc}")
+        report.notes.append(
+            prefix + f"not loaded to check the config against it: {command_line_message(exc)}"
+        )
         return
     report.problems += [prefix + problem for problem in problems]
 
@@ -120,6 +132,10 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
     """Validate one model directory (with or without config.pbtxt); `runtime` overrides the
     config's `acl_runtime`."""
     report = ModelReport(model_dir.name, model_dir)
+    try:
+        check_model_name(model_dir.name)
+    except ConfigError as exc:
+        report.problems.append(str(exc))
     config_path = model_dir / "config.pbtxt"
     if config_path.exists():
         try:
@@ -152,10 +168,12 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
 def validate_repository(
     repository: str | os.PathLike[str], *, name: str | None = None, runtime: str | None = None
 ) -> list[ModelReport]:
-    """Validate every model directory of `repository` (or only `name`)."""
+    """Validate every model directory of `repository` (or only `name`); a repository path
+    `serve` would refuse is refused (UserError)."""
     root = Path(repository)
     if not root.is_dir():
         raise UserError(f"model repository {root} is not a directory")
+    check_shell_safe_path("model repository", root.resolve())
     if name is not None:
         model_dir = root / check_model_name(name)
         if not model_dir.is_dir():

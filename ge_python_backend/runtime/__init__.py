@@ -28,6 +28,7 @@ from ge_python_backend.runtime.errors import (
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, Model
 from ge_python_backend.runtime.session import (
+    ACL_INT_MAX,
     PIPELINE_DEPTHS,
     PendingBatch,
     Session,
@@ -35,6 +36,7 @@ from ge_python_backend.runtime.session import (
 )
 
 __all__ = [
+    "ACL_INT_MAX",
     "ENV_VAR",
     "RUNTIMES",
     "PIPELINE_DEPTHS",

@@ -53,6 +53,15 @@ def selected_runtime(runtime: str | None = None) -> str:
     return name
 
 
+def _no_pyacl_message(exc: ImportError, emulator_choice: str) -> str:
+    return (
+        f"cannot import pyACL (the `acl` module): {exc}. On an Ascend host, load CANN's "
+        "environment first: `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or the "
+        "set_env.sh of your CANN install). Without an NPU, use the CPU emulator: "
+        f"{emulator_choice} or {ENV_VAR}=emulator."
+    )
+
+
 def load_acl(runtime: str | None = None) -> ModuleType:
     """Import the ACL module: real pyACL (`"pyacl"`, the default) or the CPU emulator.
 
@@ -64,10 +73,8 @@ def load_acl(runtime: str | None = None) -> ModuleType:
     except ImportError as exc:
         if name == "pyacl":
             raise RuntimeSelectionError(
-                f"cannot import pyACL (the `acl` module): {exc}. On an Ascend host, load CANN's "
-                "environment first: `source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or the "
-                "set_env.sh of your CANN install). Without an NPU, use the CPU emulator: "
-                f"runtime='emulator' or {ENV_VAR}=emulator."
+                _no_pyacl_message(exc, "runtime='emulator'"),
+                _no_pyacl_message(exc, "--runtime emulator"),
             ) from exc
         raise RuntimeSelectionError(
             f"cannot import the pyACL emulator: {exc}. Install its extras: "

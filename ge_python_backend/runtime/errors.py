@@ -71,7 +71,15 @@ class ModelFileError(UserError):
 
 
 class RuntimeSelectionError(UserError, ImportError):
-    """The requested ACL implementation is unknown or cannot be imported."""
+    """The requested ACL implementation is unknown or cannot be imported.
+
+    `command_line_message` is the message as a command prints it: the `--runtime` flag where the
+    message names the Python argument `runtime=`.
+    """
+
+    def __init__(self, message: str, command_line_message: str | None = None) -> None:
+        super().__init__(message)
+        self.command_line_message = command_line_message or message
 
 
 def _recent_message(acl: ModuleType | None) -> str:

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
 PIPELINE_DEPTHS = (1, 2)  # lanes a session may run; 2 overlaps one execution's copies and waits
+# pyACL parses timeouts and device ids as a C int: larger values raise OverflowError in the call.
+ACL_INT_MAX = 2**31 - 1
 
 
 @dataclasses.dataclass
@@ -171,10 +173,10 @@ class Session(Resource):
         if (
             isinstance(execute_timeout_ms, bool)
             or not isinstance(execute_timeout_ms, int)
-            or (execute_timeout_ms < 0)
+            or not 0 <= execute_timeout_ms <= ACL_INT_MAX
         ):
             raise ValueError(
-                f"execute_timeout_ms must be a non-negative integer (0: no timeout), got "
+                f"execute_timeout_ms must be an integer 0..{ACL_INT_MAX} ms (0: no timeout), got "
                 f"{execute_timeout_ms!r}"
             )
         self.pipeline_depth = pipeline_depth

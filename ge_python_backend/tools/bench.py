@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ge_python_backend.client import TritonClient, TypedArrays, error_text
+from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, TypedArrays, error_text
 from ge_python_backend.errors import UserError
 
 KEPT_ERROR_MESSAGES = 5
@@ -213,8 +213,8 @@ class MetricsProbe:
         try:
             with urllib.request.urlopen(self.url, timeout=CONNECT_TIMEOUT_S) as response:
                 text = response.read().decode()
-        except OSError as exc:
-            raise UserError(f"cannot read metrics at {self.url}: {exc}") from None
+        except CONNECTION_ERRORS as exc:
+            raise UserError(f"cannot read metrics at {self.url}: {error_text(exc)}") from None
         counters = device_counters(text, self.model)
         if not counters:
             raise UserError(

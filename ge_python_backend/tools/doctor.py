@@ -5,16 +5,23 @@ failed. A failed check that is `required` for the chosen runtime makes the host 
 the emulator runtime the pyACL, CANN and NPU checks still run but are not required.
 
 The pyACL and emulator checks ask the runtime (`probe_acl`), which imports each `acl` by name:
-it probes the installation the way the Python backend's stub will.
+it probes the installation the way the Python backend's stub will. The device checks look at the
+Ascend device nodes' owner, group and mode against this process's uid, groups and capabilities,
+open each device the repository uses (`acl.rt.set_device`, which fails with 507033 when another
+process or container holds it), and compare `ASCEND_VISIBLE_DEVICES` / `ASCEND_RT_VISIBLE_DEVICES`
+with the device ids the configs use.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import grp
 import importlib
 import json
 import os
+import pwd
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -22,13 +29,23 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ge_python_backend.ascend import AclCode
 from ge_python_backend.errors import GeBackendError
 from ge_python_backend.repository.shm import (
+    RepositoryModel,
     repository_models,
     shm_limit_bytes,
     shm_sizes_for_repository,
 )
-from ge_python_backend.runtime import ENV_VAR, AclProbe, probe_acl, selected_runtime
+from ge_python_backend.runtime import (
+    ENV_VAR,
+    AclError,
+    AclProbe,
+    Device,
+    load_acl,
+    probe_acl,
+    selected_runtime,
+)
 from ge_python_backend.server import (
     ServerBinary,
     StubPython,
@@ -81,6 +98,12 @@ NO_NPU_FIX = (
     "the Ascend Docker runtime); in Kubernetes request the device plugin's resource "
     "(`ge-python-model k8s` does). Without an NPU, serve emulator .om files: --runtime emulator"
 )
+# The nodes a process opens to use an NPU, besides /dev/davinci<N> (Ascend Docker Runtime's list).
+MANAGEMENT_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
+CAP_DAC_OVERRIDE = 1  # linux/capability.h: bypass file read/write permission checks
+# The Ascend Docker Runtime mounts the devices this lists (physical ids, "0-2,4"); the ACL
+# runtime then sees only those of ASCEND_RT_VISIBLE_DEVICES ("0,1"), renumbered from 0.
+VISIBLE_DEVICES_ENV = ("ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +245,224 @@ def check_npu_devices(
         return CheckResult("npu", title, OK, detail, required=required)
     detail = probe.count_error or "pyACL reports 0 devices"
     return CheckResult("npu", title, FAIL, f"no NPU usable: {detail}", NO_NPU_FIX, required)
+
+
+def _numbered_nodes(dev_dir: Path) -> list[Path]:
+    nodes = [p for p in dev_dir.glob("davinci*") if p.name[len("davinci") :].isdigit()]
+    return sorted(nodes, key=lambda path: int(path.name[len("davinci") :]))
+
+
+def effective_capabilities(status: Path = Path("/proc/self/status")) -> int:
+    """This process's effective capability bits (`CapEff`), 0 when they cannot be read."""
+    try:
+        text = status.read_text()
+    except OSError:
+        return 0
+    match = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", text, re.MULTILINE)
+    return int(match.group(1), 16) if match else 0
+
+
+def _can_read_write(info: os.stat_result, uid: int, groups: set[int], capabilities: int) -> bool:
+    """The kernel's check for opening a node read-write: owner bits for its owner, else group
+    bits for a member of its group, else the other bits; CAP_DAC_OVERRIDE bypasses them."""
+    if capabilities >> CAP_DAC_OVERRIDE & 1:
+        return True
+    mode = info.st_mode
+    if info.st_uid == uid:
+        return mode & 0o600 == 0o600
+    if info.st_gid in groups:
+        return mode & 0o060 == 0o060
+    return mode & 0o006 == 0o006
+
+
+def _owner(info: os.stat_result) -> str:
+    try:
+        user = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        user = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    return f"{user}({info.st_uid}):{group}({info.st_gid}) {stat.S_IMODE(info.st_mode):04o}"
+
+
+def check_device_nodes(
+    dev_dir: Path = Path("/dev"),
+    uid: int | None = None,
+    groups: Sequence[int] | None = None,
+    capabilities: int | None = None,
+    required: bool = True,
+) -> CheckResult:
+    """This process can open every Ascend device node read-write: its uid, groups (default:
+    this process's) and capabilities against each node's owner, group and mode."""
+    title = "NPU device node permissions"
+    numbered = _numbered_nodes(dev_dir)
+    if not numbered:
+        return CheckResult(
+            "device_nodes", title, SKIP, f"no {dev_dir}/davinci<N> nodes", required=required
+        )
+    uid = os.geteuid() if uid is None else uid
+    member = set(os.getgroups()) | {os.getegid()} if groups is None else set(groups)
+    caps = effective_capabilities() if capabilities is None else capabilities
+    missing = [name for name in MANAGEMENT_NODES if not (dev_dir / name).exists()]
+    refused = []
+    owners = set()
+    for node in [*numbered, *(dev_dir / name for name in MANAGEMENT_NODES if name not in missing)]:
+        info = node.stat()
+        if not _can_read_write(info, uid, member, caps):
+            refused.append(f"{node.name} {_owner(info)}")
+            owners.add((info.st_uid, info.st_gid))
+    who = (
+        f"this process runs as uid {uid}, groups {','.join(map(str, sorted(member)))}, "
+        + ("with" if caps >> CAP_DAC_OVERRIDE & 1 else "without")
+        + " CAP_DAC_OVERRIDE"
+    )
+    problems = []
+    fixes = []
+    if missing:
+        problems.append(f"{', '.join(missing)} missing from {dev_dir}")
+        fixes.append(
+            "pass them to the container too (--device /dev/davinci_manager --device "
+            "/dev/devmm_svm --device /dev/hisi_hdc) or use the Ascend Docker Runtime"
+        )
+    if refused:
+        problems.append(f"cannot open {'; '.join(refused)} ({who})")
+        ids = " or ".join(f"uid {u} / group {g}" for u, g in sorted(owners))
+        fixes.append(
+            f"run as the nodes' owner or group ({ids}, HwHiAiUser on Ascend hosts): "
+            "`docker run --user UID:GID` or `--group-add GID`; in Kubernetes "
+            "`ge-python-model k8s --run-as-user UID --run-as-group GID`. Dropping every "
+            "capability as root does not help: root then needs the group too"
+        )
+    shown = ", ".join(node.name for node in numbered)
+    if problems:
+        return CheckResult(
+            "device_nodes", title, FAIL, "; ".join(problems), "; ".join(fixes), required
+        )
+    return CheckResult(
+        "device_nodes",
+        title,
+        OK,
+        f"{shown} and {', '.join(MANAGEMENT_NODES)} can be opened ({who})",
+        required=required,
+    )
+
+
+def check_devices_open(
+    runtime: str, device_ids: Sequence[int], probe: AclProbe, required: bool = True
+) -> CheckResult:
+    """Each of `device_ids` opens (`acl.rt.set_device`) with `runtime` (`probe`: its probe)."""
+    title = "NPUs free to open"
+    if not probe.imported or not device_ids:
+        why = "the runtime cannot be imported" if not probe.imported else "no device to open"
+        return CheckResult("devices_open", title, SKIP, why, required=required)
+    acl = load_acl(runtime)
+    problems = []
+    fixes = set()
+    for device_id in device_ids:
+        try:
+            with Device(acl, device_id):
+                pass
+        except AclError as exc:
+            if exc.code == AclCode.RT_DEV_SETUP_ERROR:
+                problems.append(
+                    f"device {device_id}: {exc} - another process or container holds it, or the "
+                    "driver or firmware is in trouble"
+                )
+                fixes.add(
+                    "`npu-smi info` lists the processes on each NPU: stop the one holding it, "
+                    "or give this server another device (a container's NPUs are its own: do "
+                    "not mount one device into two containers)"
+                )
+            else:
+                problems.append(f"device {device_id}: {exc}")
+                fixes.add(
+                    "use device ids this process sees (0..count-1; see ASCEND_VISIBLE_DEVICES "
+                    "and ASCEND_RT_VISIBLE_DEVICES)"
+                )
+    shown = ",".join(map(str, device_ids))
+    if problems:
+        return CheckResult(
+            "devices_open", title, FAIL, "; ".join(problems), "; ".join(sorted(fixes)), required
+        )
+    return CheckResult(
+        "devices_open", title, OK, f"device(s) {shown} opened and released", required=required
+    )
+
+
+def parse_device_list(text: str, ranges: bool) -> list[int]:
+    """`"0,1"` (and with `ranges`, `"0-2,4"`) as device ids; ValueError naming the bad part.
+    Empty or "void" is no device."""
+    if text.strip().lower() in ("", "void"):
+        return []
+    ids: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        if dash and ranges and low.isdigit() and high.isdigit() and int(low) <= int(high):
+            ids += range(int(low), int(high) + 1)
+        elif part.isdigit():
+            ids.append(int(part))
+        else:
+            raise ValueError(f"{part!r} is not a device id" + (" or range" if ranges else ""))
+    return ids
+
+
+def check_visible_devices(
+    environ: Mapping[str, str], models: Sequence[RepositoryModel] | None = None
+) -> CheckResult:
+    """ASCEND_VISIBLE_DEVICES (the devices a container gets) and ASCEND_RT_VISIBLE_DEVICES (those
+    ACL shows, renumbered 0..n-1) against the device ids of `models`' configs."""
+    title = "ASCEND_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES"
+    lists: dict[str, list[int]] = {}
+    for name in VISIBLE_DEVICES_ENV:
+        if name not in environ:
+            continue
+        try:
+            lists[name] = parse_device_list(environ[name], ranges=name == VISIBLE_DEVICES_ENV[0])
+        except ValueError as exc:
+            return CheckResult(
+                "visible_devices",
+                title,
+                FAIL,
+                f"{name}={environ[name]}: {exc}",
+                f"{name} is a comma-separated list of device ids"
+                + (" or ranges (0-2,4)" if name == VISIBLE_DEVICES_ENV[0] else ""),
+            )
+    if not lists:
+        return CheckResult("visible_devices", title, OK, "neither is set: every device is visible")
+    shown = ", ".join(f"{name}={environ[name]}" for name in lists)
+    runtime_ids = lists.get(VISIBLE_DEVICES_ENV[1])
+    mounted = lists.get(VISIBLE_DEVICES_ENV[0])
+    problems = []
+    if runtime_ids is not None and mounted is not None:
+        beyond = [i for i in runtime_ids if i >= len(mounted)]
+        if beyond:
+            problems.append(
+                f"ASCEND_RT_VISIBLE_DEVICES names {','.join(map(str, beyond))} but the container "
+                f"has {len(mounted)} device(s), numbered 0..{len(mounted) - 1} inside it"
+            )
+    visible = len(runtime_ids if runtime_ids is not None else mounted or [])
+    for model in models or ():
+        beyond = [i for i in model.device_ids if i >= visible]
+        if beyond:
+            problems.append(
+                f"model {model.name!r} uses device_ids {','.join(map(str, model.device_ids))} but "
+                f"{visible} device(s) are visible, numbered 0..{visible - 1}"
+            )
+    if problems:
+        return CheckResult(
+            "visible_devices",
+            title,
+            FAIL,
+            f"{shown}: " + "; ".join(problems),
+            "device_ids count from 0 among the visible devices: scaffold with --device-ids in "
+            "that range, or make more devices visible",
+        )
+    return CheckResult(
+        "visible_devices", title, OK, f"{shown}: {visible} device(s) visible, numbered from 0"
+    )
 
 
 def check_emulator(required: bool = False) -> CheckResult:
@@ -454,14 +695,24 @@ def run_checks(
     except GeBackendError as exc:
         binary, server_error = None, str(exc)
     need = None
+    models = None
     if repository is not None:
-        need = shm_limit_bytes(repository_models(repository), shm_sizes_for_repository(repository))
+        models = repository_models(repository, chosen)
+        need = shm_limit_bytes(models, shm_sizes_for_repository(repository, chosen))
+    probe = pyacl if on_npu else probe_acl(chosen)
+    if models is not None:
+        device_ids = sorted({device for model in models for device in model.device_ids})
+    else:
+        device_ids = list(range(probe.device_count or 0))
     results = [
         check_python(),
         check_runtime_override(env, chosen),
         check_cann_environment(env, required=on_npu),
         check_pyacl(pyacl, required=on_npu),
         check_npu_devices(pyacl, dev_dir, required=on_npu),
+        check_device_nodes(dev_dir, required=on_npu),
+        check_devices_open(chosen, device_ids, probe),
+        check_visible_devices(env, models),
         check_emulator(required=not on_npu),
         check_stub_python(binary, server_error, pyacl.module_file, python),
         check_stub_environment(python),

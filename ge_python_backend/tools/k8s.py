@@ -16,6 +16,19 @@ The server command line is the one `ge_python_backend.server.TritonServer` runs,
 differences that matter inside a pod: it listens on 0.0.0.0 (on loopback, the kubelet's probes and
 the Service could not reach it: they come through the pod's network interface), and readiness is
 strict, so a pod whose models did not all load is never Ready and gets no traffic.
+
+The container runs as HwHiAiUser's uid and gid (`HWHIAIUSER_UID`/`HWHIAIUSER_GID`, or
+`--run-as-user/--run-as-group`) with every capability dropped: the Ascend device nodes are
+HwHiAiUser's, mode 0660, so the group opens them and no capability is needed (a container of
+another uid and gid, or root with every capability dropped, cannot: vllm-ascend#9490,
+ascend-device-plugin#139). `ASCEND_VISIBLE_DEVICES` is left to the device plugin, which sets it
+for the container it allocates NPUs to; the Ascend Docker Runtime then mounts those devices.
+
+With `kserve`, the documents are a KServe `ServingRuntime` for our own model format
+(`MODEL_FORMAT`, so KServe never picks NVIDIA's tritonserver image for an Ascend model) and an
+`InferenceService` on it (`kserve_manifests`); with `watch_sidecar`, a container beside
+tritonserver runs `ge-python-model watch` and tritonserver runs in explicit model-control mode,
+so the watcher can reload a dead model.
 """
 
 from __future__ import annotations
@@ -30,13 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.config import check_model_directory_names
 from ge_python_backend.repository.shm import (
     MIB,
     RepositoryModel,
     ShmSizes,
-    repository_models,
+    repository_entries,
+    repository_models_of,
     shm_limit_bytes,
-    shm_sizes_for_repository,
+    shm_sizes,
 )
 
 DEFAULT_IMAGE = "ge-python-backend:latest"
@@ -45,6 +60,22 @@ DEFAULT_CANN_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 DEFAULT_DRIVER_PATH = "/usr/local/Ascend/driver"
 MODELS_PATH = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+# HwHiAiUser, the running user of the Ascend driver that owns the device nodes: MindCluster's
+# install guide requires its UID and GID to be 1000 on every host and in every container
+# (https://www.hiascend.com/document/detail/zh/mindcluster/730/clustersched/dlug/dlug_installation_014.html).
+HWHIAIUSER_UID = 1000
+HWHIAIUSER_GID = 1000
+# No container sets ASCEND_VISIBLE_DEVICES (nor ASCEND_RUNTIME_OPTIONS): the device plugin sets it
+# for the container it allocates NPUs to and the Ascend Docker Runtime mounts those devices;
+# Ascend's docs say not to fix these in an image or a container spec (MindCluster 7.3, "Usage on
+# the Containerd Client", dlruntime_ug_006).
+# KServe: the model format our ServingRuntime serves, where the storage initializer puts the
+# repository, and the ports of its tritonserver runtime (HTTP 8080, gRPC 9000).
+MODEL_FORMAT = "ascend-om"
+KSERVE_MODELS_PATH = "/mnt/models"
+KSERVE_PORTS = {"http": 8080, "grpc": 9000, "metrics": 8002}
+STORAGE_SCHEMES = ("pvc://", "s3://")
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 # Drain: the preStop sleep lets the Service stop routing to the pod before Triton gets SIGTERM;
 # Triton then answers the requests in flight for up to EXIT_TIMEOUT_SECONDS and unloads the
 # models. The grace period covers all of it (the kubelet kills the pod when it ends).
@@ -92,6 +123,13 @@ class K8sOptions:
     scale_utilization: float = DEFAULT_SCALE_UTILIZATION  # or beyond this busiest-NPU percentage
     node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
     monitor_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    run_as_user: int = HWHIAIUSER_UID
+    run_as_group: int = HWHIAIUSER_GID
+    runtime: str | None = None  # reads copy-path .om files here; None: $GE_PYTHON_BACKEND_ACL
+    watch_sidecar: bool = False  # a `ge-python-model watch` container beside tritonserver
+    kserve: bool = False  # ServingRuntime + InferenceService instead of Deployment, Service, ...
+    storage_uri: str | None = None  # kserve: the repository; default pvc://<name>-models
+    prometheus: str = DEFAULT_PROMETHEUS  # kserve: the server the autoscaler's query goes to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,21 +142,32 @@ class Manifests:
     shm_limit_bytes: int
 
 
-def tritonserver_args(sizes: ShmSizes, models_path: str = MODELS_PATH) -> list[str]:
-    """The `tritonserver` command line inside the pod."""
+def tritonserver_args(
+    sizes: ShmSizes,
+    models_path: str = MODELS_PATH,
+    ports: Mapping[str, int] = PORTS,
+    explicit: bool = False,
+) -> list[str]:
+    """The `tritonserver` command line inside the pod; `explicit`: every model loaded at start
+    in explicit model-control mode, so a watcher can unload and load one."""
+    control = (
+        ["--model-control-mode=explicit", "--load-model=*"]
+        if explicit
+        else ["--model-control-mode=none"]
+    )
     return [
         "tritonserver",
         f"--model-repository={models_path}",
-        f"--http-port={PORTS['http']}",
-        f"--grpc-port={PORTS['grpc']}",
-        f"--metrics-port={PORTS['metrics']}",
+        f"--http-port={ports['http']}",
+        f"--grpc-port={ports['grpc']}",
+        f"--metrics-port={ports['metrics']}",
         "--http-address=0.0.0.0",
         "--grpc-address=0.0.0.0",
         "--metrics-address=0.0.0.0",
         "--exit-on-error=false",
         "--strict-readiness=true",
         f"--exit-timeout-secs={EXIT_TIMEOUT_SECONDS}",
-        "--model-control-mode=none",
+        *control,
         f"--backend-config=python,shm-default-byte-size={sizes.default_bytes}",
         f"--backend-config=python,shm-growth-byte-size={sizes.growth_bytes}",
     ]
@@ -157,6 +206,24 @@ def _check_options(options: K8sOptions, models: Sequence[RepositoryModel]) -> No
         raise UserError(
             f"--scale-utilization must be a percentage in (0, 100], got {options.scale_utilization}"
         )
+    if options.run_as_user < 0 or options.run_as_group < 0:
+        raise UserError("--run-as-user and --run-as-group must be >= 0")
+    if options.kserve:
+        if options.pvc or options.host_path:
+            raise UserError(
+                "with --kserve give the repository as --storage-uri, not --pvc/--host-path"
+            )
+        if len(runtime_name(options)) > 63:
+            raise UserError(f"--name {options.name!r} is too long for --kserve (at most 55)")
+    if options.storage_uri is not None:
+        if not options.kserve:
+            raise UserError("--storage-uri needs --kserve")
+        scheme, _, where = options.storage_uri.partition("://")
+        if f"{scheme}://" not in STORAGE_SCHEMES or not where or re.search(r"\s", where):
+            raise UserError(
+                f"--storage-uri {options.storage_uri!r} must be pvc://<claim>[/path] or "
+                "s3://<bucket>[/path]"
+            )
 
 
 def repository_warnings(models: Sequence[RepositoryModel], npus: int) -> list[str]:
@@ -178,16 +245,16 @@ def repository_warnings(models: Sequence[RepositoryModel], npus: int) -> list[st
     return warnings
 
 
-def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+def _probe(path: str, period: int, failures: int, port: int | str = "http") -> dict[str, Any]:
     return {
-        "httpGet": {"path": path, "port": "http"},
+        "httpGet": {"path": path, "port": port},
         "periodSeconds": period,
         "timeoutSeconds": 2,
         "failureThreshold": failures,
     }
 
 
-def liveness_probe(models: Sequence[str]) -> dict[str, Any]:
+def liveness_probe(models: Sequence[str], http_port: int = PORTS["http"]) -> dict[str, Any]:
     """The exec livenessProbe: `ge-python-model probe` on each model in turn (a real inference,
     which Triton's health endpoints do not make)."""
     commands = [
@@ -195,7 +262,7 @@ def liveness_probe(models: Sequence[str]) -> dict[str, Any]:
             "ge-python-model",
             "probe",
             "--url",
-            f"127.0.0.1:{PORTS['http']}",
+            f"127.0.0.1:{http_port}",
             "--model",
             model,
             "--timeout",
@@ -215,36 +282,88 @@ def liveness_probe(models: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _container(options: K8sOptions, sizes: ShmSizes, models: Sequence[str]) -> dict[str, Any]:
-    server = shlex.join(tritonserver_args(sizes))
-    if options.cann_env:
-        command = ["/bin/bash", "-c", f"source {shlex.quote(options.cann_env)} && exec {server}"]
-    else:
-        command = tritonserver_args(sizes)
+def security_context(options: K8sOptions) -> dict[str, Any]:
+    """Every container's: HwHiAiUser's ids (or the options'), no capability, no escalation. The
+    device nodes are `HwHiAiUser:HwHiAiUser 0660`, opened through the group: no capability."""
+    return {
+        "runAsUser": options.run_as_user,
+        "runAsGroup": options.run_as_group,
+        "runAsNonRoot": options.run_as_user != 0,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def watch_container(options: K8sOptions, http_port: int) -> dict[str, Any]:
+    """The sidecar running `ge-python-model watch` on the pod's tritonserver."""
+    return {
+        "name": "watch",
+        "image": options.image,
+        "command": ["ge-python-model", "watch", "--url", f"127.0.0.1:{http_port}"],
+        "securityContext": security_context(options),
+    }
+
+
+def _server_command(options: K8sOptions, args: list[str]) -> list[str]:
+    if not options.cann_env:
+        return args
+    return ["/bin/bash", "-c", f"source {shlex.quote(options.cann_env)} && exec {shlex.join(args)}"]
+
+
+def _server_mounts(options: K8sOptions) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if options.driver_path:
+        mounts.append({"name": "ascend-driver", "mountPath": options.driver_path, "readOnly": True})
+    return mounts
+
+
+def _server_volumes(options: K8sOptions, shm_bytes: int) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_bytes // MIB}Mi"}}
+    ]
+    if options.driver_path:
+        volumes.append({"name": "ascend-driver", "hostPath": {"path": options.driver_path}})
+    return volumes
+
+
+def _drain() -> dict[str, Any]:
+    """The preStop sleep before Triton's SIGTERM (see PRESTOP_SLEEP_SECONDS)."""
+    return {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}}
+
+
+def _probes(
+    options: K8sOptions, models: Sequence[str], port: int | str, http_port: int
+) -> dict[str, Any]:
     ready_path = (
         f"/v2/models/{options.ready_model}/ready" if options.ready_model else "/v2/health/ready"
     )
-    mounts = [
-        {"name": "models", "mountPath": MODELS_PATH, "readOnly": True},
-        {"name": "dshm", "mountPath": "/dev/shm"},
-    ]
-    if options.driver_path:
-        mounts.append({"name": "ascend-driver", "mountPath": options.driver_path, "readOnly": True})
+    return {
+        # Model loading (and warmup) happens before Triton answers at all.
+        "startupProbe": _probe("/v2/health/live", 5, 120, port),
+        "readinessProbe": _probe(ready_path, 5, 3, port),
+        "livenessProbe": liveness_probe(models, http_port),
+    }
+
+
+def _container(options: K8sOptions, sizes: ShmSizes, models: Sequence[str]) -> dict[str, Any]:
+    args = tritonserver_args(sizes, explicit=options.watch_sidecar)
     npus = {options.npu_resource: options.npus}
     return {
         "name": "tritonserver",
         "image": options.image,
-        "command": command,
+        "command": _server_command(options, args),
         "ports": [
             {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS.items()
         ],
         "resources": {"requests": dict(npus), "limits": dict(npus)},
-        # Model loading (and warmup) happens before Triton answers at all.
-        "startupProbe": _probe("/v2/health/live", 5, 120),
-        "readinessProbe": _probe(ready_path, 5, 3),
-        "livenessProbe": liveness_probe(models),
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}},
-        "volumeMounts": mounts,
+        **_probes(options, models, "http", PORTS["http"]),
+        "lifecycle": _drain(),
+        "securityContext": security_context(options),
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODELS_PATH, "readOnly": True},
+            *_server_mounts(options),
+        ],
     }
 
 
@@ -254,26 +373,39 @@ def _volumes(options: K8sOptions, shm_bytes: int) -> list[dict[str, Any]]:
     else:
         claim = options.pvc or f"{options.name}-models"
         models = {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
-    volumes = [
-        {"name": "models", **models},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_bytes // MIB}Mi"}},
-    ]
-    if options.driver_path:
-        volumes.append({"name": "ascend-driver", "hostPath": {"path": options.driver_path}})
-    return volumes
+    return [{"name": "models", **models}, *_server_volumes(options, shm_bytes)]
 
 
 def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> Manifests:
-    """Deployment, Service and ServiceMonitor for serving `repository` (mounted at /models)."""
+    """Deployment, Service and ServiceMonitor (and autoscaler) for serving `repository`
+    (mounted at /models); with `options.kserve`, `kserve_manifests`. Models without
+    `config.pbtxt` are read from their `.om` with `options.runtime`."""
     if not Path(repository).is_dir():
         raise UserError(f"model repository {repository} is not a directory")
-    models = repository_models(repository)
+    check_model_directory_names(repository)  # mounted at /models: its own path never reaches bash
+    entries = repository_entries(repository, options.runtime)
+    unreadable = [entry for entry in entries if entry.config is None and entry.copy_path]
+    if unreadable:
+        raise UserError(
+            "; ".join(f"model {e.directory.name!r}: {e.error}" for e in unreadable)
+            + " (a model without config.pbtxt is sized from its .om: give --runtime to read it)"
+        )
+    models = repository_models_of(entries)
     if not models:
-        raise UserError(f"no */config.pbtxt in {repository}: scaffold a model into it first")
+        raise UserError(
+            f"no model in {repository} (no */config.pbtxt and no */<version>/ with an .om): "
+            "scaffold a model into it first"
+        )
     _check_options(options, models)
     names = {model.name for model in models}
-    sizes = shm_sizes_for_repository(repository)
+    sizes = shm_sizes(entries)
     shm_bytes = shm_limit_bytes(models, sizes)
+    live = options.live_models or sorted(names)
+    warnings = repository_warnings(models, options.npus)
+    if options.kserve:
+        return Manifests(
+            kserve_manifests(options, sizes, shm_bytes, live), warnings, sizes, shm_bytes
+        )
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton"}
 
     def metadata(extra_labels: Mapping[str, str]) -> dict[str, Any]:
@@ -282,9 +414,12 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
             meta["namespace"] = options.namespace
         return meta
 
+    containers = [_container(options, sizes, live)]
+    if options.watch_sidecar:
+        containers.append(watch_container(options, PORTS["http"]))
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": GRACE_PERIOD_SECONDS,
-        "containers": [_container(options, sizes, options.live_models or sorted(names))],
+        "containers": containers,
         "volumes": _volumes(options, shm_bytes),
     }
     if options.node_selector:
@@ -323,24 +458,144 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     documents = [deployment, service, monitor]
     if options.replicas:
         documents.append(autoscaler(options, metadata({})))
-    return Manifests(
-        documents,
-        repository_warnings(models, options.npus),
-        sizes,
-        shm_bytes,
+    return Manifests(documents, warnings, sizes, shm_bytes)
+
+
+def runtime_name(options: K8sOptions) -> str:
+    """The KServe ServingRuntime's name."""
+    return f"{options.name}-runtime"
+
+
+def _ceiling(options: K8sOptions) -> int:
+    return options.max_replicas or max(2 * options.replicas, 2)
+
+
+def _target(options: K8sOptions) -> tuple[str, str]:
+    """The autoscaler's metric name and target: queue time per request in microseconds, or the
+    busiest NPU's busy seconds per second as a quantity in thousandths ("700m")."""
+    if options.scale_on == "device":
+        return DEVICE_METRIC, f"{round(options.scale_utilization * 10)}m"
+    return QUEUE_METRIC, str(round(options.scale_queue_ms * 1000))
+
+
+def prometheus_query(options: K8sOptions) -> str:
+    """The PromQL the KServe autoscaler scales on, over the InferenceService's predictor pods:
+    the average queue time per request (us; the divisor kept above 0, so idle pods read 0), or
+    the mean over pods of the busiest NPU's busy seconds per second, its instances added up (as
+    Prometheus Adapter's rules in docs/DEPLOYING.md compute them per pod)."""
+    matchers = f'pod=~"{options.name}-predictor-.*"'
+    if options.namespace:
+        matchers += f',namespace="{options.namespace}"'
+    if options.scale_on == "device":
+        busy = f"rate(ge_device_busy_seconds_total{{{matchers}}}[1m])"
+        return f"avg(max by (pod) (sum by (pod, device) ({busy})))"
+    return (
+        f"sum(rate(nv_inference_queue_duration_us{{{matchers}}}[1m])) / "
+        f"clamp_min(sum(rate(nv_inference_request_success{{{matchers}}}[1m])), 1e-9)"
     )
+
+
+def kserve_manifests(
+    options: K8sOptions, sizes: ShmSizes, shm_bytes: int, live: Sequence[str]
+) -> list[dict[str, Any]]:
+    """A KServe ServingRuntime (serving.kserve.io/v1alpha1) running tritonserver for
+    `MODEL_FORMAT` on ports 8080/9000, and an InferenceService (v1beta1) serving the repository
+    at `storage_uri` on it in RawDeployment mode: NPUs, a memory-backed /dev/shm, and KEDA
+    autoscaling on an external Prometheus query (`prometheus_query`)."""
+    http = KSERVE_PORTS["http"]
+    args = tritonserver_args(sizes, KSERVE_MODELS_PATH, KSERVE_PORTS, options.watch_sidecar)
+
+    def metadata(name: str, **extra: Any) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, **extra}
+        if options.namespace:
+            meta["namespace"] = options.namespace
+        return meta
+
+    runtime: dict[str, Any] = {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": metadata(runtime_name(options)),
+        "spec": {
+            "annotations": {
+                "prometheus.kserve.io/port": str(KSERVE_PORTS["metrics"]),
+                "prometheus.kserve.io/path": "/metrics",
+            },
+            "supportedModelFormats": [
+                {"name": MODEL_FORMAT, "version": "1", "autoSelect": True, "priority": 1}
+            ],
+            "protocolVersions": ["v2", "grpc-v2"],
+            "multiModel": False,
+            "containers": [
+                {
+                    "name": "kserve-container",
+                    "image": options.image,
+                    "command": _server_command(options, args),
+                    "ports": [
+                        {"name": "http1", "containerPort": http, "protocol": "TCP"},
+                        {"name": "h2c", "containerPort": KSERVE_PORTS["grpc"], "protocol": "TCP"},
+                    ],
+                    **_probes(options, live, http, http),
+                    "lifecycle": _drain(),
+                    "securityContext": security_context(options),
+                }
+            ],
+        },
+    }
+    if options.node_selector:
+        runtime["spec"]["nodeSelector"] = dict(options.node_selector)
+    _, target = _target(options)
+    npus = {options.npu_resource: options.npus}
+    predictor: dict[str, Any] = {
+        "minReplicas": options.replicas,
+        "maxReplicas": _ceiling(options),
+        "autoScaling": {
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {
+                            "backend": "prometheus",
+                            "serverAddress": options.prometheus,
+                            "query": prometheus_query(options),
+                        },
+                        "target": {"type": "Value", "value": target},
+                    },
+                }
+            ]
+        },
+        "terminationGracePeriodSeconds": GRACE_PERIOD_SECONDS,
+        "model": {
+            "modelFormat": {"name": MODEL_FORMAT, "version": "1"},
+            "runtime": runtime_name(options),
+            "storageUri": options.storage_uri or f"pvc://{options.name}-models",
+            "resources": {"requests": dict(npus), "limits": dict(npus)},
+            "volumeMounts": _server_mounts(options),
+        },
+        "volumes": _server_volumes(options, shm_bytes),
+    }
+    if options.watch_sidecar:
+        predictor["containers"] = [watch_container(options, http)]
+    service = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": metadata(
+            options.name,
+            annotations={
+                "serving.kserve.io/deploymentMode": "RawDeployment",
+                "serving.kserve.io/autoscalerClass": "keda",
+            },
+        ),
+        "spec": {"predictor": predictor},
+    }
+    return [runtime, service]
 
 
 def autoscaler(options: K8sOptions, metadata: Mapping[str, Any]) -> dict[str, Any]:
     """An autoscaling/v2 HorizontalPodAutoscaler of the Deployment between `replicas` and
     `max_replicas`, on the pods' average queue time per request (`QUEUE_METRIC`) or their
     busiest NPU's utilization (`DEVICE_METRIC`), both from Prometheus Adapter."""
-    ceiling = options.max_replicas or max(2 * options.replicas, 2)
-    if options.scale_on == "device":
-        # busy seconds per second: a fraction, written as a quantity in thousandths ("700m")
-        metric, target = DEVICE_METRIC, f"{round(options.scale_utilization * 10)}m"
-    else:
-        metric, target = QUEUE_METRIC, str(round(options.scale_queue_ms * 1000))
+    ceiling = _ceiling(options)
+    metric, target = _target(options)
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",

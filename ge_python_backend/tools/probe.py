@@ -18,7 +18,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ge_python_backend.client import TritonClient, error_text, server_url
+from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -26,11 +26,13 @@ DEFAULT_TIMEOUT_S = 10.0
 
 @dataclasses.dataclass(frozen=True)
 class ProbeResult:
-    """The outcome: `ok`, a message saying what answered or what failed, and the seconds taken."""
+    """The outcome: `ok`, a message saying what answered or what failed, the seconds taken and
+    whether it failed by exceeding the timeout."""
 
     ok: bool
     message: str
     seconds: float
+    timed_out: bool = False
 
 
 def triton_datatype(data_type: int) -> str:
@@ -134,13 +136,14 @@ def probe(
         names = [tensor.name for tensor in config.output]
         with TritonClient(address, protocol, timeout_s=remaining()) as client:
             answer = _infer(client, model, inputs, names)
-    except (InferenceServerException, OSError) as exc:
+    except (InferenceServerException, *CONNECTION_ERRORS) as exc:
         seconds = time.monotonic() - start
-        if seconds >= timeout:
+        timed_out = seconds >= timeout
+        if timed_out:
             failed = f"no answer to {step} within the {timeout:g} s timeout"
         else:
             failed = f"{step} failed after {seconds:.2f} s"
-        return ProbeResult(False, f"{where}: {failed}: {error_text(exc)}", seconds)
+        return ProbeResult(False, f"{where}: {failed}: {error_text(exc)}", seconds, timed_out)
     seconds = time.monotonic() - start
     problems = output_problems(config, answer)
     if problems:
@@ -150,6 +153,7 @@ def probe(
             False,
             f"{where}: answered after {seconds:.2f} s, beyond the {timeout:g} s timeout",
             seconds,
+            timed_out=True,
         )
     shapes = ", ".join(
         f"{name} {datatype} {list(array.shape)}"

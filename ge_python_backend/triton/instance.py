@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.modelinfo import gears_text
-from ge_python_backend.repository.parameters import ModelParameters, unknown_parameters
+from ge_python_backend.repository.parameters import (
+    ModelParameters,
+    describe_unknown_parameter,
+    unknown_parameters,
+)
 from ge_python_backend.repository.triton_config import (
     ConfigError,
     TritonConfig,
@@ -69,10 +73,10 @@ class ModelInstance:
             raise self._load_error(f"bad config.pbtxt parameters: {exc}") from exc
         for name in unknown_parameters(config):
             logger.warning(
-                "model %s: config.pbtxt parameter %r is not one of ours or Triton's; ignored "
+                "model %s: config.pbtxt parameter %s is not one of ours or Triton's; ignored "
                 "(a misspelt name leaves its setting at the default)",
                 self._name,
-                name,
+                describe_unknown_parameter(name),
             )
         version_dir = Path(args["model_repository"]) / args["model_version"]
         try:  # each version serves its own .om, checked against its own checksum file

@@ -1,0 +1,245 @@
+"""The watcher (`ge-python-model watch`): heals models whose stub died or whose inference hangs.
+
+Triton 2.51 keeps a model READY after its Python-backend stub process died (killed, or crashed by
+a request): every request then fails with `Stub process ... is not healthy`, nothing is logged
+and nothing restarts it. The watcher probes every READY model at an interval with the probe's
+real inference (`tools.probe`); a model whose stub is dead or whose probe exceeds the timeout is
+reloaded through the model-control API (unload, then load: Triton's load alone keeps the dead
+stub), which needs a server in explicit model-control mode. Reloads are retried with a doubling
+backoff, at most `retries` times in a row; a server that refuses them (mode none) is reported.
+Every probe failure and action is logged; `WatchMetrics` counts them for Prometheus.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import http.server
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+from ge_python_backend.client import TritonClient, error_text, server_url
+from ge_python_backend.errors import UserError
+from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, ProbeResult, probe
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_RETRIES = 3
+DEFAULT_METRICS_PORT = 8003
+# Seconds before the first retry of a failed reload; each further retry waits twice as long.
+FIRST_BACKOFF_S = 1.0
+# What Triton's Python backend answers once a model's stub process is gone.
+DEAD_STUB_TEXT = "is not healthy"
+# What Triton answers a load or unload outside explicit model-control mode.
+NOT_EXPLICIT_TEXT = "explicit model load / unload is not allowed"
+
+METRICS = {
+    "ge_watch_probes_total": "Probes (one real inference each) the watcher sent, by model.",
+    "ge_watch_failures_total": "Probes that failed (error, malformed answer or timeout), by model.",
+    "ge_watch_reloads_total": "Reloads (unload, then load) the watcher made, by model.",
+}
+
+
+class WatchMetrics:
+    """Counters of `METRICS` by model, thread-safe, in Prometheus's text format (`render`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, collections.Counter[str]] = {
+            name: collections.Counter() for name in METRICS
+        }
+
+    def count(self, metric: str, model: str) -> None:
+        with self._lock:
+            self._counts[metric][model] += 1
+
+    def value(self, metric: str, model: str) -> int:
+        with self._lock:
+            return self._counts[metric][model]
+
+    def render(self) -> str:
+        lines = []
+        with self._lock:
+            for name, help_text in METRICS.items():
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+                for model, count in sorted(self._counts[name].items()):
+                    escaped = model.replace("\\", "\\\\").replace('"', '\\"')
+                    lines.append(f'{name}{{model="{escaped}"}} {count}')
+        return "\n".join(lines) + "\n"
+
+
+def serve_metrics(
+    metrics: WatchMetrics, port: int, host: str = "0.0.0.0"
+) -> http.server.ThreadingHTTPServer:
+    """Serve `GET /metrics` on `host:port` (0: a free port; see `server_address`) in a daemon
+    thread; `shutdown()` the returned server to stop."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404, "only /metrics is served")
+                return
+            body = metrics.render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            logger.debug("metrics endpoint: " + format, *args)
+
+    try:
+        httpd = http.server.ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise UserError(f"cannot serve the watcher's metrics on {host}:{port}: {exc}") from None
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="ge-watch-metrics", daemon=True).start()
+    return httpd
+
+
+@dataclasses.dataclass
+class Watcher:
+    """Watch the models of the server at `url` (HOST:PORT over `protocol`); `models` limits it
+    to those names (empty: every READY model). `run` loops until `stop` is set."""
+
+    url: str
+    protocol: str = "http"
+    models: tuple[str, ...] = ()
+    interval: float = DEFAULT_INTERVAL_S
+    timeout: float = DEFAULT_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
+    metrics: WatchMetrics = dataclasses.field(default_factory=WatchMetrics)
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.url = server_url(self.url, self.protocol)
+        if not self.interval > 0:
+            raise UserError(f"the interval must be > 0 seconds, got {self.interval}")
+        if not self.timeout > 0:
+            raise UserError(f"the timeout must be > 0 seconds, got {self.timeout}")
+        if self.retries < 1:
+            raise UserError(f"retries must be >= 1, got {self.retries}")
+        self._given_up: set[str] = set()  # models whose reloads all failed, until they recover
+
+    def run(self) -> None:
+        """Probe and heal at every interval until `stop` is set."""
+        logger.info(
+            "watching %s://%s every %g s (timeout %g s, %d reload attempts)",
+            self.protocol,
+            self.url,
+            self.interval,
+            self.timeout,
+            self.retries,
+        )
+        while not self.stop.is_set():
+            started = time.monotonic()
+            self.check_once()
+            self.stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
+
+    def ready_models(self) -> list[str]:
+        """The READY models to watch (none when the server does not answer: logged)."""
+        try:
+            with TritonClient(self.url, self.protocol, timeout_s=self.timeout) as client:
+                index = client.repository_index()
+        except Exception as exc:  # tritonclient raises its own and OSError-like errors
+            logger.warning(
+                "cannot read the model index of %s://%s: %s",
+                self.protocol,
+                self.url,
+                error_text(exc),
+            )
+            return []
+        ready = [entry["name"] for entry in index if entry.get("state") == "READY"]
+        return [name for name in dict.fromkeys(ready) if not self.models or name in self.models]
+
+    def check_once(self) -> None:
+        """One round: probe every READY model and heal the ones that need it."""
+        for model in self.ready_models():
+            if self.stop.is_set():
+                return
+            result = self._probe(model)
+            if result.ok:
+                if model in self._given_up:
+                    logger.info("model %r answers again", model)
+                    self._given_up.discard(model)
+                continue
+            if not needs_reload(result):
+                continue  # an error the model itself returns: reloading would not change it
+            if model in self._given_up:
+                logger.error("model %r still fails; reloads gave up, needs an operator", model)
+                continue
+            self.heal(model, result)
+
+    def _probe(self, model: str) -> ProbeResult:
+        self.metrics.count("ge_watch_probes_total", model)
+        result = probe(self.url, model, protocol=self.protocol, timeout=self.timeout)
+        if result.ok:
+            logger.debug("probe ok: %s", result.message)
+        else:
+            self.metrics.count("ge_watch_failures_total", model)
+            logger.warning("probe failed: %s", result.message)
+        return result
+
+    def heal(self, model: str, failure: ProbeResult) -> bool:
+        """Reload `model` (unload, then load) until a probe passes, at most `retries` times with
+        a doubling backoff; False if it still fails or the server refuses reloads."""
+        why = "its probe timed out" if failure.timed_out else "its stub process is dead"
+        for attempt, backoff in enumerate(_backoffs(self.retries), start=1):
+            if attempt > 1:
+                logger.info("retrying the reload of %r in %g s", model, backoff)
+                if self.stop.wait(backoff):
+                    return False
+            logger.warning(
+                "reloading model %r (attempt %d of %d): %s", model, attempt, self.retries, why
+            )
+            try:
+                self.metrics.count("ge_watch_reloads_total", model)
+                self._reload(model)
+            except Exception as exc:  # tritonclient's errors, or the server went away
+                text = error_text(exc)
+                if NOT_EXPLICIT_TEXT in text:
+                    logger.error(
+                        "cannot reload model %r: the server is not in explicit model-control "
+                        "mode (%s); restart the model or the server by hand",
+                        model,
+                        text,
+                    )
+                    self._given_up.add(model)
+                    return False
+                logger.error("reload of model %r failed: %s", model, text)
+                continue
+            result = self._probe(model)
+            if result.ok:
+                logger.info("model %r healed by reload: %s", model, result.message)
+                return True
+        logger.error(
+            "model %r still fails after %d reloads; giving up until it answers again",
+            model,
+            self.retries,
+        )
+        self._given_up.add(model)
+        return False
+
+    def _reload(self, model: str) -> None:
+        # A load alone keeps a dead stub: Triton reuses the loaded instance. Triton 2.51 never
+        # finishes unloading an instance whose stub died under a request, so the load does not
+        # wait for the unload (the old instance lingers until the server exits: RELIABILITY.md).
+        with TritonClient(self.url, self.protocol) as client:
+            client.unload_model(model)
+            client.load_model(model)
+
+
+def needs_reload(result: ProbeResult) -> bool:
+    """Whether a failed probe shows a dead stub or a hang (a reload may fix those)."""
+    return result.timed_out or DEAD_STUB_TEXT in result.message
+
+
+def _backoffs(retries: int) -> Iterator[float]:
+    """The wait before each of `retries` attempts: 0, then FIRST_BACKOFF_S doubling."""
+    yield 0.0
+    for attempt in range(retries - 1):
+        yield FIRST_BACKOFF_S * 2**attempt
