@@ -18,6 +18,7 @@ from ge_python_backend.emulator.omfile import (
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.model_files import open_session
+from ge_python_backend.runtime.describe import describe_om
 
 ATC_FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "ONNX"}
 # The flags passed on to `atc` unchanged (every flag of this command).
@@ -143,9 +144,13 @@ def run_compile(args: argparse.Namespace) -> int:
     )
     model = OmModel.load(path)
     print(path)
-    # the output shapes as `inspect` reads them: through a session on the emulator
-    with open_session(path, "emulator", model.description.shape_order or None) as session:
-        print(summary(model, [spec.shape for spec in session.outputs]))
+    # the output shapes as `inspect` reads them: through a session on the emulator; a
+    # dynamic-shape model's through its description (a session needs max_output_bytes for it)
+    if model.description.dynamic_shape:
+        print(summary(model, [spec.shape for spec in describe_om(path, "emulator").outputs]))
+    else:
+        with open_session(path, "emulator", model.description.shape_order or None) as session:
+            print(summary(model, [spec.shape for spec in session.outputs]))
     # the format the compiler resolved (ND for --dynamic_dims), so the command is one ATC accepts
     args.input_format = model.header["flags"]["input_format"]
     print(f"on Ascend hardware: {atc_command(args)}")
