@@ -81,6 +81,12 @@ def om_aipp_dynamic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def om_nonzero(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NonZero: a data-dependent output and a scalar output (onnx_models.build_nonzero)."""
+    return _compile(tmp_path_factory, onnx_models.build_nonzero, "nonzero")
+
+
+@pytest.fixture(scope="session")
 def om_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _compile(tmp_path_factory, onnx_models.build_mlp, "mlp_static", input_shape="x:4,16")
 

@@ -26,12 +26,6 @@ pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 @pytest.fixture(scope="module")
-def om_nonzero(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("nonzero")
-    return compile_onnx(onnx_models.build_nonzero(directory / "nz.onnx"), directory / "nz")
-
-
-@pytest.fixture(scope="module")
 def om_range(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("range")
     onnx_path = onnx_models.build_mlp(directory / "mlp.onnx")

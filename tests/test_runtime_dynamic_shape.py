@@ -23,12 +23,6 @@ pytestmark = pytest.mark.usefixtures("clean_acl")
 
 
 @pytest.fixture(scope="module")
-def om_nonzero(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("rt_nonzero")
-    return compile_onnx(onnx_models.build_nonzero(root / "nz.onnx"), root / "nz")
-
-
-@pytest.fixture(scope="module")
 def om_zero_size(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("rt_zero")
     return compile_onnx(onnx_models.build_zero_size(root / "zs.onnx"), root / "zs")
