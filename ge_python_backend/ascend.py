@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "ATC_DEFAULT_PRECISION_MODE",
     "ATC_INPUT_FORMATS",
     "LAYOUT_RANKS",
     "DATA_TYPES",
@@ -27,11 +28,13 @@ __all__ = [
     "DTYPES_BY_ONNX",
     "DTYPES_BY_TRITON",
     "NUMPY_BY_ACL",
+    "PRECISION_LADDER",
     "AclCode",
     "DataType",
     "Format",
     "GearKind",
     "MemcpyKind",
+    "PrecisionMode",
     "RunMode",
     "converted_tensor_name",
     "describe_code",
@@ -418,6 +421,36 @@ _SET_CALLS = {
     GearKind.HW: "acl.mdl.set_dynamic_hw_size",
     GearKind.DIMS: "acl.mdl.set_input_dynamic_dims",
 }
+
+
+# ----------------------------------------------------------------------------- precision
+
+
+class PrecisionMode(str, enum.Enum):
+    """ATC's `--precision_mode`: the data type the compiled operators compute in.
+
+    The value is ATC's own spelling. ATC's default for inference models is `force_fp16`.
+    """
+
+    FORCE_FP16 = "force_fp16"
+    ALLOW_MIX_PRECISION = "allow_mix_precision"
+    ALLOW_FP32_TO_FP16 = "allow_fp32_to_fp16"
+    MUST_KEEP_ORIGIN_DTYPE = "must_keep_origin_dtype"
+    FORCE_FP32 = "force_fp32"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+ATC_DEFAULT_PRECISION_MODE = PrecisionMode.FORCE_FP16
+
+# The order an accuracy gate retries a model in: each step keeps more of the model in float32.
+PRECISION_LADDER = (
+    PrecisionMode.FORCE_FP16,
+    PrecisionMode.ALLOW_MIX_PRECISION,
+    PrecisionMode.ALLOW_FP32_TO_FP16,
+    PrecisionMode.MUST_KEEP_ORIGIN_DTYPE,
+)
 
 
 # ----------------------------------------------------------------------------- tensor names

@@ -87,6 +87,7 @@ def test_header_records_flags_and_onnx_sha256(om_dims: Path) -> None:
         "dynamic_dims": "8,8;16,16;32,32",
         "input_format": "ND",
         "soc_version": "Ascend310P3",
+        "precision_mode": "force_fp16",
     }
 
 

@@ -34,6 +34,7 @@ from ge_python_backend.aipp import (
     parse_aipp_config,
 )
 from ge_python_backend.ascend import (
+    ATC_DEFAULT_PRECISION_MODE,
     ATC_INPUT_FORMATS,
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
@@ -43,6 +44,7 @@ from ge_python_backend.ascend import (
     AclCode,
     Format,
     GearKind,
+    PrecisionMode,
 )
 from ge_python_backend.errors import UserError
 
@@ -290,6 +292,7 @@ def compile_onnx(
     out_nodes: str | None = None,
     framework: int = ONNX_FRAMEWORK,
     insert_op_conf: PathLike | None = None,
+    precision_mode: PrecisionMode | str = ATC_DEFAULT_PRECISION_MODE,
 ) -> Path:
     """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
 
@@ -298,7 +301,8 @@ def compile_onnx(
     `out_nodes` is ATC's `--out_nodes` (`node:idx;...` or, for ONNX, output names); `framework`
     3 compiles the ONNX as a stand-in for a TensorFlow model (its outputs get TensorFlow's names).
     Output names are ATC's (see `_output_names`). `insert_op_conf` is ATC's AIPP config file (see
-    `aipp.parse_aipp_config`). Raises OmCompileError for anything ATC or the emulator would refuse.
+    `aipp.parse_aipp_config`). `precision_mode` is ATC's `--precision_mode`, recorded in the
+    header. Raises OmCompileError for anything ATC or the emulator would refuse.
     """
     import onnx
 
@@ -318,6 +322,13 @@ def compile_onnx(
             f"--input_format {input_format!r} is not supported; use one of {', '.join(accepted)}"
         )
 
+    try:
+        precision_mode = PrecisionMode(precision_mode)
+    except ValueError:
+        modes = ", ".join(mode.value for mode in PrecisionMode)
+        raise OmCompileError(
+            f"--precision_mode {precision_mode!r} is not supported; use one of {modes}"
+        ) from None
     if framework not in STAND_IN_FRAMEWORKS:
         raise OmCompileError(
             f"framework {framework} is not supported: 5 (ONNX) or 3 (an ONNX stand-in for a "
@@ -358,6 +369,7 @@ def compile_onnx(
         "input_format": input_format,
         "soc_version": soc_version,
         "insert_op_conf": None if insert_op_conf is None else os.fspath(insert_op_conf),
+        "precision_mode": precision_mode.value,
     }
     header = _description_to_header(dataclasses.replace(desc, outputs=outputs))
     header["flags"] = {k: v for k, v in flags.items() if v is not None}
