@@ -44,9 +44,10 @@ def reference(
     return dict(zip(names, session.run(names, dict(feeds))))
 
 
-def build_mlp(path: Path) -> Path:
-    """`x` FLOAT[N,16] -> `y` FLOAT[N,8] = relu(x @ W + b), `z` FLOAT[N,1] = sum of y (axis 1)."""
-    rng = np.random.default_rng(16)
+def build_mlp(path: Path, seed: int = 16) -> Path:
+    """`x` FLOAT[N,16] -> `y` FLOAT[N,8] = relu(x @ W + b), `z` FLOAT[N,1] = sum of y (axis 1);
+    the weights drawn with `seed`."""
+    rng = np.random.default_rng(seed)
     weights = [
         _tensor("W", rng.standard_normal((16, 8)).astype(np.float32)),
         _tensor("b", rng.standard_normal(8).astype(np.float32)),
@@ -105,6 +106,57 @@ def build_conv(path: Path) -> Path:
         nodes,
         [_value("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
         [_value("features", TensorProto.FLOAT, ["N", 8])],
+        weights,
+    )
+
+
+def build_classifier(path: Path, classes: int = 10) -> Path:
+    """`image` FLOAT[N,3,16,16] -> conv 3x3 (8 channels) -> relu -> global average pool -> gemm
+    -> `logits` FLOAT[N,classes]: a small CNN classifier."""
+    rng = np.random.default_rng(5)
+    weights = [
+        _tensor("conv_w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+        _tensor("conv_b", rng.standard_normal(8).astype(np.float32)),
+        _tensor("fc_w", rng.standard_normal((8, classes)).astype(np.float32)),
+        _tensor("fc_b", rng.standard_normal(classes).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "conv_w", "conv_b"], ["conv"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["features"], axis=1),
+        helper.make_node("Gemm", ["features", "fc_w", "fc_b"], ["logits"]),
+    ]
+    return _save(
+        path,
+        "classifier",
+        nodes,
+        [_value("image", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [_value("logits", TensorProto.FLOAT, ["N", classes])],
+        weights,
+    )
+
+
+def build_fp16_overflow(path: Path) -> Path:
+    """`x` FLOAT[N,4] -> `y` FLOAT[N,4] = (x * 1e5) * 1e-5 + 1: the intermediate exceeds
+    float16's largest value (65504) for x > 0.655, so a model computing in float16 answers inf
+    there while float32 answers x + 1."""
+    weights = [
+        _tensor("up", np.full(1, 1e5, np.float32)),
+        _tensor("down", np.full(1, 1e-5, np.float32)),
+        _tensor("one", np.ones(1, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Mul", ["x", "up"], ["large"], name="scale_up"),
+        helper.make_node("Mul", ["large", "down"], ["back"], name="scale_down"),
+        helper.make_node("Add", ["back", "one"], ["y"], name="add_one"),
+    ]
+    return _save(
+        path,
+        "fp16_overflow",
+        nodes,
+        [_value("x", TensorProto.FLOAT, ["N", 4])],
+        [_value("y", TensorProto.FLOAT, ["N", 4])],
         weights,
     )
 
