@@ -331,7 +331,7 @@ def plan_atc(
         # each -1 of --input_shape in its order: the batch size or its gear's size
         position = {name: i + batch_in_dims for i, name in enumerate(names)}
         slots = [
-            0 if a.batch else position[a.gear]
+            position[a.gear] if a.gear is not None else 0
             for row in axes.values()
             for a in row
             if a.gear is not None or (a.batch and batch_in_dims)

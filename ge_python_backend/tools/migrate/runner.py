@@ -35,7 +35,12 @@ from ge_python_backend.tools.migrate.atc import (
     plan_atc,
 )
 from ge_python_backend.tools.migrate.preflight import preflight
-from ge_python_backend.tools.migrate.source import SourceModel, SourceVersion, discover
+from ge_python_backend.tools.migrate.source import (
+    SourceModel,
+    SourceVersion,
+    model_dirs,
+    read_model_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -128,23 +133,29 @@ def migrate(options: MigrateOptions) -> MigrationReport:
     `--runtime pyacl` without ATC on PATH; a model that fails is reported and the others carry on.
     """
     _check_options(options)
-    models = discover(options.source)
+    paths = model_dirs(options.source)
     if not options.dry_run:
-        taken = [m.name for m in models if (options.destination / m.name).exists()]
+        taken = [p.name for p in paths if (options.destination / p.name).exists()]
         if taken:
             raise UserError(
                 f"{options.destination} already holds models {', '.join(taken)}; migrate into "
                 "an empty or new directory"
             )
         options.destination.mkdir(parents=True, exist_ok=True)
-    if options.jobs > 1 and len(models) > 1:
+    if options.jobs > 1 and len(paths) > 1:
         context = multiprocessing.get_context("spawn")  # the emulator runs threads: no fork
-        workers = min(options.jobs, len(models))
+        workers = min(options.jobs, len(paths))
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            results = list(pool.map(migrate_model, models, [options] * len(models)))
+            results = list(pool.map(_migrate_dir, paths, [options] * len(paths)))
     else:
-        results = [migrate_model(model, options) for model in models]
+        results = [_migrate_dir(path, options) for path in paths]
     return MigrationReport(options, tuple(results))
+
+
+def _migrate_dir(path: Path, options: MigrateOptions) -> ModelResult:
+    """Read and migrate one model directory (in a worker process with --jobs: configs are
+    protobuf messages, which do not pickle, so each worker reads its own)."""
+    return migrate_model(read_model_dir(path), options)
 
 
 def _check_options(options: MigrateOptions) -> None:

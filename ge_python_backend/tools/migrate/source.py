@@ -118,30 +118,29 @@ class SourceModel:
     error: str | None = None  # why the directory cannot be read (its config, say)
 
 
-def discover(repository: Path) -> list[SourceModel]:
-    """Every model directory of `repository`, in name order (hidden directories skipped)."""
+def model_dirs(repository: Path) -> list[Path]:
+    """The model directories of `repository`, in name order (hidden directories skipped)."""
     if not repository.is_dir():
         raise UserError(f"source repository {repository} is not a directory")
-    models = []
-    for path in sorted(repository.iterdir()):
-        if not path.is_dir() or path.name.startswith("."):
-            continue
-        try:
-            models.append(read_model(path))
-        except GeBackendError as exc:
-            logger.warning("model %s: %s", path.name, exc)
-            models.append(
-                SourceModel(
-                    path.name,
-                    path,
-                    ModelConfig(name=path.name),
-                    (path / "config.pbtxt").is_file(),
-                    SourceFormat.UNKNOWN,
-                    (),
-                    error=str(exc),
-                )
-            )
-    return models
+    return [p for p in sorted(repository.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+
+
+def discover(repository: Path) -> list[SourceModel]:
+    """Every model of `repository` (`model_dirs`), read by `read_model_dir`."""
+    return [read_model_dir(path) for path in model_dirs(repository)]
+
+
+def read_model_dir(path: Path) -> SourceModel:
+    """`read_model`, or a model of UNKNOWN format with the `error` that stops reading it."""
+    try:
+        return read_model(path)
+    except GeBackendError as exc:
+        logger.warning("model %s: %s", path.name, exc)
+        has_config = (path / "config.pbtxt").is_file()
+        empty = ModelConfig(name=path.name)
+        return SourceModel(
+            path.name, path, empty, has_config, SourceFormat.UNKNOWN, (), error=str(exc)
+        )
 
 
 def read_model(model_dir: Path) -> SourceModel:
