@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.emulator_cmd",
     "ge_python_backend.commands.bench_cmd",
     "ge_python_backend.commands.compare_cmd",
+    "ge_python_backend.commands.migrate_cmd",
     "ge_python_backend.commands.k8s_cmd",
     "ge_python_backend.commands.doctor_cmd",
     "ge_python_backend.commands.selftest_cmd",

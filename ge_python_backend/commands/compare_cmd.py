@@ -15,10 +15,11 @@ from ge_python_backend.commands.options import (
     add_max_output_bytes_option,
     add_runtime_option,
     add_server_options,
+    add_tolerance_options,
     parse_files,
     parse_shapes,
+    parse_thresholds,
 )
-from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import (
     parse_input_shape_order,
     parse_max_output_bytes,
@@ -62,11 +63,7 @@ def register(subparsers: Any) -> None:
     add_max_output_bytes_option(parser)
     parser.add_argument("--device-id", type=int, default=0, help="NPU id (default: 0)")
     add_data_options(parser, "the first gear's")
-    parser.add_argument("--atol", type=float, default=DEFAULTS.atol, help="absolute tolerance")
-    parser.add_argument("--rtol", type=float, default=DEFAULTS.rtol, help="relative tolerance")
-    parser.add_argument(
-        "--min-cosine", type=float, default=DEFAULTS.min_cosine, help="lowest cosine similarity"
-    )
+    add_tolerance_options(parser)
     add_server_options(parser, url_help="also query the model --model served there", required=False)
     parser.add_argument(
         "--aipp-config",
@@ -116,10 +113,6 @@ def print_report(report: CompareReport) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compare, print the report; 0 when every output passes, else 1."""
-    if args.atol < 0 or args.rtol < 0:
-        raise UserError("--atol and --rtol must be >= 0")
-    if not -1.0 <= args.min_cosine <= 1.0:
-        raise UserError(f"--min-cosine must be between -1 and 1, got {args.min_cosine}")
     report = compare(
         args.om,
         args.onnx,
@@ -128,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         shapes=parse_shapes(args.shape),
         files=parse_files(args.input),
         seed=args.seed,
-        thresholds=Thresholds(args.atol, args.rtol, args.min_cosine),
+        thresholds=parse_thresholds(args),
         url=args.url,
         model=args.model,
         protocol=args.protocol,

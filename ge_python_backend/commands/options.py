@@ -11,6 +11,7 @@ from typing import Any
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import RUNTIMES
+from ge_python_backend.tools.compare import Thresholds
 from ge_python_backend.tools.watch import (
     DEFAULT_INTERVAL_S,
     DEFAULT_METRICS_PORT,
@@ -131,6 +132,26 @@ def parse_files(items: Sequence[str]) -> dict[str, Path]:
             raise UserError(f"--input {item!r} must be NAME=FILE.npy")
         files[name] = Path(path)
     return files
+
+
+def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
+    """`--atol`, `--rtol` and `--min-cosine`: when an output matches its ONNX output (read back
+    with `parse_thresholds`)."""
+    defaults = Thresholds()
+    parser.add_argument("--atol", type=float, default=defaults.atol, help="absolute tolerance")
+    parser.add_argument("--rtol", type=float, default=defaults.rtol, help="relative tolerance")
+    parser.add_argument(
+        "--min-cosine", type=float, default=defaults.min_cosine, help="lowest cosine similarity"
+    )
+
+
+def parse_thresholds(args: argparse.Namespace) -> Thresholds:
+    """The `Thresholds` of `add_tolerance_options`' values, checked."""
+    if args.atol < 0 or args.rtol < 0:
+        raise UserError("--atol and --rtol must be >= 0")
+    if not -1.0 <= args.min_cosine <= 1.0:
+        raise UserError(f"--min-cosine must be between -1 and 1, got {args.min_cosine}")
+    return Thresholds(args.atol, args.rtol, args.min_cosine)
 
 
 def add_watch_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:

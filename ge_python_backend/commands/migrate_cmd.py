@@ -1,0 +1,138 @@
+"""`ge-python-model migrate`: a Triton model repository converted for Ascend NPUs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import (
+    add_runtime_option,
+    add_tolerance_options,
+    parse_thresholds,
+)
+from ge_python_backend.repository.parameters import parse_device_ids
+from ge_python_backend.tools.migrate.atc import DEFAULT_SOC_VERSION, parse_gears
+from ge_python_backend.tools.migrate.report import dry_run_script, summary_lines, write_report
+from ge_python_backend.tools.migrate.runner import MigrateOptions, migrate
+
+HELP = "migrate a Triton model repository (ONNX, Python, ensembles) to Ascend NPUs"
+
+DESCRIPTION = """\
+Read every model of SRC_REPO (never written) and write DST_REPO for Ascend:
+  ONNX models          checked, compiled with ATC (--runtime pyacl, ATC on PATH) or the
+                       emulator's compiler (--runtime emulator), every version to its own
+                       .om + .sha256, served by the template model.py
+  Python, ensembles    copied as they are (a Python model importing GPU-only libraries, or
+                       asking for KIND_GPU, gets a warning)
+  TensorRT, TorchScript, TensorFlow
+                       not converted: the report names the ONNX to provide as
+                       --onnx-from DIR/<model>/<version>/model.onnx, which is then converted
+and DST_REPO/MIGRATION.md and migration.json: per model its status, source format and SHA-256,
+the exact ATC command, SoC, precision mode, gears and .om SHA-256 (ATC's log tail on a failure).
+
+The ATC command comes from the config and the graph: --input_shape with the graph's input names,
+-1 on the batch axis (max_batch_size > 0) with --dynamic_batch_size = preferred_batch_size and
+max_batch_size (without preferred sizes, the powers of two up to max_batch_size); ATC takes 2 to
+100 gears, so a single size compiles a static .om. Any other -1 axis takes the config's dims, or
+--gears [MODEL/]NAME:SIZE,SIZE,...: NAME is the axis' symbolic name in the ONNX graph (seq of
+input_ids[batch, seq]; every input with that axis shares the size) or INPUT.AXIS (input_ids.1),
+MODEL limits it to one model. Geared axes compile --dynamic_dims (with --input_format=ND) over
+every combination of their sizes and the batch sizes.
+
+Pre-flight, per model (the others carry on): the ONNX opset within what ATC parses, one version
+per domain, no custom-domain operators, every -1 axis set.
+
+Exits 0 when every convertible model converted, 1 otherwise, 2 on a usage error.
+
+examples:
+  ge-python-model migrate gpu_models npu_models --runtime emulator
+  ge-python-model migrate gpu_models npu_models --soc-version Ascend310P3 --device-ids 0,1 \\
+      --gears seq:32,64,128 --onnx-from exported --jobs 4
+  ge-python-model migrate gpu_models npu_models --dry-run > atc_commands.sh
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `migrate` subcommand."""
+    parser = add_command(subparsers, "migrate", run, HELP, DESCRIPTION)
+    parser.add_argument("source", type=Path, metavar="SRC_REPO", help="the Triton repository")
+    parser.add_argument("destination", type=Path, metavar="DST_REPO", help="the Ascend one")
+    add_runtime_option(
+        parser, "compile with ATC and serve with pyACL, or the CPU emulator's both", "pyacl"
+    )
+    parser.add_argument(
+        "--soc-version",
+        default=DEFAULT_SOC_VERSION,
+        help=f"ATC's --soc_version (default: {DEFAULT_SOC_VERSION})",
+    )
+    parser.add_argument(
+        "--device-ids",
+        default="0",
+        metavar="IDS",
+        help="comma-separated NPU ids the models' instances run on (default: 0)",
+    )
+    parser.add_argument(
+        "--precision-mode",
+        choices=[mode.value for mode in PrecisionMode],
+        default=ATC_DEFAULT_PRECISION_MODE.value,
+        help=f"ATC's --precision_mode (default: ATC's, {ATC_DEFAULT_PRECISION_MODE.value})",
+    )
+    parser.add_argument(
+        "--gears",
+        action="append",
+        default=[],
+        metavar="[MODEL/]NAME:SPEC",
+        help="sizes of a -1 axis the config cannot gear, e.g. seq:32,64,128 (repeatable)",
+    )
+    parser.add_argument(
+        "--onnx-from",
+        type=Path,
+        metavar="DIR",
+        help="ONNX exports of the models not in ONNX: DIR/<model>/<version>/model.onnx",
+    )
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        metavar="DIR",
+        help="input samples for the accuracy check (DIR/<model>/<input>.npy)",
+    )
+    add_tolerance_options(parser)
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and a bash script of the atc commands; compile and write nothing "
+        "(needs no CANN)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="models migrated at once (default: 1)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Migrate (or print the plan); 0 when every convertible model converted, else 1."""
+    options = MigrateOptions(
+        source=args.source,
+        destination=args.destination,
+        runtime=args.runtime,
+        soc_version=args.soc_version,
+        device_ids=parse_device_ids(args.device_ids),
+        precision_mode=PrecisionMode(args.precision_mode),
+        onnx_from=args.onnx_from,
+        gears=parse_gears(args.gears),
+        samples=args.samples,
+        thresholds=parse_thresholds(args),
+        dry_run=args.dry_run,
+        jobs=args.jobs,
+    )
+    report = migrate(options)
+    if options.dry_run:
+        print(dry_run_script(report), end="")
+        return 0 if report.passed else 1
+    for line in summary_lines(report):
+        print(line)
+    markdown, data = write_report(report)
+    print(f"report: {markdown} and {data}")
+    return 0 if report.passed else 1

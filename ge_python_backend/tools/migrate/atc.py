@@ -1,0 +1,353 @@
+"""The ATC command of one model version, from its Triton config and its ONNX graph.
+
+`plan_atc` gives an `AtcPlan`: the flags ATC takes (`--model --framework=5 --output
+--soc_version --input_shape`, the gears, `--precision_mode`), as a shell command
+(`AtcPlan.command`) and as the emulator's compiler call (`AtcPlan.compile_emulator`); with
+`--runtime pyacl` it runs the real `atc` (`AtcPlan.run_atc`).
+
+Input shapes: graph input names; on the batch axis (axis 0 when `max_batch_size` > 0) -1 with
+`--dynamic_batch_size` from `max_batch_size` and `preferred_batch_size`; every other axis the
+config's dims, else the graph's, else the gears `--gears NAME:SPEC` gives it (`parse_gears`),
+which make `--dynamic_dims` with `--input_format=ND`. ATC takes 2 to 100 gears
+(atlasatcparam_16_0018 "--dynamic_batch_size": 档位数取值范围为(1,100]; the same range for
+--dynamic_dims); a single size is compiled static.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import shlex
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
+from ge_python_backend.emulator.omfile import (
+    MAX_GEARS,
+    ONNX_FRAMEWORK,
+    compile_onnx,
+    om_output_path,
+)
+from ge_python_backend.errors import UserError
+
+if TYPE_CHECKING:
+    import onnx
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SOC_VERSION = "Ascend310P3"
+MIN_GEARS = 2  # ATC refuses a gear option with one gear: one size is a static .om
+ATC_LOG_LINES = 40  # lines of ATC's output a failed run keeps for the report
+
+
+class PlanError(UserError):
+    """A model version whose ATC command cannot be made (the message says what to do)."""
+
+
+class AtcError(UserError):
+    """ATC failed; `log_tail` holds the last lines of its output."""
+
+    def __init__(self, message: str, log_tail: str) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@dataclasses.dataclass(frozen=True)
+class GearRequest:
+    """`--gears [MODEL/]NAME:SPEC`: the sizes an axis compiles for. NAME is the axis' symbolic
+    name in the ONNX graph (`seq` of `input_ids[N, seq]`) or `INPUT.AXIS` (`input_ids.1`); SPEC
+    the sizes, `32,64,128`. MODEL limits it to one model."""
+
+    name: str
+    sizes: tuple[int, ...]
+    model: str | None = None
+
+    def applies_to(self, model: str) -> bool:
+        return self.model is None or self.model == model
+
+
+def parse_gears(items: Sequence[str]) -> tuple[GearRequest, ...]:
+    """`--gears` values: `["seq:32,64,128", "bert/ids.1:16,32"]` -> GearRequests."""
+    requests = []
+    for item in items:
+        head, sep, spec = item.rpartition(":")
+        model, slash, name = head.rpartition("/")
+        try:
+            sizes = tuple(int(size) for size in spec.split(","))
+        except ValueError:
+            sizes = ()
+        if not sep or not name or (slash and not model) or not sizes or min(sizes) < 1:
+            raise UserError(
+                f"--gears {item!r} must be [MODEL/]NAME:SIZE,SIZE,... with sizes >= 1, NAME an "
+                "axis' symbolic name in the ONNX graph or INPUT.AXIS, e.g. seq:32,64,128"
+            )
+        if len(set(sizes)) != len(sizes):
+            raise UserError(f"--gears {item!r} gives a size twice")
+        requests.append(GearRequest(name, tuple(sorted(sizes)), model or None))
+    return tuple(requests)
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """One axis of a graph input in the plan: a fixed `size`, the batch axis, the axis a gear
+    sets (`gear`: its --gears name), or unresolved (`problem` says why)."""
+
+    size: int = -1
+    batch: bool = False
+    gear: str | None = None
+    problem: str | None = None
+
+
+def plan_axes(
+    model: str, proto: onnx.ModelProto, config: ModelConfig, gears: Sequence[GearRequest]
+) -> dict[str, tuple[Axis, ...]]:
+    """Every graph input's axes as the config and `gears` set them (see the module docstring);
+    an axis neither does has a `problem`."""
+    by_config = {tensor.name: tensor for tensor in config.input}
+    requests = {g.name: g for g in gears if g.applies_to(model)}
+    batched = config.max_batch_size > 0
+    planned: dict[str, tuple[Axis, ...]] = {}
+    for value in graph_inputs(proto):
+        shape = value.type.tensor_type.shape
+        dims = [(d.dim_value if d.HasField("dim_value") else -1, d.dim_param) for d in shape.dim]
+        entry = by_config.get(value.name)
+        config_dims: list[int] | None = None
+        if entry is not None and len(entry.dims) and not entry.HasField("reshape"):
+            config_dims = ([-1] if batched else []) + list(entry.dims)
+            if len(config_dims) != len(dims):
+                planned[value.name] = (
+                    Axis(
+                        problem=f"config.pbtxt gives it dims {list(entry.dims)}"
+                        f"{' after the batch axis' if batched else ''}, but the graph has "
+                        f"{len(dims)} axes"
+                    ),
+                )
+                continue
+        axes = []
+        for index, (graph_size, symbol) in enumerate(dims):
+            wanted = config_dims[index] if config_dims else -1
+            if batched and index == 0:
+                if graph_size > 0:
+                    axes.append(
+                        Axis(
+                            problem=f"axis 0 is {graph_size} in the graph, but "
+                            f"max_batch_size {config.max_batch_size} makes it the "
+                            "batch axis; export the ONNX with a dynamic batch axis"
+                        )
+                    )
+                else:
+                    axes.append(Axis(batch=True))
+            elif wanted > 0 or graph_size > 0:
+                axes.append(Axis(size=wanted if wanted > 0 else graph_size))
+            else:
+                request = requests.get(symbol) if symbol else None
+                request = request or requests.get(f"{value.name}.{index}")
+                if request is not None:
+                    axes.append(Axis(gear=request.name))
+                else:
+                    label = f" ({symbol!r})" if symbol else ""
+                    axes.append(
+                        Axis(
+                            problem=f"axis {index}{label} is -1 and is not the batch "
+                            f"axis; give its sizes with --gears "
+                            f"{symbol or f'{value.name}.{index}'}:SIZE,SIZE,..."
+                        )
+                    )
+        planned[value.name] = tuple(axes)
+    return planned
+
+
+def graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph's real inputs (initializers listed as inputs left out)."""
+    initializers = {init.name for init in proto.graph.initializer}
+    return [value for value in proto.graph.input if value.name not in initializers]
+
+
+def batch_gears(config: ModelConfig) -> tuple[int, ...]:
+    """The batch sizes to compile: the config's preferred batch sizes up to `max_batch_size`
+    and `max_batch_size` itself; without preferred sizes, the powers of two below it too."""
+    largest = config.max_batch_size
+    if largest < 1:
+        return ()
+    preferred = {size for size in config.dynamic_batching.preferred_batch_size if size <= largest}
+    if not preferred:
+        preferred = {2**k for k in range(largest.bit_length()) if 2**k < largest}
+    return tuple(sorted(preferred | {largest}))
+
+
+@dataclasses.dataclass(frozen=True)
+class AtcPlan:
+    """ATC's flags for one model version (`output` without `.om`, as ATC takes it)."""
+
+    model: Path
+    output: Path
+    soc_version: str
+    input_shape: str
+    precision_mode: PrecisionMode
+    dynamic_batch_size: str | None = None
+    dynamic_dims: str | None = None
+    input_format: str | None = None
+
+    def flags(self) -> list[tuple[str, str]]:
+        """(flag, value) in ATC's order, the flags not given left out."""
+        items = [
+            ("model", str(self.model)),
+            ("framework", str(ONNX_FRAMEWORK)),
+            ("output", str(self.output)),
+            ("soc_version", self.soc_version),
+            ("input_shape", self.input_shape),
+            ("input_format", self.input_format),
+            ("dynamic_batch_size", self.dynamic_batch_size),
+            ("dynamic_dims", self.dynamic_dims),
+            ("precision_mode", self.precision_mode.value),
+        ]
+        return [(flag, value) for flag, value in items if value is not None]
+
+    def argv(self) -> list[str]:
+        """The `atc` command as a process' arguments."""
+        return ["atc", *(f"--{flag}={value}" for flag, value in self.flags())]
+
+    def command(self) -> str:
+        """The `atc` command as a shell line (values quoted where a shell needs it)."""
+        return " ".join(["atc", *(f"--{flag}={shlex.quote(v)}" for flag, v in self.flags())])
+
+    @property
+    def om_path(self) -> Path:
+        return om_output_path(self.output)
+
+    @property
+    def gears_text(self) -> str:
+        """The gears as the report shows them."""
+        if self.dynamic_batch_size:
+            return f"batch {self.dynamic_batch_size}"
+        if self.dynamic_dims:
+            return f"dims {self.dynamic_dims}"
+        return "static"
+
+    def with_output(self, output: Path) -> AtcPlan:
+        """The same plan writing elsewhere (a staging directory)."""
+        return dataclasses.replace(self, output=output)
+
+    def compile_emulator(self) -> Path:
+        """Compile with the emulator's compiler (an emulator .om); returns the .om."""
+        return compile_onnx(
+            self.model,
+            self.output,
+            input_shape=self.input_shape,
+            dynamic_batch_size=self.dynamic_batch_size,
+            dynamic_dims=self.dynamic_dims,
+            input_format=self.input_format,
+            soc_version=self.soc_version,
+            precision_mode=self.precision_mode,
+        )
+
+    def run_atc(self) -> Path:
+        """Run the real `atc` (on PATH); returns the .om. AtcError keeps its log's tail."""
+        if shutil.which("atc") is None:
+            raise UserError(atc_missing_message())
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("running %s", self.command())
+        result = subprocess.run(
+            self.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+        )
+        tail = "\n".join(result.stdout.splitlines()[-ATC_LOG_LINES:])
+        if result.returncode != 0 or not self.om_path.is_file():
+            raise AtcError(
+                f"atc exited with {result.returncode}"
+                + ("" if result.returncode else f" without writing {self.om_path}"),
+                tail,
+            )
+        return self.om_path
+
+
+def atc_missing_message() -> str:
+    return (
+        "--runtime pyacl compiles with ATC, which is not on PATH: source CANN's set_env.sh "
+        "(e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh), or use --dry-run for the script "
+        "of ATC commands, or --runtime emulator"
+    )
+
+
+def plan_atc(
+    model: str,
+    onnx_path: Path,
+    proto: onnx.ModelProto,
+    config: ModelConfig,
+    output: Path,
+    *,
+    soc_version: str = DEFAULT_SOC_VERSION,
+    precision_mode: PrecisionMode | str = ATC_DEFAULT_PRECISION_MODE,
+    gears: Sequence[GearRequest] = (),
+) -> AtcPlan:
+    """The ATC command compiling `onnx_path` to `output` (.om added) for model `model`.
+
+    PlanError when an axis cannot be set (preflight reports the same, per input) or the
+    gears are more than ATC takes.
+    """
+    axes = plan_axes(model, proto, config, gears)
+    problems = [
+        f"input {name!r}: {a.problem}" for name, row in axes.items() for a in row if a.problem
+    ]
+    if problems:
+        raise PlanError(f"model {model!r}: " + "; ".join(problems))
+    batches = batch_gears(config)
+    requests = {g.name: g for g in gears if g.applies_to(model)}
+    # the gear names in --input_shape order, the batch axis first
+    names = list(dict.fromkeys(a.gear for row in axes.values() for a in row if a.gear))
+    batch_in_dims = bool(names) and len(batches) > 1
+    dims_values = [batches] if batch_in_dims else []
+    dims_values += [requests[name].sizes for name in names]
+    combos = list(itertools.product(*dims_values))
+    if len(combos) > MAX_GEARS or len(batches) > MAX_GEARS:
+        count = max(len(combos), len(batches))
+        raise PlanError(
+            f"model {model!r}: {count} gears (every combination of "
+            f"{', '.join(['batch', *names] if len(batches) > 1 else names)}); ATC takes at "
+            f"most {MAX_GEARS}: give fewer sizes"
+        )
+    single_batch = batches[0] if len(batches) == 1 else None
+    dynamic_batch = len(batches) > 1 and not names
+    dims_dynamic = len(combos) >= MIN_GEARS and bool(names)
+    fixed = dict(zip(names, combos[0])) if names and not dims_dynamic else {}
+
+    def dim(axis: Axis) -> int:
+        if axis.batch:
+            return single_batch if single_batch is not None else -1
+        if axis.gear is not None:
+            return fixed.get(axis.gear, -1)
+        return axis.size
+
+    input_shape = ";".join(
+        f"{name}:{','.join(str(dim(a)) for a in row)}" for name, row in axes.items()
+    )
+    dynamic_dims = None
+    if dims_dynamic:
+        # each -1 of --input_shape in its order: the batch size or its gear's size
+        position = {name: i + batch_in_dims for i, name in enumerate(names)}
+        slots = [
+            position[a.gear] if a.gear is not None else 0
+            for row in axes.values()
+            for a in row
+            if a.gear is not None or (a.batch and batch_in_dims)
+        ]
+        per_gear = []
+        for combo in combos:
+            values = [combo[slot] for slot in slots]
+            per_gear.append(",".join(map(str, values)))
+        dynamic_dims = ";".join(per_gear)
+    return AtcPlan(
+        model=onnx_path,
+        output=output,
+        soc_version=soc_version,
+        input_shape=input_shape,
+        precision_mode=PrecisionMode(precision_mode),
+        dynamic_batch_size=",".join(map(str, batches)) if dynamic_batch else None,
+        dynamic_dims=dynamic_dims,
+        input_format="ND" if dynamic_dims else None,
+    )

@@ -1,0 +1,173 @@
+"""The migration's report, DST_REPO/MIGRATION.md and DST_REPO/migration.json, and the shell
+script `--dry-run` prints (the ATC commands, for a host with CANN)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.tools.migrate.atc import AtcPlan
+from ge_python_backend.tools.migrate.runner import MigrationReport, ModelResult, Status
+
+REPORT_JSON = "migration.json"
+REPORT_MARKDOWN = "MIGRATION.md"
+
+
+def report_dict(report: MigrationReport) -> dict[str, Any]:
+    """The report as migration.json holds it."""
+    options = report.options
+    return {
+        "source": str(options.source),
+        "destination": str(options.destination),
+        "runtime": options.runtime,
+        "soc_version": options.soc_version,
+        "precision_mode": options.precision_mode.value,
+        "device_ids": list(options.device_ids),
+        "thresholds": {
+            "atol": options.thresholds.atol,
+            "rtol": options.thresholds.rtol,
+            "min_cosine": options.thresholds.min_cosine,
+        },
+        "dry_run": options.dry_run,
+        "passed": report.passed,
+        "models": [_model_dict(model, options.soc_version) for model in report.models],
+    }
+
+
+def _model_dict(model: ModelResult, soc_version: str) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "status": model.status.value,
+        "source_format": model.source_format,
+        "action": model.action,
+        "soc_version": soc_version if model.gears is not None else None,
+        "precision_mode": model.precision_mode.value if model.gears is not None else None,
+        "gears": model.gears,
+        "versions": [
+            {
+                "version": version.number,
+                "source_file": None if version.source_file is None else str(version.source_file),
+                "source_sha256": version.source_sha256,
+                "atc_command": None if version.plan is None else version.plan.command(),
+                "om": None if version.om is None else str(version.om),
+                "om_sha256": version.om_sha256,
+            }
+            for version in model.versions
+        ],
+        "warnings": model.warnings,
+        "errors": model.errors,
+        "provide": model.provide,
+        "atc_log_tail": model.atc_log_tail,
+        "accuracy": model.accuracy,
+        "config_diff": model.config_diff,
+    }
+
+
+def report_markdown(report: MigrationReport) -> str:
+    """MIGRATION.md: a table of the models, then each model's commands and notes."""
+    options = report.options
+    lines = [
+        "# Migration report",
+        "",
+        f"`{options.source}` -> `{options.destination}`: runtime {options.runtime}, SoC "
+        f"{options.soc_version}, precision mode {options.precision_mode.value}.",
+        "",
+        "| model | source format | status | gears | versions |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for model in report.models:
+        versions = ", ".join(str(v.number) for v in model.versions) or "-"
+        lines.append(
+            f"| {model.name} | {model.source_format} | {model.status.value} | "
+            f"{model.gears or '-'} | {versions} |"
+        )
+    lines += [
+        "",
+        "Every convertible model converted."
+        if report.passed
+        else "Some convertible models FAILED (see below).",
+        "",
+    ]
+    for model in report.models:
+        lines += [f"## {model.name}", "", f"{model.status.value}: {model.action}.", ""]
+        for version in model.versions:
+            source = version.source_file.name if version.source_file else "no model file"
+            lines.append(f"* version {version.number}: {source} sha256 {version.source_sha256}")
+            if version.plan is not None:
+                lines += ["", "  ```", f"  {version.plan.command()}", "  ```"]
+            if version.om_sha256:
+                lines.append(f"  `.om` sha256 {version.om_sha256}")
+        if model.provide:
+            lines += ["", "To convert it, provide its ONNX and pass `--onnx-from DIR`:"]
+            lines += [f"* `{path}`" for path in model.provide]
+        for title, items in (("Warnings", model.warnings), ("Errors", model.errors)):
+            if items:
+                lines += ["", f"{title}:"] + [f"* {item}" for item in items]
+        if model.atc_log_tail:
+            lines += ["", "ATC's log (tail):", "", "```", model.atc_log_tail, "```"]
+        accuracy = "not checked" if model.accuracy is None else json.dumps(model.accuracy)
+        diff = "not recorded" if model.config_diff is None else json.dumps(model.config_diff)
+        lines += ["", f"Accuracy: {accuracy}. Config changes: {diff}.", ""]
+    return "\n".join(lines)
+
+
+def write_report(report: MigrationReport) -> tuple[Path, Path]:
+    """Write MIGRATION.md and migration.json into the destination; returns their paths."""
+    destination = report.options.destination
+    markdown = destination / REPORT_MARKDOWN
+    data = destination / REPORT_JSON
+    markdown.write_text(report_markdown(report), encoding="utf-8")
+    data.write_text(json.dumps(report_dict(report), indent=2) + "\n", encoding="utf-8")
+    return markdown, data
+
+
+def dry_run_script(report: MigrationReport) -> str:
+    """A bash script of the ATC commands (mkdir, atc and sha256sum per version), the plan as
+    its comments: what `--dry-run` prints, to run on a host with CANN."""
+    options = report.options
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# ge-python-model migrate --dry-run: {options.source} -> {options.destination}",
+        f"# SoC {options.soc_version}, precision mode {options.precision_mode.value}",
+    ]
+    for model in report.models:
+        lines.append(
+            f"# {model.name} ({model.source_format}): {model.status.value}, "
+            f"{model.action}" + (f", gears {model.gears}" if model.gears else "")
+        )
+        lines += [f"#   provide {path}" for path in model.provide]
+        lines += [f"#   error: {error}" for error in model.errors]
+        lines += [f"#   warning: {warning}" for warning in model.warnings]
+    lines += ["set -euo pipefail"]
+    for model in report.models:
+        for version in model.versions:
+            if version.plan is not None:
+                lines += _version_commands(version.plan)
+    return "\n".join(lines) + "\n"
+
+
+def _version_commands(plan: AtcPlan) -> list[str]:
+    directory = shlex.quote(str(plan.om_path.parent))
+    om = shlex.quote(plan.om_path.name)
+    return [
+        f"mkdir -p {directory}",
+        plan.command(),
+        f"(cd {directory} && sha256sum {om} > {om}.sha256)",
+    ]
+
+
+def summary_lines(report: MigrationReport) -> list[str]:
+    """One line per model, as the command prints them."""
+    lines = []
+    for model in report.models:
+        line = f"{model.name:<24} {model.source_format:<22} {model.status.value}"
+        if model.gears:
+            line += f" ({model.gears})"
+        if model.status == Status.NEEDS_ONNX:
+            line += f": provide {', '.join(model.provide)}"
+        lines.append(line)
+        lines += [f"  error: {error}" for error in model.errors]
+        lines += [f"  warning: {warning}" for warning in model.warnings]
+    return lines

@@ -1,0 +1,325 @@
+"""Migrate a Triton model repository: every model of SRC_REPO converted or copied into DST_REPO.
+
+ONNX models (and models whose ONNX `--onnx-from` provides) are checked (`preflight`), planned
+(`atc.plan_atc`), compiled per version with ATC or the emulator's compiler, and written with
+scaffold's model directory (`repository.scaffold`): each version its own `.om`, checksum and
+model.py. Python models and ensembles are copied as they are; TensorRT, TorchScript and
+TensorFlow models are not converted (the report says which ONNX to provide). SRC_REPO is only
+read. `--jobs N` migrates N models at once, each in its own process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+import logging
+import multiprocessing
+import shutil
+import tempfile
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
+from ge_python_backend.errors import UserError, command_line_message
+from ge_python_backend.repository.config import write_model_config
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.tools.compare import Thresholds
+from ge_python_backend.tools.migrate.atc import (
+    DEFAULT_SOC_VERSION,
+    AtcError,
+    AtcPlan,
+    GearRequest,
+    atc_missing_message,
+    plan_atc,
+)
+from ge_python_backend.tools.migrate.preflight import preflight
+from ge_python_backend.tools.migrate.source import (
+    SourceModel,
+    SourceVersion,
+    model_dirs,
+    read_model_dir,
+)
+
+logger = logging.getLogger(__name__)
+
+OM_NAME = "model"  # each version's .om is <version>/model.om
+ONNX_FROM_FILE = "model.onnx"  # --onnx-from DIR/<model>/<version>/model.onnx
+
+
+class Status(str, enum.Enum):
+    """What became of a model."""
+
+    CONVERTED = "converted"  # compiled and written
+    PLANNED = "planned"  # --dry-run: would be converted or copied
+    COPIED = "copied"  # a Python model or an ensemble, copied as it is
+    NEEDS_ONNX = "needs_onnx"  # not convertible as it is: the report says what to provide
+    FAILED = "failed"  # convertible, but pre-flight, ATC or writing it failed
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrateOptions:
+    """What `migrate` does (the command line's options)."""
+
+    source: Path
+    destination: Path
+    runtime: str = "pyacl"
+    soc_version: str = DEFAULT_SOC_VERSION
+    device_ids: tuple[int, ...] = (0,)
+    precision_mode: PrecisionMode = ATC_DEFAULT_PRECISION_MODE
+    onnx_from: Path | None = None
+    gears: tuple[GearRequest, ...] = ()
+    samples: Path | None = None  # inputs of the accuracy gate
+    thresholds: Thresholds = Thresholds()  # the accuracy gate's limits
+    dry_run: bool = False
+    jobs: int = 1
+
+
+@dataclasses.dataclass
+class VersionResult:
+    """One version of a model: its source file and, when converted, its ATC plan and `.om`."""
+
+    number: int
+    source_file: Path | None
+    source_sha256: str | None
+    plan: AtcPlan | None = None
+    om: Path | None = None
+    om_sha256: str | None = None
+
+
+@dataclasses.dataclass
+class ModelResult:
+    """One model of the migration, as the report shows it."""
+
+    name: str
+    source_format: str
+    action: str  # "convert", "copy" or "provide ONNX"
+    status: Status = Status.PLANNED
+    versions: list[VersionResult] = dataclasses.field(default_factory=list)
+    precision_mode: PrecisionMode = ATC_DEFAULT_PRECISION_MODE
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    provide: list[str] = dataclasses.field(default_factory=list)  # files that would convert it
+    atc_log_tail: str | None = None
+    accuracy: dict[str, object] | None = None  # the accuracy gate's result, per output
+    config_diff: dict[str, object] | None = None  # the config rewrite's kept/rewritten/...
+
+    @property
+    def gears(self) -> str | None:
+        plans = [v.plan for v in self.versions if v.plan is not None]
+        return plans[0].gears_text if plans else None
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationReport:
+    """Every model's result; `passed` when every convertible model converted."""
+
+    options: MigrateOptions
+    models: tuple[ModelResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(model.status != Status.FAILED for model in self.models)
+
+
+def migrate(options: MigrateOptions) -> MigrationReport:
+    """Migrate `options.source` into `options.destination` (`dry_run`: plan only, write nothing).
+
+    Refuses (UserError) a destination inside the source or holding one of its models, and
+    `--runtime pyacl` without ATC on PATH; a model that fails is reported and the others carry on.
+    """
+    _check_options(options)
+    paths = model_dirs(options.source)
+    if not options.dry_run:
+        taken = [p.name for p in paths if (options.destination / p.name).exists()]
+        if taken:
+            raise UserError(
+                f"{options.destination} already holds models {', '.join(taken)}; migrate into "
+                "an empty or new directory"
+            )
+        options.destination.mkdir(parents=True, exist_ok=True)
+    if options.jobs > 1 and len(paths) > 1:
+        context = multiprocessing.get_context("spawn")  # the emulator runs threads: no fork
+        workers = min(options.jobs, len(paths))
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            results = list(pool.map(_migrate_dir, paths, [options] * len(paths)))
+    else:
+        results = [_migrate_dir(path, options) for path in paths]
+    return MigrationReport(options, tuple(results))
+
+
+def _migrate_dir(path: Path, options: MigrateOptions) -> ModelResult:
+    """Read and migrate one model directory (in a worker process with --jobs: configs are
+    protobuf messages, which do not pickle, so each worker reads its own)."""
+    return migrate_model(read_model_dir(path), options)
+
+
+def _check_options(options: MigrateOptions) -> None:
+    source, destination = options.source.resolve(), options.destination.resolve()
+    if not source.is_dir():
+        raise UserError(f"source repository {options.source} is not a directory")
+    if destination == source or source in destination.parents or destination in source.parents:
+        raise UserError(
+            f"the destination {options.destination} must lie outside the source repository "
+            f"{options.source} (and not hold it): migrate never writes into the source"
+        )
+    for flag, path in (("--onnx-from", options.onnx_from), ("--samples", options.samples)):
+        if path is not None and not path.is_dir():
+            raise UserError(f"{flag} {path} is not a directory")
+    if options.jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {options.jobs}")
+    if options.runtime == "pyacl" and not options.dry_run and shutil.which("atc") is None:
+        raise UserError(atc_missing_message())
+
+
+def migrate_model(model: SourceModel, options: MigrateOptions) -> ModelResult:
+    """Convert, copy or report one model (never raises for the model's own problems)."""
+    fmt = model.format
+    action = "convert" if fmt.converted else "copy" if fmt.copied else "provide ONNX"
+    result = ModelResult(
+        model.name,
+        str(fmt),
+        action,
+        versions=[VersionResult(v.number, v.model_file, v.sha256) for v in model.versions],
+        precision_mode=options.precision_mode,
+        warnings=list(model.warnings),
+    )
+    if model.error is not None:
+        return _failed(result, model.error)
+    if fmt.copied:
+        if not options.dry_run:
+            shutil.copytree(
+                model.path,
+                options.destination / model.name,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
+            result.status = Status.COPIED
+        return result
+    if not model.versions:
+        return _failed(result, f"model {model.name!r} has no version directory")
+    if fmt.converted:
+        missing = [v for v in model.versions if v.model_file is None]
+        if missing:
+            return _failed(
+                result,
+                f"model {model.name!r}: version {missing[0].number} has no "
+                f"{model.config.default_model_filename or fmt.default_file}",
+            )
+        onnx_files = {v.number: v.model_file for v in model.versions if v.model_file}
+        return _convert(model, onnx_files, options, result)
+    wanted = {v.number: _onnx_from(options, model, v) for v in model.versions}
+    given = {number: path for number, path in wanted.items() if path.is_file()}
+    if options.onnx_from is not None and len(given) == len(wanted):
+        result.action = f"convert the ONNX from --onnx-from {options.onnx_from}"
+        return _convert(model, given, options, result)
+    result.status = Status.NEEDS_ONNX
+    result.provide = [str(path) for number, path in wanted.items() if number not in given]
+    logger.info("model %s (%s): not converted; provide %s", model.name, fmt, result.provide)
+    return result
+
+
+def _onnx_from(options: MigrateOptions, model: SourceModel, version: SourceVersion) -> Path:
+    root = options.onnx_from if options.onnx_from is not None else Path("DIR")
+    return root / model.name / str(version.number) / ONNX_FROM_FILE
+
+
+def _failed(result: ModelResult, *errors: str) -> ModelResult:
+    result.status = Status.FAILED
+    result.errors.extend(errors)
+    for error in errors:
+        logger.error("%s", error)
+    return result
+
+
+def _convert(
+    model: SourceModel, onnx_files: dict[int, Path], options: MigrateOptions, result: ModelResult
+) -> ModelResult:
+    """Pre-flight and plan every version; unless a dry run, compile and write them."""
+    import onnx
+
+    problems = []
+    for version in result.versions:
+        path = onnx_files[version.number]
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # onnx raises protobuf's DecodeError and others
+            problems.append(f"model {model.name!r}: {path} is not a readable ONNX model: {exc}")
+            continue
+        found = preflight(model.name, proto, model.config, options.gears)
+        if found:
+            problems.extend(f"version {version.number}: {problem}" for problem in found)
+            continue
+        output = options.destination / model.name / str(version.number) / OM_NAME
+        try:
+            version.plan = plan_atc(
+                model.name,
+                path.resolve(),
+                proto,
+                model.config,
+                output,
+                soc_version=options.soc_version,
+                precision_mode=options.precision_mode,
+                gears=options.gears,
+            )
+        except UserError as exc:
+            problems.append(f"version {version.number}: {command_line_message(exc)}")
+    if problems:
+        return _failed(result, *problems)
+    if options.dry_run:
+        return result
+    staging = Path(tempfile.mkdtemp(prefix=f".migrate-{model.name}-", dir=options.destination))
+    try:
+        staged = {}
+        for version in result.versions:
+            assert version.plan is not None
+            plan = version.plan.with_output(staging / str(version.number) / OM_NAME)
+            try:
+                if options.runtime == "emulator":
+                    staged[version.number] = plan.compile_emulator()
+                else:
+                    staged[version.number] = plan.run_atc()
+            except AtcError as exc:
+                result.atc_log_tail = exc.log_tail
+                return _failed(result, f"model {model.name!r} version {version.number}: {exc}")
+            except UserError as exc:  # the emulator's compiler: its message is ATC's log
+                result.atc_log_tail = command_line_message(exc)
+                return _failed(result, f"model {model.name!r} version {version.number}: {exc}")
+        try:
+            _write_model(model, result, staged, options)
+        except UserError as exc:
+            shutil.rmtree(options.destination / model.name, ignore_errors=True)
+            return _failed(result, f"model {model.name!r}: {command_line_message(exc)}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    result.status = Status.CONVERTED
+    return result
+
+
+def _write_model(
+    model: SourceModel, result: ModelResult, staged: dict[int, Path], options: MigrateOptions
+) -> None:
+    """DST_REPO/<model>/: the first version with its config, then the other versions."""
+    for index, version in enumerate(result.versions):
+        written = scaffold(
+            staged[version.number],
+            options.destination,
+            name=model.name,
+            version=version.number,
+            device_ids=options.device_ids,
+            runtime=options.runtime,
+        )
+        if index == 0:
+            config = served_config(model, written.config, options)
+            write_model_config(config, written.config_path)
+        version.om = written.om_path
+        version.om_sha256 = written.om_sha256
+
+
+def served_config(model: SourceModel, base: ModelConfig, options: MigrateOptions) -> ModelConfig:
+    """The config DST_REPO serves `model` with, from `base` (what scaffold builds for the
+    compiled `.om`) and the source config (`model.config`): for now `base` itself."""
+    return base
