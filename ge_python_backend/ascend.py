@@ -1,7 +1,8 @@
 """ACL's and ATC's vocabulary as typed values, defined once for every layer.
 
 Return codes (`AclCode`), data types (`DataType` records), tensor formats (`Format`), memcpy kinds
-(`MemcpyKind`), run modes (`RunMode`) and gear kinds (`GearKind`). The runtime, the emulator, the
+(`MemcpyKind`), run modes (`RunMode`), gear kinds (`GearKind`), ATC's framework codes, gear limit
+and output naming, and its precision modes (`PrecisionMode`). The runtime, the emulator, the
 tools and the tests take them from here. Imports only the standard library and numpy, and nothing
 from the project, so any module (the Triton stub's included) may import it.
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -20,6 +23,7 @@ import numpy as np
 __all__ = [
     "ATC_DEFAULT_PRECISION_MODE",
     "ATC_INPUT_FORMATS",
+    "ATC_MAX_GEARS",
     "LAYOUT_RANKS",
     "DATA_TYPES",
     "DIMS_NAME_LIMIT",
@@ -30,6 +34,7 @@ __all__ = [
     "NUMPY_BY_ACL",
     "PRECISION_LADDER",
     "AclCode",
+    "AtcFramework",
     "DataType",
     "Format",
     "GearKind",
@@ -39,6 +44,7 @@ __all__ = [
     "converted_tensor_name",
     "describe_code",
     "format_name",
+    "om_output_path",
     "tensor_name_of_output",
 ]
 
@@ -421,6 +427,27 @@ _SET_CALLS = {
     GearKind.HW: "acl.mdl.set_dynamic_hw_size",
     GearKind.DIMS: "acl.mdl.set_input_dynamic_dims",
 }
+
+
+# ----------------------------------------------------------------------------- ATC
+
+
+class AtcFramework(enum.IntEnum):
+    """ATC's `--framework` codes: the kind of model it converts."""
+
+    CAFFE = 0
+    MINDSPORE = 1
+    TENSORFLOW = 3
+    ONNX = 5
+
+
+ATC_MAX_GEARS = 100  # ATC's limit for every gear option (--dynamic_batch_size and the others)
+
+
+def om_output_path(output: str | os.PathLike[str]) -> Path:
+    """ATC's naming rule for `--output`: `<output>.om`, unless `output` already ends in `.om`."""
+    text = os.fspath(output)
+    return Path(text if text.endswith(".om") else text + ".om")
 
 
 # ----------------------------------------------------------------------------- precision

@@ -195,11 +195,13 @@ def test_exports() -> None:
     imported = {
         "Any",
         "Mapping",
+        "Path",
         "MappingProxyType",
         "annotations",
         "dataclasses",
         "enum",
         "np",
+        "os",
         "re",
     }
     assert sorted(public - imported) == sorted(ascend.__all__)

@@ -52,11 +52,18 @@ LAYERS = {
 # ACL_LOADER aside), not even through another module.
 PRODUCTION = ("runtime", "triton", "template")
 # The only modules outside the emulator that import it.
-EMULATOR_USERS = (f"{PACKAGE}.commands.emulator_cmd", f"{PACKAGE}.commands.selftest_cmd")
+EMULATOR_USERS = (
+    f"{PACKAGE}.commands.emulator_cmd",
+    f"{PACKAGE}.commands.migrate_cmd",
+    f"{PACKAGE}.commands.selftest_cmd",
+)
 # Modules only some others may import: the repository writer, the server launcher, and the
 # `pb_utils` stand-in for tests (which nothing in the package imports).
 RESTRICTED = {
-    f"{PACKAGE}.repository.scaffold": (f"{PACKAGE}.commands.scaffold_cmd",),
+    f"{PACKAGE}.repository.scaffold": (
+        f"{PACKAGE}.commands.scaffold_cmd",
+        f"{PACKAGE}.tools.migrate.runner",
+    ),
     f"{PACKAGE}.server": (f"{PACKAGE}.commands.serve_cmd", f"{PACKAGE}.tools.doctor"),
     f"{PACKAGE}.triton.testing": (),
 }

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.cli import main
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.versions import read_checksum
 from ge_python_backend.runtime.checksum import file_sha256
@@ -267,7 +268,7 @@ def test_atc_flags_dims_gears(tmp_path: Path) -> None:
     fixed = _plan(tmp_path, _config("max_batch_size: 1"), ("input_ids.1:8", "S:8"), dims=True)
     assert (fixed.input_shape, fixed.dynamic_dims) == ("input_ids:1,8;attention_mask:1,8", None)
     # emulator compile takes the plan as it is
-    om = plan.compile_emulator()
+    om = plan.compile_emulator(compile_onnx)
     assert om == tmp_path / "out" / "model.om" and om.is_file()
 
 
@@ -399,7 +400,11 @@ def test_migrate_converts_onnx_from_and_reports_failures(tmp_path: Path) -> None
     exported.mkdir(parents=True)
     onnx_models.build_mlp(exported / "model.onnx")
     options = MigrateOptions(
-        source, tmp_path / "dst", runtime="emulator", onnx_from=tmp_path / "exported"
+        source,
+        tmp_path / "dst",
+        runtime="emulator",
+        onnx_from=tmp_path / "exported",
+        emulator_compiler=compile_onnx,
     )
     report = migrate(options)
     bert, detector = report.models

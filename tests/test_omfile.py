@@ -23,7 +23,13 @@ from onnx_models import (
 )
 
 from ge_python_backend import cli
-from ge_python_backend.ascend import DTYPES_BY_NUMPY, DTYPES_BY_ONNX, NUMPY_BY_ACL, Format
+from ge_python_backend.ascend import (
+    DTYPES_BY_NUMPY,
+    DTYPES_BY_ONNX,
+    NUMPY_BY_ACL,
+    Format,
+    om_output_path,
+)
 from ge_python_backend.emulator.omfile import (
     MAGIC,
     OmCompileError,
@@ -31,7 +37,6 @@ from ge_python_backend.emulator.omfile import (
     OmFormatError,
     OmModel,
     compile_onnx,
-    om_output_path,
 )
 
 FIXTURES = ["om_static", "om_dynamic_batch", "om_add_mul", "om_mixed_types", "om_hw", "om_dims"]

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL
+from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL, AtcFramework
 from ge_python_backend.commands import add_command
 from ge_python_backend.emulator.omfile import (
     STAND_IN_FRAMEWORKS,
@@ -20,7 +20,6 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.runtime.describe import describe_om
 
-ATC_FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "ONNX"}
 # The flags passed on to `atc` unchanged (every flag of this command).
 ATC_FLAGS = (
     "model",
@@ -124,7 +123,7 @@ def register(subparsers: Any) -> None:
 def run_compile(args: argparse.Namespace) -> int:
     """Compile, then print the path written, a summary and the equivalent `atc` command."""
     if args.framework not in [str(code) for code in STAND_IN_FRAMEWORKS]:
-        known = ", ".join(f"{code}={name}" for code, name in ATC_FRAMEWORKS.items())
+        known = ", ".join(f"{code.value}={code.name}" for code in AtcFramework)
         raise UserError(
             f"--framework {args.framework} is not supported by the emulator: 5 (ONNX) or 3 (an "
             f"ONNX stand-in for a TensorFlow model) (ATC's codes: {known})"

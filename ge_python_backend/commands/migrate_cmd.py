@@ -13,6 +13,7 @@ from ge_python_backend.commands.options import (
     add_tolerance_options,
     parse_thresholds,
 )
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.parameters import parse_device_ids
 from ge_python_backend.tools.migrate.atc import DEFAULT_SOC_VERSION, parse_gears
 from ge_python_backend.tools.migrate.report import dry_run_script, summary_lines, write_report
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         thresholds=parse_thresholds(args),
         dry_run=args.dry_run,
         jobs=args.jobs,
+        emulator_compiler=compile_onnx if args.runtime == "emulator" else None,
     )
     report = migrate(options)
     if options.dry_run:

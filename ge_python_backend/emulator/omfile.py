@@ -36,15 +36,18 @@ from ge_python_backend.aipp import (
 from ge_python_backend.ascend import (
     ATC_DEFAULT_PRECISION_MODE,
     ATC_INPUT_FORMATS,
+    ATC_MAX_GEARS,
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     DTYPES_BY_ONNX,
     LAYOUT_RANKS,
     NUMPY_BY_ACL,
     AclCode,
+    AtcFramework,
     Format,
     GearKind,
     PrecisionMode,
+    om_output_path,
 )
 from ge_python_backend.errors import UserError
 
@@ -59,10 +62,8 @@ _LENGTH = struct.Struct("<Q")
 _TRAILER_SIZE = 32
 _MIN_SIZE = len(MAGIC) + _LENGTH.size + _TRAILER_SIZE
 
-MAX_GEARS = 100  # ATC's limit for every gear option
-ONNX_FRAMEWORK = 5
-TENSORFLOW_FRAMEWORK = 3
-STAND_IN_FRAMEWORKS = (ONNX_FRAMEWORK, TENSORFLOW_FRAMEWORK)  # the --framework values accepted
+# the --framework values accepted
+STAND_IN_FRAMEWORKS = (AtcFramework.ONNX, AtcFramework.TENSORFLOW)
 
 Shape = tuple[int, ...]
 Gear = tuple[int, ...]
@@ -290,7 +291,7 @@ def compile_onnx(
     input_format: str | None = None,
     soc_version: str = "Ascend310P3",
     out_nodes: str | None = None,
-    framework: int = ONNX_FRAMEWORK,
+    framework: int = AtcFramework.ONNX,
     insert_op_conf: PathLike | None = None,
     precision_mode: PrecisionMode | str = ATC_DEFAULT_PRECISION_MODE,
 ) -> Path:
@@ -379,12 +380,6 @@ def compile_onnx(
         "size": len(source_bytes),
     }
     return _write(om_output_path(output), header, onnx_bytes)
-
-
-def om_output_path(output: PathLike) -> Path:
-    """ATC's naming rule: `<output>.om`, unless `output` already ends in `.om`."""
-    text = os.fspath(output)
-    return Path(text if text.endswith(".om") else text + ".om")
 
 
 # ----------------------------------------------------------------------------- container
@@ -719,7 +714,8 @@ def _gears(
 
 
 def _parse_gears(flag: str, items: list[str], size: int, expected: str) -> tuple[Gear, ...]:
-    """Parse gears of `size` comma-separated values each: positive, unique, at most MAX_GEARS."""
+    """Parse gears of `size` comma-separated values each: positive, unique, at most
+    ATC_MAX_GEARS."""
     gears: list[Gear] = []
     for item in items:
         try:
@@ -731,8 +727,8 @@ def _parse_gears(flag: str, items: list[str], size: int, expected: str) -> tuple
         if gear in gears:
             raise OmCompileError(f"{flag}: gear {item.strip()!r} is given twice")
         gears.append(gear)
-    if len(gears) > MAX_GEARS:
-        raise OmCompileError(f"{flag} has {len(gears)} gears; ATC allows at most {MAX_GEARS}")
+    if len(gears) > ATC_MAX_GEARS:
+        raise OmCompileError(f"{flag} has {len(gears)} gears; ATC allows at most {ATC_MAX_GEARS}")
     return tuple(gears)
 
 
@@ -755,12 +751,12 @@ def _output_names(proto: onnx.ModelProto, out_nodes: str | None, framework: int)
             graph.output.extend(chosen)
             return entries
         if (
-            framework == TENSORFLOW_FRAMEWORK
+            framework == AtcFramework.TENSORFLOW
             or not entries
             or not all(entry in outputs for entry in entries)
         ):
             forms = f"node:index entries of the graph ({', '.join(sorted(nodes))})"
-            if framework != TENSORFLOW_FRAMEWORK:
+            if framework != AtcFramework.TENSORFLOW:
                 forms += f", or output names ({', '.join(outputs)})"
             raise OmCompileError(f"--out_nodes {out_nodes!r}: give {forms}, one form only")
         chosen = [outputs[entry] for entry in entries]
@@ -769,7 +765,7 @@ def _output_names(proto: onnx.ModelProto, out_nodes: str | None, framework: int)
     names = []
     for output in graph.output:
         node, index = producers.get(output.name, (output.name, 0))  # an input returned as is
-        with_tensor = framework != TENSORFLOW_FRAMEWORK
+        with_tensor = framework != AtcFramework.TENSORFLOW
         names.append(f"{node}:{index}:{output.name}" if with_tensor else f"{node}:{index}")
     return names
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ge_python_backend.aipp import StaticAipp, bind_static, parse_aipp_config
-from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format, GearKind
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, AtcFramework, Format, GearKind
 
 __all__ = [
     "MODELS",
@@ -38,7 +38,6 @@ Shape = tuple[int, ...]
 Feeds = dict[str, np.ndarray]
 OPSET = 11  # ReduceSum takes its axes as an attribute: what every ATC release parses
 ATC_TIMEOUT_S = 900
-ONNX_FRAMEWORK = "5"
 EMULATOR_SOC = "Ascend310P3"  # what the emulator's models say they are for when the SoC is unknown
 
 # Compiles an ONNX file for the emulator as ATC would: `(onnx_path, output_stem, soc_version=...,
@@ -490,7 +489,7 @@ def atc_command(model: SelftestModel, directory: Path, soc: str) -> list[str]:
     return [
         "atc",
         f"--model={directory / (model.stem + '.onnx')}",
-        f"--framework={ONNX_FRAMEWORK}",
+        f"--framework={AtcFramework.ONNX.value}",
         f"--output={directory / model.stem}",
         f"--soc_version={soc}",
         *(f"--{flag}={value}" for flag, value in model.atc_flags(directory).items()),

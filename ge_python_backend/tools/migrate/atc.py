@@ -21,17 +21,17 @@ import logging
 import shlex
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
-from ge_python_backend.emulator.omfile import (
-    MAX_GEARS,
-    ONNX_FRAMEWORK,
-    compile_onnx,
+from ge_python_backend.ascend import (
+    ATC_DEFAULT_PRECISION_MODE,
+    ATC_MAX_GEARS,
+    AtcFramework,
+    PrecisionMode,
     om_output_path,
 )
 from ge_python_backend.errors import UserError
@@ -198,7 +198,7 @@ class AtcPlan:
         """(flag, value) in ATC's order, the flags not given left out."""
         items = [
             ("model", str(self.model)),
-            ("framework", str(ONNX_FRAMEWORK)),
+            ("framework", str(AtcFramework.ONNX.value)),
             ("output", str(self.output)),
             ("soc_version", self.soc_version),
             ("input_shape", self.input_shape),
@@ -234,8 +234,9 @@ class AtcPlan:
         """The same plan writing elsewhere (a staging directory)."""
         return dataclasses.replace(self, output=output)
 
-    def compile_emulator(self) -> Path:
-        """Compile with the emulator's compiler (an emulator .om); returns the .om."""
+    def compile_emulator(self, compile_onnx: Callable[..., Path]) -> Path:
+        """Compile with the emulator's compiler `compile_onnx` (an emulator .om, see
+        `emulator.omfile.compile_onnx`); returns the .om."""
         return compile_onnx(
             self.model,
             self.output,
@@ -304,12 +305,12 @@ def plan_atc(
     dims_values = [batches] if batch_in_dims else []
     dims_values += [requests[name].sizes for name in names]
     combos = list(itertools.product(*dims_values))
-    if len(combos) > MAX_GEARS or len(batches) > MAX_GEARS:
+    if len(combos) > ATC_MAX_GEARS or len(batches) > ATC_MAX_GEARS:
         count = max(len(combos), len(batches))
         raise PlanError(
             f"model {model!r}: {count} gears (every combination of "
             f"{', '.join(['batch', *names] if len(batches) > 1 else names)}); ATC takes at "
-            f"most {MAX_GEARS}: give fewer sizes"
+            f"most {ATC_MAX_GEARS}: give fewer sizes"
         )
     single_batch = batches[0] if len(batches) == 1 else None
     dynamic_batch = len(batches) > 1 and not names

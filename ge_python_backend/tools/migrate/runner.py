@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -77,6 +78,9 @@ class MigrateOptions:
     thresholds: Thresholds = Thresholds()  # the accuracy gate's limits
     dry_run: bool = False
     jobs: int = 1
+    # the emulator's compiler (`emulator.omfile.compile_onnx`) for --runtime emulator: the
+    # command hands it in, so the tools do not import the emulator
+    emulator_compiler: Callable[..., Path] | None = None
 
 
 @dataclasses.dataclass
@@ -174,6 +178,11 @@ def _check_options(options: MigrateOptions) -> None:
         raise UserError(f"--jobs must be >= 1, got {options.jobs}")
     if options.runtime == "pyacl" and not options.dry_run and shutil.which("atc") is None:
         raise UserError(atc_missing_message())
+    if options.runtime == "emulator" and not options.dry_run and options.emulator_compiler is None:
+        raise UserError(
+            "--runtime emulator needs the emulator's compiler: pass "
+            "emulator_compiler=ge_python_backend.emulator.omfile.compile_onnx"
+        )
 
 
 def migrate_model(model: SourceModel, options: MigrateOptions) -> ModelResult:
@@ -278,8 +287,8 @@ def _convert(
             assert version.plan is not None
             plan = version.plan.with_output(staging / str(version.number) / OM_NAME)
             try:
-                if options.runtime == "emulator":
-                    staged[version.number] = plan.compile_emulator()
+                if options.emulator_compiler is not None:  # --runtime emulator (checked)
+                    staged[version.number] = plan.compile_emulator(options.emulator_compiler)
                 else:
                     staged[version.number] = plan.run_atc()
             except AtcError as exc:
