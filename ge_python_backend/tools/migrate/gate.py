@@ -265,7 +265,9 @@ def _sample_sets(samples: Path, inputs: Sequence[_ModelInput], batched: bool) ->
             array = cast_array(arrays[spec.name], spec.datatype, what)
             declared = ((-1,) if batched else ()) + spec.dims
             if not _fits(array.shape, declared):
-                raise UserError(f"{what} has shape {list(array.shape)}, the model takes {declared}")
+                raise UserError(
+                    f"{what} has shape {list(array.shape)}, the model takes {list(declared)}"
+                )
             arrays[spec.name] = array
         sets.append(InputSet(origin, arrays))
     return sets
