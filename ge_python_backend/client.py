@@ -5,8 +5,9 @@ per thread, never shared) behind one interface for both protocols; `prepare` bui
 `InferInput`/`InferRequestedOutput` objects of a request once, `send` sends them (`send_async`:
 without waiting, gRPC), `infer` does both and returns the outputs by name. `server_errors`
 turns the failures of a block into one-line `UserError`s for the CLI, `error_text` gives the
-message of one. `random_array` and `load_array` make request data of a Triton data type. The
-`tritonclient` protocol modules are imported only when a client is made: they are slow to import.
+message of one. `random_array`, `load_array` and `cast_array` make request data of a Triton data
+type. The `tritonclient` protocol modules are imported only when a client is made: they are
+slow to import.
 """
 
 from __future__ import annotations
@@ -237,6 +238,12 @@ def load_array(name: str, path: Path, datatype: str) -> np.ndarray:
         array = np.load(path, allow_pickle=datatype == "BYTES")
     except (OSError, ValueError) as exc:
         raise UserError(f"--input {name}: cannot read {path}: {exc}") from None
+    return cast_array(array, datatype, f"--input {name}: {path}")
+
+
+def cast_array(array: np.ndarray, datatype: str, source: str) -> np.ndarray:
+    """`array` as the Triton data type `datatype` when that keeps its kind (`source` names the
+    data in the error otherwise)."""
     if datatype == "BYTES":
         return np.asarray(array, dtype=object)
     from tritonclient.utils import triton_to_np_dtype
@@ -244,9 +251,7 @@ def load_array(name: str, path: Path, datatype: str) -> np.ndarray:
     dtype = np.dtype(triton_to_np_dtype(datatype))
     if array.dtype != dtype:
         if not np.can_cast(array.dtype, dtype, casting="same_kind"):
-            raise UserError(
-                f"--input {name}: {path} holds {array.dtype}, the model takes {datatype}"
-            )
+            raise UserError(f"{source} holds {array.dtype}, the model takes {datatype}")
         array = array.astype(dtype)
     return array
 

@@ -3,9 +3,10 @@
 The `.om` runs through a runtime `Session` (pyACL or the emulator), the ONNX through onnxruntime
 on the CPU, the served model through tritonclient. Every output is compared with the ONNX output:
 max absolute error, max relative error (over elements whose reference magnitude exceeds `atol`)
-and cosine similarity. An output passes when every element satisfies
-`|x - ref| <= atol + rtol * |ref|` (numpy's `isclose` rule) and its cosine similarity is at least
-`min_cosine`.
+and cosine similarity, plus top-k agreement for a classifier-like output (`top_k_agreement`).
+An output passes when every element satisfies `|x - ref| <= atol + rtol * |ref|` (numpy's
+`isclose` rule) and its cosine similarity is at least `min_cosine`; top-k agreement is reported,
+not judged.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ge_python_backend.runtime import GearInfo, InputError, TensorSpec
 
 # onnxruntime's input type ("tensor(float)") -> the numpy dtype to feed it.
 _ONNXRUNTIME_DTYPES = {t.onnxruntime_type: t.numpy for t in DTYPES_BY_NUMPY.values()}
-_DATA_TYPES_BY_ONNXRUNTIME = {t.onnxruntime_type: t for t in DTYPES_BY_NUMPY.values()}
+# onnxruntime's input type ("tensor(float)") -> its `ascend.DataType`.
+DATA_TYPES_BY_ONNXRUNTIME = {t.onnxruntime_type: t for t in DTYPES_BY_NUMPY.values()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,51 @@ class Thresholds:
 
 
 @dataclasses.dataclass(frozen=True)
+class TopKAgreement:
+    """Of `rows` rows of a classifier-like output, how many have the ONNX output's top-1 class
+    and the same set of top-5 classes (`top5` None with 5 classes or fewer: always the same)."""
+
+    rows: int
+    top1: int
+    top5: int | None
+
+    def __add__(self, other: TopKAgreement) -> TopKAgreement:
+        top5 = None if self.top5 is None or other.top5 is None else self.top5 + other.top5
+        return TopKAgreement(self.rows + other.rows, self.top1 + other.top1, top5)
+
+    @property
+    def top1_fraction(self) -> float:
+        return self.top1 / self.rows
+
+    @property
+    def top5_fraction(self) -> float | None:
+        return None if self.top5 is None else self.top5 / self.rows
+
+
+def top_k_agreement(value: np.ndarray, reference: np.ndarray) -> TopKAgreement | None:
+    """Top-1 and top-5 agreement of a classifier-like output: floating point, 2-D
+    `[rows, classes]` with at least one row and 2 classes, the same shape as the ONNX output's;
+    None for any other output."""
+    if (
+        value.shape != reference.shape
+        or value.ndim != 2
+        or value.dtype.kind != "f"
+        or value.shape[0] < 1
+        or value.shape[1] < 2
+    ):
+        return None
+    rows, classes = value.shape
+    x = value.astype(np.float64)
+    ref = reference.astype(np.float64)
+    top1 = int(np.count_nonzero(x.argmax(axis=1) == ref.argmax(axis=1)))
+    if classes <= 5:
+        return TopKAgreement(rows, top1, None)
+    mine = np.sort(np.argpartition(-x, 4, axis=1)[:, :5], axis=1)
+    theirs = np.sort(np.argpartition(-ref, 4, axis=1)[:, :5], axis=1)
+    return TopKAgreement(rows, top1, int(np.count_nonzero((mine == theirs).all(axis=1))))
+
+
+@dataclasses.dataclass(frozen=True)
 class OutputComparison:
     """One output of one target (`om` or `served`) against the ONNX output."""
 
@@ -63,6 +110,7 @@ class OutputComparison:
     mismatched: int  # elements outside atol + rtol * |ref|
     passed: bool
     problem: str = ""  # shape mismatch or missing output
+    top_k: TopKAgreement | None = None  # for a classifier-like output (`top_k_agreement`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +168,15 @@ def compare_arrays(
     cosine = cosine_similarity(x[finite], ref[finite])
     passed = mismatched == 0 and cosine >= thresholds.min_cosine
     return OutputComparison(
-        target, name, tuple(value.shape), max_abs, max_rel, cosine, mismatched, passed
+        target,
+        name,
+        tuple(value.shape),
+        max_abs,
+        max_rel,
+        cosine,
+        mismatched,
+        passed,
+        top_k=top_k_agreement(value, reference),
     )
 
 
@@ -173,48 +229,68 @@ def make_inputs(
     return arrays
 
 
+class OnnxReference:
+    """onnxruntime (CPU) on one ONNX file, loaded once, run on any number of feeds."""
+
+    def __init__(self, onnx_path: Path):
+        import onnxruntime
+
+        self.path = onnx_path
+        try:
+            self._session = onnxruntime.InferenceSession(
+                str(onnx_path), providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own exception types for bad files
+            raise UserError(f"onnxruntime cannot load {onnx_path}: {exc}") from None
+
+    @property
+    def inputs(self) -> list[Any]:
+        """onnxruntime's `NodeArg` of every graph input (`name`, `type`, `shape`)."""
+        return list(self._session.get_inputs())
+
+    def run(
+        self, feeds: Mapping[str, np.ndarray], aipp: Mapping[str, AippOp] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Every output for `feeds`, cast to the ONNX input types (`aipp`: see `run_onnx`)."""
+        onnx_inputs = {item.name: item.type for item in self.inputs}
+        if set(onnx_inputs) != set(feeds):
+            raise UserError(
+                f"{self.path} takes inputs {sorted(onnx_inputs)} but the .om takes {sorted(feeds)}"
+            )
+        if aipp:
+            shapes = {item.name: item.shape for item in self.inputs}
+            feeds = {
+                name: _through_aipp(aipp[name], array, shapes[name], onnx_inputs[name])
+                if name in aipp
+                else array
+                for name, array in feeds.items()
+            }
+        cast = {
+            name: array.astype(_ONNXRUNTIME_DTYPES.get(onnx_inputs[name], array.dtype), copy=False)
+            for name, array in feeds.items()
+        }
+        names = [item.name for item in self._session.get_outputs()]
+        try:
+            values = self._session.run(names, cast)
+        except Exception as exc:
+            raise UserError(f"onnxruntime failed on {self.path}: {exc}") from None
+        return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
 def run_onnx(
     onnx_path: Path, feeds: Mapping[str, np.ndarray], aipp: Mapping[str, AippOp] | None = None
 ) -> dict[str, np.ndarray]:
     """Outputs of the ONNX model on the CPU; inputs are cast to the ONNX input types. An input
     in `aipp` holds the raw bytes of a static-AIPP `.om` input: the ONNX gets what the AIPP steps
     make of them (`aipp.StaticAipp.apply`, image by image)."""
-    import onnxruntime
-
-    try:
-        session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types for bad files
-        raise UserError(f"onnxruntime cannot load {onnx_path}: {exc}") from None
-    onnx_inputs = {item.name: item.type for item in session.get_inputs()}
-    if set(onnx_inputs) != set(feeds):
-        raise UserError(
-            f"{onnx_path} takes inputs {sorted(onnx_inputs)} but the .om takes {sorted(feeds)}"
-        )
-    if aipp:
-        shapes = {item.name: item.shape for item in session.get_inputs()}
-        feeds = {
-            name: _through_aipp(aipp[name], array, shapes[name], onnx_inputs[name])
-            if name in aipp
-            else array
-            for name, array in feeds.items()
-        }
-    cast = {
-        name: array.astype(_ONNXRUNTIME_DTYPES.get(onnx_inputs[name], array.dtype), copy=False)
-        for name, array in feeds.items()
-    }
-    names = [item.name for item in session.get_outputs()]
-    try:
-        values = session.run(names, cast)
-    except Exception as exc:
-        raise UserError(f"onnxruntime failed on {onnx_path}: {exc}") from None
-    return {name: np.asarray(value) for name, value in zip(names, values)}
+    return OnnxReference(onnx_path).run(feeds, aipp)
 
 
 def _through_aipp(op: AippOp, raw: np.ndarray, shape: Sequence[Any], type_name: str) -> np.ndarray:
     """What the AIPP steps of `op` feed an ONNX input of `shape` (NCHW, as ONNX and ATC's
     default --input_format) from the raw images `raw` (one per row). H and W are the AIPP
     output's (crop, else the source, plus padding: ATC requires them to be the model's)."""
-    data_type = _DATA_TYPES_BY_ONNXRUNTIME.get(type_name)
+    data_type = DATA_TYPES_BY_ONNXRUNTIME.get(type_name)
     channels = shape[1] if len(shape) == 4 else None
     if data_type is None or not isinstance(channels, int) or channels <= 0:
         raise UserError(f"the ONNX input {shape} ({type_name}) is no NCHW image input for AIPP")
