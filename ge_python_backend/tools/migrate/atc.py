@@ -234,6 +234,10 @@ class AtcPlan:
         """The same plan writing elsewhere (a staging directory)."""
         return dataclasses.replace(self, output=output)
 
+    def with_precision_mode(self, mode: PrecisionMode) -> AtcPlan:
+        """The same plan compiling at another precision mode (the accuracy gate's ladder)."""
+        return dataclasses.replace(self, precision_mode=mode)
+
     def compile_emulator(self, compile_onnx: Callable[..., Path]) -> Path:
         """Compile with the emulator's compiler `compile_onnx` (an emulator .om, see
         `emulator.omfile.compile_onnx`); returns the .om."""

@@ -107,10 +107,44 @@ def report_markdown(report: MigrationReport) -> str:
                 lines += ["", f"{title}:"] + [f"* {item}" for item in items]
         if model.atc_log_tail:
             lines += ["", "ATC's log (tail):", "", "```", model.atc_log_tail, "```"]
-        accuracy = "not checked" if model.accuracy is None else json.dumps(model.accuracy)
+        lines += _accuracy_lines(model.accuracy)
         diff = "not recorded" if model.config_diff is None else json.dumps(model.config_diff)
-        lines += ["", f"Accuracy: {accuracy}. Config changes: {diff}.", ""]
+        lines += ["", f"Config changes: {diff}.", ""]
     return "\n".join(lines)
+
+
+def _statistic(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _accuracy_lines(accuracy: dict[str, Any] | None) -> list[str]:
+    """The accuracy gate's ladder per version: one row per output of every mode tried."""
+    if accuracy is None:
+        return []
+    lines = [
+        "",
+        "Accuracy against the ONNX (onnxruntime), per precision mode tried:",
+        "",
+        "| version | precision mode | output | max abs | max rel | cosine | top-1 | passed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for version, ladder in accuracy.items():
+        for attempt in ladder["attempts"]:
+            mode = attempt["precision_mode"]
+            if attempt["accuracy"] is None:
+                error = attempt["compile_error"].splitlines()[0]
+                lines.append(
+                    f"| {version} | {mode} | - | - | - | - | - | compile failed: {error} |"
+                )
+                continue
+            for output in attempt["accuracy"]["outputs"]:
+                lines.append(
+                    f"| {version} | {mode} | {output['name']} | "
+                    f"{_statistic(output['max_abs'], 3)} | {_statistic(output['max_rel'], 3)} | "
+                    f"{_statistic(output['cosine'], 6)} | {_statistic(output['top1'], 3)} | "
+                    f"{'yes' if output['passed'] else 'NO: ' + output['worst_input']} |"
+                )
+    return lines
 
 
 def write_report(report: MigrationReport) -> tuple[Path, Path]:

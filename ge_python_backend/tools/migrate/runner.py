@@ -22,10 +22,11 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
+from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PRECISION_LADDER, PrecisionMode
 from ge_python_backend.errors import UserError, command_line_message
-from ge_python_backend.repository.config import write_model_config
+from ge_python_backend.repository.config import first_gear_shapes, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.tools.compare import Thresholds
 from ge_python_backend.tools.migrate.atc import (
     DEFAULT_SOC_VERSION,
@@ -34,6 +35,14 @@ from ge_python_backend.tools.migrate.atc import (
     GearRequest,
     atc_missing_message,
     plan_atc,
+)
+from ge_python_backend.tools.migrate.gate import (
+    AccuracyResult,
+    InputSet,
+    LadderAttempt,
+    check_accuracy,
+    climb_ladder,
+    gate_inputs,
 )
 from ge_python_backend.tools.migrate.preflight import preflight
 from ge_python_backend.tools.migrate.source import (
@@ -283,20 +292,25 @@ def _convert(
     staging = Path(tempfile.mkdtemp(prefix=f".migrate-{model.name}-", dir=options.destination))
     try:
         staged = {}
+        ungated = []
         for version in result.versions:
-            assert version.plan is not None
-            plan = version.plan.with_output(staging / str(version.number) / OM_NAME)
+            where = f"model {model.name!r} version {version.number}"
             try:
-                if options.emulator_compiler is not None:  # --runtime emulator (checked)
-                    staged[version.number] = plan.compile_emulator(options.emulator_compiler)
-                else:
-                    staged[version.number] = plan.run_atc()
-            except AtcError as exc:
-                result.atc_log_tail = exc.log_tail
-                return _failed(result, f"model {model.name!r} version {version.number}: {exc}")
-            except UserError as exc:  # the emulator's compiler: its message is ATC's log
-                result.atc_log_tail = command_line_message(exc)
-                return _failed(result, f"model {model.name!r} version {version.number}: {exc}")
+                attempt = _compile_and_gate(
+                    model, version, onnx_files[version.number], staging, options, result
+                )
+            except UserError as exc:  # the gate's inputs could not be made or run
+                return _failed(result, f"{where}: {command_line_message(exc)}")
+            if attempt is None:
+                return _failed(result, f"{where}: no precision mode compiled (see the ATC log)")
+            if not attempt.passed:
+                ungated.append(version.number)
+            assert attempt.om is not None  # kept attempts compiled
+            staged[version.number] = attempt.om
+        result.precision_mode = max(
+            (v.plan.precision_mode for v in result.versions if v.plan is not None),
+            key=_ladder_rank,
+        )
         try:
             _write_model(model, result, staged, options)
         except UserError as exc:
@@ -304,8 +318,89 @@ def _convert(
             return _failed(result, f"model {model.name!r}: {command_line_message(exc)}")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if ungated:
+        return _failed(
+            result,
+            f"model {model.name!r} version(s) {', '.join(map(str, ungated))}: no precision mode "
+            f"passed the accuracy gate ({options.thresholds}); written at the last mode tried",
+        )
     result.status = Status.CONVERTED
     return result
+
+
+def _ladder_rank(mode: PrecisionMode) -> int:
+    """How far up the precision ladder `mode` is (a mode off the ladder: above it)."""
+    return PRECISION_LADDER.index(mode) if mode in PRECISION_LADDER else len(PRECISION_LADDER)
+
+
+def _compile_and_gate(
+    model: SourceModel,
+    version: VersionResult,
+    onnx_path: Path,
+    staging: Path,
+    options: MigrateOptions,
+    result: ModelResult,
+) -> LadderAttempt | None:
+    """Compile `version` at `options.precision_mode` and check it against its ONNX, climbing
+    the precision ladder until a mode passes. Records the ladder in `result.accuracy` and the
+    plan of the mode kept in `version.plan`; returns the attempt kept: the one that passed, else
+    the last that compiled (None when none did)."""
+    plan = version.plan
+    assert plan is not None
+    inputs: list[InputSet] = []
+
+    def compile_at(mode: PrecisionMode) -> Path:
+        staged = plan.with_precision_mode(mode).with_output(
+            staging / str(version.number) / mode.value / OM_NAME
+        )
+        try:
+            if options.emulator_compiler is not None:  # --runtime emulator (checked)
+                return staged.compile_emulator(options.emulator_compiler)
+            return staged.run_atc()
+        except AtcError as exc:
+            result.atc_log_tail = exc.log_tail
+            raise
+        except UserError as exc:  # the emulator's compiler: its message is ATC's log
+            result.atc_log_tail = command_line_message(exc)
+            raise
+
+    def check(om: Path) -> AccuracyResult:
+        if not inputs:  # made once, with the -1 sizes of the first .om's first gear
+            inputs.extend(_gate_inputs(model, onnx_path, om, options))
+        return check_accuracy(onnx_path, om, inputs, options.thresholds, runtime=options.runtime)
+
+    ladder = climb_ladder(options.precision_mode, compile_at, check)
+    accuracy = result.accuracy if result.accuracy is not None else {}
+    accuracy[str(version.number)] = ladder.as_dict()
+    result.accuracy = accuracy
+    compiled = [attempt for attempt in ladder.attempts if attempt.om is not None]
+    kept = ladder.passed_attempt or (compiled[-1] if compiled else None)
+    if kept is not None:
+        version.plan = plan.with_precision_mode(kept.mode)
+    return kept
+
+
+def _gate_inputs(
+    model: SourceModel, onnx_path: Path, om: Path, options: MigrateOptions
+) -> list[InputSet]:
+    """The gate's inputs for `model`: its warmups, its samples (`--samples DIR/<model>`, when
+    that directory exists) and random sets, whose -1 sizes come from the `.om`'s first gear."""
+    description = describe_om(om, options.runtime)
+    batched = model.config.max_batch_size > 0
+    dims = {
+        spec.name: shape[1:] if batched else shape
+        for spec, shape in zip(
+            description.inputs, first_gear_shapes(description.inputs, description.gears)
+        )
+    }
+    samples = None if options.samples is None else options.samples / model.name
+    return gate_inputs(
+        model.path,
+        model.config,
+        onnx_path,
+        samples=samples if samples is not None and samples.is_dir() else None,
+        dims=dims,
+    )
 
 
 def _write_model(
