@@ -325,8 +325,6 @@ class _Rewriter:
         self.count = 0
 
     def rewrite(self, plan: list[tuple[bool, bool]]) -> None:
-        import onnx
-
         initializers = {t.name: t for t in self.graph.initializer}
         nodes: list[onnx.NodeProto] = []
         for node, (fp16_in, fp16_out) in zip(list(self.graph.node), plan):
