@@ -24,6 +24,7 @@ __all__ = [
     "ATC_DEFAULT_PRECISION_MODE",
     "ATC_INPUT_FORMATS",
     "ATC_MAX_GEARS",
+    "ATC_OUTPUT_TYPES",
     "LAYOUT_RANKS",
     "DATA_TYPES",
     "DIMS_NAME_LIMIT",
@@ -33,6 +34,9 @@ __all__ = [
     "DTYPES_BY_TRITON",
     "NUMPY_BY_ACL",
     "PRECISION_LADDER",
+    "PRECISION_MODES_NOT_EMULATED",
+    "PRECISION_MODES_V2",
+    "PRECISION_MODE_ALIASES",
     "AclCode",
     "AtcFramework",
     "DataType",
@@ -470,6 +474,35 @@ class PrecisionMode(str, enum.Enum):
 
 
 ATC_DEFAULT_PRECISION_MODE = PrecisionMode.FORCE_FP16
+
+# Other spellings --precision_mode accepts for the same mode (CANN 8.0.0 ATC pages: "force_fp32 has
+# the same effect as cube_fp16in_fp32out"; allow_mix_precision_fp16 is allow_mix_precision).
+PRECISION_MODE_ALIASES: Mapping[str, PrecisionMode] = MappingProxyType(
+    {
+        "cube_fp16in_fp32out": PrecisionMode.FORCE_FP32,
+        "allow_mix_precision_fp16": PrecisionMode.ALLOW_MIX_PRECISION,
+    }
+)
+# ATC's --precision_mode_v2 values and the --precision_mode each means (allow_fp32_to_fp16 has
+# none); ATC refuses --precision_mode and --precision_mode_v2 together. Its default is fp16.
+PRECISION_MODES_V2: Mapping[str, PrecisionMode] = MappingProxyType(
+    {
+        "fp16": PrecisionMode.FORCE_FP16,
+        "origin": PrecisionMode.MUST_KEEP_ORIGIN_DTYPE,
+        "cube_fp16in_fp32out": PrecisionMode.FORCE_FP32,
+        "mixed_float16": PrecisionMode.ALLOW_MIX_PRECISION,
+    }
+)
+# bfloat16 and HiFloat8 modes ATC has for other SoCs (Atlas A2 and later); not emulated.
+PRECISION_MODES_NOT_EMULATED = (
+    "allow_fp32_to_bf16",
+    "allow_mix_precision_bf16",
+    "mixed_bfloat16",
+    "mixed_hif8",
+)
+# ATC's --output_type names (one for all outputs, or per output `node:idx:TYPE`); they are
+# Triton's type names too. CANN 8.0.0 lists these four; later CANN adds more.
+ATC_OUTPUT_TYPES = ("FP32", "FP16", "UINT8", "INT8")
 
 # The order an accuracy gate retries a model in: each step keeps more of the model in float32.
 PRECISION_LADDER = (

@@ -1,7 +1,8 @@
 """Shared fixtures: emulator `.om` files compiled once per test session.
 
 Each fixture returns the `pathlib.Path` of an `.om`; `onnx_models.onnx_path_of(om)` gives the ONNX
-it was compiled from (to compare with onnxruntime). Models are in `tests/onnx_models.py`.
+it was compiled from (to compare with onnxruntime). Models are in `tests/onnx_models.py`. They are
+compiled with `--precision_mode must_keep_origin_dtype` (float32, as their ONNX computes).
 
 * `om_static`: mlp (`x` FLOAT[4,16] -> `y` FLOAT[4,8], `z` FLOAT[4,1]), static batch 4.
 * `om_dynamic_batch`: mlp with `x:-1,16`, batch gears 1,2,4,8.
@@ -52,7 +53,7 @@ def _compile(
 ) -> Path:
     directory = factory.mktemp(name)
     onnx_path = build(directory / f"{name}.onnx")
-    return compile_onnx(onnx_path, directory / name, **flags)
+    return compile_onnx(onnx_path, directory / name, **{**onnx_models.KEEP_FP32, **flags})
 
 
 def _compile_aipp(factory: pytest.TempPathFactory, name: str, config: str) -> Path:
@@ -61,7 +62,11 @@ def _compile_aipp(factory: pytest.TempPathFactory, name: str, config: str) -> Pa
     config_path = directory / f"{name}.om.aipp.cfg"
     config_path.write_text(config)
     return compile_onnx(
-        onnx_path, directory / name, input_shape="image:2,3,8,8", insert_op_conf=config_path
+        onnx_path,
+        directory / name,
+        input_shape="image:2,3,8,8",
+        insert_op_conf=config_path,
+        **onnx_models.KEEP_FP32,
     )
 
 

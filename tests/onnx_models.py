@@ -19,6 +19,9 @@ from ge_python_backend.emulator.omfile import OmModel
 
 OPSET = 17
 IR_VERSION = 8  # what onnxruntime accepts for opset 17
+# compile_onnx's flags for a model the tests compare with onnxruntime on its ONNX bit for bit:
+# float32, as the ONNX computes (ATC's default force_fp16 rounds to float16; test_precision.py).
+KEEP_FP32 = {"precision_mode": "must_keep_origin_dtype"}
 
 
 def onnx_path_of(om: Path) -> Path:

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 import psutil
 from onnx import TensorProto, helper, numpy_helper
+from onnx_models import KEEP_FP32
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.client import TritonClient, typed
@@ -53,7 +54,11 @@ def compile_scale(
     onnx_path = directory / f"{name}.onnx"
     onnx.save(model, str(onnx_path))
     return compile_onnx(
-        onnx_path, directory / name, input_shape=f"x:-1,{width}", dynamic_batch_size=gears
+        onnx_path,
+        directory / name,
+        input_shape=f"x:-1,{width}",
+        dynamic_batch_size=gears,
+        **KEEP_FP32,
     )
 
 
@@ -71,7 +76,12 @@ def compile_long(directory: Path, name: str, lengths: str) -> Path:
     onnx_path = directory / f"{name}.onnx"
     onnx.save(model, str(onnx_path))
     return compile_onnx(
-        onnx_path, directory / name, input_shape="x:1,-1", dynamic_dims=lengths, input_format="ND"
+        onnx_path,
+        directory / name,
+        input_shape="x:1,-1",
+        dynamic_dims=lengths,
+        input_format="ND",
+        **KEEP_FP32,
     )
 
 

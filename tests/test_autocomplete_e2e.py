@@ -23,7 +23,7 @@ import onnx
 import pytest
 from e2e_helpers import grpc_address, model_states, running_server, wait_for_state
 from onnx import numpy_helper
-from onnx_models import onnx_path_of, reference
+from onnx_models import KEEP_FP32, onnx_path_of, reference
 
 from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient
@@ -56,6 +56,7 @@ def reweighted(om: Path, directory: Path, scale: float) -> Path:
         directory / "mlp",
         input_shape="x:-1,16",
         dynamic_batch_size="1,2,4,8",
+        **KEEP_FP32,
     )
 
 

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from e2e_helpers import http_address, running_server
 from onnx import numpy_helper
-from onnx_models import build_add_mul, build_nms, onnx_path_of
+from onnx_models import KEEP_FP32, build_add_mul, build_nms, onnx_path_of
 
 from ge_python_backend.cli import main
 from ge_python_backend.client import INT_HIGH
@@ -197,7 +197,9 @@ def test_data_dependent_outputs_are_compared_by_their_real_shapes(tmp_path: Path
     """An NMS detector's `selected` and `picked` come back with the rows this input keeps; the
     comparison checks them against onnxruntime's (same shape, same values)."""
     onnx_path = build_nms(tmp_path / "nms.onnx")
-    om = compile_onnx(onnx_path, tmp_path / "nms", input_shape="boxes:1,20,4;scores:1,3,20")
+    om = compile_onnx(
+        onnx_path, tmp_path / "nms", input_shape="boxes:1,20,4;scores:1,3,20", **KEEP_FP32
+    )
     with pytest.raises(UserError, match="max_output_bytes"):
         compare(om, onnx_path, runtime="emulator")
     report = compare(om, onnx_path, runtime="emulator", max_output_bytes=4096, seed=3)

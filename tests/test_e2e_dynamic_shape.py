@@ -19,6 +19,7 @@ import numpy as np
 import onnx_models
 import pytest
 from e2e_helpers import http_address, running_server
+from onnx_models import KEEP_FP32
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.client import TritonClient, typed
@@ -36,14 +37,20 @@ BOXES, CLASSES = 20, 3
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("dd_models")
     return {
-        "nonzero": compile_onnx(onnx_models.build_nonzero(root / "nz.onnx"), root / "nz"),
+        "nonzero": compile_onnx(
+            onnx_models.build_nonzero(root / "nz.onnx"), root / "nz", **KEEP_FP32
+        ),
         "nms": compile_onnx(
             onnx_models.build_nms(root / "nms.onnx"),
             root / "nms",
             input_shape=f"boxes:1,{BOXES},4;scores:1,{CLASSES},{BOXES}",
+            **KEEP_FP32,
         ),
         "ranged": compile_onnx(
-            onnx_models.build_mlp(root / "mlp.onnx"), root / "mlp", input_shape="x:1~16,16"
+            onnx_models.build_mlp(root / "mlp.onnx"),
+            root / "mlp",
+            input_shape="x:1~16,16",
+            **KEEP_FP32,
         ),
     }
 

@@ -18,6 +18,7 @@ import numpy as np
 import onnx_models
 import pytest
 from emulator_helpers import D2H, H2D, dataset_of, malloc
+from onnx_models import KEEP_FP32
 
 from ge_python_backend.emulator import acl
 from ge_python_backend.emulator.omfile import OmCompileError, OmModel, compile_onnx
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("clean_acl")
 def om_range(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("range")
     onnx_path = onnx_models.build_mlp(directory / "mlp.onnx")
-    return compile_onnx(onnx_path, directory / "mlp", input_shape="x:1~16,16")
+    return compile_onnx(onnx_path, directory / "mlp", input_shape="x:1~16,16", **KEEP_FP32)
 
 
 def _desc(om: Path) -> tuple[int, int]:
@@ -179,7 +180,7 @@ def test_compile_ranges_as_atc(tmp_path: Path) -> None:
     """-1 without gears is a range of any size (size 0); ranges and gear options do not mix;
     ONNX dynamic dims that --input_shape leaves open are refused."""
     onnx_path = onnx_models.build_mlp(tmp_path / "mlp.onnx")
-    om = OmModel.load(compile_onnx(onnx_path, tmp_path / "any", input_shape="x:-1,16"))
+    om = OmModel.load(compile_onnx(onnx_path, tmp_path / "any", input_shape="x:-1,16", **KEEP_FP32))
     assert om.description.inputs[0].ranges == ((0, -1), (16, 16))
     assert om.description.inputs[0].upper_bytes() == 0
     with pytest.raises(OmCompileError, match="ranges lo~hi only without gear options"):

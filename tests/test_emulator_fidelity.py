@@ -29,7 +29,7 @@ from emulator_helpers import (
     select,
 )
 from onnx import TensorProto, helper
-from onnx_models import reference
+from onnx_models import KEEP_FP32, reference
 
 from ge_python_backend.emulator import acl, set_timing, stats
 from ge_python_backend.emulator.omfile import OmCompileError, compile_onnx
@@ -104,7 +104,9 @@ def test_dims_need_nd_format_and_one_to_four_dims(tmp_path: Path) -> None:
             dynamic_dims="4,4;8,8",
             input_format="NCHW",
         )
-    om = compile_onnx(onnx_path, tmp_path / "y", input_shape="a:1,-1;b:1,-1", dynamic_dims="4,4")
+    om = compile_onnx(
+        onnx_path, tmp_path / "y", input_shape="a:1,-1;b:1,-1", dynamic_dims="4,4", **KEEP_FP32
+    )
     from ge_python_backend.emulator.omfile import OmModel
 
     assert OmModel.load(om).header["flags"]["input_format"] == "ND"  # the default with dims

@@ -19,7 +19,7 @@ from emulator_helpers import (
     malloc,
     select,
 )
-from onnx_models import reference, reference_session
+from onnx_models import KEEP_FP32, reference, reference_session
 
 from ge_python_backend.emulator import acl, set_timing
 from ge_python_backend.emulator.omfile import MAGIC, compile_onnx
@@ -461,7 +461,11 @@ def test_sizes_cover_every_gear_when_inputs_do_not_grow_together(ctx: int, tmp_p
         onnx_path,
     )
     om = compile_onnx(
-        onnx_path, tmp_path / "two", input_shape="a:1,-1;b:1,-1", dynamic_dims="8,32;16,8"
+        onnx_path,
+        tmp_path / "two",
+        input_shape="a:1,-1;b:1,-1",
+        dynamic_dims="8,32;16,8",
+        **KEEP_FP32,
     )
     model = Model(om)
     assert model.in_sizes == [16 * 4, 32 * 4, 2 * 8]

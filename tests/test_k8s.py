@@ -32,7 +32,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from e2e_helpers import free_port
-from onnx_models import build_mlp
+from onnx_models import KEEP_FP32, build_mlp
 
 from ge_python_backend.cli import main
 from ge_python_backend.emulator.omfile import compile_onnx
@@ -327,7 +327,7 @@ def om_large_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("large_batch")
     onnx = build_mlp(directory / "mlp.onnx")
     return compile_onnx(
-        onnx, directory / "mlp", input_shape="x:-1,16", dynamic_batch_size="1,65536"
+        onnx, directory / "mlp", input_shape="x:-1,16", dynamic_batch_size="1,65536", **KEEP_FP32
     )
 
 

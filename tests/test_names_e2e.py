@@ -21,7 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from e2e_helpers import grpc_address, running_server
-from onnx_models import build_long_names, build_mlp, build_scaled, build_tf_style, reference
+from onnx_models import (
+    KEEP_FP32,
+    build_long_names,
+    build_mlp,
+    build_scaled,
+    build_tf_style,
+    reference,
+)
 
 from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient
@@ -43,6 +50,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
         root / "scaled",
         input_shape="x:-1,4;scale:1",
         dynamic_batch_size="1,2,4",
+        **KEEP_FP32,
     )
     scaffold(scaled, repository, name="scaled", runtime="emulator")
     auto = repository / "scaled_auto" / "1"
@@ -51,19 +59,30 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
     shutil.copy(scaled, auto / scaled.name)
     long_onnx, long_in, _ = build_long_names(root / "long.onnx", LONG)
     long = compile_onnx(
-        long_onnx, root / "long", input_shape=f"{long_in}:-1,4", dynamic_batch_size="1,2"
+        long_onnx,
+        root / "long",
+        input_shape=f"{long_in}:-1,4",
+        dynamic_batch_size="1,2",
+        **KEEP_FP32,
     )
     scaffold(long, repository, name="long", runtime="emulator")
     tf_onnx = build_tf_style(root / "tf.onnx")
     tf = compile_onnx(
-        tf_onnx, root / "tf", input_shape="x:-1,4", dynamic_batch_size="1,2", framework=3
+        tf_onnx,
+        root / "tf",
+        input_shape="x:-1,4",
+        dynamic_batch_size="1,2",
+        framework=3,
+        **KEEP_FP32,
     )
     scaffold(tf, repository, name="tf", runtime="emulator")
     tf2onnx = compile_onnx(
-        tf_onnx, root / "tf2onnx", input_shape="x:-1,4", dynamic_batch_size="1,2"
+        tf_onnx, root / "tf2onnx", input_shape="x:-1,4", dynamic_batch_size="1,2", **KEEP_FP32
     )
     scaffold(tf2onnx, repository, name="tf2onnx", runtime="emulator")
-    mlp = compile_onnx(build_mlp(root / "mlp.onnx"), root / "mlp", input_shape="x:2,16")
+    mlp = compile_onnx(
+        build_mlp(root / "mlp.onnx"), root / "mlp", input_shape="x:2,16", **KEEP_FP32
+    )
     scaffold(mlp, repository, name="mlp", runtime="emulator")
     with running_server(
         repository, env={"GE_PYTHON_BACKEND_ACL": "emulator"}, log_path=root / "triton.log"

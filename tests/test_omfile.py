@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx_models import (
+    KEEP_FP32,
     build_add_mul,
     build_conv,
     build_dims_model,
@@ -92,7 +93,7 @@ def test_header_records_flags_and_onnx_sha256(om_dims: Path) -> None:
         "dynamic_dims": "8,8;16,16;32,32",
         "input_format": "ND",
         "soc_version": "Ascend310P3",
-        "precision_mode": "force_fp16",
+        "precision_mode": "must_keep_origin_dtype",
     }
 
 
@@ -163,6 +164,7 @@ def test_largest_gear_is_most_input_elements(tmp_path: Path) -> None:
         tmp_path / "dims",
         input_shape="input_ids:-1,-1;attention_mask:-1,-1",
         dynamic_dims="1,64,1,64;8,4,8,4;4,32,4,32",
+        **KEEP_FP32,
     )
     # elements: 2*64=128, 2*32=64, 2*128=256 -> the last gear, though not the largest first value
     assert OmModel.load(om).description.largest_gear() == (4, 32, 4, 32)
@@ -317,15 +319,19 @@ def test_output_name_rule(tmp_path: Path) -> None:
     assert om_output_path("models/resnet.om") == Path("models/resnet.om")
     assert om_output_path("model.v1") == Path("model.v1.om")
     onnx_path = build_add_mul(tmp_path / "am.onnx")
-    written = compile_onnx(onnx_path, tmp_path / "sub" / "am", input_shape="a:2,4;b:2,4")
+    written = compile_onnx(
+        onnx_path, tmp_path / "sub" / "am", input_shape="a:2,4;b:2,4", **KEEP_FP32
+    )
     assert written == tmp_path / "sub" / "am.om" and written.is_file()
-    again = compile_onnx(onnx_path, tmp_path / "am.om", input_shape="a:2,4;b:2,4")
+    again = compile_onnx(onnx_path, tmp_path / "am.om", input_shape="a:2,4;b:2,4", **KEEP_FP32)
     assert again == tmp_path / "am.om" and again.is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["am.om", "am.onnx", "sub"]
 
 
 def test_onnx_shapes_used_when_input_shape_omitted(tmp_path: Path) -> None:
-    om = compile_onnx(build_mlp(tmp_path / "mlp.onnx"), tmp_path / "m", dynamic_batch_size="4,1")
+    om = compile_onnx(
+        build_mlp(tmp_path / "mlp.onnx"), tmp_path / "m", dynamic_batch_size="4,1", **KEEP_FP32
+    )
     desc = OmModel.load(om).description
     assert desc.inputs[0].dims == (-1, 16)
     assert desc.gears == ((1,), (4,))  # sorted
@@ -483,10 +489,12 @@ def test_cli_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_a_layout_format_applies_to_inputs_of_its_rank(tmp_path: Path) -> None:
     conv = build_conv(tmp_path / "conv.onnx")
-    om = compile_onnx(conv, tmp_path / "conv", input_shape="image:1,3,16,16", input_format="NHWC")
+    om = compile_onnx(
+        conv, tmp_path / "conv", input_shape="image:1,3,16,16", input_format="NHWC", **KEEP_FP32
+    )
     assert OmModel.load(om).description.inputs[0].acl_format == Format.NHWC
     mlp = build_mlp(tmp_path / "mlp.onnx")
-    om = compile_onnx(mlp, tmp_path / "mlp", input_shape="x:4,16", input_format="NHWC")
+    om = compile_onnx(mlp, tmp_path / "mlp", input_shape="x:4,16", input_format="NHWC", **KEEP_FP32)
     assert OmModel.load(om).description.inputs[0].acl_format == Format.ND
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from e2e_helpers import grpc_address, model_states, running_server
+from onnx_models import KEEP_FP32
 from reliability_helpers import (
     emulator_reports,
     live_resources,
@@ -98,7 +99,11 @@ def test_a_new_version_loads_while_clients_send(
     # Version 2: the same network compiled with other gears, so a different .om.
     onnx_path = Path(str(om_dynamic_batch).removesuffix(".om") + ".onnx")
     new_om = compile_onnx(
-        onnx_path, tmp_path / "mlp_v2", input_shape="x:-1,16", dynamic_batch_size="1,4,8"
+        onnx_path,
+        tmp_path / "mlp_v2",
+        input_shape="x:-1,16",
+        dynamic_batch_size="1,4,8",
+        **KEEP_FP32,
     )
     stop = threading.Event()
     versions: list[tuple[float, str]] = []  # (sent at, version that answered)

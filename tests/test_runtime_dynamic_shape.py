@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx_models
 import pytest
+from onnx_models import KEEP_FP32
 
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import AclError, InputError, ModelFileError, Session
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("clean_acl")
 @pytest.fixture(scope="module")
 def om_zero_size(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("rt_zero")
-    return compile_onnx(onnx_models.build_zero_size(root / "zs.onnx"), root / "zs")
+    return compile_onnx(onnx_models.build_zero_size(root / "zs.onnx"), root / "zs", **KEEP_FP32)
 
 
 def _open(om: Path, **options: object) -> Session:
@@ -88,7 +89,7 @@ def test_shape_range_input(tmp_path: Path) -> None:
     """`x:1~16,16`: any row count in the range runs alone with its real dims; outside it the
     request is refused before any work; an unbounded range cannot be sized and is refused."""
     onnx_path = onnx_models.build_mlp(tmp_path / "mlp.onnx")
-    om = compile_onnx(onnx_path, tmp_path / "ranged", input_shape="x:1~16,16")
+    om = compile_onnx(onnx_path, tmp_path / "ranged", input_shape="x:1~16,16", **KEEP_FP32)
     rng = np.random.default_rng(0)
     with _open(om, pipeline_depth=2) as session:
         assert session.inputs[0].shape == (-1, 16)
@@ -98,6 +99,6 @@ def test_shape_range_input(tmp_path: Path) -> None:
             np.testing.assert_allclose(result["y"], want["y"], rtol=1e-5, atol=1e-6)
         with pytest.raises(InputError, match=r"outside the model's shape range \(1\.\.16, 16\)"):
             session.infer({"x": np.zeros((17, 16), np.float32)})
-    unbounded = compile_onnx(onnx_path, tmp_path / "any", input_shape="x:-1,16")
+    unbounded = compile_onnx(onnx_path, tmp_path / "any", input_shape="x:-1,16", **KEEP_FP32)
     with pytest.raises(ModelFileError, match="has no upper bound"):
         _open(unbounded)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from emulator_helpers import LIVE_KEYS, delta, live
-from onnx_models import build_dims_model, reference
+from onnx_models import KEEP_FP32, build_dims_model, reference
 
 from ge_python_backend import emulator
 from ge_python_backend.emulator.omfile import compile_onnx
@@ -575,6 +575,7 @@ def om_dims_unbatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
         input_shape="input_ids:-1,-1;attention_mask:-1,-1",
         dynamic_dims="1,8,1,8;2,16,2,16",
         input_format="ND",
+        **KEEP_FP32,
     )
 
 

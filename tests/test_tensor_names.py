@@ -21,6 +21,7 @@ import pytest
 from emulator_helpers import Model
 from onnx import TensorProto, helper
 from onnx_models import (
+    KEEP_FP32,
     build_add_mul,
     build_long_names,
     build_mlp,
@@ -69,11 +70,15 @@ def test_converted_name_pattern() -> None:
 
 def test_output_names_as_atc_writes_them(tmp_path: Path) -> None:
     onnx_path = build_mlp(tmp_path / "mlp.onnx")
-    plain = compile_onnx(onnx_path, tmp_path / "plain", input_shape="x:2,16")
+    plain = compile_onnx(onnx_path, tmp_path / "plain", input_shape="x:2,16", **KEEP_FP32)
     names = [t.name for t in OmModel.load(plain).description.outputs]
     assert names == ["Relu_2:0:y", "ReduceSum_3:0:z"]
     by_node = compile_onnx(
-        onnx_path, tmp_path / "n", input_shape="x:2,16", out_nodes="ReduceSum_3:0;Add_1:0"
+        onnx_path,
+        tmp_path / "n",
+        input_shape="x:2,16",
+        out_nodes="ReduceSum_3:0;Add_1:0",
+        **KEEP_FP32,
     )
     om = OmModel.load(by_node)
     assert [t.name for t in om.description.outputs] == ["ReduceSum_3:0", "Add_1:0"]
@@ -81,10 +86,16 @@ def test_output_names_as_atc_writes_them(tmp_path: Path) -> None:
     z, pre = om.run([x])
     np.testing.assert_allclose(z, reference(onnx_path, [x])["z"], rtol=1e-5, atol=1e-5)
     assert pre.shape == (2, 8)  # the intermediate tensor Add_1 makes, now an output
-    by_name = compile_onnx(onnx_path, tmp_path / "t", input_shape="x:2,16", out_nodes="z")
+    by_name = compile_onnx(
+        onnx_path, tmp_path / "t", input_shape="x:2,16", out_nodes="z", **KEEP_FP32
+    )
     assert [t.name for t in OmModel.load(by_name).description.outputs] == ["ReduceSum_3:0:z"]
     tf = compile_onnx(
-        build_tf_style(tmp_path / "tf.onnx"), tmp_path / "tf", input_shape="x:2,4", framework=3
+        build_tf_style(tmp_path / "tf.onnx"),
+        tmp_path / "tf",
+        input_shape="x:2,4",
+        framework=3,
+        **KEEP_FP32,
     )
     assert [t.name for t in OmModel.load(tf).description.outputs] == ["Identity:0", "Identity_1:0"]
     assert OmModel.load(tf).header["flags"]["framework"] == 3
@@ -118,7 +129,11 @@ def test_side_input_compiles_and_runs_unchanged_in_every_gear(tmp_path: Path) ->
     onnx_path = build_scaled(tmp_path / "s.onnx")
     om = OmModel.load(
         compile_onnx(
-            onnx_path, tmp_path / "s", input_shape="x:-1,4;scale:1", dynamic_batch_size="1,2,4"
+            onnx_path,
+            tmp_path / "s",
+            input_shape="x:-1,4;scale:1",
+            dynamic_batch_size="1,2,4",
+            **KEEP_FP32,
         )
     )
     assert [(t.name, t.dims) for t in om.description.inputs] == [("x", (-1, 4)), ("scale", (1,))]
@@ -160,7 +175,7 @@ def _two_inputs(path: Path, long: str, short: str) -> Path:
 @pytest.mark.usefixtures("clean_acl")
 def test_long_names_are_converted_in_the_dims_only(ctx: int, tmp_path: Path) -> None:
     onnx_path, long_in, long_out = build_long_names(tmp_path / "l.onnx", 150)
-    om = compile_onnx(onnx_path, tmp_path / "l", input_shape=f"{long_in}:2,4")
+    om = compile_onnx(onnx_path, tmp_path / "l", input_shape=f"{long_in}:2,4", **KEEP_FP32)
     model = Model(om)
     desc, model_id = model.desc, model.model_id
     dims, ret = acl.mdl.get_input_dims(desc, 0)
@@ -186,7 +201,7 @@ def test_long_names_are_converted_in_the_dims_only(ctx: int, tmp_path: Path) -> 
 def test_a_converted_name_taken_by_a_tensor_gets_letters(tmp_path: Path) -> None:
     long = "n" * 128
     onnx_path = _two_inputs(tmp_path / "t.onnx", long, "acl_modelId_0_input_0")
-    om = compile_onnx(onnx_path, tmp_path / "t")
+    om = compile_onnx(onnx_path, tmp_path / "t", **KEEP_FP32)
     assert acl.init() == 0
     desc = acl.mdl.create_desc()
     assert acl.mdl.get_desc_from_file(desc, str(om)) == 0
@@ -195,7 +210,9 @@ def test_a_converted_name_taken_by_a_tensor_gets_letters(tmp_path: Path) -> None
     assert acl.mdl.get_tensor_real_name(desc, "acl_modelId_0_input_0_a") == long
     assert acl.mdl.get_tensor_real_name(desc, "acl_modelId_0_input_0") == "acl_modelId_0_input_0"
     assert len("n" * 127) == 127  # exactly 127 characters are kept (char[128] with its NUL)
-    kept = compile_onnx(_two_inputs(tmp_path / "k.onnx", "n" * 127, "b"), tmp_path / "k")
+    kept = compile_onnx(
+        _two_inputs(tmp_path / "k.onnx", "n" * 127, "b"), tmp_path / "k", **KEEP_FP32
+    )
     assert acl.mdl.get_desc_from_file(desc, str(kept)) == 0
     assert acl.mdl.get_input_dims(desc, 0)[0]["name"] == "n" * 127
 
@@ -206,7 +223,11 @@ def test_a_converted_name_taken_by_a_tensor_gets_letters(tmp_path: Path) -> None
 def test_session_serves_real_names_and_side_inputs(tmp_path: Path) -> None:
     onnx_path = build_scaled(tmp_path / "s.onnx")
     om = compile_onnx(
-        onnx_path, tmp_path / "s", input_shape="x:-1,4;scale:1", dynamic_batch_size="1,2,4"
+        onnx_path,
+        tmp_path / "s",
+        input_shape="x:-1,4;scale:1",
+        dynamic_batch_size="1,2,4",
+        **KEEP_FP32,
     )
     rng = np.random.default_rng(4)
     with Session(om, runtime="emulator") as session:
@@ -231,7 +252,9 @@ def test_session_serves_real_names_and_side_inputs(tmp_path: Path) -> None:
 
 
 def test_colliding_served_names_fail_the_load(tmp_path: Path) -> None:
-    om = compile_onnx(build_mlp(tmp_path / "m.onnx"), tmp_path / "m", input_shape="x:2,16")
+    om = compile_onnx(
+        build_mlp(tmp_path / "m.onnx"), tmp_path / "m", input_shape="x:2,16", **KEEP_FP32
+    )
     data = om.read_bytes()
     length = struct.unpack_from("<Q", data, len(MAGIC))[0]
     start = len(MAGIC) + 8
@@ -249,6 +272,7 @@ def test_config_of_a_side_input_model(tmp_path: Path) -> None:
         tmp_path / "s",
         input_shape="x:-1,4;scale:1",
         dynamic_batch_size="1,2,4",
+        **KEEP_FP32,
     )
     with Session(om, runtime="emulator") as session:
         inputs, outputs, gears = session.inputs, session.outputs, session.gears

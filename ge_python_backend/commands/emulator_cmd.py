@@ -7,7 +7,16 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from ge_python_backend.ascend import ATC_INPUT_FORMATS, DTYPES_BY_ACL, AtcFramework
+from ge_python_backend.ascend import (
+    ATC_DEFAULT_PRECISION_MODE,
+    ATC_INPUT_FORMATS,
+    ATC_OUTPUT_TYPES,
+    DTYPES_BY_ACL,
+    PRECISION_MODE_ALIASES,
+    PRECISION_MODES_V2,
+    AtcFramework,
+    PrecisionMode,
+)
 from ge_python_backend.commands import add_command
 from ge_python_backend.emulator.omfile import (
     STAND_IN_FRAMEWORKS,
@@ -33,13 +42,20 @@ ATC_FLAGS = (
     "out_nodes",
     "soc_version",
     "insert_op_conf",
+    "precision_mode",
+    "precision_mode_v2",
+    "keep_dtype",
+    "output_type",
 )
 
 COMPILE_HELP = "compile an ONNX model into an emulator .om (ATC's flags)"
 
 COMPILE_DESCRIPTION = """\
 Compile an ONNX model into an emulator .om for the CPU emulator of pyACL. The flags are ATC's, with
-ATC's meaning; the file written is <output>.om.
+ATC's meaning; the file written is <output>.om. As ATC does for inference, the model computes in
+FP16 unless --precision_mode (or --precision_mode_v2) says otherwise: the emulator rounds weights
+and the tensors of FP16 operators to float16, so its answers differ from onnxruntime's float32 as
+the device's do; --precision_mode must_keep_origin_dtype keeps float32.
 
 The result is an emulator .om (the ONNX model plus the description ATC would compile), NOT a real
 Ascend .om: real pyACL cannot load it, and the emulator refuses real .om files. For real hardware,
@@ -58,7 +74,8 @@ examples:
 
 the real-hardware equivalent of the first example:
   atc --model=resnet.onnx --framework=5 --output=resnet --soc_version=Ascend310P3 \\
-      --input_shape="input:-1,3,224,224" --dynamic_batch_size="1,2,4,8"
+      --input_shape="input:-1,3,224,224" --dynamic_batch_size="1,2,4,8" \\
+      --precision_mode=force_fp16
 """
 
 
@@ -118,6 +135,27 @@ def register(subparsers: Any) -> None:
         help="ATC's AIPP config (aipp_op { aipp_mode: static input_format: RGB888_U8 ... }): the "
         "input then takes raw UINT8 NHWC images and the AIPP steps run in front of the graph",
     )
+    modes = [m.value for m in PrecisionMode] + list(PRECISION_MODE_ALIASES)
+    compile_parser.add_argument(
+        "--precision_mode",
+        help=f"the precision the operators compute in: {', '.join(modes)} (ATC's default for "
+        f"inference: {ATC_DEFAULT_PRECISION_MODE}); not with --precision_mode_v2",
+    )
+    compile_parser.add_argument(
+        "--precision_mode_v2",
+        help=f"ATC's newer spelling of the precision mode: {', '.join(PRECISION_MODES_V2)} "
+        "(default fp16); not with --precision_mode",
+    )
+    compile_parser.add_argument(
+        "--keep_dtype",
+        help="a file of operators that keep their original type (float32), one a line: an "
+        "operator name, or OpType::TypeName (no effect with must_keep_origin_dtype)",
+    )
+    compile_parser.add_argument(
+        "--output_type",
+        help=f"the outputs' data type: one of {', '.join(ATC_OUTPUT_TYPES)} for all outputs, or "
+        '"node:index:TYPE;..." per output with --out_nodes (emulated: FP32, FP16)',
+    )
 
 
 def run_compile(args: argparse.Namespace) -> int:
@@ -140,6 +178,10 @@ def run_compile(args: argparse.Namespace) -> int:
         out_nodes=args.out_nodes,
         framework=int(args.framework),
         insert_op_conf=args.insert_op_conf,
+        precision_mode=args.precision_mode,
+        precision_mode_v2=args.precision_mode_v2,
+        keep_dtype=args.keep_dtype,
+        output_type=args.output_type,
     )
     model = OmModel.load(path)
     print(path)
@@ -152,6 +194,9 @@ def run_compile(args: argparse.Namespace) -> int:
             print(summary(model, [spec.shape for spec in session.outputs]))
     # the format the compiler resolved (ND for --dynamic_dims), so the command is one ATC accepts
     args.input_format = model.header["flags"]["input_format"]
+    # the mode always shows, ATC's default included, so the command says what ATC will do
+    if args.precision_mode_v2 is None and args.precision_mode is None:
+        args.precision_mode = model.header["flags"]["precision_mode"]
     print(f"on Ascend hardware: {atc_command(args)}")
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import struct
@@ -34,7 +35,6 @@ from ge_python_backend.aipp import (
     parse_aipp_config,
 )
 from ge_python_backend.ascend import (
-    ATC_DEFAULT_PRECISION_MODE,
     ATC_INPUT_FORMATS,
     ATC_MAX_GEARS,
     DTYPES_BY_ACL,
@@ -49,11 +49,14 @@ from ge_python_backend.ascend import (
     PrecisionMode,
     om_output_path,
 )
+from ge_python_backend.emulator import precision
 from ge_python_backend.errors import UserError
 
 if TYPE_CHECKING:
     import onnx
     import onnxruntime
+
+logger = logging.getLogger(__name__)
 
 MAGIC = b"GEEMUOM\x01"
 REAL_OM_MAGIC = b"IMOD"
@@ -293,7 +296,10 @@ def compile_onnx(
     out_nodes: str | None = None,
     framework: int = AtcFramework.ONNX,
     insert_op_conf: PathLike | None = None,
-    precision_mode: PrecisionMode | str = ATC_DEFAULT_PRECISION_MODE,
+    precision_mode: PrecisionMode | str | None = None,
+    precision_mode_v2: str | None = None,
+    keep_dtype: PathLike | None = None,
+    output_type: str | None = None,
 ) -> Path:
     """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
 
@@ -302,8 +308,11 @@ def compile_onnx(
     `out_nodes` is ATC's `--out_nodes` (`node:idx;...` or, for ONNX, output names); `framework`
     3 compiles the ONNX as a stand-in for a TensorFlow model (its outputs get TensorFlow's names).
     Output names are ATC's (see `_output_names`). `insert_op_conf` is ATC's AIPP config file (see
-    `aipp.parse_aipp_config`). `precision_mode` is ATC's `--precision_mode`, recorded in the
-    header. Raises OmCompileError for anything ATC or the emulator would refuse.
+    `aipp.parse_aipp_config`). `precision_mode` or `precision_mode_v2` (ATC's flags, one at
+    most; default force_fp16), `keep_dtype` (ATC's file of operators kept in their type) and
+    `output_type` (ATC's `FP16` or `node:idx:FP16;...`) set the precision the compiled graph
+    computes in (see `precision`); the header records the resolved mode. Raises OmCompileError
+    for anything ATC or the emulator would refuse.
     """
     import onnx
 
@@ -324,12 +333,9 @@ def compile_onnx(
         )
 
     try:
-        precision_mode = PrecisionMode(precision_mode)
-    except ValueError:
-        modes = ", ".join(mode.value for mode in PrecisionMode)
-        raise OmCompileError(
-            f"--precision_mode {precision_mode!r} is not supported; use one of {modes}"
-        ) from None
+        mode = precision.resolve_mode(precision_mode, precision_mode_v2)
+    except precision.PrecisionError as exc:
+        raise OmCompileError(str(exc)) from None
     if framework not in STAND_IN_FRAMEWORKS:
         raise OmCompileError(
             f"framework {framework} is not supported: 5 (ONNX) or 3 (an ONNX stand-in for a "
@@ -342,6 +348,7 @@ def compile_onnx(
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     output_names = _output_names(proto, out_nodes, framework)
+    _apply_precision(proto, mode, keep_dtype, output_type, out_nodes)
     aipp_config = "" if insert_op_conf is None else _read_aipp_config(insert_op_conf, kind)
     onnx_bytes = proto.SerializeToString()
     probed = inputs if kind != GearKind.STATIC else _probe_inputs(inputs)
@@ -370,7 +377,10 @@ def compile_onnx(
         "input_format": input_format,
         "soc_version": soc_version,
         "insert_op_conf": None if insert_op_conf is None else os.fspath(insert_op_conf),
-        "precision_mode": precision_mode.value,
+        "precision_mode": mode.value,
+        "precision_mode_v2": precision_mode_v2,
+        "keep_dtype": None if keep_dtype is None else os.fspath(keep_dtype),
+        "output_type": output_type,
     }
     header = _description_to_header(dataclasses.replace(desc, outputs=outputs))
     header["flags"] = {k: v for k, v in flags.items() if v is not None}
@@ -773,16 +783,49 @@ def _output_names(proto: onnx.ModelProto, out_nodes: str | None, framework: int)
 def _producers(proto: onnx.ModelProto) -> dict[str, tuple[str, int]]:
     """Tensor name -> (name of the node making it, its output index)."""
     producers: dict[str, tuple[str, int]] = {}
+    for node, name in zip(proto.graph.node, _node_names(proto)):
+        for index, tensor in enumerate(node.output):
+            if tensor:
+                producers[tensor] = (name, index)
+    return producers
+
+
+def _node_names(proto: onnx.ModelProto) -> list[str]:
+    """Each node's name as ATC's ONNX parser gives it: unnamed nodes are `<op_type>_<k>`."""
+    names = []
     unnamed = 0
     for node in proto.graph.node:
         name = node.name
         if not name:
             name = f"{node.op_type}_{unnamed}"
             unnamed += 1
-        for index, tensor in enumerate(node.output):
-            if tensor:
-                producers[tensor] = (name, index)
-    return producers
+        names.append(name)
+    return names
+
+
+def _apply_precision(
+    proto: onnx.ModelProto,
+    mode: PrecisionMode,
+    keep_dtype: PathLike | None,
+    output_type: str | None,
+    out_nodes: str | None,
+) -> None:
+    """Rewrite the graph for ATC's precision flags (see `precision`), outputs already chosen."""
+    names = _node_names(proto)
+    producers = _producers(proto)
+    try:
+        keep = precision.KeepDtype()
+        if keep_dtype is not None:
+            op_types = [node.op_type for node in proto.graph.node]
+            keep = precision.read_keep_dtype(Path(keep_dtype), names, op_types)
+        types: list[str | None] = []
+        if output_type is not None:
+            outputs = [producers.get(o.name, (o.name, 0)) for o in proto.graph.output]
+            types = precision.parse_output_type(output_type, outputs, out_nodes)
+        fp16 = precision.apply_precision(proto, mode, names, keep, types)
+    except precision.PrecisionError as exc:
+        raise OmCompileError(str(exc)) from None
+    logger.debug("%s: %d of %d operators run in FP16", mode, len(fp16), len(names))
 
 
 def _value_info(proto: onnx.ModelProto, tensor: str) -> onnx.ValueInfoProto:

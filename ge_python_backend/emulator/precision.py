@@ -1,0 +1,411 @@
+"""ATC's operator precision, applied once at compile time to the graph an emulator `.om` keeps.
+
+ATC's `--precision_mode` (or `--precision_mode_v2`) and `--keep_dtype` choose the data type each
+operator computes in, `--output_type` the type of each model output (CANN 8.0.0 ATC pages; see
+docs/CONFORMANCE.md). onnxruntime runs the emulator's graph in float32, so `apply_precision`
+rewrites it: every float tensor an FP16 operator reads or writes is rounded to a float16 value
+(Cast to FLOAT16 and back: values beyond 65504 become inf, as on the device), the float weights FP16
+operators read are stored rounded, and Cube operators (`CUBE_OPS`) read FP16 inputs and accumulate
+in float32 (onnxruntime's float32 kernels on float16 values). Executions run the rewritten graph as
+it is; nothing is added to the per-execute path.
+
+Imports onnx (compile time only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ge_python_backend.ascend import (
+    ATC_DEFAULT_PRECISION_MODE,
+    ATC_OUTPUT_TYPES,
+    DTYPES_BY_TRITON,
+    PRECISION_MODE_ALIASES,
+    PRECISION_MODES_NOT_EMULATED,
+    PRECISION_MODES_V2,
+    PrecisionMode,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+logger = logging.getLogger(__name__)
+
+# Matrix (Cube unit) operators: FP16 inputs, float32 accumulation, in every mode but
+# must_keep_origin_dtype (allow_fp32_to_fp16: "for matrix-type operators, use float16").
+CUBE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+# allow_mix_precision's built-in lists. ATC reads them from `precision_reduce` in the OPP's
+# aic-<soc>-ops-info.json (true: white, may run in FP16; false: black, stays FP32; absent: gray,
+# follows the operator before it). That file ships with CANN and was not available: these lists
+# are the emulator's stand-in (UNCONFIRMED): Cube operators white; exponentials, logarithms,
+# powers, divisions, reductions that sum and normalisations black (they overflow or lose the most
+# in FP16); everything else gray.
+MIX_WHITE = CUBE_OPS
+MIX_BLACK = frozenset(
+    {
+        "Div",
+        "Erf",
+        "Exp",
+        "InstanceNormalization",
+        "LayerNormalization",
+        "Log",
+        "LogSoftmax",
+        "LpNormalization",
+        "Pow",
+        "Reciprocal",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMean",
+        "ReduceProd",
+        "ReduceSum",
+        "ReduceSumSquare",
+        "Softmax",
+        "Softplus",
+        "Sqrt",
+    }
+)
+# Operators whose float outputs are elements of their float inputs (or 0): float16 inputs give
+# float16 outputs, so their outputs need no rounding of their own.
+VALUE_PRESERVING = frozenset(
+    {
+        "Concat",
+        "DepthToSpace",
+        "Expand",
+        "Flatten",
+        "Gather",
+        "GatherElements",
+        "GlobalMaxPool",
+        "Identity",
+        "Max",
+        "MaxPool",
+        "Min",
+        "ReduceMax",
+        "ReduceMin",
+        "Relu",
+        "Reshape",
+        "Slice",
+        "SpaceToDepth",
+        "Split",
+        "Squeeze",
+        "Tile",
+        "Transpose",
+        "Unsqueeze",
+    }
+)
+# Ascend IR operator types `OpType::` lines of a --keep_dtype file may name, with the ONNX
+# operators ATC's ONNX parser maps to them (UNCONFIRMED beyond these common ones); an ONNX
+# operator type is accepted as well.
+ASCEND_IR_TYPES: Mapping[str, frozenset[str]] = {
+    "Conv2D": frozenset({"Conv"}),
+    "Conv2DTranspose": frozenset({"ConvTranspose"}),
+    "MatMulV2": frozenset({"MatMul", "Gemm"}),
+    "BatchMatMulV2": frozenset({"MatMul"}),
+    "SoftmaxV2": frozenset({"Softmax"}),
+}
+
+_FLOAT = 1  # onnx.TensorProto.FLOAT
+_FLOAT16 = 10  # onnx.TensorProto.FLOAT16
+
+
+class PrecisionError(ValueError):
+    """A precision flag or file ATC would refuse; the compiler reports it as its own error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepDtype:
+    """The operators a --keep_dtype file keeps in their original type: names and types."""
+
+    names: frozenset[str] = frozenset()
+    types: frozenset[str] = frozenset()
+
+    def keeps(self, name: str, op_type: str) -> bool:
+        return name in self.names or op_type in self.types
+
+
+def resolve_mode(precision_mode: str | None, precision_mode_v2: str | None) -> PrecisionMode:
+    """The mode of ATC's two flags (only one may be given; neither: ATC's default force_fp16)."""
+    if precision_mode is not None and precision_mode_v2 is not None:
+        raise PrecisionError(
+            "--precision_mode and --precision_mode_v2 cannot be used together (ATC refuses "
+            "both); give one"
+        )
+    if precision_mode_v2 is not None:
+        mode = PRECISION_MODES_V2.get(precision_mode_v2)
+        if mode is None:
+            raise PrecisionError(
+                _unsupported("--precision_mode_v2", precision_mode_v2, PRECISION_MODES_V2)
+            )
+        return mode
+    if precision_mode is None:
+        return ATC_DEFAULT_PRECISION_MODE
+    if isinstance(precision_mode, PrecisionMode):
+        return precision_mode
+    mode = PRECISION_MODE_ALIASES.get(precision_mode)
+    if mode is not None:
+        return mode
+    try:
+        return PrecisionMode(precision_mode)
+    except ValueError:
+        allowed = [m.value for m in PrecisionMode] + list(PRECISION_MODE_ALIASES)
+        raise PrecisionError(_unsupported("--precision_mode", precision_mode, allowed)) from None
+
+
+def _unsupported(flag: str, value: str, allowed: Sequence[str] | Mapping[str, object]) -> str:
+    text = f"{flag} {value!r} is not supported; use one of {', '.join(allowed)}"
+    if value in PRECISION_MODES_NOT_EMULATED:
+        text += " (bfloat16 and HiFloat8 modes are for other SoCs and are not emulated)"
+    return text
+
+
+def read_keep_dtype(path: Path, node_names: Sequence[str], op_types: Sequence[str]) -> KeepDtype:
+    """Parse ATC's --keep_dtype file: one operator a line, its name or `OpType::TypeName`
+    (blank lines and `#` lines are skipped). Each must match an operator of the graph."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise PrecisionError(f"cannot read --keep_dtype {path}: {exc.strerror or exc}") from exc
+    names: set[str] = set()
+    types: set[str] = set()
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("OpType::"):
+            type_name = line.removeprefix("OpType::").strip()
+            onnx_types = ASCEND_IR_TYPES.get(type_name, frozenset({type_name}))
+            if not onnx_types & set(op_types):
+                raise PrecisionError(
+                    f"--keep_dtype {path} line {number}: no operator of type {type_name!r}; the "
+                    f"graph's types are {', '.join(sorted(set(op_types)))}"
+                )
+            types |= onnx_types
+        elif line in node_names:
+            names.add(line)
+        else:
+            shown = ", ".join(list(node_names)[:20]) + (", ..." if len(node_names) > 20 else "")
+            raise PrecisionError(
+                f"--keep_dtype {path} line {number}: {line!r} is not an operator of the graph; "
+                f"give operator names ({shown}) or OpType::TypeName lines"
+            )
+    return KeepDtype(frozenset(names), frozenset(types))
+
+
+def parse_output_type(
+    text: str, outputs: Sequence[tuple[str, int]], out_nodes: str | None
+) -> list[str | None]:
+    """ATC's --output_type: one type for every output (`FP16`), or `node:idx:TYPE` entries
+    separated by `;` (with --out_nodes, as ATC requires). `outputs` are the model outputs'
+    producing (node, index). Returns each output's type name, None where it is not set."""
+    allowed = ", ".join(ATC_OUTPUT_TYPES)
+    forms = f"one of {allowed} for every output, or node:index:TYPE entries separated by ';'"
+    if ":" not in text:
+        _check_output_type(text.strip(), forms)
+        return [text.strip()] * len(outputs)
+    if out_nodes is None:
+        raise PrecisionError(
+            f"--output_type {text!r} sets the type of single outputs, which needs --out_nodes "
+            "(ATC's rule)"
+        )
+    types: list[str | None] = [None] * len(outputs)
+    known = {f"{node}:{index}": i for i, (node, index) in enumerate(outputs)}
+    for entry in (e.strip() for e in text.split(";") if e.strip()):
+        node_index, sep, type_name = entry.rpartition(":")
+        if not sep or node_index not in known:
+            raise PrecisionError(
+                f"--output_type entry {entry!r} names no model output; give {forms} (the "
+                f"outputs: {', '.join(known)})"
+            )
+        _check_output_type(type_name, forms)
+        types[known[node_index]] = type_name
+    return types
+
+
+def _check_output_type(type_name: str, forms: str) -> None:
+    if type_name not in ATC_OUTPUT_TYPES:
+        raise PrecisionError(f"--output_type {type_name!r} is not supported; give {forms}")
+    if type_name not in ("FP32", "FP16"):
+        # how ATC converts float results to integers (scaling, saturation) is UNCONFIRMED
+        raise PrecisionError(
+            f"--output_type {type_name} is ATC's, but the emulator only emulates FP32 and FP16 "
+            "outputs"
+        )
+
+
+def apply_precision(
+    proto: onnx.ModelProto,
+    mode: PrecisionMode,
+    node_names: Sequence[str],
+    keep: KeepDtype = KeepDtype(),
+    output_types: Sequence[str | None] = (),
+) -> list[str]:
+    """Rewrite `proto` in place to compute as ATC's `mode` would; `node_names` are the nodes'
+    names as ATC reports them, `output_types` each graph output's --output_type (None: the
+    graph's). Returns the names of the nodes that run in FP16 (their inputs rounded)."""
+    floats = _float_tensors(proto)
+    plan = _plan(proto, mode, node_names, keep, floats)
+    rewriter = _Rewriter(proto, floats)
+    rewriter.rewrite(plan)
+    for value, type_name in zip(list(proto.graph.output), output_types):
+        if type_name is not None:
+            rewriter.set_output_type(value, DTYPES_BY_TRITON[type_name].onnx or _FLOAT)
+    return [name for name, (fp16_in, _) in zip(node_names, plan) if fp16_in]
+
+
+def _float_tensors(proto: onnx.ModelProto) -> set[str]:
+    """Names of the graph's float32 tensors (ONNX shape inference for the intermediate ones)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception as exc:  # onnx raises InferenceError and others; declared types stand
+        logger.debug("shape inference failed, using the declared types: %s", exc)
+        inferred = proto
+    graph = inferred.graph
+    values = [*graph.input, *graph.output, *graph.value_info]
+    floats = {v.name for v in values if v.type.tensor_type.elem_type == _FLOAT}
+    floats |= {t.name for t in graph.initializer if t.data_type == _FLOAT}
+    return floats
+
+
+def _plan(
+    proto: onnx.ModelProto,
+    mode: PrecisionMode,
+    node_names: Sequence[str],
+    keep: KeepDtype,
+    floats: set[str],
+) -> list[tuple[bool, bool]]:
+    """Per node (graph order): (its float inputs are FP16, its float outputs are FP16)."""
+    initializers = {t.name for t in proto.graph.initializer}
+    reduced: set[str] = set()  # tensors made by FP16 nodes (allow_mix_precision's gray rule)
+    plan = []
+    for node, name in zip(proto.graph.node, node_names):
+        op = node.op_type
+        uses_float = any(t in floats for t in [*node.input, *node.output])
+        if not uses_float or mode == PrecisionMode.MUST_KEEP_ORIGIN_DTYPE or keep.keeps(name, op):
+            step = (False, False)
+        elif mode == PrecisionMode.FORCE_FP16:
+            step = (True, True)
+        elif mode == PrecisionMode.ALLOW_FP32_TO_FP16:
+            step = (op in CUBE_OPS, op in CUBE_OPS)
+        elif mode == PrecisionMode.FORCE_FP32:
+            step = (op in CUBE_OPS, False)  # cube_fp16in_fp32out
+        elif op in MIX_WHITE:
+            step = (True, True)
+        elif op in MIX_BLACK:
+            step = (False, False)
+        else:
+            made = [t for t in node.input if t in floats and t not in initializers]
+            gray = bool(made) and all(t in reduced for t in made)
+            step = (gray, gray)
+        if step[1]:
+            reduced.update(node.output)
+        plan.append(step)
+    return plan
+
+
+class _Rewriter:
+    """Inserts the float16 rounding into a graph: `Cast(FLOAT16)` then `Cast(FLOAT)`."""
+
+    def __init__(self, proto: onnx.ModelProto, floats: set[str]) -> None:
+        self.graph = proto.graph
+        self.floats = floats
+        self.names = {t for n in self.graph.node for t in [*n.input, *n.output]}
+        self.names |= {v.name for v in [*self.graph.input, *self.graph.output]}
+        self.names |= {t.name for t in self.graph.initializer}
+        self.rounded: dict[str, str] = {}  # tensor -> its rounded copy
+        self.fp16_valued: set[str] = set()  # tensors holding float16 values already
+        self.count = 0
+
+    def rewrite(self, plan: list[tuple[bool, bool]]) -> None:
+        initializers = {t.name: t for t in self.graph.initializer}
+        nodes: list[onnx.NodeProto] = []
+        for node, (fp16_in, fp16_out) in zip(list(self.graph.node), plan):
+            if fp16_in:
+                for i, tensor in enumerate(node.input):
+                    if tensor in self.floats and tensor not in self.fp16_valued:
+                        node.input[i] = self._rounded_input(tensor, initializers, nodes)
+            nodes.append(node)
+            if not fp16_out:
+                continue
+            for i, tensor in enumerate(node.output):
+                if tensor not in self.floats:
+                    continue
+                if node.op_type not in VALUE_PRESERVING:
+                    node.output[i] = self._fresh(f"{tensor}/fp32")
+                    nodes.extend(self._round(node.output[i], tensor))
+                self.fp16_valued.add(tensor)
+        del self.graph.node[:]
+        self.graph.node.extend(nodes)
+
+    def set_output_type(self, value: onnx.ValueInfoProto, elem_type: int) -> None:
+        """Make graph output `value` of `elem_type` (ATC's --output_type) with a final Cast."""
+        import onnx
+
+        current = value.type.tensor_type.elem_type
+        if current == elem_type:
+            return
+        if current not in (_FLOAT, _FLOAT16):
+            raise PrecisionError(
+                f"--output_type sets output {value.name} to a float type, but it is "
+                f"{onnx.TensorProto.DataType.Name(current)}"
+            )
+        if value.name in {v.name for v in self.graph.input}:
+            raise PrecisionError(f"--output_type: output {value.name} is a model input")
+        stale = [v for v in self.graph.value_info if v.name == value.name]
+        for info in stale:
+            self.graph.value_info.remove(info)
+        inner = self._fresh(f"{value.name}/{onnx.TensorProto.DataType.Name(current).lower()}")
+        for node in self.graph.node:
+            node.input[:] = [inner if t == value.name else t for t in node.input]
+            node.output[:] = [inner if t == value.name else t for t in node.output]
+        self.graph.node.append(
+            onnx.helper.make_node("Cast", [inner], [value.name], to=elem_type, name=inner)
+        )
+        value.type.tensor_type.elem_type = elem_type
+
+    def _rounded_input(
+        self,
+        tensor: str,
+        initializers: dict[str, onnx.TensorProto],
+        nodes: list[onnx.NodeProto],
+    ) -> str:
+        from onnx import numpy_helper
+
+        if tensor not in self.rounded:
+            name = self._fresh(f"{tensor}/fp16")
+            if tensor in initializers:
+                values = numpy_helper.to_array(initializers[tensor])
+                rounded = values.astype(np.float16).astype(np.float32)
+                self.graph.initializer.append(numpy_helper.from_array(rounded, name))
+            else:
+                nodes.extend(self._round(tensor, name))
+            self.rounded[tensor] = name
+            self.fp16_valued.add(name)
+        return self.rounded[tensor]
+
+    def _round(self, source: str, target: str) -> list[onnx.NodeProto]:
+        from onnx import helper
+
+        self.count += 1
+        half = self._fresh(f"{target}/half")
+        prefix = f"ge_emulator_fp16_{self.count}"
+        return [
+            helper.make_node("Cast", [source], [half], to=_FLOAT16, name=f"{prefix}_to_fp16"),
+            helper.make_node("Cast", [half], [target], to=_FLOAT, name=f"{prefix}_to_fp32"),
+        ]
+
+    def _fresh(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self.names:
+            candidate, k = f"{name}_{k}", k + 1
+        self.names.add(candidate)
+        self.floats.add(candidate)
+        return candidate

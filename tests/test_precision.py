@@ -1,0 +1,289 @@
+"""ATC's precision in the emulator: `emulator compile --precision_mode`, `--precision_mode_v2`,
+`--keep_dtype` and `--output_type` change the answers and the outputs' types as the device's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from emulator_helpers import Model
+from onnx import TensorProto, helper, numpy_helper
+from onnx_models import IR_VERSION, OPSET, build_conv, build_mlp, reference
+
+from ge_python_backend.cli import main
+from ge_python_backend.emulator import acl
+from ge_python_backend.emulator.omfile import OmCompileError, OmModel, compile_onnx
+from ge_python_backend.runtime import Session
+from ge_python_backend.tools.compare import compare
+
+pytestmark = pytest.mark.usefixtures("clean_acl")
+
+FP16_MAX = 65504.0
+UNIT_ROUNDOFF = 2.0**-11  # float16's: |round(v) - v| <= 2**-11 * |v| in its normal range
+
+
+def build_logsumexp(path: Path) -> Path:
+    """`x` FLOAT[2,8] -> `y` FLOAT[2,1] = log(sum(exp(x @ I))): a MatMul (white list) feeding
+    Exp, ReduceSum and Log (black list). For x near 12, exp(x) exceeds FP16's 65504."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "eye"], ["h"], name="proj"),
+        helper.make_node("Exp", ["h"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "axes"], ["s"], name="sum", keepdims=1),
+        helper.make_node("Log", ["s"], ["y"], name="log"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "logsumexp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])],
+        initializer=[
+            numpy_helper.from_array(np.eye(8, dtype=np.float32), "eye"),
+            numpy_helper.from_array(np.array([1], np.int64), "axes"),
+        ],
+    )
+    return _save(graph, path)
+
+
+def build_scale(path: Path) -> Path:
+    """`x` FLOAT[4,4] -> `y` = x * (1/3) by the node named `scale`, then `z` = y + 0 by `shift`;
+    1/3 is no float16 value."""
+    nodes = [
+        helper.make_node("Mul", ["x", "third"], ["y"], name="scale"),
+        helper.make_node("Add", ["y", "zero"], ["z"], name="shift"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scale",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 4])],
+        initializer=[
+            numpy_helper.from_array(np.array(1 / 3, np.float32), "third"),
+            numpy_helper.from_array(np.array(0, np.float32), "zero"),
+        ],
+    )
+    return _save(graph, path)
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    onnx.save(model, str(path))
+    return path
+
+
+def run(om: Path, *inputs: np.ndarray) -> list[np.ndarray]:
+    return OmModel.load(om).run(list(inputs))
+
+
+# ----------------------------------------------------------------------------- numerics
+
+
+def test_fp16_overflow_is_wrong_at_force_fp16_and_right_at_higher_modes(tmp_path: Path) -> None:
+    onnx_path = build_logsumexp(tmp_path / "lse.onnx")
+    x = np.linspace(11.2, 12.0, 16, dtype=np.float32).reshape(2, 8)
+    want = reference(onnx_path, [x])["y"]
+    assert np.all(np.exp(x) > FP16_MAX) and np.all(np.isfinite(want))
+    fp16 = compile_onnx(onnx_path, tmp_path / "fp16", precision_mode="force_fp16")
+    assert np.all(np.isinf(run(fp16, x)[0]))  # exp overflows to inf in float16, as on the device
+    origin = compile_onnx(onnx_path, tmp_path / "origin", precision_mode="must_keep_origin_dtype")
+    np.testing.assert_array_equal(run(origin, x)[0], want)
+    # Exp, ReduceSum and Log are black-listed: float32; the MatMul before them runs in float16,
+    # so exp reads x rounded to float16 (|error| <= 2**-11 * 12) and log(sum(exp)) moves as much
+    mixed = compile_onnx(onnx_path, tmp_path / "mixed", precision_mode="allow_mix_precision")
+    got = run(mixed, x)[0]
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=0, atol=UNIT_ROUNDOFF * 12)
+    v2 = compile_onnx(onnx_path, tmp_path / "v2", precision_mode_v2="mixed_float16")
+    np.testing.assert_array_equal(run(v2, x)[0], got)
+
+
+def test_fp16_rounding_error_of_an_mlp_is_nonzero_and_within_fp16_bound(tmp_path: Path) -> None:
+    onnx_path = build_mlp(tmp_path / "mlp.onnx")
+    weights = {
+        t.name: numpy_helper.to_array(t) for t in onnx.load(str(onnx_path)).graph.initializer
+    }
+    x = np.random.default_rng(7).standard_normal((4, 16)).astype(np.float32)
+    want = reference(onnx_path, [x])["y"]
+    got = run(compile_onnx(onnx_path, tmp_path / "fp16", input_shape="x:4,16"), x)[0]
+    # relu(x @ W + b) in float16: x, W and b rounded, the MatMul's and the Add's results rounded
+    # (its float32 accumulation adds nothing); each rounding moves a value by at most 2**-11 of
+    # its size, and every value here is at most |x| @ |W| + |b|: five roundings bound the error.
+    scale = np.abs(x) @ np.abs(weights["W"]) + np.abs(weights["b"])
+    error = np.abs(got.astype(np.float64) - want)
+    assert error.max() > 0
+    assert np.all(error <= 5 * UNIT_ROUNDOFF * scale)
+    kept = compile_onnx(
+        onnx_path, tmp_path / "fp32", input_shape="x:4,16", precision_mode_v2="origin"
+    )
+    np.testing.assert_array_equal(run(kept, x)[0], want)
+
+
+def test_every_mode_keeps_a_cnn_classifier_top1_and_origin_is_exact(tmp_path: Path) -> None:
+    onnx_path = build_conv(tmp_path / "conv.onnx")
+    images = np.random.default_rng(2).standard_normal((8, 3, 16, 16)).astype(np.float32)
+    want = reference(onnx_path, [images])["features"]
+    for mode in ("force_fp16", "allow_mix_precision", "allow_fp32_to_fp16", "force_fp32"):
+        om = compile_onnx(
+            onnx_path, tmp_path / mode, input_shape="image:8,3,16,16", precision_mode=mode
+        )
+        got = run(om, images)[0]
+        assert not np.array_equal(got, want), mode  # the Conv reads float16 inputs in every one
+        np.testing.assert_array_equal(got.argmax(axis=1), want.argmax(axis=1))
+    origin = compile_onnx(
+        onnx_path,
+        tmp_path / "origin",
+        input_shape="image:8,3,16,16",
+        precision_mode="must_keep_origin_dtype",
+    )
+    np.testing.assert_array_equal(run(origin, images)[0], want)
+
+
+def test_keep_dtype_keeps_a_named_operator_in_float32(tmp_path: Path) -> None:
+    onnx_path = build_scale(tmp_path / "scale.onnx")
+    x = np.random.default_rng(5).standard_normal((4, 4)).astype(np.float32)
+    want = reference(onnx_path, [x])["z"]
+    fp16 = run(compile_onnx(onnx_path, tmp_path / "fp16"), x)[0]
+    assert not np.array_equal(fp16, want)
+    for line in ("scale\nshift", "# by type\nOpType::Mul\nOpType::Add"):
+        keep = tmp_path / "keep.cfg"
+        keep.write_text(line + "\n")
+        got = run(compile_onnx(onnx_path, tmp_path / "kept", keep_dtype=keep), x)[0]
+        np.testing.assert_array_equal(got, want)
+    keep.write_text("scale\n")  # only the Mul kept: the Add rounds its result to float16
+    got = run(compile_onnx(onnx_path, tmp_path / "mul", keep_dtype=keep), x)[0]
+    np.testing.assert_array_equal(got, want.astype(np.float16).astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- output types
+
+
+def test_output_type_fp16_gives_acl_float16_outputs_the_runtime_serves(
+    tmp_path: Path, ctx: int
+) -> None:
+    onnx_path = build_mlp(tmp_path / "mlp.onnx")
+    om = compile_onnx(onnx_path, tmp_path / "half", input_shape="x:4,16", output_type="FP16")
+    x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+    fp16_float_out = run(compile_onnx(onnx_path, tmp_path / "f", input_shape="x:4,16"), x)
+    model = Model(om)
+    assert [acl.mdl.get_output_data_type(model.desc, i) for i in range(2)] == [1, 1]  # FLOAT16
+    assert acl.mdl.get_input_data_type(model.desc, 0) == 0  # inputs stay as the graph says
+    assert model.out_sizes == [4 * 8 * 2, 4 * 1 * 2]
+    model.feed([x])
+    assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
+    outputs = model.fetch()
+    assert [o.dtype for o in outputs] == [np.float16, np.float16]
+    for got, same in zip(outputs, fp16_float_out):  # the float16 values a float32 output holds
+        np.testing.assert_array_equal(got.astype(np.float32), same)
+    assert acl.mdl.unload(model.model_id) == 0
+    with Session(om, runtime="emulator") as session:
+        assert [(s.name, s.dtype) for s in session.outputs] == [
+            ("y", np.dtype(np.float16)),
+            ("z", np.dtype(np.float16)),
+        ]
+        served = session.infer({"x": x})
+    np.testing.assert_array_equal(served["y"], outputs[0])
+
+
+def test_output_type_per_output_with_out_nodes(tmp_path: Path) -> None:
+    onnx_path = build_mlp(tmp_path / "mlp.onnx")
+    om = compile_onnx(
+        onnx_path,
+        tmp_path / "one",
+        input_shape="x:4,16",
+        out_nodes="Relu_2:0;ReduceSum_3:0",
+        output_type="ReduceSum_3:0:FP16;Relu_2:0:FP32",
+        precision_mode="must_keep_origin_dtype",
+    )
+    desc = OmModel.load(om).description
+    assert [(t.name, t.acl_dtype) for t in desc.outputs] == [("Relu_2:0", 0), ("ReduceSum_3:0", 1)]
+    x = np.random.default_rng(4).standard_normal((4, 16)).astype(np.float32)
+    y, z = run(om, x)
+    want = reference(onnx_path, [x])
+    np.testing.assert_array_equal(y, want["y"])
+    np.testing.assert_array_equal(z, want["z"].astype(np.float16))
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"precision_mode": "fp16"}, r"--precision_mode 'fp16' is not supported; use one of "),
+        ({"precision_mode": "allow_mix_precision_bf16"}, r"bfloat16 .* not emulated"),
+        ({"precision_mode_v2": "force_fp16"}, r"'force_fp16' .* use one of fp16, origin"),
+        (
+            {"precision_mode": "force_fp16", "precision_mode_v2": "fp16"},
+            r"--precision_mode and --precision_mode_v2 cannot be used together",
+        ),
+        ({"output_type": "FP64"}, r"--output_type 'FP64' is not supported; give one of FP32, "),
+        ({"output_type": "UINT8"}, r"only emulates FP32 and FP16 outputs"),
+        ({"output_type": "Relu_2:0:FP16"}, r"needs --out_nodes"),
+        (
+            {"output_type": "Add_1:0:FP16", "out_nodes": "Relu_2:0"},
+            r"'Add_1:0:FP16' names no model output; .* \(the outputs: Relu_2:0\)",
+        ),
+    ],
+)
+def test_bad_values_are_refused_naming_what_is_allowed(
+    tmp_path: Path, flags: dict[str, str], message: str
+) -> None:
+    with pytest.raises(OmCompileError, match=message):
+        compile_onnx(
+            build_mlp(tmp_path / "mlp.onnx"), tmp_path / "m", input_shape="x:4,16", **flags
+        )
+
+
+def test_keep_dtype_names_must_be_operators_of_the_graph(tmp_path: Path) -> None:
+    onnx_path = build_scale(tmp_path / "scale.onnx")
+    keep = tmp_path / "keep.cfg"
+    keep.write_text("scale\nnope\n")
+    with pytest.raises(
+        OmCompileError, match=r"line 2: 'nope' is not an operator .*\(scale, shift\)"
+    ):
+        compile_onnx(onnx_path, tmp_path / "m", keep_dtype=keep)
+    keep.write_text("OpType::Conv2D\n")
+    with pytest.raises(OmCompileError, match=r"no operator of type 'Conv2D'; .* Add, Mul"):
+        compile_onnx(onnx_path, tmp_path / "m", keep_dtype=keep)
+    with pytest.raises(OmCompileError, match=r"cannot read --keep_dtype"):
+        compile_onnx(onnx_path, tmp_path / "m", keep_dtype=tmp_path / "absent.cfg")
+
+
+def test_header_and_atc_command_carry_the_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    onnx_path = build_mlp(tmp_path / "mlp.onnx")
+    base = ["emulator", "compile", "--model", str(onnx_path), "--framework", "5"]
+    assert main([*base, "--output", str(tmp_path / "d"), "--input_shape", "x:4,16"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("--precision_mode=force_fp16")
+    assert OmModel.load(tmp_path / "d.om").header["flags"]["precision_mode"] == "force_fp16"
+    flags = ["--precision_mode_v2", "origin", "--output_type", "FP16"]
+    assert main([*base, "--output", str(tmp_path / "o"), "--input_shape", "x:4,16", *flags]) == 0
+    atc = capsys.readouterr().out.splitlines()[-1]
+    assert atc.endswith("--precision_mode_v2=origin --output_type=FP16")
+    assert "--precision_mode=" not in atc
+    header = OmModel.load(tmp_path / "o.om").header["flags"]
+    assert header["precision_mode"] == "must_keep_origin_dtype"
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def test_compare_defaults_pass_fp16_rounding_and_catch_fp16_overflow(tmp_path: Path) -> None:
+    mlp = build_mlp(tmp_path / "mlp.onnx")
+    report = compare(
+        compile_onnx(mlp, tmp_path / "mlp", input_shape="x:4,16"), mlp, runtime="emulator"
+    )
+    assert report.passed
+    assert max(item.max_abs for item in report.comparisons) > 0  # FP16's error, within 1e-2
+    lse = build_logsumexp(tmp_path / "lse.onnx")
+    np.save(tmp_path / "x.npy", np.full((2, 8), 12, np.float32))
+    files = {"x": tmp_path / "x.npy"}
+    assert not compare(
+        compile_onnx(lse, tmp_path / "lse"), lse, runtime="emulator", files=files
+    ).passed
+    origin = compile_onnx(lse, tmp_path / "origin", precision_mode="must_keep_origin_dtype")
+    assert compare(origin, lse, runtime="emulator", files=files).passed
