@@ -11,8 +11,8 @@ import numpy as np
 import onnx
 import pytest
 from google.protobuf import text_format
-from onnx import TensorProto, helper
-from onnx_models import build_mlp, onnx_path_of
+from onnx import helper
+from onnx_models import build_fp16_overflow, build_mlp, onnx_path_of
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.ascend import PRECISION_LADDER, PrecisionMode
@@ -341,28 +341,6 @@ def test_ladder_without_a_passing_mode(tmp_path: Path, om_dynamic_batch: Path) -
     assert ladder_from(PrecisionMode.FORCE_FP32) == [PrecisionMode.FORCE_FP32]
 
 
-def build_fp16_overflow(path: Path) -> Path:
-    """`x` FLOAT[N,4] -> `y` = (x * 1e5) * 1e-5: y is x, but the intermediate exceeds float16's
-    largest value (65504) wherever |x| > 0.66, so float16 arithmetic makes it inf."""
-    scale_up = helper.make_tensor("up", TensorProto.FLOAT, [], [1e5])
-    scale_down = helper.make_tensor("down", TensorProto.FLOAT, [], [1e-5])
-    graph = helper.make_graph(
-        [
-            helper.make_node("Mul", ["x", "up"], ["large"]),
-            helper.make_node("Mul", ["large", "down"], ["y"]),
-        ],
-        "fp16_overflow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
-        initializer=[scale_up, scale_down],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
-    return path
-
-
-@pytest.mark.xfail(strict=True, reason="needs the emulator's precision numerics")
 def test_ladder_climbs_past_force_fp16_for_a_model_that_overflows_it(tmp_path: Path) -> None:
     onnx_path = build_fp16_overflow(tmp_path / "overflow.onnx")
     config = parse_config("""
