@@ -228,7 +228,8 @@ def _step_problems(
         )
     served = report.served_config
     if served is None:
-        notes.append(f"{step.label}: tensors not checked: {report.served_config_unknown}")
+        if report.ok:  # an invalid model's problem above says it all
+            notes.append(f"{step.label}: tensors not checked: {report.served_config_unknown}")
         return problems
     if 0 < served.max_batch_size < config.max_batch_size:
         problems.append(
@@ -291,8 +292,8 @@ def _steps(config: ModelConfig) -> list[_Step]:
         _Step(
             index,
             step.model_name,
-            dict(step.input_map),
-            dict(step.output_map),
+            dict(sorted(step.input_map.items())),  # protobuf maps have no order
+            dict(sorted(step.output_map.items())),
             int(step.model_version),
         )
         for index, step in enumerate(config.ensemble_scheduling.step)
@@ -311,9 +312,7 @@ def check_ensemble(
     problems += _data_flow(config, steps, producers)
     tensors = _Tensors(
         inputs={tensor.name: _ensemble_side(config, tensor, "input") for tensor in config.input},
-        outputs={
-            tensor.name: _ensemble_side(config, tensor, "output") for tensor in config.output
-        },
+        outputs={tensor.name: _ensemble_side(config, tensor, "output") for tensor in config.output},
         written=_written(steps, models),
     )
     notes: list[str] = []

@@ -54,7 +54,6 @@ from ge_python_backend.repository.versions import (
 )
 from ge_python_backend.runtime.checksum import file_sha256
 
-
 # What a model directory holds: one of ours, someone else's Python model, an ensemble.
 KIND_OURS = "ge-python-backend"
 KIND_PYTHON = "python"
@@ -184,7 +183,7 @@ def _instance_group_problems(config: ModelConfig) -> list[str]:
         return []
     return [
         "instance_group has kind KIND_GPU: Triton refuses it on a host without NVIDIA GPUs "
-        "(\"has kind KIND_GPU but no GPUs are available\"); use KIND_CPU (ours: with the NPUs "
+        '("has kind KIND_GPU but no GPUs are available"); use KIND_CPU (ours: with the NPUs '
         "in the device_ids parameter)"
     ]
 
@@ -200,9 +199,7 @@ def _check_python_model(
             report.problems.append(f"version {version_dir.name}: {filename} is missing")
     environment = config.parameters.get(EXECUTION_ENV_PATH)
     if environment is not None:
-        path = Path(
-            environment.string_value.replace(MODEL_DIRECTORY_PLACEHOLDER, str(model_dir))
-        )
+        path = Path(environment.string_value.replace(MODEL_DIRECTORY_PLACEHOLDER, str(model_dir)))
         if not path.is_file():
             report.problems.append(
                 f"parameter {EXECUTION_ENV_PATH} names {environment.string_value!r}, and "
@@ -264,7 +261,11 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
     for version_dir in versions:
         _check_version(report, view, params, version_dir, runtime)
     if report.served_config is None:
-        report.served_config_unknown = "its .om could not be read here (see its notes)"
+        report.served_config_unknown = (
+            "its .om could not be read here (see its notes)"
+            if report.ok
+            else "it is invalid (see its problems)"
+        )
     return report
 
 

@@ -20,7 +20,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -214,16 +213,31 @@ def _wait_loaded(server: TritonServer, deadline: float) -> dict[str, list[Mappin
 
 
 def _not_ready(entries: Sequence[Mapping[str, Any]]) -> list[str]:
-    """`version 1: UNAVAILABLE: <Triton's reason>` for each entry that is not READY."""
+    """`version 1: UNAVAILABLE: <Triton's reason>` for each entry that is not READY (the first
+    line of the reason: a Python model's traceback follows it)."""
     lines = []
     for entry in entries:
         state = entry.get("state") or "not loaded"
         if state == "READY":
             continue
-        reason = " ".join(str(entry.get("reason", "")).split())
+        reason = next(iter(str(entry.get("reason", "")).strip().splitlines()), "")
         version = f"version {entry['version']}: " if entry.get("version") else ""
         lines.append(f"{version}{state}" + (f": {reason}" if reason else ""))
     return lines
+
+
+def _load_error(server: TritonServer, name: str, timeout: float) -> str | None:
+    """Triton's answer to loading `name` once more (explicit model control): None when it
+    loads now, else the first line of its error. The index gives no reason for a model that
+    was never loaded, e.g. an ensemble whose step failed; the load answer names it."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        with TritonClient(server_url(server.urls.http, "http"), timeout_s=timeout) as client:
+            client.load_model(name)
+    except (InferenceServerException, *CONNECTION_ERRORS) as exc:
+        return next(iter(error_text(exc).strip().splitlines()), "the load failed")
+    return None
 
 
 def probe_repository(
@@ -237,9 +251,10 @@ def probe_repository(
     stub_python: StubPython | None = None,
     log_path: str | os.PathLike[str] | None = None,
 ) -> list[ModelProbe]:
-    """Serve `repository` with a throwaway tritonserver (free ports, every model loaded at
-    start), wait up to `timeout` s for the loads, probe every READY model (`probe`, within
-    `probe_timeout` s each) and stop the server; one `ModelProbe` per model, by name.
+    """Serve `repository` with a throwaway tritonserver (free ports, explicit model control
+    with every model loaded at start), wait up to `timeout` s for the loads, probe every READY
+    model (`probe`, within `probe_timeout` s each), ask Triton why a model never loaded by
+    loading it once more, and stop the server; one `ModelProbe` per model, by name.
 
     `env` is added to the server's environment; `runtime` ("emulator", "pyacl") sets
     `$GE_PYTHON_BACKEND_ACL`, which overrides every config's `acl_runtime`. `binary` and
@@ -252,7 +267,13 @@ def probe_repository(
     if runtime is not None:
         server_env[ENV_VAR] = runtime
     server = TritonServer(
-        repository, env=server_env, binary=binary, stub_python=stub_python, log_path=log_path
+        repository,
+        model_control_mode="explicit",
+        load_models=["*"],
+        env=server_env,
+        binary=binary,
+        stub_python=stub_python,
+        log_path=log_path,
     )
     deadline = time.monotonic() + timeout
     server.start()
@@ -262,6 +283,12 @@ def probe_repository(
         models = _wait_loaded(server, deadline)
         results = []
         for name, entries in models.items():
+            if not any(entry.get("state") for entry in entries):  # never loaded: ask why
+                error = _load_error(server, name, max(deadline - time.monotonic(), 1.0))
+                if error is not None:
+                    results.append(ModelProbe(name, ("not loaded",), False, error))
+                    continue
+                entries = _index_by_model(server.repository_index()).get(name, entries)
             failed = _not_ready(entries)
             if failed:
                 states = tuple(str(entry.get("state") or "not loaded") for entry in entries)
