@@ -79,7 +79,9 @@ STEP1 = "step 1 (model 'mlp')"
 
 def write_ensemble(repository: Path, text: str, name: str = "ens") -> None:
     (repository / name / "1").mkdir(parents=True, exist_ok=True)  # Triton wants a version dir
-    (repository / name / "config.pbtxt").write_text(text.replace('"ens"', f'"{name}"'))
+    (repository / name / "config.pbtxt").write_text(
+        text.replace('\nname: "ens"', f'\nname: "{name}"')
+    )
 
 
 @pytest.fixture()
@@ -385,3 +387,37 @@ def test_validate_serve_reports_a_broken_model_while_the_rest_answer(
         "ens_broken (not loaded): FAILED: load failed for model 'ens_broken': ensemble "
         "'ens_broken' depends on 'broken' which has no loaded version"
     )
+
+
+def test_an_ensemble_step_sees_the_verdict_of_an_inner_ensemble(repository: Path) -> None:
+    outer = ENSEMBLE.split("ensemble_scheduling")[0] + textwrap.dedent(
+        """
+        ensemble_scheduling {
+          step {
+            model_name: "ens"
+            input_map { key: "image" value: "image" }
+            output_map { key: "scores" value: "scores" }
+            output_map { key: "score" value: "score" }
+          }
+        }
+        """
+    )
+    write_ensemble(repository, outer, name="a_outer")  # checked first by name, unless ordered
+    assert reports_of(repository)["a_outer"].problems == []
+    write_ensemble(
+        repository, outer.replace('model_name: "ens"', 'model_name: "a_outer"'), "a_outer"
+    )
+    assert reports_of(repository)["a_outer"].problems == [
+        "step 0 (model 'a_outer'): the ensemble uses itself through its steps; Triton refuses a "
+        "circular dependency"
+    ]
+    write_ensemble(repository, outer, name="a_outer")
+    write_ensemble(repository, ENSEMBLE.replace("dims: [8]", "dims: [4]"))
+    reports = reports_of(repository)
+    assert len(reports["ens"].problems) == 1
+    assert reports["a_outer"].problems == [
+        "step 0 (model 'ens'): the model is invalid (see its problems), so Triton will not load "
+        "this ensemble",
+        "tensor 'scores': shapes differ: step 0 (model 'ens') output 'scores' TYPE_FP32 [-1, 4] "
+        "feeds ensemble output 'scores' TYPE_FP32 [-1, 8]",
+    ]

@@ -221,7 +221,7 @@ def _step_problems(
             f"(versions: {', '.join(report.versions) or 'none'})"
         ]
     problems = []
-    if not report.ok:
+    if not report.ok and report.name != config.name:  # itself: a cycle, reported as one
         problems.append(
             f"{step.label}: the model is invalid (see its problems), so Triton will not load "
             "this ensemble"

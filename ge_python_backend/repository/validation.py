@@ -270,12 +270,32 @@ def validate_model(model_dir: Path, *, runtime: str | None = None) -> ModelRepor
 
 
 def _check_ensembles(reports: dict[str, ModelReport]) -> None:
-    """Check every ensemble among `reports` against the others (its problems and notes)."""
+    """Check every ensemble among `reports` against the others (its problems and notes), an
+    ensemble used as a step before the ensembles using it, so that they see its verdict."""
+    checked: set[str] = set()
+
+    def check(report: ModelReport, using: frozenset[str]) -> None:
+        if report.name in checked or report.name in using or report.served_config is None:
+            return
+        for index, step in enumerate(report.served_config.ensemble_scheduling.step):
+            inner = reports.get(step.model_name)
+            if inner is None or inner.kind != KIND_ENSEMBLE:
+                continue
+            if inner.name in using | {report.name}:
+                report.problems.append(
+                    f"step {index} (model {inner.name!r}): the ensemble uses itself through its "
+                    "steps; Triton refuses a circular dependency"
+                )
+            else:
+                check(inner, using | {report.name})
+        problems, notes = check_ensemble(report.served_config, reports)
+        report.problems += problems
+        report.notes += notes
+        checked.add(report.name)
+
     for report in reports.values():
-        if report.kind == KIND_ENSEMBLE and report.served_config is not None:
-            problems, notes = check_ensemble(report.served_config, reports)
-            report.problems += problems
-            report.notes += notes
+        if report.kind == KIND_ENSEMBLE:
+            check(report, frozenset())
 
 
 def validate_repository(
