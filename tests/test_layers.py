@@ -57,7 +57,11 @@ EMULATOR_USERS = (f"{PACKAGE}.commands.emulator_cmd", f"{PACKAGE}.commands.selft
 # `pb_utils` stand-in for tests (which nothing in the package imports).
 RESTRICTED = {
     f"{PACKAGE}.repository.scaffold": (f"{PACKAGE}.commands.scaffold_cmd",),
-    f"{PACKAGE}.server": (f"{PACKAGE}.commands.serve_cmd", f"{PACKAGE}.tools.doctor"),
+    f"{PACKAGE}.server": (
+        f"{PACKAGE}.commands.serve_cmd",
+        f"{PACKAGE}.tools.doctor",
+        f"{PACKAGE}.tools.probe",
+    ),
     f"{PACKAGE}.triton.testing": (),
 }
 

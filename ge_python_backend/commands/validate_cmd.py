@@ -20,8 +20,8 @@ from ge_python_backend.commands.options import (
     add_runtime_option,
     add_tritonserver_options,
 )
+from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.repository.validation import ModelReport, validate_repository
-from ge_python_backend.server import ServerError, describe_python, find_server
 from ge_python_backend.tools.probe import DEFAULT_LOAD_TIMEOUT_S, probe_repository
 
 HELP = "check a model repository (config, files, checksum, inputs/outputs vs the .om, ensembles)"
@@ -89,10 +89,6 @@ def _print_report(report: ModelReport) -> None:
 
 def _serve_check(args: argparse.Namespace) -> bool:
     """Serve the repository once; print one line per model; whether every model answered."""
-    stub_python = describe_python(args.stub_python)
-    binary = find_server(
-        args.tritonserver, args.backend_directory, stub_version=stub_python.version
-    )
     log_path = Path(tempfile.mkdtemp(prefix="ge-validate-")) / "tritonserver.log"
     print(f"serving {args.repository} with a throwaway tritonserver (log: {log_path})")
     try:
@@ -100,11 +96,14 @@ def _serve_check(args: argparse.Namespace) -> bool:
             args.repository,
             runtime=args.runtime,
             timeout=args.timeout,
-            binary=binary,
-            stub_python=stub_python,
+            tritonserver=args.tritonserver,
+            backend_directory=args.backend_directory,
+            stub_python=args.stub_python,
             log_path=log_path,
         )
-    except ServerError as exc:
+    except UserError:
+        raise
+    except GeBackendError as exc:  # the server failed to start or exited early
         print(f"  the server did not serve the repository: {exc}")
         return False
     if not results:

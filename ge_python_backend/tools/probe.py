@@ -29,7 +29,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import ENV_VAR
-from ge_python_backend.server import ServerBinary, StubPython, TritonServer
+from ge_python_backend.server import TritonServer, describe_python, find_server
 
 logger = logging.getLogger(__name__)
 
@@ -247,8 +247,9 @@ def probe_repository(
     runtime: str | None = None,
     timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     probe_timeout: float = DEFAULT_TIMEOUT_S,
-    binary: ServerBinary | None = None,
-    stub_python: StubPython | None = None,
+    tritonserver: str | os.PathLike[str] | None = None,
+    backend_directory: str | os.PathLike[str] | None = None,
+    stub_python: str | os.PathLike[str] | None = None,
     log_path: str | os.PathLike[str] | None = None,
 ) -> list[ModelProbe]:
     """Serve `repository` with a throwaway tritonserver (free ports, explicit model control
@@ -257,22 +258,24 @@ def probe_repository(
     loading it once more, and stop the server; one `ModelProbe` per model, by name.
 
     `env` is added to the server's environment; `runtime` ("emulator", "pyacl") sets
-    `$GE_PYTHON_BACKEND_ACL`, which overrides every config's `acl_runtime`. `binary` and
-    `stub_python` as for `TritonServer`; `log_path` keeps the server log there. ServerError
-    when the server does not start.
+    `$GE_PYTHON_BACKEND_ACL`, which overrides every config's `acl_runtime`. `tritonserver`,
+    `backend_directory` and `stub_python` are `serve`'s options (default: the bundled server,
+    this interpreter); `log_path` keeps the server log there. ServerError when the server does
+    not start.
     """
     if not timeout > 0:
         raise UserError(f"the load timeout must be > 0 seconds, got {timeout}")
     server_env = dict(env or {})
     if runtime is not None:
         server_env[ENV_VAR] = runtime
+    python = describe_python(stub_python)
     server = TritonServer(
         repository,
         model_control_mode="explicit",
         load_models=["*"],
         env=server_env,
-        binary=binary,
-        stub_python=stub_python,
+        binary=find_server(tritonserver, backend_directory, stub_version=python.version),
+        stub_python=python,
         log_path=log_path,
     )
     deadline = time.monotonic() + timeout
