@@ -64,7 +64,11 @@ RESTRICTED = {
         f"{PACKAGE}.commands.scaffold_cmd",
         f"{PACKAGE}.tools.migrate.runner",
     ),
-    f"{PACKAGE}.server": (f"{PACKAGE}.commands.serve_cmd", f"{PACKAGE}.tools.doctor"),
+    f"{PACKAGE}.server": (
+        f"{PACKAGE}.commands.serve_cmd",
+        f"{PACKAGE}.tools.doctor",
+        f"{PACKAGE}.tools.probe",
+    ),
     f"{PACKAGE}.triton.testing": (),
 }
 

@@ -6,13 +6,21 @@ config, sends one request of zeros shaped from it (batch 1; the first gear's sha
 smallest `model_warmup`, for HW/dims gears; 1 for any other -1 axis) and succeeds only when every
 output arrives in time with the configured data type and shape. Kubernetes runs it as the exec
 livenessProbe (`ge-python-model k8s`), so a hung device gets its pod restarted.
+
+`probe_repository` checks a whole repository the same way (`validate --serve`, and `migrate` on
+the repository it writes): a throwaway tritonserver loads every model, each model READY gets one
+probe (ensembles included), each other one is reported with Triton's reason, and the server is
+stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
@@ -20,8 +28,16 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
+from ge_python_backend.runtime import ENV_VAR
+from ge_python_backend.server import TritonServer, describe_python, find_server
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
+# How long a throwaway server may take to load every model of a repository.
+DEFAULT_LOAD_TIMEOUT_S = 300.0
+# Repository-index states of a model whose load has not finished.
+LOADING_STATES = ("LOADING",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,3 +177,128 @@ def probe(
         if array is not None
     )
     return ProbeResult(True, f"{where} answered in {seconds * 1000:.1f} ms: {shapes}", seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelProbe:
+    """One model of a repository served by `probe_repository`: its state in Triton's
+    repository index (per version: `READY`, `UNAVAILABLE`, ...), `ok` when every version is
+    READY and the model answered a probe, and a message saying what answered or why not."""
+
+    name: str
+    states: tuple[str, ...]
+    ok: bool
+    message: str
+
+
+def _index_by_model(index: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    models: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in index:
+        models.setdefault(str(entry["name"]), []).append(entry)
+    return dict(sorted(models.items()))
+
+
+def _wait_loaded(server: TritonServer, deadline: float) -> dict[str, list[Mapping[str, Any]]]:
+    """The repository index by model once no model is loading any more (or at `deadline`)."""
+    while True:
+        models = _index_by_model(server.repository_index())
+        loading = [
+            name
+            for name, entries in models.items()
+            if any(entry.get("state") in LOADING_STATES for entry in entries)
+        ]
+        if not loading or time.monotonic() > deadline:
+            return models
+        time.sleep(0.2)
+
+
+def _not_ready(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`version 1: UNAVAILABLE: <Triton's reason>` for each entry that is not READY (the first
+    line of the reason: a Python model's traceback follows it)."""
+    lines = []
+    for entry in entries:
+        state = entry.get("state") or "not loaded"
+        if state == "READY":
+            continue
+        reason = next(iter(str(entry.get("reason", "")).strip().splitlines()), "")
+        version = f"version {entry['version']}: " if entry.get("version") else ""
+        lines.append(f"{version}{state}" + (f": {reason}" if reason else ""))
+    return lines
+
+
+def _load_error(server: TritonServer, name: str, timeout: float) -> str | None:
+    """Triton's answer to loading `name` once more (explicit model control): None when it
+    loads now, else the first line of its error. The index gives no reason for a model that
+    was never loaded, e.g. an ensemble whose step failed; the load answer names it."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        with TritonClient(server_url(server.urls.http, "http"), timeout_s=timeout) as client:
+            client.load_model(name)
+    except (InferenceServerException, *CONNECTION_ERRORS) as exc:
+        return next(iter(error_text(exc).strip().splitlines()), "the load failed")
+    return None
+
+
+def probe_repository(
+    repository: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    runtime: str | None = None,
+    timeout: float = DEFAULT_LOAD_TIMEOUT_S,
+    probe_timeout: float = DEFAULT_TIMEOUT_S,
+    tritonserver: str | os.PathLike[str] | None = None,
+    backend_directory: str | os.PathLike[str] | None = None,
+    stub_python: str | os.PathLike[str] | None = None,
+    log_path: str | os.PathLike[str] | None = None,
+) -> list[ModelProbe]:
+    """Serve `repository` with a throwaway tritonserver (free ports, explicit model control
+    with every model loaded at start), wait up to `timeout` s for the loads, probe every READY
+    model (`probe`, within `probe_timeout` s each), ask Triton why a model never loaded by
+    loading it once more, and stop the server; one `ModelProbe` per model, by name.
+
+    `env` is added to the server's environment; `runtime` ("emulator", "pyacl") sets
+    `$GE_PYTHON_BACKEND_ACL`, which overrides every config's `acl_runtime`. `tritonserver`,
+    `backend_directory` and `stub_python` are `serve`'s options (default: the bundled server,
+    this interpreter); `log_path` keeps the server log there. ServerError when the server does
+    not start.
+    """
+    if not timeout > 0:
+        raise UserError(f"the load timeout must be > 0 seconds, got {timeout}")
+    server_env = dict(env or {})
+    if runtime is not None:
+        server_env[ENV_VAR] = runtime
+    python = describe_python(stub_python)
+    server = TritonServer(
+        repository,
+        model_control_mode="explicit",
+        load_models=["*"],
+        env=server_env,
+        binary=find_server(tritonserver, backend_directory, stub_version=python.version),
+        stub_python=python,
+        log_path=log_path,
+    )
+    deadline = time.monotonic() + timeout
+    server.start()
+    logger.info("tritonserver for %s started; log %s", server.repository, server.log_path)
+    try:
+        server.wait_ready(timeout)
+        models = _wait_loaded(server, deadline)
+        results = []
+        for name, entries in models.items():
+            if not any(entry.get("state") for entry in entries):  # never loaded: ask why
+                error = _load_error(server, name, max(deadline - time.monotonic(), 1.0))
+                if error is not None:
+                    results.append(ModelProbe(name, ("not loaded",), False, error))
+                    continue
+                entries = _index_by_model(server.repository_index()).get(name, entries)
+            failed = _not_ready(entries)
+            if failed:
+                states = tuple(str(entry.get("state") or "not loaded") for entry in entries)
+                results.append(ModelProbe(name, states, False, "; ".join(failed)))
+                continue
+            answer = probe(server.urls.http, name, timeout=probe_timeout)
+            results.append(ModelProbe(name, ("READY",) * len(entries), answer.ok, answer.message))
+        return results
+    finally:
+        server.stop()
