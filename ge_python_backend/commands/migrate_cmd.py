@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:
         "--samples",
         type=Path,
         metavar="DIR",
-        help="input samples for the accuracy check (DIR/<model>/<input>.npy)",
+        help="inputs for the accuracy gate: DIR/<model>/*.npz, one request per file, one array per input name (batch axis included)",
     )
     add_tolerance_options(parser)
     parser.add_argument(
