@@ -98,7 +98,8 @@ def register(subparsers: Any) -> None:
         "--samples",
         type=Path,
         metavar="DIR",
-        help="inputs for the accuracy gate: DIR/<model>/*.npz, one request per file, one array per input name (batch axis included)",
+        help="inputs for the accuracy gate: DIR/<model>/*.npz, one request per file, one array "
+        "per input name (batch axis included)",
     )
     add_tolerance_options(parser)
     parser.add_argument(
