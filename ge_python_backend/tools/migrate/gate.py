@@ -541,25 +541,27 @@ def climb_ladder(
     start: PrecisionMode,
     compile_at: Callable[[PrecisionMode], Path],
     check: Callable[[Path], AccuracyResult],
+    *,
+    label: str | None = None,
 ) -> LadderResult:
     """Compile at each mode of `ladder_from(start)` and check the `.om`, up to the first that
     passes. A compile error (a `UserError`, as ATC's and the emulator's are) is recorded and the
-    ladder goes on."""
+    ladder goes on. `label` names the model in the log (default: the `.om`'s file name)."""
     attempts = []
     for mode in ladder_from(start):
         try:
             om = compile_at(mode)
         except UserError as exc:
-            logger.warning("compiling at precision mode %s failed: %s", mode, exc)
+            logger.warning("%s: compiling at precision mode %s failed: %s", label, mode, exc)
             attempts.append(LadderAttempt(mode, None, None, str(exc)))
             continue
         result = check(om)
         attempts.append(LadderAttempt(mode, om, result))
         if result.passed:
-            logger.info("%s passes the accuracy gate at precision mode %s", om.name, mode)
+            logger.info("%s passes the accuracy gate at precision mode %s", label or om.name, mode)
             break
         failed = ", ".join(output.name for output in result.outputs if not output.passed)
         logger.warning(
-            "%s fails the accuracy gate at precision mode %s on %s", om.name, mode, failed
+            "%s fails the accuracy gate at precision mode %s on %s", label or om.name, mode, failed
         )
     return LadderResult(attempts)

@@ -199,6 +199,8 @@ def summary_lines(report: MigrationReport) -> list[str]:
         line = f"{model.name:<24} {model.source_format:<22} {model.status.value}"
         if model.gears:
             line += f" ({model.gears})"
+        if model.accuracy is not None:
+            line += f" at {model.precision_mode.value}"
         if model.status == Status.NEEDS_ONNX:
             line += f": provide {', '.join(model.provide)}"
         lines.append(line)

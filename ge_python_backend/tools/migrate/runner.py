@@ -369,7 +369,8 @@ def _compile_and_gate(
             inputs.extend(_gate_inputs(model, onnx_path, om, options))
         return check_accuracy(onnx_path, om, inputs, options.thresholds, runtime=options.runtime)
 
-    ladder = climb_ladder(options.precision_mode, compile_at, check)
+    label = f"model {model.name!r} version {version.number}"
+    ladder = climb_ladder(options.precision_mode, compile_at, check, label=label)
     accuracy = result.accuracy if result.accuracy is not None else {}
     accuracy[str(version.number)] = ladder.as_dict()
     result.accuracy = accuracy
