@@ -129,7 +129,9 @@ def refusals(source: ModelConfig) -> list[FieldChange]:
     `rewrite_config` adds those that depend on the `.om` (tensors that disagree with it)."""
     found = []
     for field, _ in source.ListFields():
-        rule = _TOP_LEVEL.get(field.name, (REFUSED, "a config field this migration cannot carry"))
+        rule = TOP_LEVEL_FIELDS.get(
+            field.name, (REFUSED, "a config field this migration cannot carry")
+        )
         if isinstance(rule, tuple) and rule[0] == REFUSED:
             found.append(FieldChange(field.name, rule[1]))
     for kind in ("input", "output"):
@@ -234,7 +236,7 @@ class _Rewriter:
     def run(self) -> None:
         self._max_batch_size()
         for field, _ in self.source.ListFields():
-            rule = _TOP_LEVEL.get(field.name)
+            rule = TOP_LEVEL_FIELDS.get(field.name)
             if callable(rule):
                 rule(self)
             elif rule is not None and self.record(rule[0], field.name, rule[1]) and rule[0] == KEPT:
@@ -601,7 +603,7 @@ class _Rewriter:
 _Rule = Union[tuple[str, str], Callable[[_Rewriter], None], None]
 # What becomes of each top-level field of ModelConfig: a list and its note, a handler, or None
 # for the fields `_Rewriter.run` handles whether the source sets them or not.
-_TOP_LEVEL: dict[str, _Rule] = {
+TOP_LEVEL_FIELDS: dict[str, _Rule] = {
     "name": (KEPT, "as written"),
     "platform": _Rewriter._platform,
     "backend": _Rewriter._backend,
