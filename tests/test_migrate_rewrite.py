@@ -7,6 +7,7 @@ checked as model.py and validate check it.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -422,6 +423,9 @@ def test_the_rewritten_gpu_config_serves_on_tritonserver(
         served, got = config_and_answer(server, x)
     assert [(g.kind, g.count) for g in served.instance_group] == [(KIND_CPU, 4)]
     assert served.parameters["device_ids"].string_value == "0,1,0,1"
+    # each instance on its NPU, as model.py reports it at load
+    placed = re.findall(r"instance (gpu_\d): .* on device (\d)", log.read_text())
+    assert sorted(placed) == [("gpu_0", "0"), ("gpu_1", "1"), ("gpu_2", "0"), ("gpu_3", "1")]
     want = reference(onnx_path_of(om_dynamic_batch), {"x": x})
     for name in ("y", "z"):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
