@@ -283,22 +283,27 @@ class _Rewriter:
         else:
             self.record(KEPT, "max_batch_size", f"{size} as written")
 
-    def _submessage(self, name: str, notes: dict[str, str], kind: str, default: str) -> None:
-        """Each field set in the source's message `name` goes to list `kind` with its note in
-        `notes` (else `default`); kept ones are copied. An empty message is one field."""
+    def _submessage(
+        self, name: str, notes: dict[str, str], kind: str, default: str, skip: str = ""
+    ) -> None:
+        """Each field set in the source's message `name` but `skip` goes to list `kind` with
+        its note in `notes` (else `default`); kept ones are copied. An empty message is one
+        field."""
         message = getattr(self.source, name)
         target = getattr(self.config, name)
         fields = [field.name for field, _ in message.ListFields()]
         if not fields and self.record(kind, name, f"(empty) {default}") and kind == KEPT:
             target.SetInParent()
         for field in fields:
-            if field == "preferred_batch_size" and name == "dynamic_batching":
-                continue  # `_dynamic_batching` rewrites it
-            if self.record(kind, f"{name}.{field}", notes.get(field, default)) and kind == KEPT:
+            if (
+                field != skip
+                and self.record(kind, f"{name}.{field}", notes.get(field, default))
+                and kind == KEPT
+            ):
                 target.MergeFrom(_only(message, field))
 
     def _dynamic_batching(self) -> None:
-        self._submessage("dynamic_batching", {}, KEPT, "as written")
+        self._submessage("dynamic_batching", {}, KEPT, "as written", skip="preferred_batch_size")
         self.config.dynamic_batching.SetInParent()
         sizes = list(self.source.dynamic_batching.preferred_batch_size)
         compiled = [size for size in sizes if size in self.gears] or list(self.gears)
