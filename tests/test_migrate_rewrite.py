@@ -157,6 +157,12 @@ def changes(result: ConfigRewrite) -> list[FieldChange]:
     return [*result.kept, *result.rewritten, *result.dropped, *result.refused]
 
 
+def assert_each_field_in_one_list(source: ModelConfig, result: ConfigRewrite) -> None:
+    for leaf in leaves(source):
+        placed = [change for change in changes(result) if covers(change, leaf)]
+        assert len(placed) == 1, (leaf, placed)
+
+
 def detail(entries: list[FieldChange], field: str) -> str:
     found = [change.detail for change in entries if change.field == field]
     assert len(found) == 1, (field, entries)
@@ -207,11 +213,8 @@ def test_gpu_config_rewritten_for_the_om(scaffolded: ScaffoldResult, model_dir: 
 def test_every_source_field_lands_in_exactly_one_list(scaffolded: ScaffoldResult) -> None:
     source = parse(GPU_CONFIG)
     result = rewrite(source, scaffolded)
-    found = list(leaves(source))
-    assert len(found) > 30
-    for leaf in found:
-        placed = [change for change in changes(result) if covers(change, leaf)]
-        assert len(placed) == 1, (leaf, placed)
+    assert len(list(leaves(source))) > 30
+    assert_each_field_in_one_list(source, result)
     assert {change.field for change in result.dropped} == {
         "optimization.execution_accelerators",
         "optimization.cuda",
@@ -268,8 +271,7 @@ def test_unconvertible_fields_are_refused(field: str, scaffolded: ScaffoldResult
     result = rewrite(source, scaffolded)
     assert not result.convertible
     assert detail(result.refused, field)
-    for leaf in leaves(source):  # still each field in one list
-        assert len([change for change in changes(result) if covers(change, leaf)]) == 1, leaf
+    assert_each_field_in_one_list(source, result)
 
 
 def test_the_gpu_config_has_no_refusal() -> None:
@@ -437,3 +439,47 @@ def config_and_answer(
     """The config the server serves `classifier` with, and its answer to `x`."""
     with TritonClient(grpc_address(server), "grpc") as client:
         return client.model_config("classifier"), client.infer("classifier", {"x": (x, "FP32")})
+
+
+def test_group_settings_kept_when_the_groups_agree_and_dropped_when_not(
+    scaffolded: ScaffoldResult,
+) -> None:
+    source = parse(GPU_CONFIG)
+    source.ClearField("instance_group")
+    source.MergeFrom(
+        parse(
+            """instance_group [
+                 { kind: KIND_GPU gpus: [ 0 ] rate_limiter { priority: 2 }
+                   profile: [ "0" ] secondary_devices [ { kind: KIND_NVDLA device_id: 0 } ] },
+                 { kind: KIND_MODEL count: 2 rate_limiter { priority: 2 } },
+                 { kind: KIND_GPU gpus: [ 1 ] rate_limiter { priority: 3 } } ]"""
+        )
+    )
+    result = rewrite(source, scaffolded, ids=(4, 5))
+    assert_each_field_in_one_list(source, result)
+    assert result.config.parameters["device_ids"].string_value == "0,4,5,1"
+    assert not result.config.instance_group[0].HasField("rate_limiter")
+    assert "differ" in detail(result.dropped, "instance_group[2].rate_limiter")
+    assert "TensorRT" in detail(result.dropped, "instance_group[0].profile")
+    assert "NVDLA" in detail(result.dropped, "instance_group[0].secondary_devices")
+    source.instance_group[2].rate_limiter.priority = 2
+    result = rewrite(source, scaffolded, ids=(4, 5))
+    assert result.config.instance_group[0].rate_limiter.priority == 2
+    assert detail(result.kept, "instance_group[2].rate_limiter") == "as written"
+
+
+def test_sequence_batching_without_state_is_kept(
+    scaffolded: ScaffoldResult, model_dir: Path
+) -> None:
+    source = parse(GPU_CONFIG)
+    source.ClearField("dynamic_batching")
+    source.MergeFrom(
+        parse("sequence_batching { max_sequence_idle_microseconds: 5000000 oldest { } }")
+    )
+    result = rewrite(source, scaffolded)
+    assert result.convertible
+    assert result.config.sequence_batching == source.sequence_batching
+    assert not result.config.HasField("dynamic_batching")
+    assert detail(result.kept, "sequence_batching.oldest") == "as written"
+    assert_each_field_in_one_list(source, result)
+    serve_check(result, model_dir, scaffolded)
