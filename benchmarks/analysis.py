@@ -14,6 +14,7 @@ from scenarios import (
     CLASSIFIER_BATCH,
     COUNTER_REQUESTS,
     CPU_CONCURRENCY,
+    EXPERT_MODELS,
     PIPELINE_LEVELS,
     PIPELINE_TIMING,
     SATURATION_LEVELS,
@@ -492,11 +493,10 @@ def pipelined_limit() -> float:
 
 def expert(data: dict[str, Any]) -> Expert:
     settings = data["expert"]["settings"]
+    ours, other = EXPERT_MODELS
     ratios = {
         (setting, level): Target(
-            paired(
-                settings[setting]["runs"]["ours"], settings[setting]["runs"]["expert"], level, key
-            ),
+            paired(settings[setting]["runs"][ours], settings[setting]["runs"][other], level, key),
             target,
         )
         for (setting, level), (key, target) in EXPERT_TARGETS.items()

@@ -82,6 +82,7 @@ EXPERT_SETTINGS: dict[str, tuple[str | None, list[int], int]] = {
     "copy_bound": (PIPELINE_TIMING, PIPELINE_LEVELS, 1),
     "resnet50": (SATURATION_TIMING, SATURATION_LEVELS[-1:], SATURATION_ROWS),
 }
+EXPERT_MODELS = ("ours", "expert")
 # The correctness check: requests of these many rows sent at once (Triton batches them together).
 ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
 
@@ -512,12 +513,12 @@ def scenario_expert(
         if setting == "resnet50":
             rounds = dataclasses.replace(plan, rounds=min(plan.rounds, SATURATION_ROUNDS))
         with serving(repository, logs, env=env) as server:
-            for model in ("ours", "expert"):
+            for model in EXPERT_MODELS:
                 check_answers(server, model)
             runs = alternate(
                 recorder,
                 server,
-                ["ours", "expert"],
+                EXPERT_MODELS,
                 levels,
                 rounds,
                 f"expert-{setting}",
