@@ -14,6 +14,7 @@ copies around it, three waits instead of one, and GE refuses mixing both on one 
 Imports `acl` (the CPU emulator's when `GE_PYTHON_BACKEND_ACL=emulator`: the benchmark's only
 concession), numpy, ctypes and Triton's utilities; nothing of ge-python-backend. Reads the
 config.pbtxt parameters `om_file` (else the version's only `.om`) and `device_ids` (the first).
+Written for a PCIe card (host run mode: host and device memory apart, copies host to device).
 """
 
 import ctypes
@@ -40,19 +41,25 @@ def check(ret, call):
         raise RuntimeError(f"{call} failed with ACL error {ret}")
 
 
+def add_device_buffer(dataset, size):
+    """Device memory of `size` bytes appended to `dataset`; its address."""
+    device, ret = acl.rt.malloc(size, ACL_MEM_MALLOC_HUGE_FIRST)
+    check(ret, "acl.rt.malloc")
+    _, ret = acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(device, size))
+    check(ret, "acl.mdl.add_dataset_buffer")
+    return device
+
+
 class Buffer:
     """Device memory for one model input or output, its page-locked host twin (a uint8 numpy
     view), and the bytes one row of it takes."""
 
     def __init__(self, dataset, size, rows):
-        self.device, ret = acl.rt.malloc(size, ACL_MEM_MALLOC_HUGE_FIRST)
-        check(ret, "acl.rt.malloc")
+        self.device = add_device_buffer(dataset, size)
         self.host, ret = acl.rt.malloc_host(size)
         check(ret, "acl.rt.malloc_host")
         self.view = np.frombuffer((ctypes.c_ubyte * size).from_address(self.host), np.uint8)
         self.size, self.row_bytes = size, size // rows
-        _, ret = acl.mdl.add_dataset_buffer(dataset, acl.create_data_buffer(self.device, size))
-        check(ret, "acl.mdl.add_dataset_buffer")
 
     def rows(self, count, dtype, row_shape):
         """The first `count` rows of the host memory as an array."""
@@ -111,13 +118,7 @@ class TritonPythonModel:
         for i in range(acl.mdl.get_num_inputs(self.desc)):
             size = acl.mdl.get_input_size_by_index(self.desc, i)
             if i == self.gear_index:  # set_dynamic_batch_size fills it
-                device, ret = acl.rt.malloc(size, ACL_MEM_MALLOC_HUGE_FIRST)
-                check(ret, "acl.rt.malloc")
-                self.gear_device = device
-                _, ret = acl.mdl.add_dataset_buffer(
-                    self.input_dataset, acl.create_data_buffer(device, size)
-                )
-                check(ret, "acl.mdl.add_dataset_buffer")
+                self.gear_device = add_device_buffer(self.input_dataset, size)
             else:
                 self.inputs.append(Buffer(self.input_dataset, size, largest))
         self.output_dataset = acl.mdl.create_dataset()

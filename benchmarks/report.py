@@ -918,7 +918,7 @@ def draw(data: dict[str, Any], results: Path) -> None:
         plot(series, results / f"{name}.png", title=title)
     for setting, values in data.get("expert", {}).get("settings", {}).items():
         series = [(model, analysis.medians(rounds)) for model, rounds in values["runs"].items()]
-        title = f"Our model.py vs a hand-written pyACL one ({EXPERT_SETTING_WORDS[setting]})"
+        title = f"Our model.py vs a hand-written pyACL one: {EXPERT_SETTING_WORDS[setting]}"
         plot(series, results / f"expert-{setting}.png", title=title)
     if "pipeline" in data:
         timeline_plot.draw(

@@ -234,7 +234,9 @@ def check_answers(server: TritonServer, model: str) -> None:
             if error is not None:
                 raise SystemExit(f"{model}: request {index} failed: {error}")
             if not np.array_equal(result.as_numpy("y"), inputs[index] * 2 + 1):
-                raise SystemExit(f"{model}: wrong answer to request {index} of {ANSWER_ROWS} rows")
+                raise SystemExit(
+                    f"{model}: wrong answer to request {index} ({ANSWER_ROWS[index]} rows)"
+                )
 
 
 @contextlib.contextmanager
