@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 from scenarios import (
     CLASSIFIER_BATCH,
     COUNTER_REQUESTS,
     CPU_CONCURRENCY,
+    EXPERT_MODELS,
+    PIPELINE_LEVELS,
+    PIPELINE_TIMING,
+    SATURATION_LEVELS,
     SATURATION_TIMING,
     SMALL_GEARS,
     WIDTH,
@@ -32,6 +37,13 @@ BUSY_TARGET, BUSY_FLOOR = 0.95, 0.90  # device busy with scaffold's defaults
 DEFAULTS_LATENCY_TARGET = 1.05  # p50 at concurrency 1, depth 2 / depth 1, at most
 PIPELINE_LEVEL, PIPELINE_TARGET = 16, 1.4  # depth 2 / depth 1 throughput
 PIPELINE_LATENCY_TARGET = 1.10  # p50 at concurrency 1, depth 2 / depth 1, at most
+# Ours / the hand-written pyACL model.py (section 7): (setting, concurrency) -> (figure, target).
+EXPERT_TARGETS = {
+    ("plain", 1): ("throughput_rps", 0.95),
+    ("plain", CPU_CONCURRENCY): ("throughput_rps", 0.95),
+    ("copy_bound", PIPELINE_LEVELS[-1]): ("rows_per_s", 1.3),
+    ("resnet50", SATURATION_LEVELS[-1]): ("rows_per_s", 1.05),
+}
 # Below these the report says two figures agree: ...
 AGREE = 0.10  # ... two ratios within 10% of each other
 SAME_BUSY = 0.05  # ... device-busy figures within 0.05 of each other
@@ -108,13 +120,22 @@ class Variability:
     ratios: float  # median spread of the summary table's per-round ratios
 
 
+def measured_runs(data: dict[str, Any]) -> Iterator[tuple[str, Rounds]]:
+    """Each model measured in alternating rounds and its rounds (section 7's models named with
+    their setting)."""
+    for section in ("overhead", "naive", "pipeline", "saturation"):
+        if section in data:
+            yield from data[section]["runs"].items()
+    for setting, values in data.get("expert", {}).get("settings", {}).items():
+        for model, rounds in values["runs"].items():
+            yield f"{model} ({setting})", rounds
+
+
 def variability(data: dict[str, Any], targets: list[Target]) -> Variability | None:
     """None when the run had one round."""
     spreads = {
         (model, entries[0]["concurrency"]): spread([e["throughput_rps"] for e in entries])
-        for section in ("overhead", "naive", "pipeline", "saturation")
-        if section in data
-        for model, rounds in data[section]["runs"].items()
+        for model, rounds in measured_runs(data)
         for entries in zip(*rounds)
         if len(entries) > 1
     }
@@ -435,3 +456,60 @@ def saturation(data: dict[str, Any]) -> Saturation:
         ),
         latency=latency,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Expert:
+    """Section 7: ours against the hand-written pyACL model.py, setting by setting."""
+
+    ratios: dict[tuple[str, int], Target]  # ours / expert, keyed as EXPERT_TARGETS
+    table: dict[str, dict[str, dict[int, dict[str, float]]]]  # setting -> model -> level -> medians
+
+    @property
+    def slower(self) -> list[tuple[str, int]]:
+        """Where ours was slower than the expert (median ratio below 1)."""
+        return [key for key, target in self.ratios.items() if target.value < 1]
+
+    @property
+    def p50_gap_us(self) -> float:
+        """Median p50 at one client without a timing model, ours minus the expert."""
+        plain = self.table["plain"]
+        return (plain["ours"][1]["p50_ms"] - plain["expert"][1]["p50_ms"]) * 1e3
+
+
+def serial_limit() -> float:
+    """Rows/s of a model.py that copies a full largest-gear batch in, executes it and copies it
+    out one after the other (as the expert does) in the copy-bound setting."""
+    gear, timing = largest_gear(), parse_timing(PIPELINE_TIMING)
+    copy = timing.copy_seconds(gear * WIDTH * 4)
+    return gear / (2 * copy + timing.execute_seconds(gear))
+
+
+def pipelined_limit() -> float:
+    """Rows/s in the copy-bound setting when the three engines overlap: its slowest engine."""
+    gear, timing = largest_gear(), parse_timing(PIPELINE_TIMING)
+    return gear / max(timing.copy_seconds(gear * WIDTH * 4), timing.execute_seconds(gear))
+
+
+def expert(data: dict[str, Any]) -> Expert:
+    settings = data["expert"]["settings"]
+    ours, other = EXPERT_MODELS
+    ratios = {
+        (setting, level): Target(
+            paired(settings[setting]["runs"][ours], settings[setting]["runs"][other], level, key),
+            target,
+        )
+        for (setting, level), (key, target) in EXPERT_TARGETS.items()
+    }
+    keys = ("throughput_rps", "rows_per_s", "p50_ms", "p99_ms")
+    table = {
+        setting: {
+            model: {
+                level: {key: median_at(rounds, level, key) for key in keys}
+                for level in values["levels"]
+            }
+            for model, rounds in values["runs"].items()
+        }
+        for setting, values in settings.items()
+    }
+    return Expert(ratios=ratios, table=table)

@@ -13,11 +13,13 @@ import analysis
 import timeline as timeline_plot
 from analysis import Rounds, Target
 from scenarios import (
+    ANSWER_ROWS,
     CLASSIFIER_BATCH,
     COUNTER_BATCHES,
     COUNTER_REQUESTS,
     CPU_CONCURRENCY,
     DEVICE_TIMING,
+    EXPERT_MODELS,
     SATURATION_DELAYS_US,
     SATURATION_ROWS,
     SMALL_GEARS,
@@ -75,6 +77,13 @@ PLOTS = (
     ("pipeline", "Pipeline depth 1 vs 2 (device timing)"),
     ("saturation", "Defaults that keep the device busy (ResNet-50 / 310P3 profile)"),
 )
+FIGURE_WORDS = {"throughput_rps": "throughput", "rows_per_s": "rows/s"}
+# Section 7's settings in words (tables, plot titles).
+EXPERT_SETTING_WORDS = {
+    "plain": "no timing model",
+    "copy_bound": "copy-bound (section 5's timing)",
+    "resnet50": "ResNet-50 / 310P3 profile",
+}
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
@@ -194,6 +203,7 @@ def summary_lines(
     naive: Target,
     eff: analysis.Efficiency,
     sat: analysis.Saturation | None,
+    exp: analysis.Expert | None,
 ) -> list[str]:
     low, high = sorted(over.senders)
     lines = [
@@ -242,6 +252,18 @@ def summary_lines(
                     f"{sat.delay})",
                     sat.latency,
                     3,
+                )
+            )
+    if exp is not None:
+        for (setting, level), target in exp.ratios.items():
+            figure = analysis.EXPERT_TARGETS[setting, level][0]
+            lines.append(
+                summary_row(
+                    f"our model.py / hand-written pyACL model.py, {FIGURE_WORDS[figure]} at "
+                    f"concurrency {level}, {EXPERT_SETTING_WORDS[setting]}",
+                    target,
+                    2,
+                    unit="" if setting == "plain" else "x",
                 )
             )
     return lines
@@ -711,6 +733,123 @@ def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str
     return lines
 
 
+def expert_reading(exp: analysis.Expert) -> str:
+    """What section 7 measured, in words, from its medians."""
+    copy_level, top = analysis.PIPELINE_LEVELS[-1], analysis.SATURATION_LEVELS[-1]
+    ours, theirs = (exp.table["copy_bound"][m][copy_level]["rows_per_s"] for m in EXPERT_MODELS)
+    resnet = exp.table["resnet50"]
+    gap, slower = exp.p50_gap_us, exp.slower
+    serial, limit = analysis.serial_limit(), analysis.device_limit()
+    verdict = (
+        "Ours was at least as fast as the hand-written model.py in every setting measured."
+        if not slower
+        else "The hand-written model.py was faster in: "
+        + "; ".join(
+            f"{EXPERT_SETTING_WORDS[setting]} at concurrency {level} (ours "
+            f"{exp.ratios[setting, level].value:.2f} of it)"
+            for setting, level in slower
+        )
+        + "."
+    )
+    return (
+        f"{verdict} At one client without a timing model the median p50 was "
+        f"{exp.table['plain']['ours'][1]['p50_ms']:.2f} ms for ours and "
+        f"{exp.table['plain']['expert'][1]['p50_ms']:.2f} ms for the hand-written model.py: "
+        + (
+            f"ours answered {fmt(-gap)} us sooner. "
+            if gap < 0
+            else f"ours answered {fmt(gap)} us later. "
+            if gap > 0
+            else "the same. "
+        )
+        + f"Copy-bound at concurrency {copy_level}, a model.py that copies a full "
+        f"{analysis.largest_gear()}-row batch in, executes it and copies it out one after the "
+        f"other can reach at most {fmt(serial)} rows/s, one whose copies and executions "
+        f"overlap {fmt(analysis.pipelined_limit())} rows/s (its slowest engine): the "
+        f"hand-written model.py reached {fmt(theirs)} rows/s ({theirs / serial:.0%} of the "
+        f"serial limit), ours {fmt(ours)} ({ours / serial:.0%} of it"
+        + (", beyond it: its copies and executions overlapped" if ours > serial else "")
+        + f"). Under the ResNet-50 profile at {top} clients the device limit is "
+        f"{fmt(limit)} rows/s; ours reached {resnet['ours'][top]['rows_per_s'] / limit:.0%} of "
+        f"it, the hand-written model.py {resnet['expert'][top]['rows_per_s'] / limit:.0%}."
+    )
+
+
+def expert_setting_words(name: str, setting: dict[str, Any]) -> str:
+    """`copy-bound (section 5's timing) (GE_EMULATOR_TIMING=..., 1-row requests, 5 rounds)`."""
+    timing = f"`GE_EMULATOR_TIMING={setting['timing']}`, " if setting["timing"] else ""
+    rounds = len(setting["runs"][EXPERT_MODELS[0]])
+    return (
+        f"{EXPERT_SETTING_WORDS[name]} ({timing}{setting['rows']}-row requests, {rounds} "
+        f"round{'s' if rounds > 1 else ''})"
+    )
+
+
+def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
+    raw = data["expert"]
+    settings = raw["settings"]
+    lines = [
+        "## 7. Against a hand-written pyACL model.py",
+        "",
+        "`benchmarks/expert_model.py` is the model.py a skilled engineer writes directly against "
+        "pyACL (following the calling patterns of the Ascend samples' acllite and ModelZoo's "
+        "`acl_net.py`, cited in its docstring), importing `acl` and nothing of ours: device "
+        "buffers, page-locked host buffers and both datasets made once at initialize; each "
+        "batch of requests from Triton concatenated into the smallest gear that holds it "
+        "(padding rows zeroed) in the page-locked input buffer; one `memcpy_async` in, "
+        "`set_dynamic_batch_size`, `execute_async`, one `memcpy_async` out of the real rows, "
+        "all on one stream, then one `synchronize_stream`; the outputs split per request. "
+        "`ours` is scaffold's defaults; `expert` the same model directory and config.pbtxt with "
+        "that model.py (`GE_PYTHON_BACKEND_ACL=emulator` makes its `acl` the emulator). Before "
+        f"measuring, both answered {len(ANSWER_ROWS)} requests of "
+        f"{', '.join(map(str, ANSWER_ROWS))} rows sent at once (Triton batches them) with "
+        "exactly `2x + 1` of their own rows. Each setting had its own server, both models on "
+        "it, in alternating rounds: "
+        + "; ".join(expert_setting_words(name, setting) for name, setting in settings.items())
+        + ".",
+        "",
+        expert_reading(exp),
+        "",
+        "| setting | concurrency | ours rows/s | expert rows/s | ours p50 ms | expert p50 ms "
+        "| ours p99 ms | expert p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for setting, models in exp.table.items():
+        for level in settings[setting]["levels"]:
+            ours, other = models["ours"][level], models["expert"][level]
+            lines.append(
+                f"| {EXPERT_SETTING_WORDS[setting]} | {level} | {fmt(ours['rows_per_s'])} | "
+                f"{fmt(other['rows_per_s'])} | {ours['p50_ms']:.2f} | {other['p50_ms']:.2f} | "
+                f"{ours['p99_ms']:.2f} | {other['p99_ms']:.2f} |"
+            )
+    lines += [
+        "",
+        *(
+            f"![ours and the hand-written model.py, {EXPERT_SETTING_WORDS[setting]}]"
+            f"(benchmarks/results/expert-{setting}.png)"
+            for setting in settings
+        ),
+        "",
+        "Commands (section-only re-run: `python benchmarks/run.py --only expert`):",
+        "",
+        "```",
+        *raw["commands"],
+        "```",
+        "",
+        "Raw results:",
+        "",
+        *level_table(
+            {
+                f"{model} ({EXPERT_SETTING_WORDS[setting]})": rounds
+                for setting, values in settings.items()
+                for model, rounds in values["runs"].items()
+            }
+        ),
+        "",
+    ]
+    return lines
+
+
 def profile_lines() -> list[str]:
     return [
         "## Device profiles",
@@ -741,12 +880,15 @@ def render(data: dict[str, Any]) -> str:
     """BENCHMARKS.md from a run's data (`scenarios.measure`, or `all.json` read back)."""
     over, naive, eff = analysis.overhead(data), analysis.naive(data), analysis.efficiency(data)
     sat = analysis.saturation(data) if "saturation" in data else None
+    exp = analysis.expert(data) if "expert" in data else None
     targets = [*over.ratios.values(), naive, eff.ratio]
     if sat is not None:
         targets += [sat.busy, *([sat.latency] if sat.latency else [])]
+    if exp is not None:
+        targets += exp.ratios.values()
     lines = [
         *header_lines(data, targets),
-        *summary_lines(over, naive, eff, sat),
+        *summary_lines(over, naive, eff, sat, exp),
         "",
         *machine_lines(data),
         *overhead_lines(data, over),
@@ -758,6 +900,8 @@ def render(data: dict[str, Any]) -> str:
         lines += pipeline_lines(data, analysis.pipeline(data), sat)
     if sat is not None:
         lines += saturation_lines(data, sat)
+    if exp is not None:
+        lines += expert_lines(data, exp)
     lines += profile_lines()
     return "\n".join(lines)
 
@@ -772,6 +916,10 @@ def draw(data: dict[str, Any], results: Path) -> None:
             for model, rounds in data[name]["runs"].items()
         ]
         plot(series, results / f"{name}.png", title=title)
+    for setting, values in data.get("expert", {}).get("settings", {}).items():
+        series = [(model, analysis.medians(rounds)) for model, rounds in values["runs"].items()]
+        title = f"Our model.py vs a hand-written pyACL one: {EXPERT_SETTING_WORDS[setting]}"
+        plot(series, results / f"expert-{setting}.png", title=title)
     if "pipeline" in data:
         timeline_plot.draw(
             data["pipeline"]["timeline"],

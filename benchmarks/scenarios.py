@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import queue
 import shlex
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
 
 from build_model import build_classifier  # noqa: E402
 
+from ge_python_backend.client import TritonClient  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
 from ge_python_backend.repository.config import (  # noqa: E402
     config_view,
@@ -73,6 +75,16 @@ SATURATION_LEVELS = [1, 8, 32]
 SATURATION_ROWS = 4
 SATURATION_DELAYS_US = (0, 100, 1000)
 SATURATION_ROUNDS = 3
+# Against the hand-written pyACL model.py (`expert_model.py`), each setting on its own server:
+# GE_EMULATOR_TIMING (None: no timing model), the concurrency levels and the rows per request.
+EXPERT_SETTINGS: dict[str, tuple[str | None, list[int], int]] = {
+    "plain": (None, [1, CPU_CONCURRENCY], 1),
+    "copy_bound": (PIPELINE_TIMING, PIPELINE_LEVELS, 1),
+    "resnet50": (SATURATION_TIMING, SATURATION_LEVELS[-1:], SATURATION_ROWS),
+}
+EXPERT_MODELS = ("ours", "expert")
+# The correctness check: requests of these many rows sent at once (Triton batches them together).
+ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
 
 
 @dataclasses.dataclass
@@ -208,6 +220,29 @@ def without_dynamic_batching(model_dir: Path) -> None:
     config = load_model_config(config_path)
     config.ClearField("dynamic_batching")
     write_model_config(config, config_path)
+
+
+def check_answers(server: TritonServer, model: str) -> None:
+    """Send `ANSWER_ROWS` requests at once and check each answer is exactly `2x + 1` of its own
+    rows (integer inputs below 512: exact in FP16 too); SystemExit names the first wrong one."""
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(-500, 500, (rows, WIDTH)).astype(np.float32) for rows in ANSWER_ROWS]
+    answers: queue.Queue[tuple[int, Any, Exception | None]] = queue.Queue()
+    with TritonClient(server.urls.grpc, "grpc") as client:
+        for index, x in enumerate(inputs):
+            client.send_async(
+                model,
+                client.prepare({"x": (x, "FP32")}, ["y"]),
+                lambda result, error, index=index: answers.put((index, result, error)),
+            )
+        for _ in inputs:
+            index, result, error = answers.get(timeout=60)
+            if error is not None:
+                raise SystemExit(f"{model}: request {index} failed: {error}")
+            if not np.array_equal(result.as_numpy("y"), inputs[index] * 2 + 1):
+                raise SystemExit(
+                    f"{model}: wrong answer to request {index} ({ANSWER_ROWS[index]} rows)"
+                )
 
 
 @contextlib.contextmanager
@@ -467,6 +502,40 @@ def scenario_saturation(
     }
 
 
+def scenario_expert(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    """`ours` (scaffold's defaults) against `expert` (`benchmarks/expert_model.py`, same config
+    and `.om`) in each of `EXPERT_SETTINGS`: one server per setting, both models checked for
+    correct answers, then measured in alternating rounds."""
+    first = len(recorder.commands)
+    settings = {}
+    for setting, (timing, levels, rows) in EXPERT_SETTINGS.items():
+        repository = work / f"expert-{setting}"
+        scaffold(om, repository, name="ours", runtime="emulator")
+        add_variant(repository, "ours", "expert", HERE / "expert_model.py")
+        env = {"GE_PYTHON_BACKEND_ACL": "emulator"}
+        if timing:
+            env["GE_EMULATOR_TIMING"] = timing
+        rounds = plan
+        if setting == "resnet50":
+            rounds = dataclasses.replace(plan, rounds=min(plan.rounds, SATURATION_ROUNDS))
+        with serving(repository, logs, env=env) as server:
+            for model in EXPERT_MODELS:
+                check_answers(server, model)
+            runs = alternate(
+                recorder,
+                server,
+                EXPERT_MODELS,
+                levels,
+                rounds,
+                f"expert-{setting}",
+                f"x:{rows},{WIDTH}",
+            )
+        settings[setting] = {"runs": runs, "levels": levels, "timing": timing, "rows": rows}
+    return {"settings": settings, "commands": recorder.commands[first:]}
+
+
 def machine() -> list[tuple[str, str]]:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
@@ -532,6 +601,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
             "scaling": scenario_scaling(recorder, work, small, plan, logs),
             "pipeline": scenario_pipeline(recorder, work, small, plan, logs),
             "saturation": scenario_saturation(recorder, work, small, plan, logs),
+            "expert": scenario_expert(recorder, work, small, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
@@ -542,7 +612,11 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
     return data
 
 
-SMALL_MODEL_SCENARIOS = {"pipeline": scenario_pipeline, "saturation": scenario_saturation}
+SMALL_MODEL_SCENARIOS = {
+    "pipeline": scenario_pipeline,
+    "saturation": scenario_saturation,
+    "expert": scenario_expert,
+}
 
 
 def measure_only(name: str, plan: Plan, results: Path) -> dict[str, Any]:
