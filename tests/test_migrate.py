@@ -384,7 +384,8 @@ def test_migrate_repository_on_the_emulator(
     assert any("cupy" in warning for warning in models["pre"]["warnings"])
     for entry in classifier["accuracy"].values():  # the accuracy gate ran on every version
         assert entry["passed_mode"] == "must_keep_origin_dtype"
-    assert classifier["config_diff"] is None
+    diff = classifier["config_diff"]  # the config rewritten field by field
+    assert not diff["refused"] and {"field": "name", "detail": "as written"} in diff["kept"]
     markdown = (destination / "MIGRATION.md").read_text()
     assert "| classifier | onnxruntime_onnx | converted | batch 2,4,8 | 1, 2 |" in markdown
     assert not [p for p in destination.iterdir() if p.name.startswith(".")]  # staging removed

@@ -108,9 +108,21 @@ def report_markdown(report: MigrationReport) -> str:
         if model.atc_log_tail:
             lines += ["", "ATC's log (tail):", "", "```", model.atc_log_tail, "```"]
         lines += _accuracy_lines(model.accuracy)
-        diff = "not recorded" if model.config_diff is None else json.dumps(model.config_diff)
-        lines += ["", f"Config changes: {diff}.", ""]
+        lines += _config_diff_lines(model.config_diff)
+        lines.append("")
     return "\n".join(lines)
+
+
+def _config_diff_lines(diff: dict[str, Any] | None) -> list[str]:
+    """The config rewrite: every source field under kept, rewritten, dropped or refused."""
+    if diff is None:
+        return []
+    lines = ["", "The config, field by field:"]
+    for kind, changes in diff.items():
+        if changes:
+            lines += ["", f"{kind.capitalize()}:"]
+            lines += [f"* `{change['field']}`: {change['detail']}" for change in changes]
+    return lines
 
 
 def _statistic(value: float | None, digits: int) -> str:

@@ -225,6 +225,9 @@ class _Rewriter:
         self.files: list[str] = []
         self.gears: list[int] = []
         self.devices: list[int] = []
+        # a batched source whose .om carries the batch axis in its dims gears: served with
+        # full shapes and max_batch_size 0, each request as the client sent it
+        self.batch_in_dims = False
 
     def record(self, kind: str, field: str, detail: str) -> bool:
         """Put `field` in list `kind`, unless `refusals` placed it already (then False)."""
@@ -266,7 +269,20 @@ class _Rewriter:
             self.gears = [g for g in base.dynamic_batching.preferred_batch_size if g <= size]
         if not source.max_batch_size:
             return
-        if not base.max_batch_size:
+        if (
+            not base.max_batch_size
+            and base.input
+            and all(tensor.dims and tensor.dims[0] == -1 for tensor in base.input)
+        ):
+            self.batch_in_dims = True
+            self.config.max_batch_size = 0
+            self.record(
+                REWRITTEN,
+                "max_batch_size",
+                f"{size} -> 0: the .om's dims gears carry the batch axis, so the config takes "
+                "full shapes ([batch, ...]) and each request runs as its client sent it",
+            )
+        elif not base.max_batch_size:
             self.record(
                 REFUSED,
                 "max_batch_size",
@@ -303,6 +319,14 @@ class _Rewriter:
                 target.MergeFrom(_only(message, field))
 
     def _dynamic_batching(self) -> None:
+        if self.batch_in_dims:
+            self.record(
+                DROPPED,
+                "dynamic_batching",
+                "max_batch_size is 0 (the batch axis is in the .om's dims gears): Triton "
+                "batches no requests together",
+            )
+            return
         self._submessage("dynamic_batching", {}, KEPT, "as written", skip="preferred_batch_size")
         self.config.dynamic_batching.SetInParent()
         sizes = list(self.source.dynamic_batching.preferred_batch_size)
@@ -427,6 +451,12 @@ class _Rewriter:
                     f"{tensor.name!r}: the clients send {_type_name(tensor.data_type)}, the .om "
                     f"takes {_type_name(om.data_type)}",
                 )
+            elif name == "dims" and self.batch_in_dims and om is not None:
+                full = self._full_dims(tensor, True)
+                if self._check_dims(where, tensor, om, sent=full):
+                    del entry.dims[:]
+                    entry.dims.extend(full)
+                    self.record(REWRITTEN, where, f"{_served_dims(tensor)} -> {full} (full shape)")
             elif name == "dims" and om is not None:
                 self._check_dims(where, tensor, om)
             elif name == "label_filename":
@@ -442,18 +472,25 @@ class _Rewriter:
                 entry.ClearField(name)
                 self.record(REFUSED, where, f"a {kind} field this migration cannot carry")
 
-    def _check_dims(self, where: str, tensor: Any, om: Any) -> None:
-        sent = self._full_dims(tensor, self.config.max_batch_size > 0)
+    def _check_dims(self, where: str, tensor: Any, om: Any, sent: list[int] | None = None) -> bool:
+        """Refuse `tensor`'s dims when the full shape its clients send (`sent`, default from
+        the config) does not fit the `.om`'s; keep them as written when it does and `sent` was
+        not given. Whether they fit."""
+        given = sent is not None
+        if sent is None:
+            sent = self._full_dims(tensor, self.config.max_batch_size > 0)
         takes = self._full_dims(om, self.base.max_batch_size > 0)
-        if _fits(sent, takes):
-            self.record(KEPT, where, f"{_served_dims(tensor)} as written (the .om takes {takes})")
-        else:
+        if not _fits(sent, takes):
             self.record(
                 REFUSED,
                 where,
                 f"{tensor.name!r}: the clients send shape {sent}, the .om takes {takes} "
                 "(-1: any size)",
             )
+            return False
+        if not given:
+            self.record(KEPT, where, f"{_served_dims(tensor)} as written (the .om takes {takes})")
+        return True
 
     def _label_file(self, where: str, file_name: str) -> None:
         if _inside_directory(file_name):

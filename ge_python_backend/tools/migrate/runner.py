@@ -20,8 +20,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tritonclient.grpc.model_config_pb2 import ModelConfig
-
 from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PRECISION_LADDER, PrecisionMode
 from ge_python_backend.errors import UserError, command_line_message
 from ge_python_backend.repository.config import first_gear_shapes, write_model_config
@@ -45,6 +43,7 @@ from ge_python_backend.tools.migrate.gate import (
     gate_inputs,
 )
 from ge_python_backend.tools.migrate.preflight import preflight
+from ge_python_backend.tools.migrate.rewrite import ConfigRewrite, refusals, rewrite_config
 from ge_python_backend.tools.migrate.source import (
     SourceModel,
     SourceVersion,
@@ -267,7 +266,9 @@ def _convert(
         except Exception as exc:  # onnx raises protobuf's DecodeError and others
             problems.append(f"model {model.name!r}: {path} is not a readable ONNX model: {exc}")
             continue
-        found = preflight(model.name, proto, model.config, options.gears)
+        found = preflight(model.name, proto, model.config, options.gears) + [
+            f"config field {change.field}: {change.detail}" for change in refusals(model.config)
+        ]
         if found:
             problems.extend(f"version {version.number}: {problem}" for problem in found)
             continue
@@ -407,7 +408,8 @@ def _gate_inputs(
 def _write_model(
     model: SourceModel, result: ModelResult, staged: dict[int, Path], options: MigrateOptions
 ) -> None:
-    """DST_REPO/<model>/: the first version with its config, then the other versions."""
+    """DST_REPO/<model>/: the first version with its config, rewritten from the source config
+    (`rewrite.rewrite_config`) with the files it names copied, then the other versions."""
     for index, version in enumerate(result.versions):
         written = scaffold(
             staged[version.number],
@@ -418,13 +420,28 @@ def _write_model(
             runtime=options.runtime,
         )
         if index == 0:
-            config = served_config(model, written.config, options)
-            write_model_config(config, written.config_path)
+            rewrite = rewrite_config(model.config, written.config, device_ids=options.device_ids)
+            result.config_diff = _config_diff(rewrite)
+            if not rewrite.convertible:
+                refused = "; ".join(f"{c.field}: {c.detail}" for c in rewrite.refused)
+                raise UserError(f"its config cannot be served from the .om: {refused}")
+            for relative in rewrite.files:
+                target = written.model_dir / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(model.path / relative, target)
+            write_model_config(rewrite.config, written.config_path)
         version.om = written.om_path
         version.om_sha256 = written.om_sha256
 
 
-def served_config(model: SourceModel, base: ModelConfig, options: MigrateOptions) -> ModelConfig:
-    """The config DST_REPO serves `model` with, from `base` (what scaffold builds for the
-    compiled `.om`) and the source config (`model.config`): for now `base` itself."""
-    return base
+def _config_diff(rewrite: ConfigRewrite) -> dict[str, object]:
+    """Where each source field went, as the report shows it."""
+    return {
+        kind: [{"field": change.field, "detail": change.detail} for change in changes]
+        for kind, changes in (
+            ("kept", rewrite.kept),
+            ("rewritten", rewrite.rewritten),
+            ("dropped", rewrite.dropped),
+            ("refused", rewrite.refused),
+        )
+    }
