@@ -557,7 +557,9 @@ def arrival_times(
         return [float(t) for t in np.cumsum(rng.exponential(1 / rate, count))]
     assert duration is not None
     if arrival == "constant":
-        return [i / rate for i in range(math.ceil(rate * duration))]
+        return [
+            t for t in (i / rate for i in range(math.ceil(rate * duration) + 1)) if t < duration
+        ]
     times: list[float] = []
     last = 0.0
     while True:  # draw in chunks of about one second's arrivals until past the duration
