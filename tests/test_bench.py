@@ -489,13 +489,18 @@ def test_device_utilization_and_busy_seconds_follow_the_timing_model(
     repository = tmp_path / "models"
     scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator", pipeline_depth=1)
     env = {"GE_EMULATOR_TIMING": f"execute_us={execute_us:g},execute_us_per_row={per_row_us:g}"}
-    json_path = tmp_path / "out.json"
+    json_path, rate_path = tmp_path / "out.json", tmp_path / "rate.json"
     with running_server(repository, env=env, log_path=tmp_path / "triton.log") as running:
-        args = ["--model", "mlp", "--concurrency", "1,8", "--duration", "2", "--warmup", "5"]
-        args += ["--shape", "x:2,16", "--metrics-url", running.urls.metrics]
-        assert bench(running, "grpc", *args, "--json", str(json_path)) == 0
+        args = ["--model", "mlp", "--duration", "2", "--warmup", "5", "--shape", "x:2,16"]
+        args += ["--metrics-url", running.urls.metrics]
+        assert bench(running, "grpc", *args, "--concurrency", "1,8", "--json", str(json_path)) == 0
+        # Open loop at 50 requests/s (Poisson): the device busy for about half of each second.
+        rate = ["--request-rate", "50", "--arrival", "poisson", "--json", str(rate_path)]
+        assert bench(running, "grpc", *args, *rate) == 0
     levels = json.loads(json_path.read_text())["results"]
-    for entry in levels:
+    (open_level,) = json.loads(rate_path.read_text())["results"]
+    assert open_level["arrival"] == "poisson" and open_level["dropped"] == 0
+    for entry in [*levels, open_level]:
         assert entry["errors"] == 0
         (utilization,) = entry["device_utilization"].values()
         gained = entry["device_counters"]["0"]
