@@ -129,6 +129,19 @@ def test_request_rates_are_parsed_and_checked() -> None:
             parse_rates(bad)
 
 
+def test_open_loop_options_without_a_request_rate_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Refused before any server is asked (nothing listens at this port).
+    url = ["--url", "127.0.0.1:9", "--model", "m"]
+    assert cli.main(["bench", *url, "--arrival", "poisson"]) == 2
+    assert "--arrival is for open-loop load" in capsys.readouterr().err
+    assert cli.main(["bench", *url, "--concurrency", "2", "--max-in-flight", "4"]) == 2
+    assert "--max-in-flight is for open-loop load" in capsys.readouterr().err
+    assert cli.main(["bench", *url, "--request-rate", "5", "--latency-threshold-ms", "0"]) == 2
+    assert "--latency-threshold-ms must be a positive number" in capsys.readouterr().err
+
+
 def test_a_constant_schedule_is_evenly_spaced_from_zero() -> None:
     assert arrival_times(4.0, "constant", count=5) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert arrival_times(10.0, "constant", duration=0.3) == pytest.approx([0.0, 0.1, 0.2])

@@ -89,13 +89,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--arrival",
         choices=ARRIVALS,
-        default=DEFAULT_ARRIVAL,
         help=f"open loop: gaps between requests (default: {DEFAULT_ARRIVAL})",
     )
     parser.add_argument(
         "--max-in-flight",
         type=int,
-        default=DEFAULT_MAX_IN_FLIGHT,
         metavar="N",
         help="open loop: requests sent at once at most; one due beyond that is dropped "
         f"(default: {DEFAULT_MAX_IN_FLIGHT})",
@@ -184,8 +182,17 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.warmup < 0:
         raise UserError(f"--warmup must be >= 0, got {args.warmup}")
-    if args.max_in_flight < 1:
-        raise UserError(f"--max-in-flight must be >= 1, got {args.max_in_flight}")
+    given = [name for name in ("arrival", "max_in_flight") if getattr(args, name) is not None]
+    if given and not open_loop:
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} is for open-loop load: give --request-rate with it")
+    arrival = args.arrival or DEFAULT_ARRIVAL
+    max_in_flight = DEFAULT_MAX_IN_FLIGHT if args.max_in_flight is None else args.max_in_flight
+    if max_in_flight < 1:
+        raise UserError(f"--max-in-flight must be >= 1, got {max_in_flight}")
+    threshold = args.latency_threshold_ms
+    if threshold is not None and not 0 < threshold < float("inf"):
+        raise UserError(f"--latency-threshold-ms must be a positive number, got {threshold}")
     url = server_url(args.url, args.protocol)
     target = describe_target(
         url, args.protocol, args.model, parse_shapes(args.shape), args.seed, parse_files(args.input)
@@ -200,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     shapes = ", ".join(f"{n} {list(a.shape)}" for n, (a, _) in target.inputs.items())
     amount = f"{args.requests} requests" if args.requests is not None else f"{duration:g} s"
     shape = (
-        f"open loop ({args.arrival} arrivals, at most {args.max_in_flight} in flight)"
+        f"open loop ({arrival} arrivals, at most {max_in_flight} in flight)"
         if open_loop
         else "closed loop"
     )
@@ -221,21 +228,21 @@ def run(args: argparse.Namespace) -> int:
         measure = functools.partial(
             run_rate_level,
             target,
-            arrival=args.arrival,
+            arrival=arrival,
             seed=args.seed,
-            max_in_flight=args.max_in_flight,
+            max_in_flight=max_in_flight,
             **common,
         )
     else:
         measure = functools.partial(_closed_level, target, common)
     search = None
-    if args.latency_threshold_ms is None:
+    if threshold is None:
         results = [measure(level) for level in levels]
     else:
         search = search_latency_threshold(
             measure,
-            args.latency_threshold_ms,
-            start=min(levels) if len(levels) > 1 else 1,
+            threshold,
+            start=min(levels) if len(levels) > 1 else min(1, levels[0]),
             maximum=max(levels),
             integer=not open_loop,
             resolution=RATE_RESOLUTION if open_loop else 0.0,
