@@ -408,7 +408,7 @@ def test_requests_due_while_max_in_flight_are_answered_are_dropped(
     assert entry["errors"] == 0 and entry["concurrency"] == 2
     assert entry["dropped"] >= 50, entry
     assert entry["throughput_rps"] <= 1.25 * 1000 / SLOW_MS, entry
-    assert SLOW_MS <= entry["p50_ms"] and entry["p99_ms"] >= 1.5 * SLOW_MS, entry
+    assert entry["p50_ms"] >= SLOW_MS and entry["p99_ms"] >= 1.5 * SLOW_MS, entry
 
 
 @pytest.mark.e2e

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,10 +26,10 @@ from ge_python_backend.tools.bench import (
     MetricsProbe,
     Target,
     ThresholdSearch,
+    concurrency_measure,
     format_table,
     plot,
-    run_level,
-    run_rate_level,
+    rate_measure,
     search_latency_threshold,
     write_json,
 )
@@ -225,16 +224,11 @@ def run(args: argparse.Namespace) -> int:
     )
     measure: Callable[[float], LevelResult]
     if open_loop:
-        measure = functools.partial(
-            run_rate_level,
-            target,
-            arrival=arrival,
-            seed=args.seed,
-            max_in_flight=max_in_flight,
-            **common,
+        measure = rate_measure(
+            target, arrival=arrival, seed=args.seed, max_in_flight=max_in_flight, **common
         )
     else:
-        measure = functools.partial(_closed_level, target, common)
+        measure = concurrency_measure(target, **common)
     search = None
     if threshold is None:
         results = [measure(level) for level in levels]
@@ -261,10 +255,6 @@ def run(args: argparse.Namespace) -> int:
         path = plot([(args.model, entries)], args.plot, title=f"{args.model} ({args.protocol})")
         print(f"wrote {path}", file=sys.stderr)
     return 0
-
-
-def _closed_level(target: Target, options: Mapping[str, Any], concurrency: float) -> LevelResult:
-    return run_level(target, int(concurrency), **options)
 
 
 def describe_search(search: ThresholdSearch) -> str:

@@ -708,6 +708,17 @@ def run_rate_level(
     return result
 
 
+def concurrency_measure(target: Target, **options: Any) -> Callable[[float], LevelResult]:
+    """`run_level(target, concurrency, **options)` as a search's `measure` (the integer search
+    passes whole numbers)."""
+    return lambda concurrency: run_level(target, int(concurrency), **options)
+
+
+def rate_measure(target: Target, **options: Any) -> Callable[[float], LevelResult]:
+    """`run_rate_level(target, rate, **options)` as a search's `measure`."""
+    return lambda rate: run_rate_level(target, rate, **options)
+
+
 @dataclass
 class ThresholdSearch:
     """A latency-threshold search: every level measured, in order, and the highest that met it."""
@@ -746,7 +757,8 @@ def search_latency_threshold(
     """The highest level in [start, maximum] that `meets_threshold`: `measure(level)` from
     `start`, doubling while the threshold holds (the last step capped at `maximum`), then
     bisecting between the highest level that met it and the lowest that broke it, until they
-    are one apart (`integer`, e.g. concurrency) or closer than `resolution` x the lower one."""
+    are one apart (`integer`: concurrency, `concurrency_measure`) or closer than `resolution` x
+    the lower one (rates, `rate_measure`)."""
     if not threshold_ms > 0:
         raise UserError(f"the latency threshold must be positive, got {threshold_ms} ms")
     if not 0 < start <= maximum:
