@@ -419,7 +419,7 @@ def test_the_concurrency_search_finds_the_level_the_next_one_breaks(
     # c x SLOW_MS. A threshold of 3.5 x SLOW_MS allows 3 and no more.
     json_path = tmp_path / "out.json"
     threshold = 3.5 * SLOW_MS
-    args = ["--model", "slow", "--concurrency", "16", "--requests", "12", "--warmup", "0"]
+    args = ["--model", "slow", "--concurrency", "16", "--requests", "12", "--warmup", "2"]
     args += ["--latency-threshold-ms", f"{threshold:g}", "--json", str(json_path)]
     assert bench(server, "grpc", *args) == 0
     document = json.loads(json_path.read_text())
@@ -437,7 +437,7 @@ def test_the_rate_search_finds_the_rate_the_model_keeps_up_with(
     # Open loop on `slow` (25 requests/s at most): below that a request waits for nobody, p99
     # about SLOW_MS; above it the backlog grows every request, past 100 ms within the second.
     json_path = tmp_path / "out.json"
-    args = ["--model", "slow", "--request-rate", "5,80", "--duration", "1", "--warmup", "0"]
+    args = ["--model", "slow", "--request-rate", "5,80", "--duration", "1", "--warmup", "2"]
     args += ["--max-in-flight", "8", "--latency-threshold-ms", "100", "--json", str(json_path)]
     assert bench(server, "grpc", *args) == 0
     document = json.loads(json_path.read_text())
