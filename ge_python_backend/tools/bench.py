@@ -82,7 +82,7 @@ class LevelResult:
     concurrency: int
     requests: int  # completed in the window: successes and failures (dropped ones not sent)
     errors: int
-    seconds: float  # from the start of the window to the last completion
+    seconds: float  # from the start of the window to the last completion (open loop: or its end)
     rows: int  # rows of the successful requests
     p50_ms: float | None
     p90_ms: float | None
