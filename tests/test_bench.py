@@ -386,7 +386,7 @@ def test_an_open_loop_level_sends_on_schedule_and_measures_from_it(
         assert (entry["requests"], entry["dropped"], entry["errors"]) == (rate, 0, 0), entry
         assert entry["max_in_flight"] == 64 and 1 <= entry["concurrency"] < 64
         assert entry["seconds"] >= 1.0  # the window lasts the schedule
-        assert entry["throughput_rps"] == pytest.approx(rate, rel=0.1)
+        assert 0.8 * rate <= entry["throughput_rps"] <= rate  # answered about as offered
         assert SLEEP_MS <= entry["p50_ms"] <= entry["p90_ms"] <= entry["p95_ms"] <= entry["p99_ms"]
     assert png_path.read_bytes().startswith(PNG_MAGIC)
     out, err = capsys.readouterr()
@@ -434,18 +434,20 @@ def test_the_concurrency_search_finds_the_level_the_next_one_breaks(
 def test_the_rate_search_finds_the_rate_the_model_keeps_up_with(
     server: Any, tmp_path: Path
 ) -> None:
-    # Open loop on `slow` (25 requests/s at most): below that a request waits for nobody, p99
-    # about SLOW_MS; above it the backlog grows every request, past 100 ms within the second.
+    # Open loop on `slow`, which answers 1000 / SLOW_MS = 25 requests/s at most (fewer on a busy
+    # machine): at a rate it keeps up with, a request waits for nobody and p99 is about SLOW_MS;
+    # past it the backlog grows with every request and p99 passes 100 ms within the second.
     json_path = tmp_path / "out.json"
     args = ["--model", "slow", "--request-rate", "5,80", "--duration", "1", "--warmup", "2"]
     args += ["--max-in-flight", "8", "--latency-threshold-ms", "100", "--json", str(json_path)]
     assert bench(server, "grpc", *args) == 0
     document = json.loads(json_path.read_text())
     levels = document["results"]
-    assert [e["request_rate"] for e in levels[:4]] == [5.0, 10.0, 20.0, 40.0]
+    assert levels[0]["request_rate"] == 5.0 and len(levels) >= 3, levels
     chosen = levels[document["latency_threshold"]["chosen"]]
-    assert 15.0 <= chosen["request_rate"] <= 1000 / SLOW_MS, levels
+    assert 5.0 <= chosen["request_rate"] <= 1000 / SLOW_MS, levels
     assert chosen["p99_ms"] <= 100 and chosen["dropped"] == 0
+    assert chosen["throughput_rps"] >= 0.9 * chosen["request_rate"]  # it kept up
     above = min(
         (e for e in levels if e["request_rate"] > chosen["request_rate"]),
         key=lambda e: e["request_rate"],
