@@ -1,7 +1,10 @@
-"""`ge-python-model bench`: statistics, error counting, JSON and plot, on a real tritonserver.
+"""`ge-python-model bench`: statistics, error counting, JSON and plot, closed and open loop and
+the latency-threshold search, on a real tritonserver.
 
 The served models are hand-written Python-backend models whose behaviour is known: `sleeper`
-answers every request after a fixed sleep, `flaky` fails every third request it receives.
+answers every request after a fixed sleep, `slow` after a longer one (one instance, one request
+per execution: it answers at most 1000 / SLOW_MS requests per second and a request waiting
+behind k others takes (k + 1) x SLOW_MS), `flaky` fails every third request it receives.
 """
 
 from __future__ import annotations
@@ -11,15 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from e2e_helpers import grpc_address, http_address, running_server, write_python_model
 
 from ge_python_backend import cli
-from ge_python_backend.commands.bench_cmd import parse_levels
+from ge_python_backend.commands.bench_cmd import parse_levels, parse_rates
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.bench import (
     LevelResult,
+    arrival_times,
     counters_gained,
     device_counters,
     format_table,
@@ -28,10 +33,12 @@ from ge_python_backend.tools.bench import (
     percentile,
     plot,
     results_document,
+    search_latency_threshold,
     summarize,
 )
 
 SLEEP_MS = 4
+SLOW_MS = 40
 FAIL_EVERY = 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -44,13 +51,13 @@ output {{ name: "y" data_type: TYPE_FP32 dims: [ 4 ] }}
 instance_group {{ count: 1 kind: KIND_CPU }}
 """
 
-SLEEPER = f"""\
+SLEEPER = """\
 import time
 import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        time.sleep({SLEEP_MS} / 1000)
+        time.sleep({sleep_ms} / 1000)
         return [
             pb_utils.InferenceResponse(
                 [pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]
@@ -113,6 +120,96 @@ def test_concurrency_levels_are_parsed_and_checked() -> None:
     for bad in ("", "0", "1,x", "-2"):
         with pytest.raises(UserError):
             parse_levels(bad)
+
+
+def test_request_rates_are_parsed_and_checked() -> None:
+    assert parse_rates("50, 12.5") == [50.0, 12.5]
+    for bad in ("", "0", "-1", "x", "inf"):
+        with pytest.raises(UserError, match="--request-rate"):
+            parse_rates(bad)
+
+
+def test_open_loop_options_without_a_request_rate_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Refused before any server is asked (nothing listens at this port).
+    url = ["--url", "127.0.0.1:9", "--model", "m"]
+    assert cli.main(["bench", *url, "--arrival", "poisson"]) == 2
+    assert "--arrival is for open-loop load" in capsys.readouterr().err
+    assert cli.main(["bench", *url, "--concurrency", "2", "--max-in-flight", "4"]) == 2
+    assert "--max-in-flight is for open-loop load" in capsys.readouterr().err
+    assert cli.main(["bench", *url, "--request-rate", "5", "--latency-threshold-ms", "0"]) == 2
+    assert "--latency-threshold-ms must be a positive number" in capsys.readouterr().err
+
+
+def test_a_constant_schedule_is_evenly_spaced_from_zero() -> None:
+    assert arrival_times(4.0, "constant", count=5) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert arrival_times(10.0, "constant", duration=0.3) == pytest.approx([0.0, 0.1, 0.2])
+    assert len(arrival_times(250.0, "constant", duration=2.0)) == 500
+    for bad in ({"rate": 0.0}, {"rate": 1.0, "arrival": "bursty"}):
+        with pytest.raises(UserError):
+            arrival_times(bad["rate"], str(bad.get("arrival", "constant")), count=1)
+
+
+def test_a_poisson_schedule_is_seeded_and_has_exponential_gaps_of_the_rate() -> None:
+    rate, count = 200.0, 20000
+    times = np.array(arrival_times(rate, "poisson", seed=7, count=count))
+    assert times.tolist() == arrival_times(rate, "poisson", seed=7, count=count)  # seeded
+    assert times[:50].tolist() != arrival_times(rate, "poisson", seed=8, count=50)
+    gaps = np.diff(np.concatenate([[0.0], times]))
+    assert (gaps > 0).all()
+    # Exponential gaps: mean 1/rate (the sample mean's sd is 0.7% of it here) and a standard
+    # deviation equal to the mean (coefficient of variation 1, its sd about 1% here). Constant
+    # gaps have CV 0, uniform jitter around the mean at most 0.58.
+    assert gaps.mean() == pytest.approx(1 / rate, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.04)
+    # By duration: the arrivals before it, their count ~ Poisson(rate x duration), sd 1.4% here.
+    window = arrival_times(rate, "poisson", seed=7, duration=25.0)
+    assert max(window) < 25.0 and len(window) == pytest.approx(rate * 25.0, rel=0.06)
+    assert window == pytest.approx(times[: len(window)].tolist())  # one process, cut at 25 s
+
+
+def _synthetic(level: float, p99_ms: float, dropped: int = 0) -> LevelResult:
+    result = summarize(int(level), [p99_ms / 1e3] * 100, 0, 1.0, 1)
+    result.dropped = dropped
+    return result
+
+
+def test_the_threshold_search_doubles_then_bisects_to_the_highest_level_within_it() -> None:
+    # p99 = 10 ms x concurrency: 33 ms allows concurrency 3.
+    search = search_latency_threshold(
+        lambda c: _synthetic(c, 10.0 * c), 33.0, start=1, maximum=64, integer=True
+    )
+    assert [r.level for r in search.tried] == [1, 2, 4, 3]
+    assert search.chosen is search.tried[3] and search.as_dict() == {"p99_ms": 33.0, "chosen": 3}
+    # Bounded by the maximum: the last doubling stops there and it is chosen when it holds.
+    capped = search_latency_threshold(
+        lambda c: _synthetic(c, 1.0), 33.0, start=3, maximum=10, integer=True
+    )
+    assert [r.level for r in capped.tried] == [3, 6, 10] and capped.chosen is capped.tried[-1]
+    # The first level already breaks it: nothing is chosen.
+    none = search_latency_threshold(
+        lambda c: _synthetic(c, 50.0), 33.0, start=1, maximum=8, integer=True
+    )
+    assert [r.level for r in none.tried] == [1] and none.chosen is None
+
+
+def test_a_rate_search_stops_within_its_resolution_and_drops_break_the_threshold() -> None:
+    def measure(rate: float) -> LevelResult:  # fine up to 70 requests/s, then requests drop
+        result = _synthetic(1, 5.0, dropped=0 if rate <= 70 else 3)
+        result.request_rate = rate
+        return result
+
+    search = search_latency_threshold(
+        measure, 20.0, start=10.0, maximum=1000.0, integer=False, resolution=0.05
+    )
+    levels = [r.level for r in search.tried]
+    assert levels[:4] == [10.0, 20.0, 40.0, 80.0]
+    assert search.chosen is not None and 70 * 0.95 <= search.chosen.level <= 70
+    above = min(level for level in levels if level > search.chosen.level)
+    assert above > 70 and above - search.chosen.level <= 0.05 * search.chosen.level
+    with pytest.raises(UserError, match="resolution"):
+        search_latency_threshold(measure, 20.0, start=1.0, maximum=2.0, integer=False)
 
 
 def test_plot_writes_a_png_with_one_line_per_series(tmp_path: Path) -> None:
@@ -202,7 +299,12 @@ def test_the_metrics_url_defaults_to_http_and_the_metrics_path() -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("bench")
     repository = root / "models"
-    for name, model_py in (("sleeper", SLEEPER), ("flaky", FLAKY)):
+    models = (
+        ("sleeper", SLEEPER.format(sleep_ms=SLEEP_MS)),
+        ("slow", SLEEPER.format(sleep_ms=SLOW_MS)),
+        ("flaky", FLAKY),
+    )
+    for name, model_py in models:
         write_python_model(repository, name, CONFIG.format(name=name), model_py)
     with running_server(repository, log_path=root / "triton.log") as running:
         yield running
@@ -265,6 +367,97 @@ def test_a_duration_level_runs_until_the_deadline(server: Any, tmp_path: Path) -
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_open_loop_level_sends_on_schedule_and_measures_from_it(
+    server: Any, protocol: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `sleeper` answers within a few ms: at these rates nothing waits, so every request due is
+    # sent and the answered rate is the offered one.
+    json_path, png_path = tmp_path / "out.json", tmp_path / "out.png"
+    args = ["--model", "sleeper", "--request-rate", "40,80", "--duration", "1", "--warmup", "2"]
+    args += ["--json", str(json_path), "--plot", str(png_path)]
+    assert bench(server, protocol, *args) == 0
+    levels = json.loads(json_path.read_text())["results"]
+    assert [(e["load"], e["request_rate"], e["arrival"]) for e in levels] == [
+        ("request_rate", 40.0, "constant"),
+        ("request_rate", 80.0, "constant"),
+    ]
+    for entry in levels:
+        rate = entry["request_rate"]
+        assert (entry["requests"], entry["dropped"], entry["errors"]) == (rate, 0, 0), entry
+        assert entry["max_in_flight"] == 64 and 1 <= entry["concurrency"] < 64
+        assert entry["seconds"] >= 1.0  # the window lasts the schedule
+        assert 0.8 * rate <= entry["throughput_rps"] <= rate  # answered about as offered
+        assert SLEEP_MS <= entry["p50_ms"] <= entry["p90_ms"] <= entry["p95_ms"] <= entry["p99_ms"]
+    assert png_path.read_bytes().startswith(PNG_MAGIC)
+    out, err = capsys.readouterr()
+    assert "offered/s" in out and "dropped" in out and "80 requests/s constant:" in err
+
+
+@pytest.mark.e2e
+def test_requests_due_while_max_in_flight_are_answered_are_dropped(
+    server: Any, tmp_path: Path
+) -> None:
+    # 100 requests/s for 1 s against `slow`, which answers 25 per second, at most 2 in flight:
+    # one executing and one waiting take up to 2 x SLOW_MS, and most requests find both busy.
+    json_path = tmp_path / "out.json"
+    args = ["--model", "slow", "--request-rate", "100", "--duration", "1", "--warmup", "0"]
+    args += ["--max-in-flight", "2", "--json", str(json_path)]
+    assert bench(server, "grpc", *args) == 0
+    (entry,) = json.loads(json_path.read_text())["results"]
+    assert entry["requests"] + entry["dropped"] == 100  # every request due was sent or dropped
+    assert entry["errors"] == 0 and entry["concurrency"] == 2
+    assert entry["dropped"] >= 50, entry
+    assert entry["throughput_rps"] <= 1.25 * 1000 / SLOW_MS, entry
+    assert entry["p50_ms"] >= SLOW_MS and entry["p99_ms"] >= 1.5 * SLOW_MS, entry
+
+
+@pytest.mark.e2e
+def test_the_concurrency_search_finds_the_level_the_next_one_breaks(
+    server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Closed loop on `slow`: at concurrency c each request waits behind c - 1 others, p99 about
+    # c x SLOW_MS. A threshold of 3.5 x SLOW_MS allows 3 and no more.
+    json_path = tmp_path / "out.json"
+    threshold = 3.5 * SLOW_MS
+    args = ["--model", "slow", "--concurrency", "16", "--requests", "12", "--warmup", "2"]
+    args += ["--latency-threshold-ms", f"{threshold:g}", "--json", str(json_path)]
+    assert bench(server, "grpc", *args) == 0
+    document = json.loads(json_path.read_text())
+    levels = document["results"]
+    assert [e["concurrency"] for e in levels] == [1, 2, 4, 3]  # doubling, then bisection
+    assert document["latency_threshold"] == {"p99_ms": threshold, "chosen": 3}
+    assert levels[3]["p99_ms"] <= threshold < levels[2]["p99_ms"]
+    assert "highest concurrency with p99 <= 140 ms: 3" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+def test_the_rate_search_finds_the_rate_the_model_keeps_up_with(
+    server: Any, tmp_path: Path
+) -> None:
+    # Open loop on `slow`, which answers 1000 / SLOW_MS = 25 requests/s at most (fewer on a busy
+    # machine): at a rate it keeps up with, a request waits for nobody and p99 is about SLOW_MS;
+    # past it the backlog grows with every request and p99 passes 100 ms within the second.
+    json_path = tmp_path / "out.json"
+    args = ["--model", "slow", "--request-rate", "5,80", "--duration", "1", "--warmup", "2"]
+    args += ["--max-in-flight", "8", "--latency-threshold-ms", "100", "--json", str(json_path)]
+    assert bench(server, "grpc", *args) == 0
+    document = json.loads(json_path.read_text())
+    levels = document["results"]
+    assert levels[0]["request_rate"] == 5.0 and len(levels) >= 3, levels
+    chosen = levels[document["latency_threshold"]["chosen"]]
+    assert 5.0 <= chosen["request_rate"] <= 1000 / SLOW_MS, levels
+    assert chosen["p99_ms"] <= 100 and chosen["dropped"] == 0
+    assert chosen["throughput_rps"] >= 0.9 * chosen["request_rate"]  # it kept up
+    above = min(
+        (e for e in levels if e["request_rate"] > chosen["request_rate"]),
+        key=lambda e: e["request_rate"],
+    )
+    assert above["request_rate"] <= 1.05 * chosen["request_rate"]  # bisected that close
+    assert above["p99_ms"] > 100 or above["dropped"] > 0, above
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_every_failed_request_is_counted(server: Any, protocol: str, tmp_path: Path) -> None:
     # Any 30 consecutive requests to `flaky` hold exactly 10 that it fails.
     json_path = tmp_path / "out.json"
@@ -311,13 +504,18 @@ def test_device_utilization_and_busy_seconds_follow_the_timing_model(
     repository = tmp_path / "models"
     scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator", pipeline_depth=1)
     env = {"GE_EMULATOR_TIMING": f"execute_us={execute_us:g},execute_us_per_row={per_row_us:g}"}
-    json_path = tmp_path / "out.json"
+    json_path, rate_path = tmp_path / "out.json", tmp_path / "rate.json"
     with running_server(repository, env=env, log_path=tmp_path / "triton.log") as running:
-        args = ["--model", "mlp", "--concurrency", "1,8", "--duration", "2", "--warmup", "5"]
-        args += ["--shape", "x:2,16", "--metrics-url", running.urls.metrics]
-        assert bench(running, "grpc", *args, "--json", str(json_path)) == 0
+        args = ["--model", "mlp", "--duration", "2", "--warmup", "5", "--shape", "x:2,16"]
+        args += ["--metrics-url", running.urls.metrics]
+        assert bench(running, "grpc", *args, "--concurrency", "1,8", "--json", str(json_path)) == 0
+        # Open loop at 50 requests/s (Poisson): the device busy for about half of each second.
+        rate = ["--request-rate", "50", "--arrival", "poisson", "--json", str(rate_path)]
+        assert bench(running, "grpc", *args, *rate) == 0
     levels = json.loads(json_path.read_text())["results"]
-    for entry in levels:
+    (open_level,) = json.loads(rate_path.read_text())["results"]
+    assert open_level["arrival"] == "poisson" and open_level["dropped"] == 0
+    for entry in [*levels, open_level]:
         assert entry["errors"] == 0
         (utilization,) = entry["device_utilization"].values()
         gained = entry["device_counters"]["0"]

@@ -1,11 +1,20 @@
-"""Closed-loop load generator for a model served by Triton (`ge-python-model bench`).
+"""Load generator for a model served by Triton (`ge-python-model bench`): closed or open loop.
 
-Like perf_analyzer's concurrency mode: at concurrency C, C workers each keep exactly one request
-in flight, sending the next as soon as the previous one answers. Each worker is a thread with a
-client of its own (`tritonclient.http` clients are gevent based and must not be shared between
-threads). Per level the result holds every request that completed in the measured window:
-failures are counted (with their first messages), never dropped, and latency percentiles are
-taken over the successful requests.
+Closed loop, like perf_analyzer's concurrency mode: at concurrency C, C workers each keep exactly
+one request in flight, sending the next as soon as the previous one answers. Each worker is a
+thread with a client of its own (`tritonclient.http` clients are gevent based and must not be
+shared between threads).
+
+Open loop, like perf_analyzer's request-rate mode: requests are due on a fixed schedule
+(`arrival_times`: constant gaps, or a Poisson process's exponential gaps) whatever the answers.
+A pool of `max_in_flight` worker threads sends them; a request due while all of them are busy is
+dropped and counted, never queued. Latency runs from the request's SCHEDULED time, not from when
+a worker got to it, so a client that falls behind shows in the percentiles (coordinated omission).
+
+Per level the result holds every request that completed in the measured window: failures are
+counted (with their first messages), never dropped, and latency percentiles are taken over the
+successful requests. `search_latency_threshold` finds the highest concurrency or rate whose p99
+stays within a bound (perf_analyzer's `--latency-threshold`), doubling and then bisecting.
 
 With a `MetricsProbe` (Triton's metrics endpoint) each level also records what the model's
 `ge_*` device counters gained during its measured window, per device: `device_utilization` is the
@@ -17,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import queue
 import re
 import threading
 import time
@@ -26,6 +36,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+import numpy as np
 
 from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, TypedArrays, error_text
 from ge_python_backend.errors import UserError
@@ -59,18 +71,39 @@ class Target:
 
 @dataclass
 class LevelResult:
-    """One concurrency level: counts over the measured window and latencies of the successes."""
+    """One load level: counts over the measured window and latencies of the successes.
+
+    Closed loop: `concurrency` clients each keep one request in flight. Open loop
+    (`request_rate` set): requests were due at `request_rate` per second (`arrival`), at most
+    `max_in_flight` at once; `dropped` were due while that many were in flight and never sent,
+    and `concurrency` is the most that were in flight at once.
+    """
 
     concurrency: int
-    requests: int  # completed in the window: successes and failures
+    requests: int  # completed in the window: successes and failures (dropped ones not sent)
     errors: int
-    seconds: float  # from the start of the window to the last completion
+    seconds: float  # from the start of the window to the last completion (open loop: or its end)
     rows: int  # rows of the successful requests
     p50_ms: float | None
     p90_ms: float | None
+    p95_ms: float | None
     p99_ms: float | None
     error_messages: list[str] = field(default_factory=list)
     device: DeviceCounters | None = None  # what the device counters gained in the window
+    request_rate: float | None = None  # open loop: the offered requests/s; None: closed loop
+    arrival: str | None = None  # open loop: an ARRIVALS name
+    max_in_flight: int | None = None  # open loop: the pool of senders
+    dropped: int = 0  # open loop: due while max_in_flight were in flight, never sent
+
+    @property
+    def load(self) -> str:
+        """The load shape: "concurrency" (closed loop) or "request_rate" (open loop)."""
+        return "concurrency" if self.request_rate is None else "request_rate"
+
+    @property
+    def level(self) -> float:
+        """What the load was set to: the concurrency, or the offered requests/s."""
+        return self.concurrency if self.request_rate is None else self.request_rate
 
     @property
     def device_utilization(self) -> dict[str, float] | None:
@@ -84,7 +117,7 @@ class LevelResult:
 
     @property
     def throughput_rps(self) -> float:
-        """Successful requests per second."""
+        """Successful requests per second (open loop: the achieved rate)."""
         return (self.requests - self.errors) / self.seconds if self.seconds > 0 else 0.0
 
     @property
@@ -95,13 +128,19 @@ class LevelResult:
     def as_dict(self) -> dict[str, Any]:
         """The `--json` entry of this level."""
         return {
+            "load": self.load,
             "concurrency": self.concurrency,
+            "request_rate": self.request_rate,
+            "arrival": self.arrival,
+            "max_in_flight": self.max_in_flight,
             "requests": self.requests,
             "errors": self.errors,
+            "dropped": self.dropped,
             "throughput_rps": round(self.throughput_rps, 3),
             "rows_per_s": round(self.rows_per_s, 3),
             "p50_ms": _rounded(self.p50_ms),
             "p90_ms": _rounded(self.p90_ms),
+            "p95_ms": _rounded(self.p95_ms),
             "p99_ms": _rounded(self.p99_ms),
             "seconds": round(self.seconds, 4),
             "rows": self.rows,
@@ -133,9 +172,12 @@ def summarize(
     rows_per_request: int,
     error_messages: Sequence[str] = (),
 ) -> LevelResult:
-    """A `LevelResult` from the successful latencies (seconds) and the error count."""
+    """A `LevelResult` from the successful latencies (seconds) and the error count (an open-loop
+    level sets its own fields on it)."""
     ordered = sorted(latencies_s)
-    p50, p90, p99 = (percentile(ordered, p) * 1e3 if ordered else None for p in (50, 90, 99))
+    p50, p90, p95, p99 = (
+        percentile(ordered, p) * 1e3 if ordered else None for p in (50, 90, 95, 99)
+    )
     return LevelResult(
         concurrency=concurrency,
         requests=len(ordered) + errors,
@@ -144,6 +186,7 @@ def summarize(
         rows=len(ordered) * rows_per_request,
         p50_ms=p50,
         p90_ms=p90,
+        p95_ms=p95,
         p99_ms=p99,
         error_messages=list(error_messages),
     )
@@ -283,18 +326,40 @@ class _Worker:
                 barrier.abort()
 
     def _loop(self, phase: _Phase, send: Callable[[], None]) -> None:
-        clock = time.perf_counter
         while phase.take():
-            start = clock()
-            try:
-                send()
-            except Exception as exc:
-                self.errors += 1
-                if len(self.messages) < KEPT_ERROR_MESSAGES:
-                    self.messages.append(error_text(exc))
-            else:
-                self.latencies.append(clock() - start)
-            self.finished = clock()
+            self.attempt(send, time.perf_counter())
+
+    def attempt(self, send: Callable[[], None], start: float) -> None:
+        """Send once; a success's latency runs from `start` (perf_counter seconds)."""
+        try:
+            send()
+        except Exception as exc:
+            self.errors += 1
+            if len(self.messages) < KEPT_ERROR_MESSAGES:
+                self.messages.append(error_text(exc))
+        else:
+            self.latencies.append(time.perf_counter() - start)
+        self.finished = time.perf_counter()
+
+    def serve(
+        self,
+        due: queue.SimpleQueue[float | None],
+        ready: threading.Barrier,
+        answered: Callable[[], None],
+    ) -> None:
+        """Open loop: send each scheduled time taken from `due` until None, calling
+        `answered` after each."""
+        try:
+            with _client(self.target) as send:
+                ready.wait()
+                while (scheduled := due.get()) is not None:
+                    self.attempt(send, scheduled)
+                    answered()
+        except threading.BrokenBarrierError:
+            pass
+        except BaseException as exc:
+            self.failure = exc
+            ready.abort()
 
 
 @contextlib.contextmanager
@@ -313,7 +378,13 @@ class _Progress:
         self.tty = bool(stream and stream.isatty())
 
     @contextlib.contextmanager
-    def showing(self, label: str, workers: Sequence[_Worker], planned: str) -> Iterator[None]:
+    def showing(
+        self,
+        label: str,
+        workers: Sequence[_Worker],
+        planned: str,
+        dropped: Callable[[], int] | None = None,
+    ) -> Iterator[None]:
         if self.stream is None:
             yield
             return
@@ -324,7 +395,10 @@ class _Progress:
             count = sum(len(w.latencies) + w.errors for w in workers)
             errors = sum(w.errors for w in workers)
             elapsed = time.monotonic() - started
-            return f"  {label}: {count} requests, {errors} errors, {elapsed:.1f} s ({planned})"
+            drops = "" if dropped is None else f", {dropped()} dropped"
+            return (
+                f"  {label}: {count} requests, {errors} errors{drops}, {elapsed:.1f} s ({planned})"
+            )
 
         def show() -> None:
             while not done.wait(0.5 if self.tty else 5.0):
@@ -453,32 +527,317 @@ def run_benchmark(
     ]
 
 
-def results_document(model: str, results: Sequence[LevelResult]) -> dict[str, Any]:
-    """What `--json` writes."""
-    return {"model": model, "results": [r.as_dict() for r in results]}
+ARRIVALS = ("constant", "poisson")  # perf_analyzer's --request-distribution values
+DEFAULT_ARRIVAL = "constant"  # perf_analyzer's default: every run of a level sends the same load
+DEFAULT_MAX_IN_FLIGHT = 64
+DRAIN_TIMEOUT_S = CONNECT_TIMEOUT_S + 10.0  # a request fails after CONNECT_TIMEOUT_S
 
 
-def write_json(path: str | Path, model: str, results: Sequence[LevelResult]) -> Path:
+def arrival_times(
+    rate: float,
+    arrival: str,
+    *,
+    seed: int = 0,
+    count: int | None = None,
+    duration: float | None = None,
+) -> list[float]:
+    """When each request is due, in seconds from the start: the first `count`, or all before
+    `duration`. "constant": every 1/rate s from 0; "poisson": a Poisson process of that rate
+    (exponential gaps, seeded), the first after one gap."""
+    if not rate > 0 or not math.isfinite(rate):
+        raise UserError(f"the request rate must be a positive number, got {rate}")
+    if arrival not in ARRIVALS:
+        raise UserError(f"arrival must be one of {', '.join(ARRIVALS)}, got {arrival!r}")
+    if (count is None) == (duration is None):
+        raise UserError("give either a number of requests or a duration")
+    rng = np.random.default_rng(seed)
+    if count is not None:
+        if arrival == "constant":
+            return [i / rate for i in range(count)]
+        return [float(t) for t in np.cumsum(rng.exponential(1 / rate, count))]
+    assert duration is not None
+    if arrival == "constant":
+        return [
+            t for t in (i / rate for i in range(math.ceil(rate * duration) + 1)) if t < duration
+        ]
+    times: list[float] = []
+    last = 0.0
+    while True:  # draw in chunks of about one second's arrivals until past the duration
+        chunk = np.cumsum(rng.exponential(1 / rate, max(16, math.ceil(rate)))) + last
+        inside = chunk[chunk < duration]
+        times.extend(float(t) for t in inside)
+        if len(inside) < len(chunk):
+            return times
+        last = float(chunk[-1])
+
+
+class _Pool:
+    """Open loop: `max_in_flight` workers taking scheduled times; counts what is in flight."""
+
+    def __init__(self, target: Target, max_in_flight: int) -> None:
+        self.workers = [_Worker(target) for _ in range(max_in_flight)]
+        self.capacity = max_in_flight
+        self.in_flight = self.peak = self.dropped = 0
+        self._settled = threading.Condition()
+        self._due: queue.SimpleQueue[float | None] = queue.SimpleQueue()
+        self.ready = threading.Barrier(max_in_flight + 1)
+        self.threads = [
+            threading.Thread(
+                target=w.serve,
+                args=(self._due, self.ready, self._answered),
+                daemon=True,
+                name=f"bench-rate-{i}",
+            )
+            for i, w in enumerate(self.workers)
+        ]
+
+    def _answered(self) -> None:
+        with self._settled:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._settled.notify_all()
+
+    def send(self, schedule: Sequence[float]) -> float:
+        """Hand each request to a worker at its time (drop it if all are busy), wait for the
+        answers; the clock's start (perf_counter seconds)."""
+        start = time.perf_counter()
+        for offset in schedule:
+            due = start + offset
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            with self._settled:
+                if self.in_flight >= self.capacity:
+                    self.dropped += 1
+                    continue
+                self.in_flight += 1
+                self.peak = max(self.peak, self.in_flight)
+            self._due.put(due)
+        with self._settled:
+            settled = self._settled.wait_for(lambda: self.in_flight == 0, DRAIN_TIMEOUT_S)
+        if not settled:
+            self._raise_failure(
+                f"{self.in_flight} requests still in flight {DRAIN_TIMEOUT_S} s "
+                "after the last was due"
+            )
+        return start
+
+    def reset(self) -> None:
+        self.peak = self.dropped = 0
+        for worker in self.workers:
+            worker.reset()
+
+    def _raise_failure(self, otherwise: str) -> None:
+        failure = next((w.failure for w in self.workers if w.failure is not None), None)
+        if failure is not None:
+            raise UserError(f"a load worker failed: {error_text(failure)}") from failure
+        raise UserError(otherwise)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[_Pool]:
+        for thread in self.threads:
+            thread.start()
+        try:
+            try:
+                self.ready.wait(CONNECT_TIMEOUT_S)
+            except threading.BrokenBarrierError:
+                self._raise_failure(f"the load workers were not ready within {CONNECT_TIMEOUT_S} s")
+            yield self
+        finally:
+            self.ready.abort()
+            for _ in self.threads:
+                self._due.put(None)
+            for thread in self.threads:
+                thread.join()
+
+
+def run_rate_level(
+    target: Target,
+    rate: float,
+    *,
+    duration: float | None = None,
+    requests: int | None = None,
+    arrival: str = DEFAULT_ARRIVAL,
+    seed: int = 0,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    warmup: int = 0,
+    progress: TextIO | None = None,
+    metrics: MetricsProbe | None = None,
+) -> LevelResult:
+    """Open loop at `rate` requests/s: `warmup` requests at that rate and their answers, then the
+    measured schedule of `duration` seconds (or `requests` requests) and its answers. The window
+    lasts the schedule, or to the last answer when later; with `metrics`, the device counters
+    are read right before and after it."""
+    if max_in_flight < 1:
+        raise UserError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if warmup < 0:
+        raise UserError(f"warmup must be >= 0, got {warmup}")
+    if (requests is not None and requests < 1) or (duration is not None and duration <= 0):
+        raise UserError("the requests per level and the duration must be positive")
+    schedule = arrival_times(rate, arrival, seed=seed, count=requests, duration=duration)
+    warming = arrival_times(rate, arrival, seed=seed, count=warmup) if warmup else []
+    label = f"{rate:g} requests/s {arrival}"
+    planned = f"{requests} requests" if requests is not None else f"{duration:g} s"
+    show = _Progress(progress)
+    pool = _Pool(target, max_in_flight)
+    with pool.running():
+        if warming:
+            with show.showing(
+                f"{label} (warmup)", pool.workers, f"{warmup} requests", lambda: pool.dropped
+            ):
+                pool.send(warming)
+            pool.reset()
+        before = metrics.read() if metrics is not None else None
+        with show.showing(label, pool.workers, planned, lambda: pool.dropped):
+            start = pool.send(schedule)
+        after = metrics.read() if metrics is not None else None
+    span = duration if duration is not None else (schedule[-1] if schedule else 0.0)
+    finished = max((w.finished for w in pool.workers), default=start)
+    result = summarize(
+        pool.peak,
+        [t for w in pool.workers for t in w.latencies],
+        sum(w.errors for w in pool.workers),
+        max(finished - start, span),
+        target.rows_per_request,
+        [m for w in pool.workers for m in w.messages][:KEPT_ERROR_MESSAGES],
+    )
+    result.request_rate, result.arrival = rate, arrival
+    result.max_in_flight, result.dropped = max_in_flight, pool.dropped
+    if before is not None and after is not None:
+        result.device = counters_gained(before, after)
+    return result
+
+
+def concurrency_measure(target: Target, **options: Any) -> Callable[[float], LevelResult]:
+    """`run_level(target, concurrency, **options)` as a search's `measure` (the integer search
+    passes whole numbers)."""
+    return lambda concurrency: run_level(target, int(concurrency), **options)
+
+
+def rate_measure(target: Target, **options: Any) -> Callable[[float], LevelResult]:
+    """`run_rate_level(target, rate, **options)` as a search's `measure`."""
+    return lambda rate: run_rate_level(target, rate, **options)
+
+
+@dataclass
+class ThresholdSearch:
+    """A latency-threshold search: every level measured, in order, and the highest that met it."""
+
+    threshold_ms: float
+    tried: list[LevelResult]
+    chosen: LevelResult | None  # None: the lowest level already broke the threshold
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` entry: the threshold and the chosen level's index in the results."""
+        return {
+            "p99_ms": self.threshold_ms,
+            "chosen": None if self.chosen is None else self.tried.index(self.chosen),
+        }
+
+
+def meets_threshold(result: LevelResult, threshold_ms: float) -> bool:
+    """Whether every request of a level was sent and answered and its p99 is <= the threshold."""
+    return (
+        result.p99_ms is not None
+        and result.errors == 0
+        and result.dropped == 0
+        and result.p99_ms <= threshold_ms
+    )
+
+
+def search_latency_threshold(
+    measure: Callable[[float], LevelResult],
+    threshold_ms: float,
+    *,
+    start: float,
+    maximum: float,
+    integer: bool,
+    resolution: float = 0.0,
+) -> ThresholdSearch:
+    """The highest level in [start, maximum] that `meets_threshold`: `measure(level)` from
+    `start`, doubling while the threshold holds (the last step capped at `maximum`), then
+    bisecting between the highest level that met it and the lowest that broke it, until they
+    are one apart (`integer`: concurrency, `concurrency_measure`) or closer than `resolution` x
+    the lower one (rates, `rate_measure`)."""
+    if not threshold_ms > 0:
+        raise UserError(f"the latency threshold must be positive, got {threshold_ms} ms")
+    if not 0 < start <= maximum:
+        raise UserError(f"the search needs 0 < start <= maximum, got {start} and {maximum}")
+    if not integer and not resolution > 0:
+        raise UserError("a search over rates needs a resolution > 0")
+    tried: list[LevelResult] = []
+    chosen: LevelResult | None = None
+    good: float | None = None
+    bad: float | None = None
+
+    def measure_at(level: float) -> None:
+        nonlocal chosen, good, bad
+        tried.append(measure(level))
+        if meets_threshold(tried[-1], threshold_ms):
+            chosen, good = tried[-1], level
+        else:
+            bad = level
+
+    level = start
+    measure_at(level)
+    while bad is None and level < maximum:
+        level = min(level * 2, maximum)
+        measure_at(level)
+    if good is not None and bad is not None:
+        step = 1.0 if integer else 0.0
+        while bad - good > max(step, good * resolution):
+            measure_at((good + bad) // 2 if integer else (good + bad) / 2)
+    return ThresholdSearch(threshold_ms, tried, chosen)
+
+
+def results_document(
+    model: str, results: Sequence[LevelResult], search: ThresholdSearch | None = None
+) -> dict[str, Any]:
+    """What `--json` writes (with a search: its threshold and chosen level too)."""
+    document: dict[str, Any] = {"model": model, "results": [r.as_dict() for r in results]}
+    if search is not None:
+        document["latency_threshold"] = search.as_dict()
+    return document
+
+
+def write_json(
+    path: str | Path,
+    model: str,
+    results: Sequence[LevelResult],
+    search: ThresholdSearch | None = None,
+) -> Path:
     """Write `results_document` to `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(results_document(model, results), indent=2) + "\n")
+    target.write_text(json.dumps(results_document(model, results, search), indent=2) + "\n")
     return target
 
 
 def format_table(results: Sequence[LevelResult]) -> str:
-    """A plain-text table, one line per level (device utilization when it was measured)."""
+    """A plain-text table, one line per level: closed-loop levels by concurrency, open-loop
+    ones by offered rate with the most in flight and the drops; device utilization when it
+    was measured."""
     measured = any(r.device is not None for r in results)
-    header = (
-        f"{'concurrency':>11} {'requests':>9} {'errors':>7} {'req/s':>10} {'rows/s':>10} "
-        f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}" + ("  device utilization" if measured else "")
+    open_loop = any(r.request_rate is not None for r in results)
+    first = ["offered/s", "in flight"] if open_loop else ["concurrency"]
+    counts = ["requests", "dropped", "errors"] if open_loop else ["requests", "errors"]
+    header = " ".join(
+        [f"{name:>11}" for name in first]
+        + [f"{name:>9}" for name in counts]
+        + [f"{name:>10}" for name in ("req/s", "rows/s")]
+        + [f"{f'p{p} ms':>8}" for p in (50, 90, 95, 99)]
     )
-    lines = [header]
+    lines = [header + ("  device utilization" if measured else "")]
     for r in results:
-        cells = [_ms(r.p50_ms), _ms(r.p90_ms), _ms(r.p99_ms)]
-        line = (
-            f"{r.concurrency:>11} {r.requests:>9} {r.errors:>7} {r.throughput_rps:>10.1f} "
-            f"{r.rows_per_s:>10.1f} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8}"
+        rate = "-" if r.request_rate is None else f"{r.request_rate:g}"
+        cells = ([rate] if open_loop else []) + [str(r.concurrency)]
+        numbers = [r.requests, r.dropped, r.errors] if open_loop else [r.requests, r.errors]
+        latencies = (r.p50_ms, r.p90_ms, r.p95_ms, r.p99_ms)
+        line = " ".join(
+            [f"{cell:>11}" for cell in cells]
+            + [f"{n:>9}" for n in numbers]
+            + [f"{r.throughput_rps:>10.1f}", f"{r.rows_per_s:>10.1f}"]
+            + [f"{_ms(value):>8}" for value in latencies]
         )
         if measured:
             line += "  " + format_utilization(r.device_utilization)
@@ -504,9 +863,10 @@ def plot(
     path: str | Path,
     title: str = "",
 ) -> Path:
-    """Throughput and p99 latency against concurrency, one line per series, side by side.
+    """Throughput and p99 latency against concurrency (or, for open-loop entries, the offered
+    request rate), one line per series, side by side.
 
-    Each series is (label, `--json` result entries).
+    Each series is (label, `--json` result entries), drawn in the order of their levels.
     """
     import matplotlib
 
@@ -515,8 +875,10 @@ def plot(
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     lines = []
-    for label, entries in series:
-        levels = [e["concurrency"] for e in entries]
+    open_loop = any(e.get("request_rate") is not None for _, entries in series for e in entries)
+    for label, unordered in series:
+        entries = sorted(unordered, key=_plotted_level)
+        levels = [_plotted_level(e) for e in entries]
         rps = [e["throughput_rps"] for e in entries]
         p99 = [e["p99_ms"] if e["p99_ms"] is not None else math.nan for e in entries]
         lines.append((levels, rps, p99))
@@ -538,15 +900,19 @@ def plot(
                         ha="center",
                         fontsize=8,
                     )
-    every = sorted({e["concurrency"] for _, entries in series for e in entries})
+    every = sorted({_plotted_level(e) for _, entries in series for e in entries})
     for axis, ylabel, heading in (
         (left, "requests / s", "Throughput (higher is better)"),
         (right, "p99 latency (ms)", "p99 latency (lower is better)"),
     ):
         axis.set_xscale("log", base=2)
-        axis.set_xticks(every, [str(c) for c in every])
+        axis.set_xticks(every, [f"{level:g}" for level in every])
         axis.minorticks_off()
-        axis.set_xlabel("concurrency (requests in flight)")
+        axis.set_xlabel(
+            "offered request rate (requests / s)"
+            if open_loop
+            else "concurrency (requests in flight)"
+        )
         axis.set_ylabel(ylabel)
         axis.set_title(heading)
         axis.set_ylim(0, axis.get_ylim()[1] * 1.12)  # room for the value labels
@@ -560,3 +926,9 @@ def plot(
     fig.savefig(target, dpi=110)
     plt.close(fig)
     return target
+
+
+def _plotted_level(entry: Mapping[str, Any]) -> float:
+    """A `--json` entry's x: its offered request rate (open loop) or its concurrency."""
+    rate = entry.get("request_rate")
+    return float(entry["concurrency"] if rate is None else rate)
