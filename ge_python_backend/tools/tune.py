@@ -75,9 +75,9 @@ PIPELINE_MIN_DEVICE_US = (0, 250, 1000, 4000)
 WAITING_DELAY_STEPS = 3
 # A trial's load time before any load was seen (for the budget).
 FIRST_LOAD_GUESS_S = 5.0
-# Each trial unloads the model before loading the next config: a reload would run the old and
-# the new instances side by side, whose ge_* series have the same labels, and Triton 2.51 frees
-# a shared counter when the old instance drops it (the new one then crashes the server).
+# Each trial unloads the model before loading the next config: a reload runs the old and the
+# new instances side by side, whose ge_* series have the same labels; Triton 2.51 shares and
+# then removes their counter (series jump or vanish, a later reload crashed the server once).
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
 MEMORY_METRIC = "ge_device_memory_bytes"  # one instance's pooled buffers, per device
@@ -474,9 +474,7 @@ class Trial:
             "loaded": self.loaded,
             "error": self.error,
         }
-        for key in ("rows_per_s", "requests_per_s", "p50_ms", "p99_ms", "device_utilization"):
-            entry[key] = _rounded(getattr(m, key) if m else None)
-        for key in ("padding_ratio", "rows_per_execution", "queue_ms"):
+        for key in MEASURED_FIELDS:
             entry[key] = _rounded(getattr(m, key) if m else None)
         entry["requests"] = m.requests if m else 0
         entry["errors"] = m.errors if m else 0
@@ -486,6 +484,18 @@ class Trial:
         entry["load_s"] = round(self.load_s, 3)
         entry["measure_s"] = round(self.measure_s, 3)
         return entry
+
+
+MEASURED_FIELDS = (
+    "rows_per_s",
+    "requests_per_s",
+    "p50_ms",
+    "p99_ms",
+    "device_utilization",
+    "padding_ratio",
+    "rows_per_execution",
+    "queue_ms",
+)
 
 
 def _rounded(value: float | None) -> float | None:
