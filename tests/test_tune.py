@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.config import load_model_config
@@ -16,6 +17,7 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.tools.bench import LevelResult
 from ge_python_backend.tools.tune import (
+    END_RESERVE_S,
     Budget,
     Candidate,
     Limits,
@@ -186,8 +188,10 @@ def test_the_budget_holds_the_trials_and_the_restore(budget_s: float) -> None:
     result = search.run()
     model.load(DEFAULT)  # what tune does next: the original config back
     spent = clock.now - search.budget.started
-    assert spent <= budget_s
+    assert spent + END_RESERVE_S <= budget_s  # room left for the summary and the report
     assert result.elapsed_s <= budget_s
+    if budget_s >= 60:
+        assert len(result.trials) > 5
     full = run_search(SyntheticModel(surface, FakeClock()), FakeClock()).run()
     assert len(result.trials) < len(full.trials)  # the budget, not the search, ended it
 
@@ -208,7 +212,8 @@ def test_budget_predictions_follow_the_loads_seen() -> None:
     assert budget.load(2) == 6.0
     assert budget.load(4) == 12.0  # the longest per instance, times 4
     assert budget.predicted(dataclasses.replace(DEFAULT, instances=4)) == 13.5
-    clock.now += 100 - 1.5 - 6.0 - 3.0  # exactly one 2-instance trial and the reserve left
+    # exactly one 2-instance trial and the reserve (a 1-instance load, 3 s, and the end) left
+    clock.now += 100 - 1.5 - 6.0 - 3.0 - END_RESERVE_S
     assert budget.fits(two)
     clock.now += 0.01
     assert not budget.fits(two)
@@ -291,6 +296,22 @@ def test_neighbors_change_one_knob_one_step() -> None:
     # at depth 1 the minimum device time is not varied
     depth1 = dataclasses.replace(DEFAULT, pipeline_depth=1)
     assert all(n.pipeline_min_device_us == 1000 for n in space.neighbors(depth1))
+
+
+def test_a_model_without_dynamic_batching_varies_instances_and_depth_only() -> None:
+    config = ModelConfig(name="m", backend="python")
+    original = candidate_of(config)
+    assert (original.instances, original.max_queue_delay_us, original.preferred_batch_sizes) == (
+        1,
+        0,
+        (),
+    )
+    space = SearchSpace.around(original, (), batched=False)
+    varied = [*space.grid(), *space.neighbors(original)]
+    assert varied and all(c.max_queue_delay_us == 0 and not c.preferred_batch_sizes for c in varied)
+    changed = with_candidate(config, dataclasses.replace(original, instances=2))
+    assert not changed.HasField("dynamic_batching")
+    assert [(g.kind, g.count) for g in changed.instance_group] == [(ModelInstanceGroup.KIND_CPU, 2)]
 
 
 def test_winner_is_the_most_rows_meeting_the_constraint_without_errors() -> None:

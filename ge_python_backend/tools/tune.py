@@ -75,6 +75,8 @@ PIPELINE_MIN_DEVICE_US = (0, 250, 1000, 4000)
 WAITING_DELAY_STEPS = 3
 # A trial's load time before any load was seen (for the budget).
 FIRST_LOAD_GUESS_S = 5.0
+# Kept in the budget for what follows the search besides loading a config: summary and report.
+END_RESERVE_S = 2.0
 # Each trial unloads the model before loading the next config: a reload runs the old and the
 # new instances side by side, whose ge_* series have the same labels; Triton 2.51 shares and
 # then removes their counter (series jump or vanish, a later reload crashed the server once).
@@ -568,7 +570,7 @@ class Budget:
     """Whether the next trial fits in the time left, predicted from the trials so far: the
     longest measurement plus the longest load seen at its instance count (else the longest
     load per instance times its instances), with one load of the original config (putting it
-    back at the end) kept in reserve."""
+    back at the end) and `END_RESERVE_S` kept in reserve."""
 
     def __init__(
         self, seconds: float, clock: Callable[[], float], default_instances: int = 1
@@ -603,13 +605,16 @@ class Budget:
         """Seconds a trial of `candidate` may take."""
         return self.measure_s + self.load(candidate.instances)
 
+    def reserve(self) -> float:
+        """Seconds kept for the end: loading the original config, the summary and report."""
+        return self.load(self.default_instances) + END_RESERVE_S
+
     def fits(self, candidate: Candidate) -> bool:
-        reserve = self.load(self.default_instances)
-        return self.elapsed() + self.predicted(candidate) + reserve <= self.seconds
+        return self.elapsed() + self.predicted(candidate) + self.reserve() <= self.seconds
 
     def trials_left(self, candidate: Candidate) -> int:
         """About how many more trials like `candidate` fit."""
-        left = self.seconds - self.elapsed() - self.load(self.default_instances)
+        left = self.seconds - self.elapsed() - self.reserve()
         return max(0, math.floor(left / max(self.predicted(candidate), 1e-3)))
 
 
