@@ -108,7 +108,7 @@ def test_apply_writes_a_config_that_validates_and_serves(
     server, repository = served
     pid = server.pid
     report = tmp_path / "report"
-    args = ["--budget-s", "12", "--max-instances", "1", "--repository", str(repository)]
+    args = ["--budget-s", "16", "--max-instances", "1", "--repository", str(repository)]
     args += ["--apply", "--report", str(report)]
     assert tune(server, *args) == 0
     document = json.loads((report / "tune.json").read_text())

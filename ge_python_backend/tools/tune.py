@@ -716,7 +716,7 @@ class Search:
     ) -> Trial:
         trial = Trial(candidate, default)
         number = len(self.trials) + 1
-        total = planned or number - 1 + self.budget.trials_left(candidate)
+        total = planned or max(number, number - 1 + self.budget.trials_left(candidate))
         self._say(
             f"trial {number} of {'at most ' * (planned is None)}{total} ({phase}, "
             f"{self.budget.elapsed():.1f} s of {self.budget.seconds:g} s): {candidate.describe()}"
