@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.watch_cmd",
     "ge_python_backend.commands.emulator_cmd",
     "ge_python_backend.commands.bench_cmd",
+    "ge_python_backend.commands.tune_cmd",
     "ge_python_backend.commands.compare_cmd",
     "ge_python_backend.commands.migrate_cmd",
     "ge_python_backend.commands.k8s_cmd",

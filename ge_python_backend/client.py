@@ -141,9 +141,10 @@ class TritonClient:
             return list(index.get("models", []))
         return list(self._client.get_model_repository_index())
 
-    def load_model(self, model: str) -> None:
-        """Load (or reload) `model`; needs `--model-control-mode=explicit`."""
-        self._client.load_model(model, **self._options)
+    def load_model(self, model: str, config: str | None = None) -> None:
+        """Load (or reload) `model`; needs `--model-control-mode=explicit`. `config` (the
+        model config as JSON) overrides the repository's config.pbtxt for this load."""
+        self._client.load_model(model, config=config, **self._options)
 
     def unload_model(self, model: str) -> None:
         """Unload `model`; needs `--model-control-mode=explicit`."""

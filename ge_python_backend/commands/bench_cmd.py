@@ -13,6 +13,7 @@ from ge_python_backend.client import TritonClient, request_arrays, server_errors
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_data_options,
+    add_metrics_url_option,
     add_server_options,
     parse_files,
     parse_shapes,
@@ -120,12 +121,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="unmeasured requests before each level (default: 10)",
     )
-    parser.add_argument(
-        "--metrics-url",
-        metavar="URL",
-        help="Triton's metrics endpoint, e.g. http://127.0.0.1:8002/metrics (HOST:PORT is "
-        "enough): adds device_utilization per device to the table and the JSON",
-    )
+    add_metrics_url_option(parser, "adds device_utilization per device to the table and the JSON")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
 

@@ -88,6 +88,17 @@ def add_server_options(
     parser.add_argument("--model", required=required, help="the served model's name")
 
 
+def add_metrics_url_option(parser: argparse.ArgumentParser, purpose: str) -> None:
+    """`--metrics-url URL`: Triton's metrics endpoint (read by `tools.bench.MetricsProbe`);
+    `purpose` says what it is used for (and its default, if any)."""
+    parser.add_argument(
+        "--metrics-url",
+        metavar="URL",
+        help="Triton's metrics endpoint, e.g. http://127.0.0.1:8002/metrics (HOST:PORT is "
+        f"enough): {purpose}",
+    )
+
+
 def add_data_options(parser: argparse.ArgumentParser, shape_default: str) -> None:
     """`--shape` (parsed by `parse_shapes`), `--input` (`parse_files`) and `--seed`: the input
     data, random unless given as `.npy` files."""

@@ -253,11 +253,18 @@ class MetricsProbe:
 
     def read(self) -> DeviceCounters:
         """The model's counters now; UserError if unreachable or the model has none."""
+        return self.counters(self.fetch())
+
+    def fetch(self) -> str:
+        """The metrics endpoint's text now; UserError if unreachable."""
         try:
             with urllib.request.urlopen(self.url, timeout=CONNECT_TIMEOUT_S) as response:
-                text = response.read().decode()
+                return str(response.read().decode())
         except CONNECTION_ERRORS as exc:
             raise UserError(f"cannot read metrics at {self.url}: {error_text(exc)}") from None
+
+    def counters(self, text: str) -> DeviceCounters:
+        """The model's counters in the metrics `text`; UserError if it has none."""
         counters = device_counters(text, self.model)
         if not counters:
             raise UserError(

@@ -1,0 +1,272 @@
+"""`ge-python-model tune`: search a served model's serving config under a p99 constraint."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from ge_python_backend.client import TritonClient, server_errors, server_url
+from ge_python_backend.commands import add_command
+from ge_python_backend.commands.bench_cmd import describe_target
+from ge_python_backend.commands.options import (
+    add_data_options,
+    add_metrics_url_option,
+    add_server_options,
+    parse_files,
+    parse_shapes,
+)
+from ge_python_backend.errors import UserError
+from ge_python_backend.repository.parameters import parse_device_ids
+from ge_python_backend.runtime.batching import normalize_gears
+from ge_python_backend.tools.tune import (
+    DEFAULT_MAX_INSTANCES,
+    PROCESSES_PER_DEVICE,
+    PROCESSES_PER_DEVICE_VM,
+    Search,
+    SearchSpace,
+    ServedModel,
+    apply_winner,
+    candidate_of,
+    closed_loop,
+    format_summary,
+    gear_advice,
+    write_report,
+)
+
+LOG = logging.getLogger(__name__)
+TRITON_METRICS_PORT = 8002  # tritonserver's default --metrics-port
+DEFAULT_BUDGET_S = 300.0
+DEFAULT_CONCURRENCY = 8
+DEFAULT_TRIAL_S = 2.0
+DEFAULT_WARMUP = 20
+
+HELP = "find the serving config with the most rows/s under a p99 constraint, live on Triton"
+
+DESCRIPTION = f"""\
+Tune a model served by a Triton started with --model-control-mode=explicit, without restarting
+it: each trial loads a variant of the model's config through Triton's repository API (a load with
+a config override) and measures it under closed-loop load (--concurrency clients, one request in
+flight each, for --duration seconds after --warmup requests): rows/s, requests/s, p50/p99, device
+utilization (ge_device_busy_seconds_total), padding (ge_padded_rows_total / ge_rows_total), rows
+per execution, Triton's queue time and device memory. The first trial is the config the model
+has. Varied: instance count, pipeline_depth, pipeline_min_device_us, max_queue_delay_microseconds,
+preferred batch sizes (subsets of the compiled gears) and device_ids placement; a small grid,
+then hill climbing around the best. Configs the devices cannot hold (pyACL's processes per
+device, device memory) are skipped; a trial never starts when it cannot finish within
+--budget-s; configs that fail to load are listed with Triton's reason. The winner has the most
+rows/s with p99 <= --p99-ms and no failed request. At the end the original config is loaded
+back, unless --apply writes the winner into --repository's config.pbtxt (diff printed, checked
+with validate) and loads it. Gear advice: from the batch sizes Triton formed (its batch_stats),
+the --dynamic_batch_size gears that would have padded least, with the atc command. Exits 1 when
+no trial met the constraint.
+
+examples:
+  ge-python-model tune --url 127.0.0.1:8000 --model resnet --p99-ms 30 --report tune-resnet
+  ge-python-model tune --model resnet --p99-ms 30 --budget-s 120 --shape input:1,3,224,224 \\
+      --repository models --apply
+  ge-python-model tune --url 127.0.0.1:8001 --protocol grpc --model resnet --p99-ms 20 \\
+      --device-ids 0,1 --processes-per-device {PROCESSES_PER_DEVICE_VM}
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `tune` subcommand."""
+    parser = add_command(subparsers, "tune", run, HELP, DESCRIPTION)
+    add_server_options(parser)
+    parser.add_argument(
+        "--p99-ms", type=float, required=True, metavar="MS", help="the p99 latency constraint"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="S",
+        help=f"seconds the whole tuning may take, restoring included (default: "
+        f"{DEFAULT_BUDGET_S:g})",
+    )
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        metavar="REPO",
+        help="the model repository Triton serves (needed by --apply)",
+    )
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="write the winner into REPO/MODEL/config.pbtxt and serve it, instead of loading "
+        "the original config back",
+    )
+    parser.add_argument("--report", type=Path, metavar="DIR", help="write tune.json and TUNE.md")
+    add_metrics_url_option(
+        parser,
+        f"each trial's device counters (default: port {TRITON_METRICS_PORT} of --url's host)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        metavar="C",
+        help=f"requests in flight during each trial (default: {DEFAULT_CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=DEFAULT_TRIAL_S,
+        metavar="S",
+        help=f"measured seconds per trial (default: {DEFAULT_TRIAL_S:g})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=DEFAULT_WARMUP,
+        metavar="N",
+        help=f"unmeasured requests before each trial (default: {DEFAULT_WARMUP})",
+    )
+    add_data_options(parser, "the model metadata's, batch 1")
+    parser.add_argument(
+        "--gears",
+        metavar="G1,G2,...",
+        help="the .om's batch gears (as `inspect` prints them): the preferred batch sizes tried "
+        "are subsets of them (default: the config's preferred batch sizes)",
+    )
+    parser.add_argument(
+        "--max-instances",
+        type=int,
+        default=DEFAULT_MAX_INSTANCES,
+        metavar="N",
+        help=f"the most instances to try (default: {DEFAULT_MAX_INSTANCES}, or the config's)",
+    )
+    parser.add_argument(
+        "--device-ids",
+        metavar="ID,...",
+        help="the NPUs the model may use: placements tried are prefixes of this list (default: "
+        "the config's device_ids)",
+    )
+    parser.add_argument(
+        "--processes-per-device",
+        type=int,
+        default=PROCESSES_PER_DEVICE,
+        metavar="N",
+        help=f"processes pyACL serves per device; each instance is one (default: "
+        f"{PROCESSES_PER_DEVICE}; {PROCESSES_PER_DEVICE_VM} in a VM)",
+    )
+
+
+def parse_gears(text: str) -> tuple[int, ...]:
+    """`"1,2,4,8"` -> `(1, 2, 4, 8)`."""
+    try:
+        return normalize_gears([int(part) for part in text.split(",") if part.strip()])
+    except ValueError:
+        raise UserError(f"--gears {text!r} must be positive integers, e.g. 1,2,4,8") from None
+
+
+def default_metrics_url(url: str) -> str:
+    """Triton's metrics endpoint on the host of `url` (HOST:PORT)."""
+    host = url.rsplit(":", 1)[0] if ":" in url else url
+    return f"{host}:{TRITON_METRICS_PORT}"
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.apply and args.repository is None:
+        raise UserError("--apply needs --repository REPO, the repository Triton serves")
+    for name, value, low in (("--concurrency", args.concurrency, 1), ("--warmup", args.warmup, 0)):
+        if value < low:
+            raise UserError(f"{name} must be >= {low}, got {value}")
+    if args.duration <= 0:
+        raise UserError(f"--duration must be > 0 seconds, got {args.duration:g}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Search, apply or restore, print the summary and the gear advice, write --report."""
+    _check(args)
+    url = server_url(args.url, args.protocol)
+    target = describe_target(
+        url, args.protocol, args.model, parse_shapes(args.shape), args.seed, parse_files(args.input)
+    )
+    metrics_url = args.metrics_url or default_metrics_url(url)
+    load = closed_loop(args.concurrency, args.duration, args.warmup)
+    applied = None
+    with server_errors(url, args.protocol, args.model), TritonClient(url, args.protocol) as client:
+        if not client.is_model_ready(args.model):
+            raise UserError(f"model {args.model!r} is not ready: load it before tuning it")
+        inputs = client.model_metadata(args.model).get("inputs", [])
+        served = ServedModel(client, target, metrics_url, load)
+        default = candidate_of(served.original)
+        gears = parse_gears(args.gears) if args.gears else default.preferred_batch_sizes
+        space = SearchSpace.around(
+            default,
+            gears,
+            batched=served.original.HasField("dynamic_batching"),
+            max_instances=args.max_instances,
+            device_ids=parse_device_ids(args.device_ids) if args.device_ids else (),
+        )
+        search = Search(
+            served,
+            space,
+            p99_ms=args.p99_ms,
+            budget_s=args.budget_s,
+            processes_per_device=args.processes_per_device,
+            progress=sys.stderr,
+        )
+        try:
+            result = search.run()
+            if args.apply and result.winner is not None:
+                winner = result.trials[result.winner].candidate
+                diff = apply_winner(args.repository, args.model, winner)
+                print(diff or "config.pbtxt already holds the winner", file=sys.stderr)
+                served.load_repository_config(winner)
+                applied = args.repository / args.model / "config.pbtxt"
+        except BaseException:
+            if applied is None:
+                _restore_after_failure(served)
+            raise
+        if applied is None:
+            served.restore()
+    observed = 0 if result.winner is None else result.winner
+    advice = gear_advice(result.trials, observed, gears, args.model, inputs)
+    for line in format_summary(result, args.p99_ms):
+        print(line)
+    if advice is not None:
+        print(
+            f"gear advice (batch sizes of trial {observed + 1}): "
+            + "; ".join(
+                f"{o.label} {','.join(map(str, o.gears))} pad {o.padding_ratio:.3f}"
+                for o in advice.options
+            )
+        )
+        print(advice.atc_command or "the compiled gears already pad least")
+    outcome = (
+        f"The winner was applied to {applied}."
+        if applied
+        else "The original config was loaded back."
+    )
+    print(outcome)
+    if args.report:
+        command = _command_line(args, url)
+        paths = write_report(args.report, args.model, command, result, args.p99_ms, advice, outcome)
+        print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
+    return 0 if result.winner is not None else 1
+
+
+def _restore_after_failure(served: ServedModel) -> None:
+    """Load the original config back while another error is on its way (which it keeps)."""
+    try:
+        served.restore()
+    except Exception:
+        LOG.exception("tune failed, and loading model %r's original config failed", served.model)
+
+
+def _command_line(args: argparse.Namespace, url: str) -> str:
+    words = ["ge-python-model", "tune", "--url", url, "--protocol", args.protocol]
+    words += ["--model", args.model, "--p99-ms", f"{args.p99_ms:g}"]
+    words += ["--budget-s", f"{args.budget_s:g}", "--concurrency", str(args.concurrency)]
+    words += ["--duration", f"{args.duration:g}", "--warmup", str(args.warmup)]
+    for shape in args.shape:
+        words += ["--shape", shape]
+    if args.apply:
+        words += ["--repository", str(args.repository), "--apply"]
+    return shlex.join(words)

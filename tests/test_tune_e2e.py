@@ -1,0 +1,122 @@
+"""`ge-python-model tune` on the real tritonserver in explicit model-control mode: a scaffolded
+emulator model under the calibrated ResNet-50 / Atlas 300I Pro device profile (as the saturation
+benchmark runs it, `benchmarks/scenarios.py`), tuned without restarting the server."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import http_address, running_server
+
+from ge_python_backend import cli
+from ge_python_backend.client import TritonClient
+from ge_python_backend.repository.config import load_model_config
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.tools.tune import Candidate, candidate_of
+
+TIMING = "profile=resnet50-310p3"
+BUDGET_S = 70.0
+SLACK_S = 5.0  # reading the model, printing, the report
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, om_dynamic_batch: Path) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("tune")
+    repository = root / "models"
+    scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator")
+    with running_server(
+        repository,
+        env={"GE_EMULATOR_TIMING": TIMING},
+        log_path=root / "triton.log",
+        model_control_mode="explicit",
+        load_models=["mlp"],
+    ) as server:
+        yield server, repository
+
+
+def tune(server: Any, *args: str) -> int:
+    return cli.main(
+        [
+            "tune",
+            "--url",
+            http_address(server),
+            "--metrics-url",
+            server.urls.metrics,
+            "--model",
+            "mlp",
+            "--p99-ms",
+            "30",
+            "--duration",
+            "0.4",
+            "--warmup",
+            "4",
+            *args,
+        ]
+    )
+
+
+def served_candidate(server: Any) -> Candidate:
+    with TritonClient(http_address(server)) as client:
+        return candidate_of(client.model_config("mlp"))
+
+
+@pytest.mark.e2e
+def test_tune_finishes_in_budget_without_restarting_and_restores(
+    served: tuple[Any, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, repository = served
+    pid = server.pid
+    original = served_candidate(server)
+    assert original == candidate_of(load_model_config(repository / "mlp" / "config.pbtxt"))
+    started = time.monotonic()
+    args = ["--budget-s", f"{BUDGET_S:g}", "--max-instances", "2"]
+    code = tune(server, *args, "--report", str(tmp_path / "report"))
+    elapsed = time.monotonic() - started
+    assert code == 0
+    assert elapsed <= BUDGET_S + SLACK_S
+    assert server.pid == pid and server.poll() is None  # the same Triton process, still up
+    document = json.loads((tmp_path / "report" / "tune.json").read_text())
+    trials = document["trials"]
+    assert len(trials) >= 12, [t["config"] for t in trials]
+    assert trials[0]["default"] and trials[0]["config"] == original.as_dict()
+    assert all(t["loaded"] and t["error"] is None for t in trials), trials
+    winner = trials[document["winner"]]
+    assert winner["p99_ms"] <= 30
+    assert winner["rows_per_s"] == max(t["rows_per_s"] for t in trials if t["p99_ms"] <= 30)
+    for trial in trials:
+        assert trial["device_utilization"] > 0 and trial["rows_per_execution"] >= 1
+        assert trial["padding_ratio"] >= 0 and trial["p50_ms"] <= trial["p99_ms"]
+    # the grid varied both the pipeline depth and the instance count
+    assert len({t["config"]["pipeline_depth"] for t in trials}) == 2
+    assert len({t["config"]["instances"] for t in trials}) == 2
+    assert served_candidate(server) == original  # restored
+    out = capsys.readouterr().out
+    assert "winner (trial" in out and "The original config was loaded back." in out
+    markdown = (tmp_path / "report" / "TUNE.md").read_text()
+    assert "## Gear advice" in markdown and "**winner**" in markdown
+
+
+@pytest.mark.e2e
+def test_apply_writes_a_config_that_validates_and_serves(
+    served: tuple[Any, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, repository = served
+    pid = server.pid
+    report = tmp_path / "report"
+    args = ["--budget-s", "16", "--max-instances", "1", "--repository", str(repository)]
+    args += ["--apply", "--report", str(report)]
+    assert tune(server, *args) == 0
+    document = json.loads((report / "tune.json").read_text())
+    assert len(document["trials"]) >= 2
+    winner = document["trials"][document["winner"]]["config"]
+    written = candidate_of(load_model_config(repository / "mlp" / "config.pbtxt"))
+    assert written.as_dict() == winner
+    assert served_candidate(server) == written  # served from the applied config.pbtxt
+    assert server.pid == pid
+    assert "The winner was applied to" in capsys.readouterr().out
+    assert cli.main(["validate", str(repository), "--name", "mlp"]) == 0
