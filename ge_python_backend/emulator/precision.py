@@ -383,7 +383,8 @@ class _Rewriter:
             name = self._fresh(f"{tensor}/fp16")
             if tensor in initializers:
                 values = numpy_helper.to_array(initializers[tensor])
-                rounded = values.astype(np.float16).astype(np.float32)
+                with np.errstate(over="ignore"):  # beyond 65504: inf, as on the device
+                    rounded = values.astype(np.float16).astype(np.float32)
                 self.graph.initializer.append(numpy_helper.from_array(rounded, name))
             else:
                 nodes.extend(self._round(tensor, name))
