@@ -19,7 +19,7 @@ import pytest
 from e2e_helpers import grpc_address, http_address, running_server, write_python_model
 
 from ge_python_backend import cli
-from ge_python_backend.commands.bench_cmd import parse_levels, parse_rates
+from ge_python_backend.commands.options import parse_levels, parse_rates
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.bench import (

@@ -353,7 +353,7 @@ def test_queue_time_and_batch_sizes_are_the_window_s_deltas(as_text: bool) -> No
 
 
 def test_a_measurement_combines_the_level_and_the_snapshots() -> None:
-    result = LevelResult(8, 100, 0, 2.0, 400, 5.0, 8.0, 9.0)
+    result = LevelResult(8, 100, 0, 2.0, 400, p50_ms=5.0, p90_ms=8.0, p95_ms=8.5, p99_ms=9.0)
     result.device = {
         "0": {"busy_seconds": 1.5, "executions": 50.0, "rows": 400.0, "padded_rows": 40.0}
     }

@@ -110,6 +110,7 @@ def test_apply_writes_a_config_that_validates_and_serves(
     report = tmp_path / "report"
     args = ["--budget-s", "16", "--max-instances", "1", "--repository", str(repository)]
     args += ["--apply", "--report", str(report)]
+    args += ["--request-rate", "50", "--arrival", "poisson"]  # trials under open-loop load
     assert tune(server, *args) == 0
     document = json.loads((report / "tune.json").read_text())
     assert len(document["trials"]) >= 2

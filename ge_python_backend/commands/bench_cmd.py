@@ -13,16 +13,17 @@ from ge_python_backend.client import TritonClient, request_arrays, server_errors
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_data_options,
+    add_load_options,
     add_metrics_url_option,
     add_server_options,
+    open_loop_settings,
     parse_files,
+    parse_levels,
+    parse_rates,
     parse_shapes,
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.bench import (
-    ARRIVALS,
-    DEFAULT_ARRIVAL,
-    DEFAULT_MAX_IN_FLIGHT,
     LevelResult,
     MetricsProbe,
     Target,
@@ -75,29 +76,7 @@ def register(subparsers: Any) -> None:
     """Add the `bench` subcommand."""
     parser = add_command(subparsers, "bench", run, HELP, DESCRIPTION)
     add_server_options(parser)
-    load = parser.add_mutually_exclusive_group()
-    load.add_argument(
-        "--concurrency",
-        metavar="C1,C2,...",
-        help=f"closed loop: requests in flight at each level (default: {DEFAULT_CONCURRENCY})",
-    )
-    load.add_argument(
-        "--request-rate",
-        metavar="R1,R2,...",
-        help="open loop: requests per second at each level",
-    )
-    parser.add_argument(
-        "--arrival",
-        choices=ARRIVALS,
-        help=f"open loop: gaps between requests (default: {DEFAULT_ARRIVAL})",
-    )
-    parser.add_argument(
-        "--max-in-flight",
-        type=int,
-        metavar="N",
-        help="open loop: requests sent at once at most; one due beyond that is dropped "
-        f"(default: {DEFAULT_MAX_IN_FLIGHT})",
-    )
+    add_load_options(parser, DEFAULT_CONCURRENCY, "each level")
     parser.add_argument(
         "--latency-threshold-ms",
         type=float,
@@ -124,28 +103,6 @@ def register(subparsers: Any) -> None:
     add_metrics_url_option(parser, "adds device_utilization per device to the table and the JSON")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw throughput and p99 latency")
-
-
-def parse_levels(text: str) -> list[int]:
-    """`"1,4,16"` -> `[1, 4, 16]`."""
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        levels = []
-    if not levels or min(levels) < 1:
-        raise UserError(f"--concurrency {text!r} must be positive integers, e.g. 1,4,16")
-    return levels
-
-
-def parse_rates(text: str) -> list[float]:
-    """`"50,100.5"` -> `[50.0, 100.5]` (requests per second)."""
-    try:
-        rates = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        rates = []
-    if not rates or not all(0 < rate < float("inf") for rate in rates):
-        raise UserError(f"--request-rate {text!r} must be positive numbers, e.g. 50,100,200")
-    return rates
 
 
 def describe_target(
@@ -177,14 +134,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.warmup < 0:
         raise UserError(f"--warmup must be >= 0, got {args.warmup}")
-    given = [name for name in ("arrival", "max_in_flight") if getattr(args, name) is not None]
-    if given and not open_loop:
-        flag = "--" + given[0].replace("_", "-")
-        raise UserError(f"{flag} is for open-loop load: give --request-rate with it")
-    arrival = args.arrival or DEFAULT_ARRIVAL
-    max_in_flight = DEFAULT_MAX_IN_FLIGHT if args.max_in_flight is None else args.max_in_flight
-    if max_in_flight < 1:
-        raise UserError(f"--max-in-flight must be >= 1, got {max_in_flight}")
+    arrival, max_in_flight = open_loop_settings(args)
     threshold = args.latency_threshold_ms
     if threshold is not None and not 0 < threshold < float("inf"):
         raise UserError(f"--latency-threshold-ms must be a positive number, got {threshold}")

@@ -11,6 +11,7 @@ from typing import Any
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
 from ge_python_backend.runtime import RUNTIMES
+from ge_python_backend.tools.bench import ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_MAX_IN_FLIGHT
 from ge_python_backend.tools.compare import Thresholds
 from ge_python_backend.tools.watch import (
     DEFAULT_INTERVAL_S,
@@ -97,6 +98,69 @@ def add_metrics_url_option(parser: argparse.ArgumentParser, purpose: str) -> Non
         help="Triton's metrics endpoint, e.g. http://127.0.0.1:8002/metrics (HOST:PORT is "
         f"enough): {purpose}",
     )
+
+
+def add_load_options(parser: argparse.ArgumentParser, concurrency_default: str, what: str) -> None:
+    """Closed loop (`--concurrency`) or open loop (`--request-rate`, `--arrival`,
+    `--max-in-flight`): the load shape of `bench` and `tune`; `what` names what a value is for
+    ("each level", "each trial")."""
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument(
+        "--concurrency",
+        metavar="C1,C2,...",
+        help=f"closed loop: requests in flight for {what} (default: {concurrency_default})",
+    )
+    load.add_argument(
+        "--request-rate",
+        metavar="R1,R2,...",
+        help=f"open loop: requests per second for {what}",
+    )
+    parser.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        help=f"open loop: gaps between requests (default: {DEFAULT_ARRIVAL})",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="open loop: requests sent at once at most; one due beyond that is dropped "
+        f"(default: {DEFAULT_MAX_IN_FLIGHT})",
+    )
+
+
+def parse_levels(text: str) -> list[int]:
+    """`--concurrency "1,4,16"` -> `[1, 4, 16]`."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise UserError(f"--concurrency {text!r} must be positive integers, e.g. 1,4,16")
+    return levels
+
+
+def parse_rates(text: str) -> list[float]:
+    """`--request-rate "50,100.5"` -> `[50.0, 100.5]` (requests per second)."""
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        rates = []
+    if not rates or not all(0 < rate < float("inf") for rate in rates):
+        raise UserError(f"--request-rate {text!r} must be positive numbers, e.g. 50,100,200")
+    return rates
+
+
+def open_loop_settings(args: argparse.Namespace) -> tuple[str, int]:
+    """`--arrival` and `--max-in-flight` (defaults filled); refused without `--request-rate`."""
+    given = [name for name in ("arrival", "max_in_flight") if getattr(args, name) is not None]
+    if given and args.request_rate is None:
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} is for open-loop load: give --request-rate with it")
+    max_in_flight = DEFAULT_MAX_IN_FLIGHT if args.max_in_flight is None else args.max_in_flight
+    if max_in_flight < 1:
+        raise UserError(f"--max-in-flight must be >= 1, got {max_in_flight}")
+    return args.arrival or DEFAULT_ARRIVAL, max_in_flight
 
 
 def add_data_options(parser: argparse.ArgumentParser, shape_default: str) -> None:

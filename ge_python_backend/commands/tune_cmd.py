@@ -14,9 +14,13 @@ from ge_python_backend.commands import add_command
 from ge_python_backend.commands.bench_cmd import describe_target
 from ge_python_backend.commands.options import (
     add_data_options,
+    add_load_options,
     add_metrics_url_option,
     add_server_options,
+    open_loop_settings,
     parse_files,
+    parse_levels,
+    parse_rates,
     parse_shapes,
 )
 from ge_python_backend.errors import UserError
@@ -26,6 +30,7 @@ from ge_python_backend.tools.tune import (
     DEFAULT_MAX_INSTANCES,
     PROCESSES_PER_DEVICE,
     PROCESSES_PER_DEVICE_VM,
+    LoadFunction,
     Search,
     SearchSpace,
     ServedModel,
@@ -34,6 +39,7 @@ from ge_python_backend.tools.tune import (
     closed_loop,
     format_summary,
     gear_advice,
+    open_loop,
     write_report,
 )
 
@@ -105,13 +111,7 @@ def register(subparsers: Any) -> None:
         parser,
         f"each trial's device counters (default: port {TRITON_METRICS_PORT} of --url's host)",
     )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=DEFAULT_CONCURRENCY,
-        metavar="C",
-        help=f"requests in flight during each trial (default: {DEFAULT_CONCURRENCY})",
-    )
+    add_load_options(parser, str(DEFAULT_CONCURRENCY), "each trial (one value)")
     parser.add_argument(
         "--duration",
         type=float,
@@ -173,9 +173,8 @@ def default_metrics_url(url: str) -> str:
 def _check(args: argparse.Namespace) -> None:
     if args.apply and args.repository is None:
         raise UserError("--apply needs --repository REPO, the repository Triton serves")
-    for name, value, low in (("--concurrency", args.concurrency, 1), ("--warmup", args.warmup, 0)):
-        if value < low:
-            raise UserError(f"{name} must be >= {low}, got {value}")
+    if args.warmup < 0:
+        raise UserError(f"--warmup must be >= 0, got {args.warmup}")
     if args.duration <= 0:
         raise UserError(f"--duration must be > 0 seconds, got {args.duration:g}")
 
@@ -188,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         url, args.protocol, args.model, parse_shapes(args.shape), args.seed, parse_files(args.input)
     )
     metrics_url = args.metrics_url or default_metrics_url(url)
-    load = closed_loop(args.concurrency, args.duration, args.warmup)
+    load = _load(args)
     applied = None
     with server_errors(url, args.protocol, args.model), TritonClient(url, args.protocol) as client:
         if not client.is_model_ready(args.model):
@@ -252,6 +251,29 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.winner is not None else 1
 
 
+def _one(values: list[Any], flag: str) -> Any:
+    if len(values) != 1:
+        raise UserError(f"{flag} takes one value for tune (every trial runs the same load)")
+    return values[0]
+
+
+def _load(args: argparse.Namespace) -> LoadFunction:
+    """The load every trial runs: closed loop at --concurrency, or open loop at --request-rate."""
+    arrival, max_in_flight = open_loop_settings(args)
+    if args.request_rate is not None:
+        rate = _one(parse_rates(args.request_rate), "--request-rate")
+        return open_loop(
+            rate,
+            args.duration,
+            args.warmup,
+            arrival=arrival,
+            max_in_flight=max_in_flight,
+            seed=args.seed,
+        )
+    concurrency = _one(parse_levels(args.concurrency or str(DEFAULT_CONCURRENCY)), "--concurrency")
+    return closed_loop(concurrency, args.duration, args.warmup)
+
+
 def _restore_after_failure(served: ServedModel) -> None:
     """Load the original config back while another error is on its way (which it keeps)."""
     try:
@@ -263,7 +285,11 @@ def _restore_after_failure(served: ServedModel) -> None:
 def _command_line(args: argparse.Namespace, url: str) -> str:
     words = ["ge-python-model", "tune", "--url", url, "--protocol", args.protocol]
     words += ["--model", args.model, "--p99-ms", f"{args.p99_ms:g}"]
-    words += ["--budget-s", f"{args.budget_s:g}", "--concurrency", str(args.concurrency)]
+    words += ["--budget-s", f"{args.budget_s:g}"]
+    if args.request_rate is not None:
+        words += ["--request-rate", args.request_rate, "--arrival", open_loop_settings(args)[0]]
+    else:
+        words += ["--concurrency", args.concurrency or str(DEFAULT_CONCURRENCY)]
     words += ["--duration", f"{args.duration:g}", "--warmup", str(args.warmup)]
     for shape in args.shape:
         words += ["--shape", shape]

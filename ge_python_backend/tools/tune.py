@@ -61,6 +61,7 @@ from ge_python_backend.tools.bench import (
     Target,
     metric_samples,
     run_level,
+    run_rate_level,
 )
 
 # pyACL serves at most this many processes per device (half of it in a VM); each model instance
@@ -101,6 +102,33 @@ def _closed_loop(
     target: Target, metrics: MetricsProbe, *, concurrency: int, duration: float, warmup: int
 ) -> LevelResult:
     return run_level(target, concurrency, duration=duration, warmup=warmup, metrics=metrics)
+
+
+def open_loop(
+    rate: float,
+    duration_s: float,
+    warmup: int,
+    *,
+    arrival: str,
+    max_in_flight: int,
+    seed: int = 0,
+) -> LoadFunction:
+    """`rate` requests per second whatever the answers (`bench.run_rate_level`), for
+    `duration_s` after `warmup` requests at that rate."""
+    return functools.partial(
+        _open_loop,
+        rate=rate,
+        duration=duration_s,
+        warmup=warmup,
+        arrival=arrival,
+        max_in_flight=max_in_flight,
+        seed=seed,
+    )
+
+
+def _open_loop(target: Target, metrics: MetricsProbe, **options: Any) -> LevelResult:
+    """`bench.run_rate_level` as a trial's load: the device counters read around its window."""
+    return run_rate_level(target, metrics=metrics, **options)
 
 
 # -- configs -----------------------------------------------------------------------------------
