@@ -27,6 +27,7 @@ pytestmark = pytest.mark.e2e
 CONVERTED = ("classifier", "overflow", "scorer", "tagger")
 COPIED = ("classify_raw", "preprocess")
 MIGRATE_FLAGS = ["--runtime", "emulator", "--gears", "tagger/S:8,16", "--device-ids", "0,1"]
+MIGRATE_FLAGS += ["--jobs", "2", "--check-serving"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, P
     root = tmp_path_factory.mktemp("migrate")
     source = build_gpu_repository(root / "gpu_models")
     destination = root / "npu_models"
-    code = main(["migrate", str(source), str(destination), *MIGRATE_FLAGS, "--jobs", "2"])
+    code = main(["migrate", str(source), str(destination), *MIGRATE_FLAGS])
     yield source, destination, code
 
 
@@ -71,6 +72,9 @@ def test_migrate_converts_copies_and_names_what_to_provide(
     assert {"max_batch_size", "input[0].dims"} <= {c["field"] for c in tagger["rewritten"]}
     problems = {r.name: r.problems for r in validate_repository(destination) if not r.ok}
     assert not problems
+    # --check-serving: a throwaway tritonserver loaded every model and each answered a probe
+    serving = json.loads((destination / "migration.json").read_text())["serving"]
+    assert {p["name"]: p["ok"] for p in serving} == dict.fromkeys([*CONVERTED, *COPIED], True)
 
 
 def test_the_gate_catches_what_float16_breaks_and_climbs_the_ladder(

@@ -109,6 +109,12 @@ def register(subparsers: Any) -> None:
         "(needs no CANN)",
     )
     parser.add_argument(
+        "--check-serving",
+        action="store_true",
+        help="then serve DST_REPO once with a throwaway tritonserver (as validate --serve): "
+        "every model must load and answer a probe",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=1, metavar="N", help="models migrated at once (default: 1)"
     )
 
@@ -128,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         thresholds=parse_thresholds(args),
         dry_run=args.dry_run,
         jobs=args.jobs,
+        check_serving=args.check_serving,
         emulator_compiler=compile_onnx if args.runtime == "emulator" else None,
     )
     report = migrate(options)

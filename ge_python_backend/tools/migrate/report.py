@@ -33,6 +33,10 @@ def report_dict(report: MigrationReport) -> dict[str, Any]:
         "dry_run": options.dry_run,
         "passed": report.passed,
         "models": [_model_dict(model, options.soc_version) for model in report.models],
+        "serving": [
+            {"name": p.name, "ok": p.ok, "states": list(p.states), "message": p.message}
+            for p in report.serving
+        ],
     }
 
 
@@ -83,18 +87,31 @@ def report_markdown(report: MigrationReport) -> str:
             f"| {model.name} | {model.source_format} | {model.status.value} | "
             f"{model.gears or '-'} | {versions} |"
         )
+    converted = all(model.status != Status.FAILED for model in report.models)
     lines += [
         "",
-        "Every convertible model converted."
-        if report.passed
+        "Every convertible model converted and passed the accuracy gate."
+        if converted
         else "Some convertible models FAILED (see below).",
         "",
     ]
+    if report.serving:
+        lines += [
+            "Served once by a throwaway tritonserver (`--check-serving`):",
+            "",
+            *(f"* {'answered' if p.ok else 'FAILED'}: {p.message}" for p in report.serving),
+            "",
+        ]
     for model in report.models:
-        lines += [f"## {model.name}", "", f"{model.status.value}: {model.action}.", ""]
+        lines += [f"## {model.name}", "", f"Status: {model.status.value} ({model.action}).", ""]
         for version in model.versions:
-            source = version.source_file.name if version.source_file else "no model file"
-            lines.append(f"* version {version.number}: {source} sha256 {version.source_sha256}")
+            if version.source_file is None:
+                lines.append(f"* version {version.number}: no model file")
+            else:
+                lines.append(
+                    f"* version {version.number}: {version.source_file.name} sha256 "
+                    f"{version.source_sha256}"
+                )
             if version.plan is not None:
                 lines += ["", "  ```", f"  {version.plan.command()}", "  ```"]
             if version.om_sha256:
@@ -218,4 +235,5 @@ def summary_lines(report: MigrationReport) -> list[str]:
         lines.append(line)
         lines += [f"  error: {error}" for error in model.errors]
         lines += [f"  warning: {warning}" for warning in model.warnings]
+    lines += [f"serving: {p.message}" for p in report.serving if not p.ok]
     return lines

@@ -50,6 +50,7 @@ from ge_python_backend.tools.migrate.source import (
     model_dirs,
     read_model_dir,
 )
+from ge_python_backend.tools.probe import ModelProbe, probe_repository
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class MigrateOptions:
     thresholds: Thresholds = Thresholds()  # the accuracy gate's limits
     dry_run: bool = False
     jobs: int = 1
+    check_serving: bool = False  # then serve DST_REPO once with a throwaway tritonserver
     # the emulator's compiler (`emulator.omfile.compile_onnx`) for --runtime emulator: the
     # command hands it in, so the tools do not import the emulator
     emulator_compiler: Callable[..., Path] | None = None
@@ -128,14 +130,18 @@ class ModelResult:
 
 @dataclasses.dataclass(frozen=True)
 class MigrationReport:
-    """Every model's result; `passed` when every convertible model converted."""
+    """Every model's result and, with `check_serving`, every model's answer from a throwaway
+    tritonserver on DST_REPO; `passed` when every convertible model converted and passed the
+    gate, and every model served answered."""
 
     options: MigrateOptions
     models: tuple[ModelResult, ...]
+    serving: tuple[ModelProbe, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return all(model.status != Status.FAILED for model in self.models)
+        converted = all(model.status != Status.FAILED for model in self.models)
+        return converted and all(probe.ok for probe in self.serving)
 
 
 def migrate(options: MigrateOptions) -> MigrationReport:
@@ -161,7 +167,13 @@ def migrate(options: MigrateOptions) -> MigrationReport:
             results = list(pool.map(_migrate_dir, paths, [options] * len(paths)))
     else:
         results = [_migrate_dir(path, options) for path in paths]
-    return MigrationReport(options, tuple(results))
+    serving: tuple[ModelProbe, ...] = ()
+    if options.check_serving and not options.dry_run:
+        runtime = "emulator" if options.runtime == "emulator" else None
+        serving = tuple(probe_repository(options.destination, runtime=runtime))
+        for probe in serving:
+            (logger.info if probe.ok else logger.error)("%s", probe.message)
+    return MigrationReport(options, tuple(results), serving)
 
 
 def _migrate_dir(path: Path, options: MigrateOptions) -> ModelResult:
