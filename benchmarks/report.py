@@ -23,6 +23,7 @@ from scenarios import (
     SATURATION_DELAYS_US,
     SATURATION_ROWS,
     SMALL_GEARS,
+    TUNE_MAX_INSTANCES,
     WIDTH,
 )
 
@@ -850,6 +851,131 @@ def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
     return lines
 
 
+def tune_config_words(config: dict[str, Any]) -> str:
+    """A trial's config as tune's progress line says it, from its tune.json fields."""
+    depth = f"depth {config['pipeline_depth']}"
+    if config["pipeline_depth"] > 1:
+        depth += f" (min {config['pipeline_min_device_us']} us)"
+    preferred = ",".join(map(str, config["preferred_batch_size"])) or "none"
+    instances = config["instances"]
+    return (
+        f"{instances} instance{'s' * (instances > 1)}, {depth}, delay "
+        f"{config['max_queue_delay_microseconds']} us, preferred {preferred}"
+    )
+
+
+def tune_changes(level: analysis.TuneLevel) -> str:
+    """`max_queue_delay_microseconds 100 -> 1000; preferred_batch_size [1, 2] -> [2]`."""
+    if level.winner is None:
+        return "no winner"
+    if not level.changed:
+        return "none (the defaults won)"
+    return "; ".join(f"{key} {old} -> {new}" for key, (old, new) in level.changed.items())
+
+
+def tune_level_words(level: analysis.TuneLevel, rows: int) -> str:
+    """What tune found at one load, in words, from its trials."""
+    default, winner = level.default, level.winner
+    text = (
+        f"At {level.clients} clients scaffold's defaults gave {fmt(default['rows_per_s'])} "
+        f"rows/s at p99 {fmt(default['p99_ms'], 2)} ms ("
+        + ("within" if level.default_meets else "over")
+        + f" the {level.p99_ms:g} ms budget; Little's law puts the least mean latency at the "
+        f"device limit at {analysis.little_bound_ms(level.clients, rows):.1f} ms)"
+    )
+    if winner is None:
+        return text + f"; none of the {level.trials} trials met the budget."
+    if not level.changed:
+        return text + f"; no other of the {level.trials} trials beat them."
+    gain = level.gain
+    assert gain is not None
+    verdict = (
+        f"more than the {analysis.TUNE_SAME:.0%} that separates two short trials of one config"
+        if level.beats_defaults
+        else f"within the {analysis.TUNE_SAME:.0%} that separates two short trials of one "
+        "config: no evidence against the defaults"
+    )
+    return (
+        text + f"; the winner ({tune_config_words(winner['config'])}) gave "
+        f"{fmt(winner['rows_per_s'])} rows/s at p99 {fmt(winner['p99_ms'], 2)} ms, {gain:.2f}x "
+        f"the defaults, {verdict}."
+    )
+
+
+def tune_reading(levels: list[analysis.TuneLevel]) -> str:
+    """Whether the evidence moves scaffold's defaults, from every level."""
+    better = [level for level in levels if level.beats_defaults]
+    if not better:
+        return (
+            "At no load did a tuned config beat scaffold's defaults by more than the noise of "
+            "a short trial, so this run is no evidence to change them."
+        )
+    fields = sorted({key for level in better for key in level.changed})
+    common = [key for key in fields if all(key in level.changed for level in better)]
+    return (
+        "A tuned config beat the defaults by more than the noise at "
+        + ", ".join(f"{level.clients}" for level in better)
+        + " clients, changing "
+        + (
+            ", ".join(common) + " every time"
+            if common
+            else "no field in common (each load wanted another change)"
+        )
+        + (
+            "; at the other loads the defaults held."
+            if len(better) < len(levels)
+            else "; at every load measured."
+        )
+    )
+
+
+def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[str]:
+    raw = data["tune"]
+    lines = [
+        "## 8. Scaffold's defaults against `tune`",
+        "",
+        f"The small model (gears {SMALL_GEARS}) scaffolded with scaffold's defaults, served by "
+        f"one Triton in explicit model-control mode under `GE_EMULATOR_TIMING={raw['timing']}`, "
+        "tuned live by `ge-python-model tune` (docs/TUNING.md) at each load: closed loop, "
+        f"{', '.join(str(level.clients) for level in levels)} clients of {raw['rows']}-row "
+        f"requests, p99 budget {raw['p99_ms']:g} ms, `--budget-s {raw['budget_s']:g}`, at most "
+        f"{TUNE_MAX_INSTANCES} instances (the host has {data['cpu_count']} cores). The first "
+        "trial is scaffold's defaults as served; each trial is one short window of the load "
+        "(half a round's seconds), so a winner within "
+        f"{analysis.TUNE_SAME:.0%} of the defaults is within the noise.",
+        "",
+        "| clients | defaults rows/s | defaults p99 ms | winner rows/s | winner p99 ms | winner "
+        "/ defaults | the winner's changes | trials (skipped) | seconds used |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for level in levels:
+        default, winner = level.default, level.winner or {}
+        gain = level.gain
+        lines.append(
+            f"| {level.clients} | {fmt(default['rows_per_s'])} | {fmt(default['p99_ms'], 2)} | "
+            f"{fmt(winner.get('rows_per_s'))} | {fmt(winner.get('p99_ms'), 2)} | "
+            f"{'-' if gain is None else f'{gain:.2f}'} | {tune_changes(level)} | "
+            f"{level.trials} ({level.skipped}) | {level.elapsed_s:.0f} of {raw['budget_s']:g} |"
+        )
+    lines += [
+        "",
+        *(tune_level_words(level, raw["rows"]) for level in levels),
+        "",
+        tune_reading(levels),
+        "",
+        "Commands (section-only re-run: `python benchmarks/run.py --only tune`; each writes "
+        "`tune.json`, `TUNE.md` and `tune.png` into its report folder):",
+        "",
+        "```",
+        f"GE_EMULATOR_TIMING={raw['timing']} ge-python-model serve WORK/tune "
+        "--model-control-mode explicit",
+        *raw["commands"],
+        "```",
+        "",
+    ]
+    return lines
+
+
 def profile_lines() -> list[str]:
     return [
         "## Device profiles",
@@ -902,6 +1028,8 @@ def render(data: dict[str, Any]) -> str:
         lines += saturation_lines(data, sat)
     if exp is not None:
         lines += expert_lines(data, exp)
+    if "tune" in data:
+        lines += tune_lines(data, analysis.tune(data))
     lines += profile_lines()
     return "\n".join(lines)
 
