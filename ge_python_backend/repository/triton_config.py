@@ -46,18 +46,15 @@ DATA_TYPES = (
 )
 # How long the dynamic batcher waits to fill a batch, unless configured (scaffold, auto-complete).
 DEFAULT_MAX_QUEUE_DELAY_US = 100
-# Whether the preferred batch sizes scaffold and auto-complete write include the smallest gear.
-PREFER_SMALLEST_GEAR = True
 # The members of the config's `scheduling_choice` oneof.
 SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
 
 
 def default_preferred_batch_sizes(batch_gears: Sequence[int], max_batch_size: int) -> list[int]:
-    """The preferred batch sizes scaffold and auto-complete write: the gears up to
-    `max_batch_size`, without the smallest unless `PREFER_SMALLEST_GEAR` (or it is the only
-    one). The warmups run every gear up to `max_batch_size` either way."""
-    gears = [gear for gear in batch_gears if gear <= max_batch_size]
-    return gears if PREFER_SMALLEST_GEAR or len(gears) < 2 else gears[1:]
+    """The preferred batch sizes scaffold and auto-complete write: every gear up to
+    `max_batch_size`, the smallest included (docs/CONFIGURATION.md, "Why these batching
+    defaults": waiting longer without it was no faster when re-measured)."""
+    return [gear for gear in batch_gears if gear <= max_batch_size]
 
 
 class ConfigError(UserError, ValueError):
