@@ -47,6 +47,7 @@ EXPERT_TARGETS = {
 # Below these the report says two figures agree: ...
 AGREE = 0.10  # ... two ratios within 10% of each other
 SAME_BUSY = 0.05  # ... device-busy figures within 0.05 of each other
+TUNE_SAME = 0.05  # ... a tuned winner's rows/s within 5% of the defaults' (alternating rounds)
 SATURATED = 0.90  # a run used at least this share of the machine's cores
 # The metrics endpoint's counters are flushed at most this often (`ge_python_backend.triton`).
 METRICS_PERIOD_S = 0.1
@@ -513,3 +514,107 @@ def expert(data: dict[str, Any]) -> Expert:
         for setting, values in settings.items()
     }
     return Expert(ratios=ratios, table=table)
+
+
+Trial = dict[str, Any]  # one trial of `ge-python-model tune`'s tune.json
+
+
+def meets(trial: Trial, p99_ms: float) -> bool:
+    """As `tools.tune.Trial.meets`: loaded, every request answered, p99 within the budget."""
+    p99 = trial["p99_ms"]
+    return bool(trial["loaded"]) and not trial["errors"] and p99 is not None and p99 <= p99_ms
+
+
+@dataclasses.dataclass(frozen=True)
+class Remeasured:
+    """The winner against the defaults in alternating `bench` rounds at one load."""
+
+    ratios: list[float]  # winner / defaults rows/s, per round
+    rows_per_s: tuple[float, float]  # medians: defaults, winner
+    p99_ms: tuple[float, float]
+
+    @property
+    def gain(self) -> float:
+        return statistics.median(self.ratios)
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneLevel:
+    """Section 8 at one load: scaffold's defaults (the first trial) against tune's winner."""
+
+    clients: int
+    default: Trial
+    winner: Trial | None
+    trials: int  # run, loaded or not
+    skipped: int
+    elapsed_s: float
+    p99_ms: float
+    remeasured: Remeasured | None  # None without a winner
+
+    @property
+    def default_meets(self) -> bool:
+        return meets(self.default, self.p99_ms)
+
+    @property
+    def gain(self) -> float | None:
+        """Winner / defaults, rows/s in tune's own trials (None without a winner)."""
+        if self.winner is None:
+            return None
+        return float(self.winner["rows_per_s"]) / max(float(self.default["rows_per_s"]), 1e-9)
+
+    @property
+    def beats_defaults(self) -> bool:
+        """Re-measured, the winner kept the budget and beat the defaults by more than the
+        noise, or kept the budget the defaults missed."""
+        again = self.remeasured
+        if again is None or again.p99_ms[1] > self.p99_ms:
+            return False
+        return again.p99_ms[0] > self.p99_ms or again.gain > 1 + TUNE_SAME
+
+    @property
+    def changed(self) -> dict[str, tuple[Any, Any]]:
+        """The winner's config fields that differ from the defaults': field -> (default, won)."""
+        if self.winner is None:
+            return {}
+        before, after = self.default["config"], self.winner["config"]
+        return {key: (before[key], after[key]) for key in before if before[key] != after[key]}
+
+
+def little_bound_ms(clients: int, rows: int) -> float:
+    """The least mean latency of `clients` closed-loop clients of `rows`-row requests when the
+    device runs at its limit (Little's law): the rows in flight over the device's rows/s."""
+    return clients * rows / device_limit() * 1e3
+
+
+def tune(data: dict[str, Any]) -> list[TuneLevel]:
+    section = data["tune"]
+    result = []
+    for clients, document in section["levels"].items():
+        trials = document["trials"]
+        winner = document["winner"]
+        again = section["remeasured"].get(clients)
+        level = int(clients)
+        remeasured = None
+        if again is not None:
+            defaults, won = again["defaults"], again["winner"]
+            remeasured = Remeasured(
+                ratios=paired(won, defaults, level, "rows_per_s"),
+                rows_per_s=(
+                    median_at(defaults, level, "rows_per_s"),
+                    median_at(won, level, "rows_per_s"),
+                ),
+                p99_ms=(median_at(defaults, level, "p99_ms"), median_at(won, level, "p99_ms")),
+            )
+        result.append(
+            TuneLevel(
+                clients=level,
+                default=trials[0],
+                winner=None if winner is None else trials[winner],
+                trials=len(trials),
+                skipped=len(document["skipped"]),
+                elapsed_s=float(document["elapsed_s"]),
+                p99_ms=float(document["p99_ms"]),
+                remeasured=remeasured,
+            )
+        )
+    return result

@@ -23,6 +23,7 @@ from scenarios import (
     SATURATION_DELAYS_US,
     SATURATION_ROWS,
     SMALL_GEARS,
+    TUNE_MAX_INSTANCES,
     WIDTH,
 )
 
@@ -850,6 +851,147 @@ def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
     return lines
 
 
+def tune_config_words(config: dict[str, Any]) -> str:
+    """A trial's config as tune's progress line says it, from its tune.json fields."""
+    depth = f"depth {config['pipeline_depth']}"
+    if config["pipeline_depth"] > 1:
+        depth += f" (min {config['pipeline_min_device_us']} us)"
+    preferred = ",".join(map(str, config["preferred_batch_size"])) or "none"
+    instances = config["instances"]
+    return (
+        f"{instances} instance{'s' * (instances > 1)}, {depth}, delay "
+        f"{config['max_queue_delay_microseconds']} us, preferred {preferred}"
+    )
+
+
+def tune_changes(level: analysis.TuneLevel) -> str:
+    """`max_queue_delay_microseconds 100 -> 1000; preferred_batch_size [1, 2] -> [2]`."""
+    if level.winner is None:
+        return "no winner"
+    if not level.changed:
+        return "none (the defaults won)"
+    return "; ".join(f"{key} {old} -> {new}" for key, (old, new) in level.changed.items())
+
+
+def tune_level_words(level: analysis.TuneLevel, rows: int) -> str:
+    """What tune found at one load and what re-measuring it showed, in words."""
+    default, winner, again = level.default, level.winner, level.remeasured
+    text = (
+        f"At {level.clients} clients scaffold's defaults gave {fmt(default['rows_per_s'])} "
+        f"rows/s at p99 {fmt(default['p99_ms'], 2)} ms in tune's first trial ("
+        + ("within" if level.default_meets else "over")
+        + f" the {level.p99_ms:g} ms budget; Little's law puts the least mean latency at the "
+        f"device limit at {analysis.little_bound_ms(level.clients, rows):.1f} ms)"
+    )
+    if winner is None:
+        return text + f"; none of the {level.trials} trials met the budget."
+    if not level.changed or again is None:
+        return text + f"; no other of the {level.trials} trials beat them."
+    won = (
+        f"; the winner ({tune_config_words(winner['config'])}) gave "
+        f"{fmt(winner['rows_per_s'])} rows/s at p99 {fmt(winner['p99_ms'], 2)} ms there. "
+        f"Re-measured side by side in {len(again.ratios)} alternating rounds, the winner gave "
+        f"{again.gain:.2f}x the defaults' rows/s (per round {each(again.ratios)}; "
+        f"{fmt(again.rows_per_s[1])} against {fmt(again.rows_per_s[0])}) at p99 "
+        f"{again.p99_ms[1]:.2f} ms against {again.p99_ms[0]:.2f} ms: "
+    )
+    if again.p99_ms[1] > level.p99_ms:
+        return text + won + "it missed the budget, so it is no evidence against the defaults."
+    if again.p99_ms[0] > level.p99_ms:
+        return text + won + "it kept the budget the defaults missed."
+    return (
+        text
+        + won
+        + (
+            f"more than the {analysis.TUNE_SAME:.0%} the report counts as noise."
+            if level.beats_defaults
+            else f"within the {analysis.TUNE_SAME:.0%} the report counts as noise: no evidence "
+            "against the defaults."
+        )
+    )
+
+
+def tune_reading(levels: list[analysis.TuneLevel]) -> str:
+    """Whether the evidence moves scaffold's defaults, from every level."""
+    better = [level for level in levels if level.beats_defaults]
+    if not better:
+        return (
+            "At no load did a tuned config, re-measured, beat scaffold's defaults by more than "
+            "the noise, so this run is no evidence to change them."
+        )
+    fields = sorted({key for level in better for key in level.changed})
+    common = [key for key in fields if all(key in level.changed for level in better)]
+    return (
+        "Re-measured, a tuned config beat the defaults by more than the noise at "
+        + ", ".join(f"{level.clients}" for level in better)
+        + " clients, changing "
+        + (
+            ", ".join(common) + " every time"
+            if common
+            else "no field in common (each load wanted another change)"
+        )
+        + (
+            "; at the other loads the defaults held."
+            if len(better) < len(levels)
+            else "; at every load measured."
+        )
+    )
+
+
+def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[str]:
+    raw = data["tune"]
+    lines = [
+        "## 8. Scaffold's defaults against `tune`",
+        "",
+        f"The small model (gears {SMALL_GEARS}) scaffolded with scaffold's defaults, served by "
+        f"one Triton in explicit model-control mode under `GE_EMULATOR_TIMING={raw['timing']}`, "
+        "tuned live by `ge-python-model tune` (docs/TUNING.md) at each load: closed loop, "
+        f"{', '.join(str(level.clients) for level in levels)} clients of {raw['rows']}-row "
+        f"requests, p99 budget {raw['p99_ms']:g} ms, `--budget-s {raw['budget_s']:g}`, "
+        f"{TUNE_MAX_INSTANCES} instance at most (the emulator models one device per process: "
+        "two instances on one device would run on two modelled devices). The first trial is "
+        "scaffold's defaults as served; each trial is one short window (half a round's "
+        "seconds). Then the winner was written into a copy of the model (`tune --apply`'s "
+        "`apply_winner`), loaded beside it, and both were measured by `bench` in alternating "
+        f"rounds at that load; a re-measured gain within {analysis.TUNE_SAME:.0%} counts as "
+        "noise.",
+        "",
+        "| clients | defaults rows/s (tune) | p99 ms | winner rows/s (tune) | p99 ms | the "
+        "winner's changes | trials (skipped) | seconds used | re-measured winner / defaults "
+        "| p99 ms defaults, winner |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for level in levels:
+        default, winner, again = level.default, level.winner or {}, level.remeasured
+        remeasured = (
+            "- | -"
+            if again is None
+            else f"{again.gain:.2f} | {again.p99_ms[0]:.2f}, {again.p99_ms[1]:.2f}"
+        )
+        lines.append(
+            f"| {level.clients} | {fmt(default['rows_per_s'])} | {fmt(default['p99_ms'], 2)} | "
+            f"{fmt(winner.get('rows_per_s'))} | {fmt(winner.get('p99_ms'), 2)} | "
+            f"{tune_changes(level)} | {level.trials} ({level.skipped}) | "
+            f"{level.elapsed_s:.0f} of {raw['budget_s']:g} | {remeasured} |"
+        )
+    lines += [
+        "",
+        *(tune_level_words(level, raw["rows"]) + "\n" for level in levels),
+        tune_reading(levels),
+        "",
+        "Commands (section-only re-run: `python benchmarks/run.py --only tune`; each tune "
+        "writes `tune.json`, `TUNE.md` and `tune.png` into its report folder):",
+        "",
+        "```",
+        f"GE_EMULATOR_TIMING={raw['timing']} ge-python-model serve WORK/tune "
+        "--model-control-mode explicit --load-model tuned",
+        *raw["commands"],
+        "```",
+        "",
+    ]
+    return lines
+
+
 def profile_lines() -> list[str]:
     return [
         "## Device profiles",
@@ -902,6 +1044,8 @@ def render(data: dict[str, Any]) -> str:
         lines += saturation_lines(data, sat)
     if exp is not None:
         lines += expert_lines(data, exp)
+    if "tune" in data:
+        lines += tune_lines(data, analysis.tune(data))
     lines += profile_lines()
     return "\n".join(lines)
 

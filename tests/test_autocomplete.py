@@ -24,7 +24,7 @@ from ge_python_backend.repository.config import (
 )
 from ge_python_backend.repository.model_files import model_template
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.repository.triton_config import TritonConfig
+from ge_python_backend.repository.triton_config import DEFAULT_MAX_QUEUE_DELAY_US, TritonConfig
 from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.runtime import Session, describe_om
 
@@ -228,3 +228,19 @@ def test_inspect_config_and_template_commands(
     assert main(["template", str(tmp_path)]) == 2
     assert "differs from the template; pass --overwrite" in capsys.readouterr().err
     assert main(["template", str(tmp_path), "--overwrite"]) == 0
+
+
+def test_auto_complete_batches_as_scaffold_does(om_dynamic_batch: Path, tmp_path: Path) -> None:
+    """The dynamic batching both write comes from one place, so they agree."""
+    scaffolded = load_model_config(
+        scaffold(om_dynamic_batch, tmp_path / "models", name="m", runtime="emulator").config_path
+    )
+    config, _ = completed(om_dynamic_batch)
+    assert list(config.dynamic_batching.preferred_batch_size) == list(
+        scaffolded.dynamic_batching.preferred_batch_size
+    )
+    assert (
+        config.dynamic_batching.max_queue_delay_microseconds
+        == scaffolded.dynamic_batching.max_queue_delay_microseconds
+        == DEFAULT_MAX_QUEUE_DELAY_US
+    )

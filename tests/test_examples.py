@@ -459,3 +459,13 @@ def test_the_readme_session_example_runs_as_written(
         shown = re.search(rf"session\.{name} +# (.*)", run_session).group(1)  # type: ignore[union-attr]
         # the README writes numpy's dtype('float32') as float32
         assert repr(getattr(session, name)).replace("dtype('float32')", "float32") == shown
+
+
+def test_the_demo_says_what_the_batcher_did() -> None:
+    demo = example_module("image_classifier", "demo.py")
+    merged = demo.batching_sentence((1, 1, 1), (17, 33, 6))
+    assert merged == (
+        "Triton: 16 requests (32 images) ran in 5 executions: the dynamic batcher merged requests"
+    )
+    alone = demo.batching_sentence((1, 1, 1), (17, 33, 17))
+    assert alone.endswith("ran in 16 executions: the dynamic batcher merged nothing")

@@ -59,6 +59,24 @@ def send(client: httpclient.InferenceServerClient, images: np.ndarray) -> Any:
     return client.async_infer(MODEL, _inputs(images))
 
 
+def request_counts(client: httpclient.InferenceServerClient) -> tuple[int, int, int]:
+    """Triton's cumulative (requests, images, executions) of the model."""
+    stats = client.get_inference_statistics(MODEL)["model_stats"][0]
+    requests = int(stats["inference_stats"]["success"]["count"])
+    return requests, int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def batching_sentence(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
+    """What Triton's statistics say the dynamic batcher did between two reads."""
+    requests, images, executions = (a - b for a, b in zip(after, before))
+    merged = (
+        "the dynamic batcher merged requests"
+        if executions < requests
+        else "the dynamic batcher merged nothing"
+    )
+    return f"Triton: {requests} requests ({images} images) ran in {executions} executions: {merged}"
+
+
 def main() -> None:
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-work").resolve()
     shutil.rmtree(work, ignore_errors=True)
@@ -122,14 +140,11 @@ def main() -> None:
         batches = [
             rng.random((int(n), 3, 224, 224), dtype=np.float32) for n in rng.integers(1, 4, size=16)
         ]
+        before = request_counts(client)
         pending = [send(client, b) for b in batches]
         answers = [p.get_result().as_numpy("logits") for p in pending]
         print("  predicted classes:", [a.argmax(axis=1).tolist() for a in answers])
-        stats = client.get_inference_statistics(MODEL)["model_stats"][0]
-        print(
-            f"  Triton: {stats['inference_count']} inferences in "
-            f"{stats['execution_count']} executions"
-        )
+        print("  " + batching_sentence(before, request_counts(client)))
     finally:
         client.close()  # open keep-alive connections would hold up the server's shutdown
         server.send_signal(signal.SIGINT)

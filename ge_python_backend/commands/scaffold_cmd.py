@@ -20,6 +20,7 @@ from ge_python_backend.repository.parameters import (
     parse_max_output_bytes,
 )
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.triton_config import DEFAULT_MAX_QUEUE_DELAY_US
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import PIPELINE_DEPTHS
 
@@ -97,9 +98,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--max-queue-delay-us",
         type=int,
-        default=100,
+        default=DEFAULT_MAX_QUEUE_DELAY_US,
         metavar="US",
-        help="how long the dynamic batcher waits to fill a batch (default: 100)",
+        help=f"how long the dynamic batcher waits to fill a batch (default: "
+        f"{DEFAULT_MAX_QUEUE_DELAY_US})",
     )
     parser.add_argument(
         "--max-queue-size",

@@ -34,6 +34,7 @@ from ge_python_backend.repository.triton_config import (
     TritonConfig,
     compare_config_with_session,
     config_type_name,
+    default_preferred_batch_sizes,
 )
 from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
@@ -94,7 +95,7 @@ def complete_config(
         completed[kind] = tuple(tensors)
     batching = config.dynamic_batching
     if batched and config.scheduler is None:
-        preferred = [gear for gear in gears.batch_gears if gear <= max_batch_size]
+        preferred = default_preferred_batch_sizes(gears.batch_gears, max_batch_size)
         batching = DynamicBatching(tuple(preferred), DEFAULT_MAX_QUEUE_DELAY_US)
         filled.append(
             f"dynamic_batching (preferred_batch_size {preferred}, max_queue_delay_microseconds "

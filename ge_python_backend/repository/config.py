@@ -28,6 +28,7 @@ from ge_python_backend.repository.triton_config import (
     ConfigTensor,
     TritonConfig,
     config_type_name,
+    default_preferred_batch_sizes,
     model_dims,
     on_every_input,
 )
@@ -183,7 +184,7 @@ def build_model_config(
         tensor = config.output.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
         set_tensor_dims(tensor, spec.shape, batch > 0)
     config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
-    preferred = [gear for gear in gears.batch_gears if gear <= batch]
+    served_gears = [gear for gear in gears.batch_gears if gear <= batch]
     if batch:
         config.dynamic_batching.max_queue_delay_microseconds = max_queue_delay_us
         if max_queue_size or queue_timeout_us:
@@ -191,12 +192,14 @@ def build_model_config(
             policy.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
             policy.default_timeout_microseconds = queue_timeout_us
             policy.max_queue_size = max_queue_size
-        config.dynamic_batching.preferred_batch_size.extend(preferred)
+        config.dynamic_batching.preferred_batch_size.extend(
+            default_preferred_batch_sizes(served_gears, batch)
+        )
     parameters.to_config(config)
     shapes = first_gear_shapes(inputs, gears)
     # a shape-range input has -1 left: no one shape is known to be valid, so no warmup
     if warmup and all(dim >= 0 for shape in shapes for dim in shape):
-        for size in preferred if batch else [1]:
+        for size in served_gears if batch else [1]:
             entry = config.model_warmup.add(name=f"warmup_batch_{size}", batch_size=size)
             for spec, shape in zip(inputs, shapes):
                 entry.inputs[spec.name].data_type = config_data_type(spec.triton_dtype)

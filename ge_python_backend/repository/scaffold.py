@@ -51,7 +51,11 @@ from ge_python_backend.repository.parameters import (
     parse_device_ids,
     parse_input_shape_order,
 )
-from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
+from ge_python_backend.repository.triton_config import (
+    DEFAULT_MAX_QUEUE_DELAY_US,
+    TritonConfig,
+    compare_config_with_session,
+)
 from ge_python_backend.repository.versions import version_dirs, write_checksum
 from ge_python_backend.runtime.checksum import file_sha256
 
@@ -214,7 +218,7 @@ def scaffold(
     instances: int = 1,
     device_ids: Sequence[int] | str = (0,),
     max_batch_size: int | None = None,
-    max_queue_delay_us: int = 100,
+    max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
     max_queue_size: int = 0,
     queue_timeout_us: int = 0,
     runtime: str = "pyacl",

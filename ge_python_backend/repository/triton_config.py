@@ -50,6 +50,13 @@ DEFAULT_MAX_QUEUE_DELAY_US = 100
 SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
 
 
+def default_preferred_batch_sizes(batch_gears: Sequence[int], max_batch_size: int) -> list[int]:
+    """The preferred batch sizes scaffold and auto-complete write: every gear up to
+    `max_batch_size`, the smallest included (docs/CONFIGURATION.md, "Why these batching
+    defaults": waiting longer without it was no faster when re-measured)."""
+    return [gear for gear in batch_gears if gear <= max_batch_size]
+
+
 class ConfigError(UserError, ValueError):
     """A model configuration that cannot be built, parsed or does not fit the `.om`."""
 
