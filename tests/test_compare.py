@@ -87,6 +87,7 @@ def test_cli_passes_and_prints_every_output(
     assert code == 0, out
     assert "x  float32  [4, 16]" in out
     assert out.count("  ok") == 2
+    assert "ok; top-1 agrees on 4 of 4 rows, top-5 on 4" in out  # y [4, 8] is classifier-like
     assert "PASS: every output is within atol 0.01, rtol 0.01, cosine >= 0.99" in out
 
 

@@ -88,6 +88,11 @@ def _row(item: OutputComparison) -> str:
     )
     if item.mismatched:
         text += f" ({item.mismatched} elements outside atol + rtol*|onnx|)"
+    if item.top_k is not None:
+        agreement = item.top_k
+        text += f"; top-1 agrees on {agreement.top1} of {agreement.rows} rows"
+        if agreement.top5 is not None:
+            text += f", top-5 on {agreement.top5}"
     return text
 
 
