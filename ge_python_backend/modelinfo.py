@@ -15,9 +15,17 @@ import numpy as np
 
 from ge_python_backend.ascend import DTYPES_BY_TRITON, GearKind
 
-__all__ = ["GearInfo", "Shape", "TensorSpec", "gears_text"]
+__all__ = ["GearInfo", "Shape", "TensorSpec", "gears_text", "shape_fits"]
 
 Shape = tuple[int, ...]
+
+
+def shape_fits(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    """Whether every tensor of `shape` fits `dims` (-1: any size on that axis): the same rank and
+    every fixed axis of `dims` equal; a -1 in `shape` (a declared shape) fits only a -1."""
+    return len(shape) == len(dims) and all(
+        want < 0 or want == have for have, want in zip(shape, dims)
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ge_python_backend.ascend import GearKind
-from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
+from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text, shape_fits
 
 X = TensorSpec("x", np.dtype(np.float32), "FP32", (1, 8))
 Y = TensorSpec("y", np.dtype(np.float32), "FP32", (1, 8))
@@ -31,3 +31,10 @@ def test_gears_text_for_every_kind() -> None:
     dims = GearInfo(GearKind.DIMS, dims_gears=(((1, 8), (1, 8)), ((1, 16), (1, 16))))
     assert gears_text(dims, [X, Y]) == "x (1, 8), y (1, 8); x (1, 16), y (1, 16)"
     assert gears_text(GearInfo(), [X, Y]) == "static shapes (1, 8), (1, 8)"
+
+
+def test_shape_fits_declared_dims() -> None:
+    assert shape_fits((2, 3, 16), (-1, 3, 16))
+    assert not shape_fits((2, 3, 8), (-1, 3, 16))  # a fixed axis differs
+    assert not shape_fits((3, 16), (-1, 3, 16))  # another rank
+    assert shape_fits((-1, 16), (-1, 16)) and not shape_fits((-1, 16), (4, 16))

@@ -42,6 +42,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from ge_python_backend.ascend import DTYPES_BY_TRITON, PRECISION_LADDER, PrecisionMode
 from ge_python_backend.client import cast_array, random_array
 from ge_python_backend.errors import UserError
+from ge_python_backend.modelinfo import shape_fits
 from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.runtime import InputError
 from ge_python_backend.tools.compare import (
@@ -95,12 +96,6 @@ def _numpy_dtype(datatype: str, what: str) -> np.dtype[Any]:
     if dtype is None:
         raise UserError(f"{what} is {datatype}, which numpy cannot hold")
     return dtype
-
-
-def _fits(shape: Sequence[int], declared: Sequence[int]) -> bool:
-    return len(shape) == len(declared) and all(
-        want < 0 or want == have for want, have in zip(declared, shape)
-    )
 
 
 def _model_inputs(config: ModelConfig, onnx_path: Path) -> list[_ModelInput]:
@@ -189,7 +184,7 @@ def _warmup_array(
     if datatype != spec.datatype:
         raise UserError(f"{what} is {datatype}, the model takes {spec.datatype}")
     dims = tuple(data.dims)
-    if not _fits(dims, spec.dims) or any(dim < 0 for dim in dims):
+    if not shape_fits(dims, spec.dims) or any(dim < 0 for dim in dims):
         raise UserError(
             f"{what} has dims {list(dims)}, the model takes {list(spec.dims)} (every warmup dim "
             "fixed, as Triton requires)"
@@ -264,7 +259,7 @@ def _sample_sets(samples: Path, inputs: Sequence[_ModelInput], batched: bool) ->
             what = f"{origin} input {spec.name!r}"
             array = cast_array(arrays[spec.name], spec.datatype, what)
             declared = ((-1,) if batched else ()) + spec.dims
-            if not _fits(array.shape, declared):
+            if not shape_fits(array.shape, declared):
                 raise UserError(
                     f"{what} has shape {list(array.shape)}, the model takes {list(declared)}"
                 )
@@ -283,7 +278,7 @@ def _random_dims(
     first warmup or sample set."""
     if spec.name in given:
         dims = tuple(given[spec.name])
-        if not _fits(dims, spec.dims) or any(dim < 0 for dim in dims):
+        if not shape_fits(dims, spec.dims) or any(dim < 0 for dim in dims):
             raise UserError(
                 f"dims {list(dims)} given for input {spec.name!r} do not fit {list(spec.dims)}"
             )

@@ -33,6 +33,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
+from ge_python_backend.modelinfo import shape_fits
 from ge_python_backend.repository.config import config_view
 from ge_python_backend.repository.parameters import (
     PARAMETER_NAMES,
@@ -185,11 +186,6 @@ def _only(message: Message, name: str) -> Message:
 def _served_dims(tensor: Any) -> list[int]:
     """The dims a config tensor gives the backend: its `reshape` shape when it has one."""
     return list(tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)
-
-
-def _fits(sent: Sequence[int], om: Sequence[int]) -> bool:
-    """Whether tensors of dims `sent` (-1: any size) always fit the `.om`'s dims `om`."""
-    return len(sent) == len(om) and all(o < 0 or s == o for s, o in zip(sent, om))
 
 
 def _type_name(data_type: int) -> str:
@@ -480,7 +476,7 @@ class _Rewriter:
         if sent is None:
             sent = self._full_dims(tensor, self.config.max_batch_size > 0)
         takes = self._full_dims(om, self.base.max_batch_size > 0)
-        if not _fits(sent, takes):
+        if not shape_fits(sent, takes):
             self.record(
                 REFUSED,
                 where,
@@ -611,7 +607,7 @@ class _Rewriter:
                 tensor = inputs.get(name)
                 if tensor is None:
                     problems.append(f"{name!r} is not an input of the model")
-                elif data.dims and not _fits(list(data.dims), _served_dims(tensor)):
+                elif data.dims and not shape_fits(list(data.dims), _served_dims(tensor)):
                     problems.append(
                         f"{name!r} dims {list(data.dims)}, the model takes {_served_dims(tensor)}"
                     )
