@@ -16,6 +16,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from ge_python_backend.ascend import PRECISION_LADDER
 from ge_python_backend.cli import main
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
@@ -422,3 +423,36 @@ def test_migrate_pyacl_needs_atc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match="ATC, which is not on PATH"):
         migrate(MigrateOptions(_gpu_repository(tmp_path), tmp_path / "dst"))
+
+
+def test_atc_failing_at_every_precision_mode_fails_the_model_with_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _gpu_repository(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "atc"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "mode = [a for a in sys.argv if a.startswith('--precision_mode=')][0]\n"
+        "print('ATC run start'); print('E19010: no parser for op Foo (' + mode + ')')\n"
+        "sys.exit(1)\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    report = migrate(MigrateOptions(source, tmp_path / "dst", runtime="pyacl"))
+    models = {model.name: model for model in report.models}
+    classifier = models["classifier"]
+    assert classifier.status == "failed" and not report.passed
+    assert "no precision mode compiled" in classifier.errors[0]
+    # every rung of the ladder was tried, each compile error recorded
+    attempts = classifier.accuracy["1"]["attempts"]
+    assert [a["precision_mode"] for a in attempts] == [m.value for m in PRECISION_LADDER]
+    assert all(not a["passed"] and "E19010" in a["compile_error"] for a in attempts)
+    assert classifier.atc_log_tail is not None
+    assert (
+        "E19010" in classifier.atc_log_tail and "must_keep_origin_dtype" in classifier.atc_log_tail
+    )
+    assert models["pre"].status == "copied"  # the others carry on
+    assert not (tmp_path / "dst" / "classifier").exists()

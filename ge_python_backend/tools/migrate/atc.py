@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import re
 import shlex
 import shutil
 import subprocess
@@ -261,11 +262,15 @@ class AtcPlan:
         result = subprocess.run(
             self.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
         )
-        tail = "\n".join(result.stdout.splitlines()[-ATC_LOG_LINES:])
+        lines = result.stdout.splitlines()
+        tail = "\n".join(lines[-ATC_LOG_LINES:])
         if result.returncode != 0 or not self.om_path.is_file():
+            # ATC's error codes (E19010, ...) start its error lines: the last one says why
+            errors = [line for line in lines if re.match(r"\s*\[?E[A-Z0-9]{5}\b", line)]
             raise AtcError(
                 f"atc exited with {result.returncode}"
-                + ("" if result.returncode else f" without writing {self.om_path}"),
+                + ("" if result.returncode else f" without writing {self.om_path}")
+                + (f": {errors[-1].strip()}" if errors else ""),
                 tail,
             )
         return self.om_path

@@ -361,6 +361,7 @@ def _compile_and_gate(
     plan = version.plan
     assert plan is not None
     inputs: list[InputSet] = []
+    log_tails: list[str] = []  # of the compiles that failed
 
     def compile_at(mode: PrecisionMode) -> Path:
         staged = plan.with_precision_mode(mode).with_output(
@@ -371,10 +372,10 @@ def _compile_and_gate(
                 return staged.compile_emulator(options.emulator_compiler)
             return staged.run_atc()
         except AtcError as exc:
-            result.atc_log_tail = exc.log_tail
+            log_tails.append(exc.log_tail)
             raise
         except UserError as exc:  # the emulator's compiler: its message is ATC's log
-            result.atc_log_tail = command_line_message(exc)
+            log_tails.append(command_line_message(exc))
             raise
 
     def check(om: Path) -> AccuracyResult:
@@ -389,7 +390,9 @@ def _compile_and_gate(
     result.accuracy = accuracy
     compiled = [attempt for attempt in ladder.attempts if attempt.om is not None]
     kept = ladder.passed_attempt or (compiled[-1] if compiled else None)
-    if kept is not None:
+    if kept is None:  # no mode compiled: the report shows the last ATC log
+        result.atc_log_tail = log_tails[-1]
+    else:
         version.plan = plan.with_precision_mode(kept.mode)
     return kept
 
