@@ -8,19 +8,15 @@ from collections.abc import Callable
 from ge_python_backend.ascend import AclCode
 from ge_python_backend.emulator import timing
 from ge_python_backend.emulator._state import AclFailure
-from ge_python_backend.emulator._streams import Stream
+from ge_python_backend.emulator._streams import Mark, Stream
 
 
-class _Record:
+class _Record(Mark):
     """One record of an event on a stream: its ticket there and, once reached, its stamp."""
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.ticket = 0
-        self.stamp: float | None = None
-
-    def mark(self) -> None:
-        self.stamp = timing.work_time()
 
 
 class Event:
@@ -33,7 +29,7 @@ class Event:
     def record(self, stream: Stream) -> None:
         """Queue the stamp on `stream` (a later record replaces an earlier one, as in ACL)."""
         record = _Record(stream)
-        record.ticket = stream.submit("acl.rt.record_event", record.mark)
+        record.ticket = stream.submit("acl.rt.record_event", record)
         self._record = record
 
     def wait(self, timeout: float | None = None) -> bool:

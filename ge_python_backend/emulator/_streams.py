@@ -24,6 +24,14 @@ from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Cont
 
 Work = Callable[[], None]  # raises AclFailure when the queued operation fails
 
+
+class Mark:
+    """Queued instead of a work by an event record: nothing runs, the stream stamps it with the
+    device time it reaches it (its submission, or the end of the stream's previous work if
+    later), as a device stamps an event between two tasks."""
+
+    stamp: float | None = None  # None until the stream reached it
+
 _LAZY = threading.RLock()  # held by the one thread running lazy streams' work
 
 
@@ -40,7 +48,7 @@ class Stream:
         self.context = context
         self._cond = threading.Condition()
         # (api, work, hang fault, perf_counter when submitted)
-        self._queue: collections.deque[tuple[str, Work, faults.Fault | None, float]] = (
+        self._queue: collections.deque[tuple[str, Work | Mark, faults.Fault | None, float]] = (
             collections.deque()
         )
         self._clock = 0.0  # device time at which the stream's last work ended
@@ -50,10 +58,10 @@ class Stream:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._hung = ""  # what the stream is stuck on (a hang fault), "" while it is not
-        self._taken: tuple[str, Work, float] = ("", lambda: None, 0.0)  # what `_take` popped
+        self._taken: tuple[str, Work | Mark, float] = ("", Mark(), 0.0)  # what `_take` popped
 
-    def submit(self, api: str, work: Work) -> int:
-        """Queue `work` (from call `api`); returns its ticket for `wait_for`."""
+    def submit(self, api: str, work: Work | Mark) -> int:
+        """Queue `work` or a `Mark` (from call `api`); returns its ticket for `wait_for`."""
         with self._cond:
             if self._stopping:
                 raise AclFailure(
@@ -162,6 +170,9 @@ class Stream:
                     ):
                         return
                     api, work, submitted = self._taken
+                    if isinstance(work, Mark):  # stamped at once, no work to run
+                        self._complete_mark(work, submitted)
+                        continue
                 saved = getattr(TLS, "context", None), getattr(TLS, "api", "acl")
                 TLS.context = self.context
                 try:
@@ -187,10 +198,21 @@ class Stream:
         self._taken = (api, work, submitted)
         return True
 
-    def _execute(self, api: str, work: Work, submitted: float) -> bool:
+    def _complete_mark(self, mark: Mark, submitted: float) -> None:
+        """Stamp a reached `Mark` with the stream's device time and complete it (lock held)."""
+        self._clock = mark.stamp = max(submitted, self._clock)
+        self._completed += 1
+        self._cond.notify_all()
+
+    def _execute(self, api: str, work: Work | Mark, submitted: float) -> bool:
         """Run one queued work and record its completion (and first failure); False if it
         hangs (it waited for hung work of another stream). In device time the work starts once
-        it was submitted and the stream's previous work ended (`timing.begin_work`)."""
+        it was submitted and the stream's previous work ended (`timing.begin_work`); a `Mark`
+        is stamped then."""
+        if isinstance(work, Mark):
+            with self._cond:
+                self._complete_mark(work, submitted)
+            return True
         TLS.api = api
         failure = None
         outer = timing.begin_work(max(submitted, self._clock))
