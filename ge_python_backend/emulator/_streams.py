@@ -32,6 +32,7 @@ class Mark:
 
     stamp: float | None = None  # None until the stream reached it
 
+
 _LAZY = threading.RLock()  # held by the one thread running lazy streams' work
 
 
