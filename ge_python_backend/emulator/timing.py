@@ -110,10 +110,15 @@ class _Engine:
         if self.file is None or self.directory != directory:
             if self.file is not None:
                 os.close(self.file)
-            path = os.path.join(directory, f"device{self.device_id}-{self.name}")
+            path = engine_path(directory, self.device_id, self.name)
             self.file = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self.directory = directory
         return self.file
+
+
+def engine_path(directory: str, device_id: int, name: str) -> str:
+    """The file of a device's engine on the host of `directory`."""
+    return os.path.join(directory, f"device{device_id}-{name}")
 
 
 def host_directory() -> str:
