@@ -652,6 +652,7 @@ def scenario_tune(
         "remeasured": remeasured,
         "p99_ms": TUNE_P99_MS,
         "budget_s": budget_s,
+        "max_instances": TUNE_MAX_INSTANCES,
         "timing": SATURATION_TIMING,
         "rows": SATURATION_ROWS,
         "commands": recorder.commands[first:],
