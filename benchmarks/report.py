@@ -949,8 +949,9 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
         f"requests, p99 budget {raw['p99_ms']:g} ms, `--budget-s {raw['budget_s']:g}`, "
         f"`--max-instances {raw['max_instances']}` (instances on one device share the emulated "
         "device, as on an NPU). The first trial is scaffold's defaults as served; each trial "
-        "is one short window (half a round's seconds). Then the winner was written into a copy of the model (`tune --apply`'s "
-        "`apply_winner`), loaded beside it, and both were measured by `bench` in alternating "
+        "is one short window (half a round's seconds). Then the winner was written into a "
+        "copy of the model (`tune --apply`'s `apply_winner`), loaded beside it, and both were "
+        "measured by `bench` in alternating "
         f"rounds at that load; a re-measured gain within {analysis.TUNE_SAME:.0%} counts as "
         "noise.",
         "",
