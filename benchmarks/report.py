@@ -23,7 +23,6 @@ from scenarios import (
     SATURATION_DELAYS_US,
     SATURATION_ROWS,
     SMALL_GEARS,
-    TUNE_MAX_INSTANCES,
     WIDTH,
 )
 
@@ -948,11 +947,11 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
         "tuned live by `ge-python-model tune` (docs/TUNING.md) at each load: closed loop, "
         f"{', '.join(str(level.clients) for level in levels)} clients of {raw['rows']}-row "
         f"requests, p99 budget {raw['p99_ms']:g} ms, `--budget-s {raw['budget_s']:g}`, "
-        f"{TUNE_MAX_INSTANCES} instance at most (the emulator models one device per process: "
-        "two instances on one device would run on two modelled devices). The first trial is "
-        "scaffold's defaults as served; each trial is one short window (half a round's "
-        "seconds). Then the winner was written into a copy of the model (`tune --apply`'s "
-        "`apply_winner`), loaded beside it, and both were measured by `bench` in alternating "
+        f"`--max-instances {raw['max_instances']}` (instances on one device share the emulated "
+        "device, as on an NPU). The first trial is scaffold's defaults as served; each trial "
+        "is one short window (half a round's seconds). Then the winner was written into a "
+        "copy of the model (`tune --apply`'s `apply_winner`), loaded beside it, and both were "
+        "measured by `bench` in alternating "
         f"rounds at that load; a re-measured gain within {analysis.TUNE_SAME:.0%} counts as "
         "noise.",
         "",

@@ -18,6 +18,10 @@ compiled with `--precision_mode must_keep_origin_dtype` (float32, as their ONNX 
   input format ND, dims gears (8,8), (16,16), (32,32): one value per -1 dim, so S is 8, 16
   or 32 for both inputs.
 
+Every test session models a host of its own (`GE_EMULATOR_HOST_DIR` in a session directory,
+inherited by the servers and processes it starts): devices under a timing model are shared only
+by this session's processes, not with another test run or a benchmark on the same machine.
+
 And two fixtures of the emulated pyACL's process-wide state, for the tests that call `acl`
 directly (helpers for them are in `tests/emulator_helpers.py`):
 
@@ -43,6 +47,7 @@ import onnx_models  # noqa: E402  (needs the sys.path entry above)
 
 from ge_python_backend.emulator import acl, set_faults, set_timing  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
+from ge_python_backend.emulator.timing import HOST_DIR_ENV  # noqa: E402
 
 
 def _compile(
@@ -162,6 +167,15 @@ def om_dims(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dynamic_dims="8,8;16,16;32,32",
         input_format="ND",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def emulator_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This session's emulated host: the directory of its shared device engines."""
+    directory = tmp_path_factory.mktemp("emulator-host")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HOST_DIR_ENV, str(directory))
+        yield directory
 
 
 @pytest.fixture

@@ -155,6 +155,7 @@ def tune_data() -> dict[str, Any]:
         "remeasured": {"8": remeasured(8, 1.03), "32": remeasured(32, 1.3)},
         "p99_ms": 50.0,
         "budget_s": 54.0,
+        "max_instances": 2,
         "timing": "profile=resnet50-310p3",
         "rows": 4,
         "commands": ["ge-python-model tune --model tuned"],

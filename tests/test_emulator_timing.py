@@ -6,16 +6,21 @@ totals with wide margins, never against tight times.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 from emulator_helpers import H2D, malloc, model_datasets
 
 from ge_python_backend.emulator import acl, set_timing, timing
-from ge_python_backend.emulator.timing import PROFILES, parse
+from ge_python_backend.emulator.timing import PROFILES, engine_path, parse
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
 
@@ -181,3 +186,108 @@ def test_a_named_profile_gives_its_calibrated_values_and_keys_override_them() ->
 def test_unknown_or_repeated_profiles_raise_value_error_listing_the_profiles(spec: str) -> None:
     with pytest.raises(ValueError, match="profile \\(one of resnet50-310p3"):
         parse(spec)
+
+
+# A process executing the static model COUNT times on DEVICE under its GE_EMULATOR_TIMING: it
+# loads and warms up, prints "ready", waits for a line on stdin, then prints the perf_counter
+# seconds (one clock for every process) at which its executions started and ended.
+EXECUTOR = """
+import sys, time
+from emulator_helpers import model_datasets
+from ge_python_backend.emulator import acl
+om, device, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+assert acl.init() == 0 and acl.rt.set_device(device) == 0
+model_id, ret = acl.mdl.load_from_file(om)
+desc = acl.mdl.create_desc()
+assert ret == 0 and acl.mdl.get_desc(desc, model_id) == 0
+datasets = model_datasets(desc)
+assert acl.mdl.execute(model_id, *datasets) == 0
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.perf_counter()
+for _ in range(count):
+    assert acl.mdl.execute(model_id, *datasets) == 0
+print(start, time.perf_counter(), flush=True)
+"""
+EXECUTE_S = 0.1
+EXECUTIONS = 4
+
+
+def executor(om: Path, device: int, host: Path, timing_spec: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "GE_EMULATOR_TIMING": timing_spec,
+        "GE_EMULATOR_HOST_DIR": str(host),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+    }
+    args = [sys.executable, "-c", EXECUTOR, str(om), str(device), str(EXECUTIONS)]
+    return subprocess.Popen(args, env=env, stdin=PIPE, stdout=PIPE, text=True)
+
+
+def together(om: Path, *placements: tuple[int, Path]) -> float:
+    """Seconds from the first process's start of its executions to the last one's end, with one
+    process per (device, host directory) started together."""
+    processes = [
+        executor(om, device, host, f"execute_us={EXECUTE_S * 1e6:g}") for device, host in placements
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        spans = [process.communicate(timeout=30)[0].split() for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    assert all(process.returncode == 0 for process in processes)
+    return max(float(end) for _, end in spans) - min(float(start) for start, _ in spans)
+
+
+def test_processes_on_one_device_of_a_host_serialize(om_static: Path, tmp_path: Path) -> None:
+    alone = EXECUTIONS * EXECUTE_S
+    assert together(om_static, (0, tmp_path), (0, tmp_path)) >= 1.7 * alone
+
+
+def test_processes_on_two_devices_or_two_hosts_overlap(om_static: Path, tmp_path: Path) -> None:
+    alone = EXECUTIONS * EXECUTE_S
+    assert together(om_static, (0, tmp_path), (1, tmp_path)) < 1.5 * alone
+    assert together(om_static, (0, tmp_path / "a"), (0, tmp_path / "b")) < 1.5 * alone
+
+
+def test_a_killed_process_holding_the_device_does_not_block_it(
+    om_static: Path, tmp_path: Path
+) -> None:
+    # Killed while its 60 s execution holds the engine: the kernel drops its flock, and the
+    # free_at it left (from its warm-up) is in the past.
+    holder = executor(om_static, 0, tmp_path, "execute_us=60000000")
+    try:
+        path = Path(engine_path(str(tmp_path), 0, "execute"))
+        deadline = time.monotonic() + 30
+        while not held(path):
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert together(om_static, (0, tmp_path)) < 1.5 * EXECUTIONS * EXECUTE_S
+
+
+def held(path: Path) -> bool:
+    """Whether a process holds the engine file's lock."""
+    if not path.exists():
+        return False
+    with path.open("rb") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(file, fcntl.LOCK_UN)
+        return False
+
+
+def test_the_default_host_is_one_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(timing.HOST_DIR_ENV)
+    assert timing.host_directory() == f"/dev/shm/ge-emulator-{os.getuid()}"

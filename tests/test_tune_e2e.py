@@ -15,6 +15,7 @@ from e2e_helpers import http_address, running_server
 
 from ge_python_backend import cli
 from ge_python_backend.client import TritonClient
+from ge_python_backend.emulator.timing import PROFILES
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.tune import Candidate, candidate_of
@@ -121,3 +122,25 @@ def test_apply_writes_a_config_that_validates_and_serves(
     assert server.pid == pid
     assert "The winner was applied to" in capsys.readouterr().out
     assert cli.main(["validate", str(repository), "--name", "mlp"]) == 0
+
+
+@pytest.mark.e2e
+def test_two_instances_on_one_device_share_its_throughput(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    # Two stub processes on device 0 share the modelled device: requests of the largest gear (8
+    # rows) from 8 clients keep it busy, and together they cannot beat one device's 8 rows per
+    # execution of the profile's 8-row time.
+    repository = tmp_path / "models"
+    scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator", instances=2)
+    peak_rows_per_s = 8 / PROFILES["resnet50-310p3"].execute_seconds(8)
+    json_path = tmp_path / "out.json"
+    with running_server(
+        repository, env={"GE_EMULATOR_TIMING": TIMING}, log_path=tmp_path / "triton.log"
+    ) as server:
+        args = ["bench", "--url", http_address(server), "--model", "mlp", "--concurrency", "8"]
+        args += ["--duration", "3", "--warmup", "10", "--shape", "x:8,16"]
+        assert cli.main([*args, "--json", str(json_path)]) == 0
+    (level,) = json.loads(json_path.read_text())["results"]
+    assert level["errors"] == 0
+    assert 0.5 * peak_rows_per_s < level["rows_per_s"] <= 1.1 * peak_rows_per_s, level

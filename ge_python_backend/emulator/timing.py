@@ -10,7 +10,18 @@ work on one engine serializes, the three engines overlap. Execution takes
 `execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
 dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds, or as
 long as the work really took if that is longer. Without a spec nothing sleeps, but the engine
-locks still serialize work on a device.
+locks still serialize work on a device (of this process).
+
+With a spec the engines are the host's, shared by every emulator process like a real NPU is by
+every process that sets it (Triton's stubs are one process per instance): each (device, engine)
+is a file in `GE_EMULATOR_HOST_DIR` (default: `ge-emulator-<uid>` in /dev/shm, else in the temp
+directory; read when the spec is installed), locked with `fcntl.flock` while the engine is held
+(inside a process a thread lock comes first: flock does not exclude threads sharing one open
+file) and holding the engine's `free_at` (8 bytes). The kernel drops a dead process's flock; its
+last `free_at` is in the past, since a holder sleeps until its work's end before releasing. One
+device time is possible because `time.perf_counter` is CLOCK_MONOTONIC on Linux: system-wide,
+the same in every process; a `free_at` later than now is not from this clock (a directory kept
+across a reboot) and counts as now.
 
 Device time: work starts when the device could have started it, not when the emulator's thread
 got to it: at the latest of its submission, the end of its stream's previous work (and of the
@@ -27,14 +38,18 @@ timelines from them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
+import struct
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 ENV = "GE_EMULATOR_TIMING"
+HOST_DIR_ENV = "GE_EMULATOR_HOST_DIR"
 FIELDS = ("execute_us", "execute_us_per_row", "copy_gbps")
 
 
@@ -74,16 +89,55 @@ FORMAT = (
 )
 
 
-class _Engine:
-    """One engine of one device: held while busy; `free_at` is when its last work ended."""
+_FREE_AT = struct.Struct("<d")  # an engine file's content
 
-    def __init__(self) -> None:
+
+class _Engine:
+    """One engine of one device: `lock` is held while busy; `free_at` is when its last work in
+    this process ended; `file` is the host's engine file (opened in `host_file`)."""
+
+    def __init__(self, device_id: int, name: str) -> None:
+        self.device_id = device_id
+        self.name = name
         self.lock = threading.Lock()
         self.free_at = 0.0
+        self.file: int | None = None
+        self.directory = ""
+
+    def host_file(self, directory: str) -> int:
+        """The descriptor of this engine's file in `directory` (opened once; callers hold
+        `lock`)."""
+        if self.file is None or self.directory != directory:
+            if self.file is not None:
+                os.close(self.file)
+            path = engine_path(directory, self.device_id, self.name)
+            self.file = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self.directory = directory
+        return self.file
+
+
+def engine_path(directory: str, device_id: int, name: str) -> str:
+    """The file of a device's engine on the host of `directory`."""
+    return os.path.join(directory, f"device{device_id}-{name}")
+
+
+def host_directory() -> str:
+    """The directory of the host's shared engines (`GE_EMULATOR_HOST_DIR`, else one per user),
+    created if missing."""
+    directory = os.environ.get(HOST_DIR_ENV)
+    if not directory:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        directory = os.path.join(base, f"ge-emulator-{os.getuid()}")
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{HOST_DIR_ENV}: cannot create {directory!r}: {error}") from error
+    return directory
 
 
 _lock = threading.Lock()
 _timing = Timing()
+_host_dir: str | None = None  # the shared engines' directory while a spec sleeps
 _engines: dict[tuple[int, str], _Engine] = {}
 _trace: list[tuple[int, str, float, float]] | None = None
 _work = threading.local()  # .at: the device time reached by the stream work this thread runs
@@ -112,11 +166,13 @@ def parse(spec: str) -> Timing:
 
 
 def set_timing(spec: str | None) -> None:
-    """Install a timing spec (None or "" turns the sleeping off)."""
-    global _timing
+    """Install a timing spec (None or "" turns the sleeping off); a spec that sleeps shares the
+    engines of `host_directory()` with the host's other processes."""
+    global _timing, _host_dir
     timing = parse(spec or "")
+    directory = host_directory() if timing.sleeps else None
     with _lock:
-        _timing = timing
+        _timing, _host_dir = timing, directory
 
 
 def load_from_env() -> None:
@@ -181,17 +237,45 @@ def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
     with _lock:
         unit = _engines.get((device_id, name))
         if unit is None:
-            unit = _engines[(device_id, name)] = _Engine()
+            unit = _engines[(device_id, name)] = _Engine(device_id, name)
+        directory = _host_dir
     with unit.lock:
-        start = max(work_time(), unit.free_at)
-        began = time.perf_counter()
-        yield
-        end = start + max(seconds, time.perf_counter() - began)
-        remaining = end - time.perf_counter()
-        if remaining > 0:
-            time.sleep(remaining)
-        unit.free_at = end
+        shared = None if directory is None else unit.host_file(directory)
+        if shared is None:
+            free_at = unit.free_at
+        else:
+            fcntl.flock(shared, fcntl.LOCK_EX)
+            stored = os.pread(shared, _FREE_AT.size, 0)
+            free_at = min(_FREE_AT.unpack(stored)[0], time.perf_counter()) if stored else 0.0
+        try:
+            start = max(work_time(), free_at)
+            began = time.perf_counter()
+            yield
+            end = start + max(seconds, time.perf_counter() - began)
+            remaining = end - time.perf_counter()
+            if remaining > 0:
+                time.sleep(remaining)
+            unit.free_at = end
+            if shared is not None:
+                os.pwrite(shared, _FREE_AT.pack(end), 0)
+        finally:
+            if shared is not None:
+                fcntl.flock(shared, fcntl.LOCK_UN)
         reach(end)
         trace = _trace
         if trace is not None:
             trace.append((device_id, name, start, end))
+
+
+def _forget_engines_after_fork() -> None:
+    """A forked child gets engines of its own: its copies of the parent's locks may be held, and
+    its inherited descriptors share the parent's flocks."""
+    global _lock
+    for unit in _engines.values():
+        if unit.file is not None:
+            os.close(unit.file)
+    _engines.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_engines_after_fork)
