@@ -539,6 +539,41 @@ class Remeasured:
 
 
 @dataclasses.dataclass(frozen=True)
+class Confirmed:
+    """tune's own confirmation at one load (tune.json's `confirmation`): the finalists
+    re-measured in alternating rounds; `compared` is the winner, or with the defaults kept the
+    other finalist with the highest median ratio to them."""
+
+    rounds: int  # 0: not confirmed (`verdict` says why)
+    finalists: int
+    verdict: str
+    compared: int | None  # trial index
+    ratios: list[float]  # compared / defaults rows/s, per round
+
+    @property
+    def gain(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+
+def confirmed(document: dict[str, Any]) -> Confirmed | None:
+    """The confirmation of one tune.json (None: a tune that had no confirmation phase yet)."""
+    if "confirmation_rounds" not in document:
+        return None
+    entries = document["confirmation"]
+    verdict = str(document["confirmation_verdict"])
+    others = [e for e in entries[1:] if e["vs_default"]]
+    won = [e for e in others if e["trial"] == document["winner"]]
+    best = won or sorted(others, key=lambda e: statistics.median(e["vs_default"]))[-1:]
+    return Confirmed(
+        rounds=int(document["confirmation_rounds"]),
+        finalists=len(entries),
+        verdict=verdict,
+        compared=best[0]["trial"] if best else None,
+        ratios=[float(r) for r in best[0]["vs_default"]] if best else [],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class TuneLevel:
     """Section 8 at one load: scaffold's defaults (the first trial) against tune's winner."""
 
@@ -550,6 +585,7 @@ class TuneLevel:
     elapsed_s: float
     p99_ms: float
     remeasured: Remeasured | None  # None without a winner
+    confirmation: Confirmed | None
 
     @property
     def default_meets(self) -> bool:
@@ -615,6 +651,7 @@ def tune(data: dict[str, Any]) -> list[TuneLevel]:
                 elapsed_s=float(document["elapsed_s"]),
                 p99_ms=float(document["p99_ms"]),
                 remeasured=remeasured,
+                confirmation=confirmed(document),
             )
         )
     return result

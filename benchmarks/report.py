@@ -872,8 +872,37 @@ def tune_changes(level: analysis.TuneLevel) -> str:
     return "; ".join(f"{key} {old} -> {new}" for key, (old, new) in level.changed.items())
 
 
+def confirmation_words(level: analysis.TuneLevel) -> str:
+    """What tune's own confirmation rounds showed at one load, in words."""
+    confirmation = level.confirmation
+    if confirmation is None:
+        return ""
+    if not confirmation.rounds:
+        return f" tune itself confirmed nothing ({confirmation.verdict})."
+    text = (
+        f" tune's own confirmation ({confirmation.rounds} alternating rounds of "
+        f"{confirmation.finalists} finalists, the defaults among them) "
+    )
+    kept = level.winner is not None and not level.changed
+    if confirmation.gain is None or confirmation.compared is None:
+        return text + ("kept the defaults." if kept else f"found: {confirmation.verdict}.")
+    figures = (
+        f"trial {confirmation.compared + 1} at {confirmation.gain:.2f}x the defaults' rows/s "
+        f"(per round {each(confirmation.ratios)})"
+    )
+    if kept:
+        return text + f"kept the defaults: the best other finalist was {figures}."
+    return text + f"chose {figures}."
+
+
 def tune_level_words(level: analysis.TuneLevel, rows: int) -> str:
-    """What tune found at one load and what re-measuring it showed, in words."""
+    """What tune found at one load, what its confirmation and re-measuring it by `bench`
+    showed, in words."""
+    return tune_search_words(level, rows) + confirmation_words(level)
+
+
+def tune_search_words(level: analysis.TuneLevel, rows: int) -> str:
+    """What tune's trials found at one load and what `bench` re-measuring the winner showed."""
     default, winner, again = level.default, level.winner, level.remeasured
     text = (
         f"At {level.clients} clients scaffold's defaults gave {fmt(default['rows_per_s'])} "
@@ -949,9 +978,16 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
         f"requests, p99 budget {raw['p99_ms']:g} ms, `--budget-s {raw['budget_s']:g}`, "
         f"`--max-instances {raw['max_instances']}` (instances on one device share the emulated "
         "device, as on an NPU). The first trial is scaffold's defaults as served; each trial "
-        "is one short window (half a round's seconds). Then the winner was written into a "
-        "copy of the model (`tune --apply`'s `apply_winner`), loaded beside it, and both were "
-        "measured by `bench` in alternating "
+        "is one short window (half a round's seconds)"
+        + (
+            "; after the search tune re-measures its finalists (the defaults and the best "
+            "candidates within the budget) in alternating rounds and keeps the defaults unless "
+            "a candidate beat them in every round (docs/TUNING.md, Confirmation)"
+            if any(level.confirmation is not None for level in levels)
+            else ""
+        )
+        + ". Then the winner was written into a copy of the model (`tune --apply`'s "
+        "`apply_winner`), loaded beside it, and both were measured by `bench` in alternating "
         f"rounds at that load; a re-measured gain within {analysis.TUNE_SAME:.0%} counts as "
         "noise.",
         "",

@@ -133,12 +133,19 @@ def tune_data() -> dict[str, Any]:
     def level(default: float, won: float) -> dict[str, Any]:
         trials = [tune_trial(default, 20.0), tune_trial(won, 25.0, 1000, (2, 4))]
         trials.append(tune_trial(won / 2, 10.0, 0))
+        ratios = [won / default - 0.01, won / default + 0.01]
         return {
             "p99_ms": 50.0,
             "trials": trials,
             "winner": 0 if won <= default else 1,
             "skipped": [],
             "elapsed_s": 50.0,
+            "confirmation": [
+                {"trial": 0, "vs_default": [1.0, 1.0]},
+                {"trial": 1, "vs_default": ratios},
+            ],
+            "confirmation_rounds": 2,
+            "confirmation_verdict": "(tune's sentence)",
         }
 
     def remeasured(clients: int, gain: float) -> dict[str, Any]:
@@ -371,6 +378,13 @@ def test_the_tune_section_follows_its_numbers() -> None:
     )
     assert "At 2 clients scaffold's defaults gave 1,000 rows/s at p99 20.00 ms in tune's" in text
     assert "no other of the 3 trials beat them" in text
+    assert (
+        "tune's own confirmation (2 alternating rounds of 2 finalists, the defaults among them) "
+        "kept the defaults: the best other finalist was trial 2 at 0.90x the defaults' rows/s "
+        "(per round 0.89, 0.91)." in text
+    )
+    assert "chose trial 2 at 1.30x the defaults' rows/s (per round 1.29, 1.31)." in text
+    assert "after the search tune re-measures its finalists" in text
     assert "the winner gave 1.03x the defaults' rows/s (per round 1.03, 1.03, 1.03;" in text
     assert "within the 5% the report counts as noise: no evidence against the defaults" in text
     assert "1.30x the defaults' rows/s" in text and "more than the 5% the report counts" in text
@@ -398,8 +412,12 @@ def test_the_tune_section_follows_its_numbers() -> None:
 
     for document in data["tune"]["levels"].values():
         document["winner"] = None
+        document["confirmation_rounds"], document["confirmation"] = 0, []
+        document["confirmation_verdict"] = "no candidate met p99 <= 50 ms: nothing to confirm"
     data["tune"]["remeasured"] = {}
-    assert "none of the 3 trials met the budget" in report.render(data)
+    text = report.render(data)
+    assert "none of the 3 trials met the budget." in text
+    assert "tune itself confirmed nothing (no candidate met p99 <= 50 ms: nothing to" in text
 
 
 def test_the_timeline_counts_overlapping_engines() -> None:

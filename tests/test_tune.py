@@ -4,7 +4,9 @@ the constraints, gear advice on given batch statistics, configs, apply and the r
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,9 +19,11 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.tools.bench import LevelResult
 from ge_python_backend.tools.tune import (
+    CONFIRM_MIN_GAIN,
     END_RESERVE_S,
     Budget,
     Candidate,
+    Finalist,
     Limits,
     LoadFailed,
     Measurement,
@@ -32,6 +36,7 @@ from ge_python_backend.tools.tune import (
     atc_command,
     batch_histogram,
     candidate_of,
+    confirmed_winner,
     gear_advice,
     load_reason,
     measurement_of,
@@ -180,18 +185,21 @@ def test_no_winner_when_nothing_meets_the_constraint() -> None:
     assert result.winner is None and len(result.trials) > 1
 
 
+@pytest.mark.parametrize("confirm_rounds", [0, 2])
 @pytest.mark.parametrize("budget_s", [9.0, 25.0, 60.0])
-def test_the_budget_holds_the_trials_and_the_restore(budget_s: float) -> None:
+def test_the_budget_holds_the_trials_and_the_restore(budget_s: float, confirm_rounds: int) -> None:
     clock = FakeClock()
     model = SyntheticModel(surface, clock, load_s_per_instance=3.0, measure_s=1.0)
-    search = run_search(model, clock, budget_s=budget_s)
+    search = run_search(model, clock, budget_s=budget_s, confirm_rounds=confirm_rounds)
     result = search.run()
     model.load(DEFAULT)  # what tune does next: the original config back
     spent = clock.now - search.budget.started
     assert spent + END_RESERVE_S <= budget_s  # room left for the summary and the report
     assert result.elapsed_s <= budget_s
     if budget_s >= 60:
-        assert len(result.trials) > 5
+        # the search kept the confirmation's time: fewer trials, every round confirmed
+        assert len(result.trials) > (5 if confirm_rounds == 0 else 3)
+        assert result.confirmation.rounds == confirm_rounds
     full = run_search(SyntheticModel(surface, FakeClock()), FakeClock()).run()
     assert len(result.trials) < len(full.trials)  # the budget, not the search, ended it
 
@@ -201,6 +209,125 @@ def test_a_budget_too_small_for_one_load_measures_only_the_original_config() -> 
     model = SyntheticModel(surface, clock)
     result = run_search(model, clock, budget_s=3.0).run()
     assert len(result.trials) == 1 and model.loads == []
+
+
+class NoisyModel(SyntheticModel):
+    """A `SyntheticModel` whose n-th window of a candidate is off by `noise[candidate][n]` (a
+    factor on its rows/s; 1 past the list): the machine's noise, window by window."""
+
+    def __init__(
+        self, surface: Surface, clock: FakeClock, noise: dict[Candidate, list[float]], **options
+    ) -> None:
+        super().__init__(surface, clock, **options)
+        self.noise = noise
+        self.windows: Counter[Candidate] = Counter()
+
+    def measure(self) -> Measurement:
+        measured = super().measure()
+        factors = self.noise.get(self.serving, [])
+        window = self.windows[self.serving]
+        self.windows[self.serving] += 1
+        factor = factors[window] if window < len(factors) else 1.0
+        return dataclasses.replace(measured, rows_per_s=measured.rows_per_s * factor)
+
+
+BETTER = dataclasses.replace(DEFAULT, instances=2, pipeline_depth=1)  # in the grid
+LUCKY = dataclasses.replace(DEFAULT, instances=2)  # in the grid
+
+
+def flat(rows: dict[Candidate, float]) -> Surface:
+    """900 rows/s at p99 10 ms everywhere but at the given candidates."""
+    return lambda candidate: (rows.get(candidate, 900.0), 10.0)
+
+
+def test_the_confirmation_overturns_a_lucky_single_window() -> None:
+    clock, progress = FakeClock(), io.StringIO()
+    # LUCKY's one search window was 15% high: 1,207.5 against BETTER's 1,100
+    model = NoisyModel(flat({BETTER: 1100.0, LUCKY: 1050.0}), clock, {LUCKY: [1.15]})
+    result = run_search(model, clock, progress=progress).run()
+    index = {t.candidate: i for i, t in enumerate(result.trials)}
+    assert result.search_winner == index[LUCKY]
+    assert result.winner == index[BETTER]
+    confirmation = result.confirmation
+    assert confirmation.rounds == 2
+    finalists = [f.trial for f in confirmation.finalists]
+    assert finalists == [0, index[LUCKY], index[BETTER]]  # the original, then by rows/s
+    # alternating rounds: each finalist loaded (the same load path) once a round, in turn
+    order = [DEFAULT, LUCKY, BETTER]
+    assert model.loads[-6:] == order + order
+    entries = confirmation.as_list()
+    assert [e["rows_per_s"] for e in entries] == [[900.0, 900.0], [1050.0, 1050.0], [1100.0] * 2]
+    assert entries[2]["vs_default"] == [round(1100 / 900, 4)] * 2
+    assert "faster in every round: it wins" in confirmation.verdict
+    assert "confirmation round 2 of 2" in progress.getvalue()
+
+
+def test_a_candidate_within_the_noise_of_the_original_config_does_not_win() -> None:
+    clock = FakeClock()
+    # truly 1% faster; its search window 12% high, the rounds' windows +4% and -1%
+    model = NoisyModel(flat({LUCKY: 909.0}), clock, {LUCKY: [1.12, 1.04, 0.99]})
+    result = run_search(model, clock).run()
+    assert result.search_winner == [t.candidate for t in result.trials].index(LUCKY)
+    assert result.winner == 0  # the original config is kept
+    assert result.confirmation.rounds == 2
+    assert "no config beats the defaults beyond the noise" in result.confirmation.verdict
+    assert "per round 1.050, 1.000" in result.confirmation.verdict
+    # faster in both rounds but by less than the margin in the median: kept as well
+    clock = FakeClock()
+    slight = 1 + CONFIRM_MIN_GAIN / 2
+    model = NoisyModel(flat({LUCKY: 900.0 * slight}), clock, {LUCKY: [1.12]})
+    assert run_search(model, clock).run().winner == 0
+
+
+def test_a_budget_without_room_for_the_confirmation_says_so(tmp_path: Path) -> None:
+    clock, progress = FakeClock(), io.StringIO()
+    # the first load (guessed 5 s) takes 12: afterwards not one round of 2 finalists fits
+    model = SyntheticModel(flat({DEFAULT: 800.0}), clock, load_s_per_instance=12.0)
+    search = run_search(model, clock, budget_s=40.0, progress=progress)
+    result = search.run()
+    model.load(DEFAULT)
+    assert clock.now - search.budget.started + END_RESERVE_S <= 40.0
+    assert len(result.trials) == 2 and result.trials[1].meets(30.0)
+    assert result.confirmation.rounds == 0 and len(model.loads) == 2
+    assert "the budget left no time to confirm" in result.confirmation.verdict
+    assert "the budget left no time to confirm" in progress.getvalue()
+    assert result.winner == result.search_winner == 1  # the best single window
+    write_report(tmp_path, "mlp", "ge-python-model tune ...", result, 30.0, None, "")
+    document = json.loads((tmp_path / "tune.json").read_text())
+    assert document["confirmation"] == [] and document["confirmation_rounds"] == 0
+    assert "the budget left no time" in document["confirmation_verdict"]
+    assert "No confirmation rounds: the budget left no time" in (tmp_path / "TUNE.md").read_text()
+
+
+def test_a_budget_for_one_round_confirms_in_one() -> None:
+    clock, progress = FakeClock(), io.StringIO()
+    model = SyntheticModel(flat({BETTER: 1000.0}), clock, load_s_per_instance=8.0)
+    result = run_search(model, clock, budget_s=40.0, progress=progress).run()
+    assert result.confirmation.rounds == 1 and result.confirmation.wanted == 2
+    assert "the budget allows 1 of the 2 rounds" in progress.getvalue()
+
+
+def confirmed(trial: int, *rounds: tuple[float, float]) -> Finalist:
+    measured = [Trial(DEFAULT, False, Measurement(r, r, p, p, 10, 0)) for r, p in rounds]
+    return Finalist(trial, DEFAULT, measured)
+
+
+def test_the_confirmed_winner_keeps_p99_in_every_round() -> None:
+    default = confirmed(0, (900, 10), (900, 40))  # missed p99 <= 30 in its second round
+    fast = confirmed(3, (1200, 20), (1200, 35))
+    steady = confirmed(5, (950, 12), (1000, 12))
+    assert confirmed_winner([default, fast, steady], 30.0)[0] == 5
+    assert confirmed_winner([default, fast], 30.0)[0] is None
+    kept, verdict = confirmed_winner([confirmed(0, (900, 10), (900, 10)), fast], 30.0)
+    assert kept == 0 and "no other finalist met p99 <= 30 ms in every round" in verdict
+
+
+def test_the_confirmation_can_be_turned_off() -> None:
+    clock = FakeClock()
+    model = NoisyModel(flat({BETTER: 1100.0, LUCKY: 1050.0}), clock, {LUCKY: [1.15]})
+    result = run_search(model, clock, confirm_rounds=0).run()
+    assert result.confirmation.rounds == 0 and result.winner == result.search_winner
+    assert result.trials[result.winner].candidate == LUCKY
 
 
 def test_budget_predictions_follow_the_loads_seen() -> None:
@@ -522,7 +649,12 @@ def test_the_report_holds_tune_json_as_specified_and_a_plot(tmp_path: Path) -> N
     assert any(
         entry["loaded"] is False and entry["error"] == "bad config" for entry in document["trials"]
     )
+    rounds = document["confirmation_rounds"]
+    assert rounds == 2 and document["confirmation"][0]["trial"] == 0
+    for entry in document["confirmation"]:
+        assert len(entry["rows_per_s"]) == len(entry["p99_ms"]) == rounds
     markdown = (tmp_path / "report" / "TUNE.md").read_text()
     assert "**winner**" in markdown and "original" in markdown and "tune.png" in markdown
+    assert "## Confirmation" in markdown and result.confirmation.verdict in markdown
     assert (tmp_path / "report" / "tune.png").read_bytes().startswith(PNG_MAGIC)
     assert len(paths) == 3

@@ -21,7 +21,9 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.tune import Candidate, candidate_of
 
 TIMING = "profile=resnet50-310p3"
-BUDGET_S = 70.0
+# The search keeps time for the confirmation (2 rounds of 3 finalists, ~27 s here) and still
+# runs >= 12 trials (the figure) before it.
+BUDGET_S = 100.0
 SLACK_S = 5.0  # reading the model, printing, the report
 
 
@@ -88,7 +90,13 @@ def test_tune_finishes_in_budget_without_restarting_and_restores(
     assert all(t["loaded"] and t["error"] is None for t in trials), trials
     winner = trials[document["winner"]]
     assert winner["p99_ms"] <= 30
-    assert winner["rows_per_s"] == max(t["rows_per_s"] for t in trials if t["p99_ms"] <= 30)
+    # the winner is the confirmation's: the original config or a finalist, within p99 in
+    # every one of the rounds (each finalist re-measured once a round)
+    assert document["confirmation_rounds"] == 2, document["confirmation_verdict"]
+    confirmed = {entry["trial"]: entry for entry in document["confirmation"]}
+    assert 0 in confirmed and document["winner"] in confirmed
+    assert all(len(entry["rows_per_s"]) == 2 for entry in confirmed.values())
+    assert all(p99 <= 30 for p99 in confirmed[document["winner"]]["p99_ms"])
     for trial in trials:
         assert trial["device_utilization"] > 0 and trial["rows_per_execution"] >= 1
         assert trial["padding_ratio"] >= 0 and trial["p50_ms"] <= trial["p99_ms"]
@@ -109,13 +117,14 @@ def test_apply_writes_a_config_that_validates_and_serves(
     server, repository = served
     pid = server.pid
     report = tmp_path / "report"
-    args = ["--budget-s", "16", "--max-instances", "1", "--repository", str(repository)]
+    args = ["--budget-s", "25", "--max-instances", "1", "--confirm-rounds", "1"]
+    args += ["--repository", str(repository)]
     args += ["--apply", "--report", str(report)]
     args += ["--request-rate", "50", "--arrival", "poisson"]  # trials under open-loop load
     assert tune(server, *args) == 0
     document = json.loads((report / "tune.json").read_text())
-    assert len(document["trials"]) >= 2
-    winner = document["trials"][document["winner"]]["config"]
+    assert len(document["trials"]) >= 2 and document["confirmation_rounds"] == 1
+    winner = document["trials"][document["winner"]]["config"]  # the confirmed winner
     written = candidate_of(load_model_config(repository / "mlp" / "config.pbtxt"))
     assert written.as_dict() == winner
     assert served_candidate(server) == written  # served from the applied config.pbtxt

@@ -27,6 +27,8 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import parse_device_ids
 from ge_python_backend.runtime.batching import normalize_gears
 from ge_python_backend.tools.tune import (
+    CONFIRM_FINALISTS,
+    CONFIRM_ROUNDS,
     DEFAULT_MAX_INSTANCES,
     PROCESSES_PER_DEVICE,
     PROCESSES_PER_DEVICE_VM,
@@ -63,8 +65,12 @@ has. Varied: instance count, pipeline_depth, pipeline_min_device_us, max_queue_d
 preferred batch sizes (subsets of the compiled gears) and device_ids placement; a small grid,
 then hill climbing around the best. Configs the devices cannot hold (pyACL's processes per
 device, device memory) are skipped; a trial never starts when it cannot finish within
---budget-s; configs that fail to load are listed with Triton's reason. The winner has the most
-rows/s with p99 <= --p99-ms and no failed request. At the end the original config is loaded
+--budget-s, the confirmation included; configs that fail to load are listed with Triton's
+reason. Confirmation: the original config and the best candidates with p99 <= --p99-ms and no
+failed request ({CONFIRM_FINALISTS} finalists at most) are loaded and measured again in
+--confirm-rounds alternating rounds; a candidate wins only if it met the constraint in every
+round and beat the original config's rows/s in every round (and by more than the noise margin
+in the median), else the original config is kept. At the end the original config is loaded
 back, unless --apply writes the winner into --repository's config.pbtxt (diff printed, checked
 with validate) and loads it. Gear advice: from the batch sizes Triton formed (its batch_stats),
 the --dynamic_batch_size gears that would have padded least, with the atc command. Exits 1 when
@@ -125,6 +131,14 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_WARMUP,
         metavar="N",
         help=f"unmeasured requests before each trial (default: {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--confirm-rounds",
+        type=int,
+        default=CONFIRM_ROUNDS,
+        metavar="N",
+        help=f"alternating rounds re-measuring the finalists after the search; 0: none, the "
+        f"best single window wins (default: {CONFIRM_ROUNDS})",
     )
     add_data_options(parser, "the model metadata's, batch 1")
     parser.add_argument(
@@ -209,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             p99_ms=args.p99_ms,
             budget_s=args.budget_s,
             processes_per_device=args.processes_per_device,
+            confirm_rounds=args.confirm_rounds,
             progress=sys.stderr,
         )
         try:
@@ -291,6 +306,7 @@ def _command_line(args: argparse.Namespace, url: str) -> str:
     else:
         words += ["--concurrency", args.concurrency or str(DEFAULT_CONCURRENCY)]
     words += ["--duration", f"{args.duration:g}", "--warmup", str(args.warmup)]
+    words += ["--confirm-rounds", str(args.confirm_rounds)]
     for shape in args.shape:
         words += ["--shape", shape]
     if args.apply:

@@ -16,8 +16,12 @@ The search (`Search`) runs a small grid (instances 1 and 2, pipeline depth 1 and
 original batching and one that waits longer for larger batches), then hill climbs: one knob one
 step from the best trial so far (`SearchSpace.neighbors`) while that improves it. Candidates the
 device cannot hold (`Limits`: pyACL's processes per device, device memory) are skipped, and a
-trial never starts when it cannot finish within the budget (`Budget`). The winner is the trial
-with the most rows/s whose p99 meets the constraint and whose requests all succeeded.
+trial never starts when it cannot finish within the budget (`Budget`), the confirmation that
+follows the search included. The search's pick is the trial with the most rows/s whose p99
+meets the constraint and whose requests all succeeded; one short window per trial makes that
+pick partly luck, so the confirmation (`Confirmation`) re-measures the finalists (the original
+config and the best candidates meeting the constraint) in alternating rounds and decides the
+winner on them (`confirmed_winner`).
 
 Gear advice (`advise_gears`) picks the batch gears that would have padded the observed batches
 least (`padding_of`, with the runtime's own chunk planning).
@@ -30,6 +34,7 @@ import difflib
 import functools
 import json
 import math
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -84,6 +89,13 @@ END_RESERVE_S = 2.0
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
 MEMORY_METRIC = "ge_device_memory_bytes"  # one instance's pooled buffers, per device
+# The confirmation: this many finalists (the original config first, then the candidates with
+# the most rows/s meeting the constraint), loaded and measured in turn, round after round.
+CONFIRM_FINALISTS = 3
+CONFIRM_ROUNDS = 2
+# A candidate beats the original config when its rows/s does in every round and its median
+# per-round ratio is more than this above 1.
+CONFIRM_MIN_GAIN = 0.03
 FREE_MEMORY_METRIC = "ge_device_memory_free_bytes"
 
 Rung = TypeVar("Rung")
@@ -538,6 +550,115 @@ def winner_of(trials: Sequence[Trial], p99_ms: float) -> int | None:
     return max(meeting, key=lambda i: trials[i].score(p99_ms), default=None)
 
 
+@dataclasses.dataclass
+class Finalist:
+    """A trial re-measured in the confirmation: one measurement (a `Trial` of its own) a round."""
+
+    trial: int  # index into the search's trials
+    candidate: Candidate
+    rounds: list[Trial] = dataclasses.field(default_factory=list)
+
+    def meets(self, p99_ms: float) -> bool:
+        """Every round loaded, answered every request and kept p99 within the constraint."""
+        return bool(self.rounds) and all(r.meets(p99_ms) for r in self.rounds)
+
+    def rows_per_s(self) -> list[float]:
+        """Each round's rows/s (0 for a round that did not load)."""
+        return [r.measurement.rows_per_s if r.measurement else 0.0 for r in self.rounds]
+
+    def ratios(self, default: Finalist) -> list[float]:
+        """Per round, this finalist's rows/s over the original config's in the same round."""
+        return [
+            mine / max(theirs, 1e-9)
+            for mine, theirs in zip(self.rows_per_s(), default.rows_per_s())
+        ]
+
+    def as_dict(self, default: Finalist) -> dict[str, Any]:
+        """The finalist's entry in tune.json's `confirmation`."""
+        measured = [r.measurement for r in self.rounds]
+        return {
+            "trial": self.trial,
+            "rows_per_s": [_rounded(m.rows_per_s if m else None) for m in measured],
+            "p99_ms": [_rounded(m.p99_ms if m else None) for m in measured],
+            "errors": [m.errors if m else 0 for m in measured],
+            "error": next((r.error for r in self.rounds if r.error), None),
+            "vs_default": [round(ratio, 4) for ratio in self.ratios(default)],
+        }
+
+
+@dataclasses.dataclass
+class Confirmation:
+    """The finalists re-measured in alternating rounds (the original config first), or why
+    there were none (`rounds` 0); `winner` is the trial the search's result declares."""
+
+    wanted: int  # rounds asked for
+    rounds: int  # rounds run
+    finalists: list[Finalist]
+    winner: int | None
+    verdict: str
+
+    def as_list(self) -> list[dict[str, Any]]:
+        """tune.json's `confirmation`: one entry a finalist."""
+        if not self.finalists:
+            return []
+        default = self.finalists[0]
+        return [finalist.as_dict(default) for finalist in self.finalists]
+
+
+def confirmed_winner(finalists: Sequence[Finalist], p99_ms: float) -> tuple[int | None, str]:
+    """The winner of the confirmation rounds (a trial index) and the verdict in words;
+    `finalists[0]` is the original config.
+
+    A finalist can win only when every round met the constraint. Rounds alternate (A B C A B C)
+    so the noise of a moment hits every finalist of that round alike; each candidate is judged
+    by its per-round ratio to the original config's rows/s, which cancels that shared noise, and
+    by the median of those ratios, which one disturbed round cannot move far (pooling the rounds
+    would let it). The search's own window is left out: the best of many noisy windows is biased
+    upwards. A candidate beats the original config when it did in every round and its median
+    ratio exceeds 1 + `CONFIRM_MIN_GAIN`; the one with the highest median wins, else the original
+    config is kept. An original config that missed the constraint in a round loses to the
+    candidate with the most median rows/s meeting it in every round."""
+    default, candidates = finalists[0], finalists[1:]
+    meeting = [f for f in candidates if f.meets(p99_ms)]
+    if not default.meets(p99_ms):
+        if not meeting:
+            return None, f"no finalist met p99 <= {p99_ms:g} ms in every round"
+        best = max(meeting, key=lambda f: statistics.median(f.rows_per_s()))
+        return best.trial, (
+            f"the original config missed p99 <= {p99_ms:g} ms in a round; trial "
+            f"{best.trial + 1} met it in every round with the most rows/s (median "
+            f"{statistics.median(best.rows_per_s()):,.1f}, per round {_each(best.rows_per_s())})"
+        )
+    if not meeting:
+        return default.trial, (
+            f"no other finalist met p99 <= {p99_ms:g} ms in every round: the original config "
+            "is kept"
+        )
+
+    def beats(finalist: Finalist) -> bool:
+        ratios = finalist.ratios(default)
+        return min(ratios) > 1 and statistics.median(ratios) > 1 + CONFIRM_MIN_GAIN
+
+    beating = [f for f in meeting if beats(f)]
+    best = max(beating or meeting, key=lambda f: statistics.median(f.ratios(default)))
+    ratios = best.ratios(default)
+    figures = (
+        f"trial {best.trial + 1} gave {statistics.median(ratios):.3f}x the original config's "
+        f"rows/s (per round {_each(ratios, '.3f')}; spread {min(ratios):.3f}-{max(ratios):.3f})"
+    )
+    if beating:
+        return best.trial, f"{figures}, faster in every round: it wins"
+    return default.trial, (
+        f"no config beats the defaults beyond the noise ({figures}; winning needs faster in "
+        f"every round and a median above {1 + CONFIRM_MIN_GAIN:.2f}x): the original config is "
+        "kept"
+    )
+
+
+def _each(values: Sequence[float], form: str = ",.1f") -> str:
+    return ", ".join(format(value, form) for value in values)
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What a device can hold: pyACL's processes per device, and device memory when known."""
@@ -598,7 +719,8 @@ class Budget:
     """Whether the next trial fits in the time left, predicted from the trials so far: the
     longest measurement plus the longest load seen at its instance count (else the longest
     load per instance times its instances), with one load of the original config (putting it
-    back at the end) and `END_RESERVE_S` kept in reserve."""
+    back at the end) and `END_RESERVE_S` kept in reserve, and the seconds the caller keeps for
+    the confirmation (`confirmation`: each round loads and measures every finalist)."""
 
     def __init__(
         self, seconds: float, clock: Callable[[], float], default_instances: int = 1
@@ -637,23 +759,39 @@ class Budget:
         """Seconds kept for the end: loading the original config, the summary and report."""
         return self.load(self.default_instances) + END_RESERVE_S
 
-    def fits(self, candidate: Candidate) -> bool:
-        return self.elapsed() + self.predicted(candidate) + self.reserve() <= self.seconds
+    def confirmation(self, finalists: Sequence[Candidate], rounds: int) -> float:
+        """Seconds `rounds` confirmation rounds of these finalists may take."""
+        return rounds * sum(self.predicted(candidate) for candidate in finalists)
 
-    def trials_left(self, candidate: Candidate) -> int:
-        """About how many more trials like `candidate` fit."""
-        left = self.seconds - self.elapsed() - self.reserve()
-        return max(0, math.floor(left / max(self.predicted(candidate), 1e-3)))
+    def left(self) -> float:
+        """Seconds left besides the reserve."""
+        return self.seconds - self.elapsed() - self.reserve()
+
+    def fits(self, candidate: Candidate, kept_s: float = 0.0) -> bool:
+        """Whether a trial of `candidate` fits, `kept_s` seconds kept for after it."""
+        return self.predicted(candidate) + kept_s <= self.left()
+
+    def trials_left(self, candidate: Candidate, kept_s: float = 0.0) -> int:
+        """About how many more trials like `candidate` fit, `kept_s` seconds kept."""
+        return max(0, math.floor((self.left() - kept_s) / max(self.predicted(candidate), 1e-3)))
+
+    def rounds_left(self, finalists: Sequence[Candidate], wanted: int) -> int:
+        """How many confirmation rounds of these finalists fit, at most `wanted`."""
+        per_round = max(self.confirmation(finalists, 1), 1e-3)
+        return max(0, min(wanted, math.floor(self.left() / per_round)))
 
 
 @dataclasses.dataclass
 class SearchResult:
-    """The trials run (the first is the original config), and the candidates skipped."""
+    """The trials run (the first is the original config), the candidates skipped, the
+    confirmation, and the winner: the confirmation's, else the search's pick."""
 
     trials: list[Trial]
     skipped: list[tuple[Candidate, str]]
     winner: int | None
     elapsed_s: float
+    confirmation: Confirmation
+    search_winner: int | None  # the trial with the most rows/s meeting p99 in its one window
 
 
 class Search:
@@ -667,11 +805,15 @@ class Search:
         p99_ms: float,
         budget_s: float,
         processes_per_device: int = PROCESSES_PER_DEVICE,
+        confirm_rounds: int = CONFIRM_ROUNDS,
         clock: Callable[[], float] = time.monotonic,
         progress: TextIO | None = None,
     ) -> None:
         if p99_ms <= 0:
             raise UserError(f"the p99 constraint must be > 0 ms, got {p99_ms:g}")
+        if confirm_rounds < 0:
+            raise UserError(f"the confirmation rounds must be >= 0, got {confirm_rounds}")
+        self.confirm_rounds = confirm_rounds
         self.evaluator = evaluator
         self.space = space
         self.p99_ms = p99_ms
@@ -695,12 +837,67 @@ class Search:
         grid = self.space.grid()
         if self._run_all(grid, "grid", len(grid) + 1):
             self._climb()
+        picked = winner_of(self.trials, self.p99_ms)
+        confirmation = self._confirm(picked)
         return SearchResult(
             self.trials,
             self.skipped,
-            winner_of(self.trials, self.p99_ms),
+            confirmation.winner,
             self.budget.elapsed(),
+            confirmation,
+            picked,
         )
+
+    def finalists(self) -> list[int]:
+        """The original config's trial, then the best candidates meeting the constraint (at
+        most `CONFIRM_FINALISTS` in all)."""
+        meeting = [i for i, trial in enumerate(self.trials[1:], 1) if trial.meets(self.p99_ms)]
+        meeting.sort(key=lambda i: self.trials[i].score(self.p99_ms), reverse=True)
+        return [0, *meeting[: CONFIRM_FINALISTS - 1]]
+
+    def _kept_for_confirmation(self, candidate: Candidate) -> float:
+        """Seconds the confirmation may need should `candidate` become a finalist: the
+        finalists so far with it, the slowest to confirm kept where it may take a place."""
+        if not self.confirm_rounds:
+            return 0.0
+        chosen = [self.trials[i].candidate for i in self.finalists()[1:]] + [candidate]
+        chosen.sort(key=self.budget.predicted, reverse=True)
+        finalists = [self.space.default, *chosen[: CONFIRM_FINALISTS - 1]]
+        return self.budget.confirmation(finalists, self.confirm_rounds)
+
+    def _confirm(self, picked: int | None) -> Confirmation:
+        """Re-measure the finalists in alternating rounds, as many as the budget allows."""
+        indices = self.finalists()
+        wanted = self.confirm_rounds
+        if not wanted:
+            return Confirmation(0, 0, [], picked, "no confirmation (0 rounds asked for)")
+        if len(indices) < 2:
+            verdict = f"no candidate met p99 <= {self.p99_ms:g} ms: nothing to confirm"
+            return Confirmation(wanted, 0, [], picked, verdict)
+        finalists = [Finalist(i, self.trials[i].candidate) for i in indices]
+        rounds = self.budget.rounds_left([f.candidate for f in finalists], wanted)
+        if not rounds:
+            verdict = (
+                f"the budget left no time to confirm the {len(finalists)} finalists "
+                "(raise --budget-s): the winner is the best single window"
+            )
+            self._say(f"confirmation: {verdict}")
+            return Confirmation(wanted, 0, [], picked, verdict)
+        if rounds < wanted:
+            self._say(f"confirmation: the budget allows {rounds} of the {wanted} rounds")
+        for number in range(1, rounds + 1):
+            for finalist in finalists:
+                self._say(
+                    f"confirmation round {number} of {rounds} ({self.budget.elapsed():.1f} s of "
+                    f"{self.budget.seconds:g} s): trial {finalist.trial + 1}, "
+                    f"{finalist.candidate.describe()}"
+                )
+                measured = self._measured(finalist.candidate, load=True)
+                finalist.rounds.append(measured)
+                self._say("  " + self._measured_words(measured))
+        winner, verdict = confirmed_winner(finalists, self.p99_ms)
+        self._say(f"confirmation: {verdict}")
+        return Confirmation(wanted, rounds, finalists, winner, verdict)
 
     def _run_all(self, candidates: Sequence[Candidate], phase: str, planned: int) -> bool:
         """Try each; False once the budget is spent."""
@@ -730,10 +927,12 @@ class Search:
             self.skipped.append((candidate, refusal))
             self._say(f"skipped {candidate.describe()}: {refusal}")
             return True
-        if not self.budget.fits(candidate):
+        kept = self._kept_for_confirmation(candidate)
+        if not self.budget.fits(candidate, kept):
             self._say(
                 f"budget: {self.budget.elapsed():.1f} of {self.budget.seconds:g} s spent, the "
-                f"next trial may take {self.budget.predicted(candidate):.1f} s; stopping"
+                f"next trial may take {self.budget.predicted(candidate):.1f} s and "
+                f"{kept:.1f} s are kept for the confirmation; stopping"
             )
             return False
         self._seen.add(candidate)
@@ -742,17 +941,26 @@ class Search:
     def _trial(
         self, candidate: Candidate, *, default: bool, phase: str, planned: int | None
     ) -> Trial:
-        trial = Trial(candidate, default)
         number = len(self.trials) + 1
-        total = planned or max(number, number - 1 + self.budget.trials_left(candidate))
+        left = self.budget.trials_left(candidate, self._kept_for_confirmation(candidate))
+        total = planned or max(number, number - 1 + left)
         self._say(
             f"trial {number} of {'at most ' * (planned is None)}{total} ({phase}, "
             f"{self.budget.elapsed():.1f} s of {self.budget.seconds:g} s): {candidate.describe()}"
         )
+        trial = self._measured(candidate, load=not default)
+        self.trials.append(trial)
+        self._say("  " + self._outcome(trial))
+        return trial
+
+    def _measured(self, candidate: Candidate, *, load: bool) -> Trial:
+        """A trial of `candidate`: loaded (unless `load` is False: the config in service, the
+        original one), measured, its seconds recorded in the budget."""
+        trial = Trial(candidate, default=not load)
         clock = self.budget.clock
         started = clock()
         try:
-            if not default:
+            if load:
                 self.evaluator.load(candidate)
         except LoadFailed as exc:
             trial.error = str(exc)
@@ -766,19 +974,18 @@ class Search:
                 first = next(iter(trial.measurement.error_messages), "")
                 trial.error = f"{errors} of {trial.measurement.requests} requests failed: {first}"
         self.budget.record(trial)
-        self.trials.append(trial)
-        self._say("  " + self._outcome(trial))
         return trial
 
-    def _outcome(self, trial: Trial) -> str:
+    def _measured_words(self, trial: Trial) -> str:
         m = trial.measurement
         if m is None:
-            text = f"not loaded: {trial.error}"
-        else:
-            text = f"{m.rows_per_s:,.1f} rows/s, p99 {_ms(m.p99_ms)}"
-            text += "" if trial.meets(self.p99_ms) else f" (misses p99 <= {self.p99_ms:g} ms)"
-            if trial.error:
-                text += f"; {trial.error}"
+            return f"not loaded: {trial.error}"
+        text = f"{m.rows_per_s:,.1f} rows/s, p99 {_ms(m.p99_ms)}"
+        text += "" if trial.meets(self.p99_ms) else f" (misses p99 <= {self.p99_ms:g} ms)"
+        return text + (f"; {trial.error}" if trial.error else "")
+
+    def _outcome(self, trial: Trial) -> str:
+        text = self._measured_words(trial)
         winner = winner_of(self.trials, self.p99_ms)
         if winner is None:
             return text + "; best so far: none meets the constraint"
@@ -1060,6 +1267,10 @@ def tune_document(result: SearchResult, p99_ms: float, advice: GearAdvice | None
         "p99_ms": p99_ms,
         "trials": [trial.as_dict() for trial in result.trials],
         "winner": result.winner,
+        "search_winner": result.search_winner,
+        "confirmation": result.confirmation.as_list(),
+        "confirmation_rounds": result.confirmation.rounds,
+        "confirmation_verdict": result.confirmation.verdict,
         "skipped": [{"config": c.as_dict(), "reason": r} for c, r in result.skipped],
         "elapsed_s": round(result.elapsed_s, 3),
         "gear_advice": None if advice is None else advice.as_dict(),
@@ -1115,7 +1326,7 @@ def tune_markdown(
     plot_name: str,
     outcome: str,
 ) -> str:
-    """TUNE.md: the trials, the winner, what was skipped, the gear advice."""
+    """TUNE.md: the trials, the confirmation, the winner, what was skipped, the gear advice."""
     lines = [
         f"# Tuning `{model}`",
         "",
@@ -1152,6 +1363,7 @@ def tune_markdown(
             f"{cell('rows_per_execution', '.2f')} | {cell('queue_ms', '.2f')} | "
             f"{'; '.join(notes)} |"
         )
+    lines += confirmation_markdown(result)
     if result.skipped:
         lines += ["", "Not tried (the devices cannot hold them):", ""]
         lines += [f"- {c.describe()}: {reason}" for c, reason in result.skipped]
@@ -1180,6 +1392,38 @@ def tune_markdown(
     return "\n".join(lines) + "\n"
 
 
+def confirmation_markdown(result: SearchResult) -> list[str]:
+    """TUNE.md's confirmation: each finalist's rounds, and the verdict."""
+    confirmation = result.confirmation
+    lines = ["", "## Confirmation", ""]
+    if not confirmation.rounds:
+        return lines + [f"No confirmation rounds: {confirmation.verdict}."]
+    default = confirmation.finalists[0]
+    lines += [
+        f"The finalists loaded and measured in turn, {confirmation.rounds} alternating rounds "
+        f"(of {confirmation.wanted} asked for).",
+        "",
+        "| trial | config | rows/s per round | median rows/s | p99 ms per round | "
+        "rows/s vs original per round |",
+        "|---|---|---|---|---|---|",
+    ]
+    for finalist in confirmation.finalists:
+        rows = finalist.rows_per_s()
+        p99 = ", ".join(
+            "-"
+            if r.measurement is None or r.measurement.p99_ms is None
+            else f"{r.measurement.p99_ms:.2f}"
+            for r in finalist.rounds
+        )
+        mark = " **winner**" if finalist.trial == result.winner else ""
+        lines.append(
+            f"| {finalist.trial + 1}{mark} | {finalist.candidate.describe()} | {_each(rows)} | "
+            f"{statistics.median(rows):,.1f} | {p99} | "
+            f"{_each(finalist.ratios(default), '.3f')} |"
+        )
+    return lines + ["", f"Verdict: {confirmation.verdict}."]
+
+
 def write_report(
     directory: Path,
     model: str,
@@ -1202,7 +1446,8 @@ def write_report(
 
 
 def format_summary(result: SearchResult, p99_ms: float) -> Iterator[str]:
-    """The lines printed at the end: the original config, the winner, the skipped."""
+    """The lines printed at the end: the original config, the confirmation, the winner, the
+    trials that did not load."""
     first = result.trials[0]
     if first.measurement is not None:
         m = first.measurement
@@ -1210,15 +1455,23 @@ def format_summary(result: SearchResult, p99_ms: float) -> Iterator[str]:
             f"original config: {first.candidate.describe()}: {m.rows_per_s:,.1f} rows/s, "
             f"p99 {_ms(m.p99_ms)}"
         )
+    confirmation = result.confirmation
+    if confirmation.rounds:
+        yield (
+            f"confirmed in {confirmation.rounds} alternating rounds of "
+            f"{len(confirmation.finalists)} finalists: {confirmation.verdict}"
+        )
+    else:
+        yield f"not confirmed: {confirmation.verdict}"
     if result.winner is None:
-        yield f"no trial met p99 <= {p99_ms:g} ms"
+        yield f"no config met p99 <= {p99_ms:g} ms"
         return
     best = result.trials[result.winner]
     assert best.measurement is not None
     yield (
         f"winner (trial {result.winner + 1} of {len(result.trials)}): "
         f"{best.candidate.describe()}: {best.measurement.rows_per_s:,.1f} rows/s, p99 "
-        f"{_ms(best.measurement.p99_ms)}"
+        f"{_ms(best.measurement.p99_ms)} in its trial"
     )
     for number, trial in enumerate(result.trials, 1):
         if not trial.loaded:
