@@ -95,13 +95,13 @@ TUNE_P99_MS = 50.0
 # as on an NPU (before, each stub modelled a device of its own: 4,104 rows/s with 2 instances,
 # beyond the one device's 2,930).
 TUNE_MAX_INSTANCES = 2
-# `tune --budget-s` per level: this many times the plan's seconds (54 s in `make bench`); each
+# `tune --budget-s` per level: this many times the plan's seconds (78 s in `make bench`); each
 # trial measures half the plan's seconds, and tune keeps part of the budget for its own
 # confirmation (its finalists re-measured in alternating rounds, docs/TUNING.md). Then the
 # winner is re-measured against the defaults by `bench` in SATURATION_ROUNDS alternating rounds:
 # a witness independent of tune's own load generator and windows, which the report sets beside
 # tune's confirmation.
-TUNE_BUDGET_PER_PLAN_SECOND = 18.0
+TUNE_BUDGET_PER_PLAN_SECOND = 26.0
 # The correctness check: requests of these many rows sent at once (Triton batches them together).
 ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
 

@@ -21,9 +21,10 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.tools.tune import Candidate, candidate_of
 
 TIMING = "profile=resnet50-310p3"
-# The search keeps time for the confirmation (2 rounds of 3 finalists, ~27 s here) and still
+# The search keeps time for the confirmation (one round of 3 finalists, ~14 s here) and still
 # runs >= 12 trials (the figure) before it.
-BUDGET_S = 100.0
+BUDGET_S = 80.0
+CONFIRM_ROUNDS = 1
 SLACK_S = 5.0  # reading the model, printing, the report
 
 
@@ -78,6 +79,7 @@ def test_tune_finishes_in_budget_without_restarting_and_restores(
     assert original == candidate_of(load_model_config(repository / "mlp" / "config.pbtxt"))
     started = time.monotonic()
     args = ["--budget-s", f"{BUDGET_S:g}", "--max-instances", "2"]
+    args += ["--confirm-rounds", str(CONFIRM_ROUNDS)]
     code = tune(server, *args, "--report", str(tmp_path / "report"))
     elapsed = time.monotonic() - started
     assert code == 0
@@ -91,11 +93,11 @@ def test_tune_finishes_in_budget_without_restarting_and_restores(
     winner = trials[document["winner"]]
     assert winner["p99_ms"] <= 30
     # the winner is the confirmation's: the original config or a finalist, within p99 in
-    # every one of the rounds (each finalist re-measured once a round)
-    assert document["confirmation_rounds"] == 2, document["confirmation_verdict"]
+    # every round (each finalist re-measured once a round)
+    assert document["confirmation_rounds"] == CONFIRM_ROUNDS, document["confirmation_verdict"]
     confirmed = {entry["trial"]: entry for entry in document["confirmation"]}
     assert 0 in confirmed and document["winner"] in confirmed
-    assert all(len(entry["rows_per_s"]) == 2 for entry in confirmed.values())
+    assert all(len(entry["rows_per_s"]) == CONFIRM_ROUNDS for entry in confirmed.values())
     assert all(p99 <= 30 for p99 in confirmed[document["winner"]]["p99_ms"])
     for trial in trials:
         assert trial["device_utilization"] > 0 and trial["rows_per_execution"] >= 1
@@ -123,8 +125,10 @@ def test_apply_writes_a_config_that_validates_and_serves(
     args += ["--request-rate", "50", "--arrival", "poisson"]  # trials under open-loop load
     assert tune(server, *args) == 0
     document = json.loads((report / "tune.json").read_text())
-    assert len(document["trials"]) >= 2 and document["confirmation_rounds"] == 1
-    winner = document["trials"][document["winner"]]["config"]  # the confirmed winner
+    assert len(document["trials"]) >= 2
+    # the winner: confirmed in a round when the budget left time for one (a loaded machine's
+    # slower loads may not), else the best single window
+    winner = document["trials"][document["winner"]]["config"]
     written = candidate_of(load_model_config(repository / "mlp" / "config.pbtxt"))
     assert written.as_dict() == winner
     assert served_candidate(server) == written  # served from the applied config.pbtxt
