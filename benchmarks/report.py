@@ -507,9 +507,9 @@ def scaling_lines(data: dict[str, Any]) -> list[str]:
         "## 4. Scaling with instances and dynamic batching",
         "",
         "`ours` on the small model with the device timing of section 2, scaffolded with 1 or 2 "
-        "instances (`device_ids` 0,1: each instance drives its own emulated NPU; instances are "
-        "separate stub processes, so with the emulator they cannot share one device) and with "
-        "dynamic batching on (the scaffold default) or off. "
+        "instances (`device_ids` 0,1: each instance drives its own emulated NPU; two instances "
+        "on one device would share it, section 8) and with dynamic batching on (the scaffold "
+        "default) or off. "
         + ("One round each." if rounds == {1} else f"{span(list(rounds), 0)} rounds each."),
         "",
         "![scaling with instances and batching](benchmarks/results/scaling.png)",
