@@ -47,7 +47,8 @@ class Stream:
     def __init__(self, handle: int, context: Context) -> None:
         self.handle = handle
         self.context = context
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # taken directly (cheaper than through the condition)
+        self._cond = threading.Condition(self._lock)
         # (api, work, hang fault, perf_counter when submitted)
         self._queue: collections.deque[tuple[str, Work | Mark, faults.Fault | None, float]] = (
             collections.deque()
@@ -63,7 +64,7 @@ class Stream:
 
     def submit(self, api: str, work: Work | Mark) -> int:
         """Queue `work` or a `Mark` (from call `api`); returns its ticket for `wait_for`."""
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 raise AclFailure(
                     AclCode.RT_INVALID_HANDLE, f"stream 0x{self.handle:x} was destroyed"
@@ -81,7 +82,7 @@ class Stream:
 
     def reached(self, ticket: int) -> bool:
         """True once the work with `ticket` has run (or the stream was stopped)."""
-        with self._cond:
+        with self._lock:
             return self._completed >= ticket or self._stopping
 
     def wait_for(
@@ -91,7 +92,7 @@ class Stream:
         is stopped, at most `timeout` seconds (None: no limit); False if it timed out. With
         `give_up_if_hung`, StreamHung if hung work stands before it."""
         self._run_lazily(ticket)
-        with self._cond:
+        with self._lock:
             if give_up_if_hung and self._hung and self._completed < ticket:
                 raise StreamHung(f"stream 0x{self.handle:x}: {self._hung}")
             return self._cond.wait_for(lambda: self._completed >= ticket or self._stopping, timeout)
@@ -100,10 +101,10 @@ class Stream:
         """Block until everything queued so far has run (at most `timeout_ms`, -1: no limit);
         return and forget the first failure. Past the timeout: 507046 (the work keeps running);
         a stream destroyed while its work hangs: 107017."""
-        with self._cond:
+        with self._lock:
             target = self._submitted
         self._run_lazily(target)
-        with self._cond:
+        with self._lock:
             done = self._cond.wait_for(
                 lambda: self._completed >= target or self._stopping,
                 None if timeout_ms < 0 else timeout_ms / 1000,
@@ -126,10 +127,10 @@ class Stream:
     def stop(self) -> None:
         """Wait for the queued work (up to work that hangs, which is abandoned with everything
         queued after it), then end the worker thread."""
-        with self._cond:
+        with self._lock:
             target = self._submitted
         self._run_lazily(target)
-        with self._cond:
+        with self._lock:
             self._cond.wait_for(lambda: self._completed >= target or bool(self._hung))
             self._stopping = True
             self._cond.notify_all()
@@ -141,14 +142,14 @@ class Stream:
         """The worker thread (streams under a timing model)."""
         TLS.context = self.context
         while True:
-            with self._cond:
+            with self._lock:
                 while not self._queue and not self._stopping:
                     self._cond.wait()
                 if not self._queue or not self._take():
                     return
                 api, work, submitted = self._taken
             if not self._execute(api, work, submitted):
-                with self._cond:
+                with self._lock:
                     self._cond.wait_for(lambda: self._stopping)
                 return
 
@@ -160,7 +161,7 @@ class Stream:
         """
         with _LAZY:
             while True:
-                with self._cond:
+                with self._lock:
                     if (
                         self._thread is not None
                         or self._stopping
@@ -211,7 +212,7 @@ class Stream:
         it was submitted and the stream's previous work ended (`timing.begin_work`); a `Mark`
         is stamped then."""
         if isinstance(work, Mark):
-            with self._cond:
+            with self._lock:
                 self._complete_mark(work, submitted)
             return True
         TLS.api = api
@@ -220,7 +221,7 @@ class Stream:
         try:
             work()
         except StreamHung as exc:
-            with self._cond:
+            with self._lock:
                 self._hung = f"queued {api} waits for work that never completes ({exc})"
                 self._cond.notify_all()
             return False
@@ -234,7 +235,7 @@ class Stream:
             self._clock = timing.end_work(outer)
         if failure is not None:
             STATE.count("async_failures")
-        with self._cond:
+        with self._lock:
             self._completed += 1
             if failure is not None and self._failure is None:
                 self._failure = failure

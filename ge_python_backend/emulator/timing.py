@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import math
 import os
 import struct
@@ -61,7 +62,7 @@ class Timing:
     execute_us_per_row: float = 0.0
     copy_gbps: float = math.inf
 
-    @property
+    @functools.cached_property
     def sleeps(self) -> bool:
         """Whether any work is modelled to take time (then streams run on worker threads)."""
         return bool(self.execute_us or self.execute_us_per_row or self.copy_gbps != math.inf)
