@@ -532,10 +532,21 @@ class Remeasured:
     ratios: list[float]  # winner / defaults rows/s, per round
     rows_per_s: tuple[float, float]  # medians: defaults, winner
     p99_ms: tuple[float, float]
+    p50_ms: tuple[float, float]
 
     @property
     def gain(self) -> float:
         return statistics.median(self.ratios)
+
+
+def remeasured(defaults: Rounds, won: Rounds, level: int) -> Remeasured:
+    """The winner's rounds against the defaults' at `level` clients."""
+    return Remeasured(
+        ratios=paired(won, defaults, level, "rows_per_s"),
+        rows_per_s=(median_at(defaults, level, "rows_per_s"), median_at(won, level, "rows_per_s")),
+        p99_ms=(median_at(defaults, level, "p99_ms"), median_at(won, level, "p99_ms")),
+        p50_ms=(median_at(defaults, level, "p50_ms"), median_at(won, level, "p50_ms")),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -585,6 +596,7 @@ class TuneLevel:
     elapsed_s: float
     p99_ms: float
     remeasured: Remeasured | None  # None without a winner
+    lone: Remeasured | None  # the winner against the defaults at one client of 1-row requests
     confirmation: Confirmed | None
 
     @property
@@ -630,17 +642,11 @@ def tune(data: dict[str, Any]) -> list[TuneLevel]:
         winner = document["winner"]
         again = section["remeasured"].get(clients)
         level = int(clients)
-        remeasured = None
+        again_here = lone = None
         if again is not None:
-            defaults, won = again["defaults"], again["winner"]
-            remeasured = Remeasured(
-                ratios=paired(won, defaults, level, "rows_per_s"),
-                rows_per_s=(
-                    median_at(defaults, level, "rows_per_s"),
-                    median_at(won, level, "rows_per_s"),
-                ),
-                p99_ms=(median_at(defaults, level, "p99_ms"), median_at(won, level, "p99_ms")),
-            )
+            again_here = remeasured(again["defaults"], again["winner"], level)
+            if "lone" in again:  # runs before it measured no lone client
+                lone = remeasured(again["lone"]["defaults"], again["lone"]["winner"], 1)
         result.append(
             TuneLevel(
                 clients=level,
@@ -650,7 +656,8 @@ def tune(data: dict[str, Any]) -> list[TuneLevel]:
                 skipped=len(document["skipped"]),
                 elapsed_s=float(document["elapsed_s"]),
                 p99_ms=float(document["p99_ms"]),
-                remeasured=remeasured,
+                remeasured=again_here,
+                lone=lone,
                 confirmation=confirmed(document),
             )
         )

@@ -898,7 +898,24 @@ def confirmation_words(level: analysis.TuneLevel) -> str:
 def tune_level_words(level: analysis.TuneLevel, rows: int) -> str:
     """What tune found at one load, what its confirmation and re-measuring it by `bench`
     showed, in words."""
-    return tune_search_words(level, rows) + confirmation_words(level)
+    return tune_search_words(level, rows) + lone_words(level) + confirmation_words(level)
+
+
+def lone_words(level: analysis.TuneLevel) -> str:
+    """What the winner costs a lone client of 1-row requests, against the defaults."""
+    lone = level.lone
+    if lone is None:
+        return ""
+    return (
+        f" At one client of 1-row requests the same winner gave {lone.gain:.2f}x the defaults' "
+        f"rows/s (per round {each(lone.ratios)}) at p50 {lone.p50_ms[1]:.2f} ms against "
+        f"{lone.p50_ms[0]:.2f} ms"
+        + (
+            ": what a config tuned for this load costs a lone request."
+            if lone.gain < 1 - analysis.TUNE_SAME
+            else "."
+        )
+    )
 
 
 def tune_search_words(level: analysis.TuneLevel, rows: int) -> str:
@@ -963,6 +980,23 @@ def tune_reading(levels: list[analysis.TuneLevel]) -> str:
             if len(better) < len(levels)
             else "; at every load measured."
         )
+        + lone_reading(better)
+    )
+
+
+def lone_reading(better: list[analysis.TuneLevel]) -> str:
+    """Whether the winners that beat the defaults cost a lone client more than the noise."""
+    costly = [level for level in better if level.lone and level.lone.gain < 1 - analysis.TUNE_SAME]
+    if not costly:
+        return ""
+    return (
+        " Those winners are load-specific, not defaults: at one client of 1-row requests "
+        + ", ".join(
+            f"the {level.clients}-client winner gave {level.lone.gain:.2f}x the defaults' rows/s"
+            for level in costly
+            if level.lone
+        )
+        + " (tune finds them per deployment)."
     )
 
 

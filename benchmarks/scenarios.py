@@ -102,6 +102,10 @@ TUNE_MAX_INSTANCES = 2
 # a witness independent of tune's own load generator and windows, which the report sets beside
 # tune's confirmation.
 TUNE_BUDGET_PER_PLAN_SECOND = 26.0
+# Each winner is also measured against the defaults at one client of 1-row requests: what a
+# config tuned for a load costs a lone request (a longer queue delay without gear 1 makes it
+# wait for company that never comes).
+LONE_SHAPE = f"x:1,{WIDTH}"
 # The correctness check: requests of these many rows sent at once (Triton batches them together).
 ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
 
@@ -613,7 +617,8 @@ def scenario_tune(
     """`ge-python-model tune` on the small model scaffolded with scaffold's defaults, under the
     calibrated profile, once per load of `TUNE_LEVELS` (each tune loads the original config
     back at its end); then the winner, written into a copy of the model (`winner_cN`) and
-    loaded beside it, against the defaults in alternating `bench` rounds at that load."""
+    loaded beside it, against the defaults in alternating `bench` rounds at that load and at one
+    client of 1-row requests."""
     repository = work / "tune"
     scaffold(om, repository, name="tuned", runtime="emulator")
     first = len(recorder.commands)
@@ -648,8 +653,15 @@ def scenario_tune(
                 runs = alternate(
                     recorder, server, ["tuned", name], [level], rounds, f"tune-{name}", shape
                 )
+                lone = alternate(
+                    recorder, server, ["tuned", name], [1], rounds, f"tune-{name}-lone", LONE_SHAPE
+                )
                 client.unload_model(name)
-            remeasured[str(level)] = {"defaults": runs["tuned"], "winner": runs[name]}
+            remeasured[str(level)] = {
+                "defaults": runs["tuned"],
+                "winner": runs[name],
+                "lone": {"defaults": lone["tuned"], "winner": lone[name]},
+            }
     return {
         "levels": levels,
         "remeasured": remeasured,
