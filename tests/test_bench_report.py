@@ -431,11 +431,13 @@ def test_the_tune_section_follows_its_numbers() -> None:
     for document in data["tune"]["levels"].values():
         document["winner"] = None
         document["confirmation_rounds"], document["confirmation"] = 0, []
-        document["confirmation_verdict"] = "no candidate met p99 <= 50 ms: nothing to confirm"
+        document["confirmation_verdict"] = (
+            "none of the 2 other candidates met p99 <= 50 ms: nothing to confirm"
+        )
     data["tune"]["remeasured"] = {}
     text = report.render(data)
     assert "none of the 3 trials met the budget." in text
-    assert "tune itself confirmed nothing (no candidate met p99 <= 50 ms: nothing to" in text
+    assert "tune itself confirmed nothing (none of the 2 other candidates met p99 <= 50 ms" in text
 
 
 def test_the_timeline_counts_overlapping_engines() -> None:

@@ -183,6 +183,10 @@ def test_no_winner_when_nothing_meets_the_constraint() -> None:
     clock = FakeClock()
     result = run_search(SyntheticModel(surface, clock), clock, p99_ms=1.0).run()
     assert result.winner is None and len(result.trials) > 1
+    others = len(result.trials) - 1
+    assert result.confirmation.verdict == (
+        f"none of the {others} other candidates met p99 <= 1 ms: nothing to confirm"
+    )
 
 
 @pytest.mark.parametrize("confirm_rounds", [0, 2])
@@ -209,6 +213,9 @@ def test_a_budget_too_small_for_one_load_measures_only_the_original_config() -> 
     model = SyntheticModel(surface, clock)
     result = run_search(model, clock, budget_s=3.0).run()
     assert len(result.trials) == 1 and model.loads == []
+    assert "the budget ran no candidate besides the original config" in (
+        result.confirmation.verdict
+    )
 
 
 class NoisyModel(SyntheticModel):

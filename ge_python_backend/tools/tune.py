@@ -872,7 +872,13 @@ class Search:
         if not wanted:
             return Confirmation(0, 0, [], picked, "no confirmation (0 rounds asked for)")
         if len(indices) < 2:
-            verdict = f"no candidate met p99 <= {self.p99_ms:g} ms: nothing to confirm"
+            tried = len(self.trials) - 1
+            verdict = (
+                f"none of the {tried} other candidates met p99 <= {self.p99_ms:g} ms: nothing to "
+                "confirm"
+                if tried
+                else "the budget ran no candidate besides the original config: nothing to confirm"
+            )
             return Confirmation(wanted, 0, [], picked, verdict)
         finalists = [Finalist(i, self.trials[i].candidate) for i in indices]
         rounds = self.budget.rounds_left([f.candidate for f in finalists], wanted)
