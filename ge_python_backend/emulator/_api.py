@@ -66,11 +66,12 @@ def api(
     def decorate(impl: F) -> F:
         @functools.wraps(impl)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if kwargs or not fewest <= len(args) <= len(types):
+            if (
+                kwargs
+                or not fewest <= len(args) <= len(types)
+                or not all(map(isinstance, args, types))
+            ):
                 raise TypeError(f"<{name}> args parse failed")
-            for arg, kind in zip(args, types):
-                if not isinstance(arg, kind):
-                    raise TypeError(f"<{name}> args parse failed")
             TLS.api = name
             before = faults.take(call) if fault == "before" else None
             if before is not None:
