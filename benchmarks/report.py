@@ -188,7 +188,7 @@ def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
         "minutes. Every comparison below was measured side by side in that run: the models "
         "compared were served by one server and measured in alternating rounds "
         f"({plan['rounds']} rounds of {plan['seconds']:g} s per concurrency level after "
-        f"{plan['warmup']} warmup requests). Each ratio is the median of the per-round ratios: a "
+        f"{plan['warmup']} warmup requests, unless a section says otherwise). Each ratio is the median of the per-round ratios: a "
         "round measures both sides back to back, so a burst of other load on the machine spoils "
         "one round, not the result. "
         "The load generator is `ge-python-model bench` over gRPC, closed loop (each of C "
@@ -776,12 +776,15 @@ def expert_reading(exp: analysis.Expert) -> str:
 
 
 def expert_setting_words(name: str, setting: dict[str, Any]) -> str:
-    """`copy-bound (section 5's timing) (GE_EMULATOR_TIMING=..., 1-row requests, 5 rounds)`."""
+    """`copy-bound (section 5's timing) (GE_EMULATOR_TIMING=..., 1-row requests, 5 rounds of
+    3 s)`; the seconds are those the first round measured, rounded."""
     timing = f"`GE_EMULATOR_TIMING={setting['timing']}`, " if setting["timing"] else ""
-    rounds = len(setting["runs"][EXPERT_MODELS[0]])
+    runs = setting["runs"][EXPERT_MODELS[0]]
+    rounds = len(runs)
+    seconds = f" of {float(runs[0][0]['seconds']):.1f} s" if "seconds" in runs[0][0] else ""
     return (
         f"{EXPERT_SETTING_WORDS[name]} ({timing}{setting['rows']}-row requests, {rounds} "
-        f"round{'s' if rounds > 1 else ''})"
+        f"round{'s' if rounds > 1 else ''}{seconds})"
     )
 
 
@@ -880,7 +883,8 @@ def confirmation_words(level: analysis.TuneLevel) -> str:
     if not confirmation.rounds:
         return f" tune itself confirmed nothing ({confirmation.verdict})."
     text = (
-        f" tune's own confirmation ({confirmation.rounds} alternating rounds of "
+        f" tune's own confirmation ({confirmation.rounds} alternating "
+        f"round{'s' * (confirmation.rounds != 1)} of "
         f"{confirmation.finalists} finalists, the defaults among them) "
     )
     kept = level.winner is not None and not level.changed
