@@ -188,9 +188,9 @@ def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
         "minutes. Every comparison below was measured side by side in that run: the models "
         "compared were served by one server and measured in alternating rounds "
         f"({plan['rounds']} rounds of {plan['seconds']:g} s per concurrency level after "
-        f"{plan['warmup']} warmup requests, unless a section says otherwise). Each ratio is the median of the per-round ratios: a "
-        "round measures both sides back to back, so a burst of other load on the machine spoils "
-        "one round, not the result. "
+        f"{plan['warmup']} warmup requests, unless a section says otherwise). Each ratio is the "
+        "median of the per-round ratios: a round measures both sides back to back, so a burst "
+        "of other load on the machine spoils one round, not the result. "
         "The load generator is `ge-python-model bench` over gRPC, closed loop (each of C "
         "clients keeps one request in flight). It runs on the same machine as the server, so "
         "client, tritonserver and the model's stub process share its cores. " + variation,
