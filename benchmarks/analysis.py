@@ -642,9 +642,9 @@ def tune(data: dict[str, Any]) -> list[TuneLevel]:
         winner = document["winner"]
         again = section["remeasured"].get(clients)
         level = int(clients)
-        again_here = lone = None
+        at_load = lone = None
         if again is not None:
-            again_here = remeasured(again["defaults"], again["winner"], level)
+            at_load = remeasured(again["defaults"], again["winner"], level)
             if "lone" in again:  # runs before it measured no lone client
                 lone = remeasured(again["lone"]["defaults"], again["lone"]["winner"], 1)
         result.append(
@@ -656,7 +656,7 @@ def tune(data: dict[str, Any]) -> list[TuneLevel]:
                 skipped=len(document["skipped"]),
                 elapsed_s=float(document["elapsed_s"]),
                 p99_ms=float(document["p99_ms"]),
-                remeasured=again_here,
+                remeasured=at_load,
                 lone=lone,
                 confirmation=confirmed(document),
             )

@@ -148,6 +148,9 @@ class Stream:
                 if not self._queue or not self._take():
                     return
                 api, work, submitted = self._taken
+                if isinstance(work, Mark):  # stamped at once, no work to run
+                    self._complete_mark(work, submitted)
+                    continue
             if not self._execute(api, work, submitted):
                 with self._lock:
                     self._cond.wait_for(lambda: self._stopping)
@@ -206,15 +209,10 @@ class Stream:
         self._completed += 1
         self._cond.notify_all()
 
-    def _execute(self, api: str, work: Work | Mark, submitted: float) -> bool:
+    def _execute(self, api: str, work: Work, submitted: float) -> bool:
         """Run one queued work and record its completion (and first failure); False if it
         hangs (it waited for hung work of another stream). In device time the work starts once
-        it was submitted and the stream's previous work ended (`timing.begin_work`); a `Mark`
-        is stamped then."""
-        if isinstance(work, Mark):
-            with self._lock:
-                self._complete_mark(work, submitted)
-            return True
+        it was submitted and the stream's previous work ended (`timing.begin_work`)."""
         TLS.api = api
         failure = None
         outer = timing.begin_work(max(submitted, self._clock))
