@@ -290,10 +290,10 @@ def test_a_budget_without_room_for_the_confirmation_says_so(tmp_path: Path) -> N
     clock, progress = FakeClock(), io.StringIO()
     # the first load (guessed 5 s) takes 12: afterwards not one round of 2 finalists fits
     model = SyntheticModel(flat({DEFAULT: 800.0}), clock, load_s_per_instance=12.0)
-    search = run_search(model, clock, budget_s=40.0, progress=progress)
+    search = run_search(model, clock, budget_s=50.0, progress=progress)
     result = search.run()
     model.load(DEFAULT)
-    assert clock.now - search.budget.started + END_RESERVE_S <= 40.0
+    assert clock.now - search.budget.started + END_RESERVE_S <= 50.0
     assert len(result.trials) == 2 and result.trials[1].meets(30.0)
     assert result.confirmation.rounds == 0 and len(model.loads) == 2
     assert "the budget left no time to confirm" in result.confirmation.verdict
@@ -309,9 +309,40 @@ def test_a_budget_without_room_for_the_confirmation_says_so(tmp_path: Path) -> N
 def test_a_budget_for_one_round_confirms_in_one() -> None:
     clock, progress = FakeClock(), io.StringIO()
     model = SyntheticModel(flat({BETTER: 1000.0}), clock, load_s_per_instance=8.0)
-    result = run_search(model, clock, budget_s=40.0, progress=progress).run()
+    result = run_search(model, clock, budget_s=52.0, progress=progress).run()
     assert result.confirmation.rounds == 1 and result.confirmation.wanted == 2
     assert "the budget allows 1 of the 2 rounds" in progress.getvalue()
+
+
+class SlowingModel(SyntheticModel):
+    """A `SyntheticModel` whose loads take `factor` times longer from the `after`-th on: a
+    machine that gets loaded while the search runs."""
+
+    def __init__(self, surface: Surface, clock: FakeClock, after: int, factor: float) -> None:
+        super().__init__(surface, clock, load_s_per_instance=3.0)
+        self.after, self.factor = after, factor
+
+    def load(self, candidate: Candidate) -> None:
+        if len(self.loads) == self.after:
+            self.load_s_per_instance *= self.factor
+        super().load(candidate)
+
+
+@pytest.mark.parametrize("budget_s", [60.0, 90.0])
+@pytest.mark.parametrize("after", range(2, 7))
+def test_a_trial_slower_than_predicted_leaves_the_confirmation_its_rounds(
+    after: int, budget_s: float
+) -> None:
+    # loads 40% over the longest seen spend the time and raise every finalist's prediction:
+    # the time kept for the confirmation still holds its round, and the restore its reserve
+    clock = FakeClock()
+    model = SlowingModel(flat({BETTER: 1000.0, LUCKY: 950.0}), clock, after, 1.4)
+    search = run_search(model, clock, budget_s=budget_s, confirm_rounds=1)
+    result = search.run()
+    assert len(model.loads) > after + 1  # the slowdown came during the search
+    assert result.confirmation.rounds == 1, result.confirmation.verdict
+    model.load(DEFAULT)
+    assert clock.now - search.budget.started + END_RESERVE_S <= budget_s
 
 
 def confirmed(trial: int, *rounds: tuple[float, float]) -> Finalist:

@@ -17,7 +17,7 @@ original batching and one that waits longer for larger batches), then hill climb
 step from the best trial so far (`SearchSpace.neighbors`) while that improves it. Candidates the
 device cannot hold (`Limits`: pyACL's processes per device, device memory) are skipped, and a
 trial never starts when it cannot finish within the budget (`Budget`), the confirmation that
-follows the search included. The search's pick is the trial with the most rows/s whose p99
+follows the search included, with a margin. The search's pick is the trial with the most rows/s whose p99
 meets the constraint and whose requests all succeeded; one short window per trial makes that
 pick partly luck, so the confirmation (`Confirmation`) re-measures the finalists (the original
 config and the best candidates meeting the constraint) in alternating rounds and decides the
@@ -96,6 +96,11 @@ CONFIRM_ROUNDS = 2
 # A candidate beats the original config when its rows/s does in every round and its median
 # per-round ratio is more than this above 1.
 CONFIRM_MIN_GAIN = 0.03
+# The search keeps time for this many rounds more than asked: a trial slower than predicted
+# spends the time and raises every finalist's prediction with it (one trial 18% over its
+# prediction once left no room for the one round asked). Past the first, a round that no longer
+# fits is dropped and said.
+CONFIRM_SPARE_ROUNDS = 0.5
 FREE_MEMORY_METRIC = "ge_device_memory_free_bytes"
 
 Rung = TypeVar("Rung")
@@ -759,7 +764,7 @@ class Budget:
         """Seconds kept for the end: loading the original config, the summary and report."""
         return self.load(self.default_instances) + END_RESERVE_S
 
-    def confirmation(self, finalists: Sequence[Candidate], rounds: int) -> float:
+    def confirmation(self, finalists: Sequence[Candidate], rounds: float) -> float:
         """Seconds `rounds` confirmation rounds of these finalists may take."""
         return rounds * sum(self.predicted(candidate) for candidate in finalists)
 
@@ -856,14 +861,15 @@ class Search:
         return [0, *meeting[: CONFIRM_FINALISTS - 1]]
 
     def _kept_for_confirmation(self, candidate: Candidate) -> float:
-        """Seconds the confirmation may need should `candidate` become a finalist: the
-        finalists so far with it, the slowest to confirm kept where it may take a place."""
+        """Seconds the search keeps for the confirmation should `candidate` become a
+        finalist: the finalists so far with it, the slowest to confirm kept where it may take
+        a place, for the rounds asked and `CONFIRM_SPARE_ROUNDS`."""
         if not self.confirm_rounds:
             return 0.0
         chosen = [self.trials[i].candidate for i in self.finalists()[1:]] + [candidate]
         chosen.sort(key=self.budget.predicted, reverse=True)
         finalists = [self.space.default, *chosen[: CONFIRM_FINALISTS - 1]]
-        return self.budget.confirmation(finalists, self.confirm_rounds)
+        return self.budget.confirmation(finalists, self.confirm_rounds + CONFIRM_SPARE_ROUNDS)
 
     def _confirm(self, picked: int | None) -> Confirmation:
         """Re-measure the finalists in alternating rounds, as many as the budget allows."""
