@@ -17,9 +17,9 @@ original batching and one that waits longer for larger batches), then hill climb
 step from the best trial so far (`SearchSpace.neighbors`) while that improves it. Candidates the
 device cannot hold (`Limits`: pyACL's processes per device, device memory) are skipped, and a
 trial never starts when it cannot finish within the budget (`Budget`), the confirmation that
-follows the search included, with a margin. The search's pick is the trial with the most rows/s whose p99
-meets the constraint and whose requests all succeeded; one short window per trial makes that
-pick partly luck, so the confirmation (`Confirmation`) re-measures the finalists (the original
+follows the search included, with a margin. The search's pick is the trial with the most rows/s
+whose p99 meets the constraint and whose requests all succeeded; one short window per trial
+makes that pick partly luck, so the confirmation (`Confirmation`) re-measures the finalists (the original
 config and the best candidates meeting the constraint) in alternating rounds and decides the
 winner on them (`confirmed_winner`).
 
