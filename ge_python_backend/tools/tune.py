@@ -12,14 +12,14 @@ default) with a `TrialProbe`: the device counters bench reads (`MetricsProbe`), 
 text and Triton's statistics right before and after the measured window, which give the queue
 time, the device memory and the batch sizes Triton formed (`batch_stats`).
 
-The search (`Search`) runs a small grid (instances 1 and 2, pipeline depth 1 and 2, the
-original batching and one that waits longer for larger batches), then hill climbs: one knob one
-step from the best trial so far (`SearchSpace.neighbors`) while that improves it. Candidates the
-device cannot hold (`Limits`: pyACL's processes per device, device memory) are skipped, and a
-trial never starts when it cannot finish within the budget (`Budget`), the confirmation that
-follows the search included, with a margin. The search's pick is the trial with the most rows/s
-whose p99 meets the constraint and whose requests all succeeded; one short window per trial
-makes that pick partly luck, so the confirmation (`Confirmation`) re-measures the finalists (the original
+The search (`Search`) runs a small grid (instances 1 and 2, pipeline depth 1 and 2, the original
+batching and one that waits longer for larger batches), then hill climbs: one knob one step from
+the best trial so far (`SearchSpace.neighbors`) while that improves it. Candidates the device
+cannot hold (`Limits`: pyACL's processes per device, device memory) are skipped, and a trial
+never starts when it cannot finish within the budget (`Budget`), the confirmation that follows
+the search included, with a margin. The search's pick is the trial with the most rows/s whose
+p99 meets the constraint and whose requests all succeeded; one short window per trial makes that
+pick partly luck, so the confirmation (`Confirmation`) re-measures the finalists (the original
 config and the best candidates meeting the constraint) in alternating rounds and decides the
 winner on them (`confirmed_winner`).
 
