@@ -6,7 +6,12 @@ import itertools
 
 import pytest
 
-from ge_python_backend.runtime.batching import Chunk, normalize_gears, plan_chunks
+from ge_python_backend.runtime.batching import (
+    Chunk,
+    ExecutionPlanner,
+    normalize_gears,
+    plan_chunks,
+)
 
 GEAR_SETS = [
     (1,),
@@ -84,3 +89,11 @@ def test_bad_arguments_say_what_arrived(rows: object, gears: list[object], messa
 
 def test_normalize_gears_sorts_and_dedupes() -> None:
     assert normalize_gears([8, 1, 4, 4, 2]) == (1, 2, 4, 8)
+
+
+def test_remembered_layouts_plan_as_a_fresh_planner_does() -> None:
+    planner = ExecutionPlanner((1, 2, 4, 8))
+    layouts = [[(0, 1)], [(0, 3), (0, 2)], [(0, 5), (1, 2), (0, 9)], [(0, 1)] * 8]
+    for layout in layouts * 2:  # the second pass is answered from what the first remembered
+        assert planner.plan(layout) == tuple(ExecutionPlanner((1, 2, 4, 8)).plan(layout))
+    assert planner.plan([(0, 3), (0, 2)]) is planner.plan([(0, 3), (0, 2)])

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 __all__ = ["Chunk", "Execution", "ExecutionPlanner", "Piece", "normalize_gears", "plan_chunks"]
 
-_PLAN_CACHE_SIZE = 256  # row counts whose chunk plan is remembered
+_PLAN_CACHE_SIZE = 256  # row counts whose chunk plan, and batch layouts whose plan, are remembered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +128,20 @@ class ExecutionPlanner:
         self.batch_gears = tuple(batch_gears)
         self.shared = shared
         self._plans: dict[int, list[Chunk]] = {}
+        self._layouts: dict[tuple[tuple[int, int], ...], tuple[Execution, ...]] = {}
 
-    def plan(self, matched: Sequence[tuple[int, int]]) -> list[Execution]:
-        """Executions for requests whose (gear, rows) are `matched`, in request order per gear."""
+    def plan(self, matched: Sequence[tuple[int, int]]) -> tuple[Execution, ...]:
+        """Executions for requests whose (gear, rows) are `matched`, in request order per gear
+        (remembered per layout: a server sees the same few again and again)."""
+        layout = tuple(matched)
+        executions = self._layouts.get(layout)
+        if executions is None:
+            executions = tuple(self._plan(layout))
+            if len(self._layouts) < _PLAN_CACHE_SIZE:
+                self._layouts[layout] = executions
+        return executions
+
+    def _plan(self, matched: Sequence[tuple[int, int]]) -> list[Execution]:
         groups: dict[int, list[tuple[int, int]]] = {}
         for part, (gear, rows) in enumerate(matched):
             groups.setdefault(gear, []).append((part, rows))
