@@ -88,6 +88,10 @@ EXPERT_MODELS = ("ours", "expert")
 # noisy moment hits one model's window): that setting splits the same seconds into this many
 # shorter rounds, so the median of the paired ratios rests on more of them.
 EXPERT_PLAIN_ROUNDS = 9
+# After those rounds, on the same server, section 1's CPU per request of both models at
+# concurrency 1 and CPU_CONCURRENCY, alternating, in this many rounds of the same shorter seconds
+# (3 x 2 x 2 runs of ~1.7 s plus the load generator's start: ~40 s of `make bench`).
+EXPERT_CPU_ROUNDS = 3
 # Scaffold's defaults against `tune`'s winner (section 8): the small model under the calibrated
 # profile, tuned live at low, medium and saturating closed-loop load (clients of SATURATION_ROWS
 # rows) under one p99 budget. 30 ms would be out of reach at 32 clients whatever the config: 128
@@ -569,12 +573,33 @@ def scenario_saturation(
     }
 
 
+def expert_cpu(
+    recorder: Recorder, server: TritonServer, levels: Sequence[int], plan: Plan
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """`cpu_per_request` of each of `EXPERT_MODELS` at each level, the models alternating, in up
+    to `EXPERT_CPU_ROUNDS` rounds of `plan.seconds`: {model: [per round, one entry per level,
+    with its `concurrency`]} (the shape of `alternate`'s rounds)."""
+    count = min(plan.rounds, EXPERT_CPU_ROUNDS)
+    cpu: dict[str, list[list[dict[str, Any]]]] = {model: [] for model in EXPERT_MODELS}
+    for number in range(count):
+        say(f"expert-plain: CPU per request, round {number + 1}/{count}, concurrency {levels}")
+        for model in EXPERT_MODELS:
+            cpu[model].append([])
+        for level in levels:
+            for model in EXPERT_MODELS:
+                label = f"expert-plain-cpu-{model}-c{level}-{number + 1}"
+                used = cpu_per_request(recorder, server, model, level, plan, label)
+                cpu[model][-1].append({"concurrency": level, **used})
+    return cpu
+
+
 def scenario_expert(
     recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
 ) -> dict[str, Any]:
     """`ours` (scaffold's defaults) against `expert` (`benchmarks/expert_model.py`, same config
     and `.om`) in each of `EXPERT_SETTINGS`: one server per setting, both models checked for
-    correct answers, then measured in alternating rounds."""
+    correct answers, then measured in alternating rounds; without a timing model, then also CPU
+    per request (`expert_cpu`)."""
     first = len(recorder.commands)
     settings = {}
     for setting, (timing, levels, rows) in EXPERT_SETTINGS.items():
@@ -602,7 +627,9 @@ def scenario_expert(
                 f"expert-{setting}",
                 f"x:{rows},{WIDTH}",
             )
-        settings[setting] = {"runs": runs, "levels": levels, "timing": timing, "rows": rows}
+            settings[setting] = {"runs": runs, "levels": levels, "timing": timing, "rows": rows}
+            if setting == "plain":
+                settings[setting]["cpu"] = expert_cpu(recorder, server, levels, rounds)
     return {"settings": settings, "commands": recorder.commands[first:]}
 
 
