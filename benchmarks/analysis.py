@@ -460,11 +460,61 @@ def saturation(data: dict[str, Any]) -> Saturation:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExpertCpu:
+    """Section 7's CPU witness at one concurrency without a timing model: alternating rounds of
+    section 1's CPU run of both models; medians over the rounds (microseconds per request) and
+    the per-round ratios."""
+
+    stub: dict[str, float]  # model -> the model's stub process CPU per request
+    compute_infer: dict[str, float]  # model -> Triton's compute_infer per request
+    stub_ratio: list[float]  # expert / ours stub CPU per request, per round
+    compute_ratio: list[float]  # expert / ours compute_infer per request, per round
+    throughput_ratio: list[float]  # ours / expert throughput of the same runs, per round
+
+    @property
+    def by_stub(self) -> float:
+        """Ours as a share of the expert by stub CPU per request (median of the rounds)."""
+        return float(statistics.median(self.stub_ratio))
+
+    @property
+    def by_compute_infer(self) -> float:
+        return float(statistics.median(self.compute_ratio))
+
+    @property
+    def by_throughput(self) -> float:
+        return float(statistics.median(self.throughput_ratio))
+
+    @property
+    def stub_gap_us(self) -> float:
+        """How much more stub CPU per request ours needed (median ours - median expert)."""
+        return self.stub["ours"] - self.stub["expert"]
+
+    @property
+    def stub_steadier(self) -> bool:
+        """Whether the stub-CPU ratio spread less over the rounds than the throughput ratio of
+        the same runs."""
+        return spread(self.stub_ratio) < spread(self.throughput_ratio)
+
+
+def expert_cpu(rounds: dict[str, Rounds], level: int) -> ExpertCpu:
+    """The CPU witness at `level` from `scenarios.expert_cpu`'s rounds."""
+    ours, other = (rounds[model] for model in EXPERT_MODELS)
+    return ExpertCpu(
+        stub={m: median_at(rounds[m], level, "stub") for m in EXPERT_MODELS},
+        compute_infer={m: median_at(rounds[m], level, "compute_infer") for m in EXPERT_MODELS},
+        stub_ratio=paired(other, ours, level, "stub"),
+        compute_ratio=paired(other, ours, level, "compute_infer"),
+        throughput_ratio=paired(ours, other, level),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Expert:
     """Section 7: ours against the hand-written pyACL model.py, setting by setting."""
 
     ratios: dict[tuple[str, int], Target]  # ours / expert, keyed as EXPERT_TARGETS
     table: dict[str, dict[str, dict[int, dict[str, float]]]]  # setting -> model -> level -> medians
+    cpu: dict[int, ExpertCpu]  # by concurrency, no timing model (runs saved before it: empty)
 
     @property
     def slower(self) -> list[tuple[str, int]]:
@@ -513,7 +563,9 @@ def expert(data: dict[str, Any]) -> Expert:
         }
         for setting, values in settings.items()
     }
-    return Expert(ratios=ratios, table=table)
+    plain = settings["plain"]
+    cpu = {level: expert_cpu(plain["cpu"], level) for level in plain["levels"] if "cpu" in plain}
+    return Expert(ratios=ratios, table=table, cpu=cpu)
 
 
 Trial = dict[str, Any]  # one trial of `ge-python-model tune`'s tune.json

@@ -775,6 +775,86 @@ def expert_reading(exp: analysis.Expert) -> str:
     )
 
 
+def clients(level: int) -> str:
+    return "one client" if level == 1 else f"{level} clients"
+
+
+def expert_cpu_reading(exp: analysis.Expert) -> str:
+    """What the CPU witness says about the throughput gap without a timing model, and how much
+    its ratios moved over the rounds against the throughput ratio of the same runs."""
+    words = []
+    for level, cpu in exp.cpu.items():
+        gap = cpu.stub_gap_us
+        words.append(
+            f"At {clients(level)} ours' stub process needed {fmt(abs(gap))} us "
+            f"{'less' if gap < 0 else 'more'} CPU per request than the expert's: by stub CPU "
+            f"per request ours is {cpu.by_stub:.2f} of the expert, by "
+            f"`compute_infer` {cpu.by_compute_infer:.2f}; by throughput "
+            f"{cpu.by_throughput:.2f} in the same runs and "
+            f"{exp.ratios['plain', level].value:.2f} in the throughput rounds above."
+        )
+    witnesses = list(exp.cpu.values())
+    if len(witnesses[0].stub_ratio) < 2:
+        return " ".join(words) + " One round: how much the ratios move was not measured."
+    words.append(
+        "Over the rounds ((max - min) / median) the ratios spread by: "
+        + "; ".join(
+            f"at {clients(level)} stub CPU {analysis.spread(cpu.stub_ratio):.0%}, "
+            f"`compute_infer` {analysis.spread(cpu.compute_ratio):.0%}, throughput of the same "
+            f"runs {analysis.spread(cpu.throughput_ratio):.0%}, throughput rounds above "
+            f"{analysis.spread(exp.ratios['plain', level].rounds):.0%}"
+            for level, cpu in exp.cpu.items()
+        )
+        + "."
+    )
+    steadier = [level for level, cpu in exp.cpu.items() if cpu.stub_steadier]
+    if len(steadier) == len(witnesses):
+        words.append(
+            "The stub's CPU time was the steadier witness: it does not count the time the "
+            "process waits while the VM's other tenants run, which throughput and "
+            "`compute_infer` (wall time) do."
+        )
+    elif steadier:
+        words.append(
+            "The stub's CPU ratio spread less than the throughput of the same runs only at "
+            + " and ".join(clients(level) for level in steadier)
+            + "."
+        )
+    else:
+        words.append(
+            "In this run the stub's CPU ratio was not steadier than the throughput of the same "
+            "runs."
+        )
+    return " ".join(words)
+
+
+def expert_cpu_lines(exp: analysis.Expert) -> list[str]:
+    """Section 7's CPU witness (nothing for runs saved before it was measured)."""
+    if not exp.cpu:
+        return []
+    rounds = len(next(iter(exp.cpu.values())).stub_ratio)
+    return [
+        "",
+        "CPU per request without a timing model: after the throughput rounds, on the same "
+        "server, section 1's CPU run of each model at concurrency "
+        + " and ".join(map(str, exp.cpu))
+        + f", the models alternating, {rounds} round{'s' if rounds > 1 else ''} (medians over "
+        "the rounds, microseconds per request; the stub's figure is the CPU time of the model's "
+        "stub process, `compute_infer` Triton's wall time of the model's `execute` call):",
+        "",
+        "| concurrency | ours stub CPU | expert stub CPU | ours compute_infer "
+        "| expert compute_infer |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {level} | {fmt(cpu.stub['ours'])} | {fmt(cpu.stub['expert'])} | "
+            f"{fmt(cpu.compute_infer['ours'])} | {fmt(cpu.compute_infer['expert'])} |"
+            for level, cpu in exp.cpu.items()
+        ],
+        "",
+        expert_cpu_reading(exp),
+    ]
+
+
 def expert_setting_words(name: str, setting: dict[str, Any]) -> str:
     """`copy-bound (section 5's timing) (GE_EMULATOR_TIMING=..., 1-row requests, 5 rounds of
     3 s)`; the seconds are those the first round measured, rounded."""
@@ -826,6 +906,7 @@ def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
                 f"{ours['p99_ms']:.2f} | {other['p99_ms']:.2f} |"
             )
     lines += [
+        *expert_cpu_lines(exp),
         "",
         *(
             f"![ours and the hand-written model.py, {EXPERT_SETTING_WORDS[setting]}]"

@@ -73,9 +73,51 @@ def spans(batches: int, overlap: bool) -> list[dict[str, Any]]:
     return result
 
 
+def cpu_rounds(
+    stub: dict[int, list[float]], compute_infer: dict[int, float], rps: dict[int, list[float]]
+) -> list[list[dict[str, Any]]]:
+    """`scenarios.expert_cpu`'s rounds of one model: by level, stub CPU and throughput per
+    round, compute_infer the same in every round."""
+    return [
+        [
+            {
+                "concurrency": level,
+                "throughput_rps": rps[level][number],
+                "client": 250.0,
+                "tritonserver": 150.0,
+                "stub": stub[level][number],
+                "per_execution": 1.0 if level == 1 else 3.0,
+                "compute_infer": compute_infer[level],
+            }
+            for level in stub
+        ]
+        for number in range(ROUNDS)
+    ]
+
+
+def expert_cpu_data() -> dict[str, Any]:
+    """The CPU witness: at 1 client ours' stub 500 us per request, the expert's 400 (ours 0.80
+    of the expert), compute_infer 600 and 450 (0.75); at 8 clients 300 and 270 (0.90), 900 and
+    810 (0.90). The throughput of the same runs moves round to round (ours 0.8-1.0 of the
+    expert), the CPU figures do not."""
+    return {
+        "ours": cpu_rounds(
+            {1: [500.0] * ROUNDS, 8: [300.0] * ROUNDS},
+            {1: 600.0, 8: 900.0},
+            {1: [900.0, 800.0, 1000.0], 8: [2700.0, 3000.0, 2400.0]},
+        ),
+        "expert": cpu_rounds(
+            {1: [400.0] * ROUNDS, 8: [270.0] * ROUNDS},
+            {1: 450.0, 8: 810.0},
+            {1: [1000.0] * ROUNDS, 8: [3000.0] * ROUNDS},
+        ),
+    }
+
+
 def expert_data() -> dict[str, Any]:
     """Section 7: ours 1.0x the expert with no timing model, 1.5x copy-bound (1,500 rows/s,
-    beyond the serial limit of 1,357) and 1.2x under the ResNet-50 profile."""
+    beyond the serial limit of 1,357) and 1.2x under the ResNet-50 profile; the CPU witness of
+    `expert_cpu_data`."""
 
     def setting(timing: str | None, levels: dict[int, float], ratio: float, rows: int) -> Any:
         ours = [
@@ -89,9 +131,11 @@ def expert_data() -> dict[str, Any]:
             "rows": rows,
         }
 
+    plain = setting(None, {1: 1000.0, 8: 3000.0}, 1.0, 1)
+    plain["cpu"] = expert_cpu_data()
     return {
         "settings": {
-            "plain": setting(None, {1: 1000.0, 8: 3000.0}, 1.0, 1),
+            "plain": plain,
             "copy_bound": setting(
                 "execute_us=2000,execute_us_per_row=100,copy_gbps=0.001",
                 {1: 200.0, 16: 1000.0},
@@ -365,6 +409,53 @@ def test_the_expert_comparison_follows_its_numbers() -> None:
     assert "ours answered 300 us later" in text
     assert "ours 1,200 (88% of it)" in text
     assert "beyond it" not in text
+
+
+def test_the_cpu_witness_compares_ours_with_the_expert_per_request() -> None:
+    data = run_data()
+    exp = analysis.expert(data)
+    one, eight = exp.cpu[1], exp.cpu[8]
+    assert (one.by_stub, one.by_compute_infer) == (pytest.approx(0.80), pytest.approx(0.75))
+    assert (eight.by_stub, eight.by_compute_infer) == (pytest.approx(0.90), pytest.approx(0.90))
+    assert one.by_throughput == pytest.approx(0.90)  # the median of 0.9, 0.8, 1.0
+    assert (one.stub_gap_us, eight.stub_gap_us) == (100.0, 30.0)
+    text = report.render(data)
+    assert row(text, "| 1 | 500 |") == "| 1 | 500 | 400 | 600 | 450 |"
+    assert row(text, "| 8 | 300 |") == "| 8 | 300 | 270 | 900 | 810 |"
+    assert (
+        "At one client ours' stub process needed 100 us more CPU per request than the expert's: "
+        "by stub CPU per request ours is 0.80 of the expert, by `compute_infer` 0.75; by "
+        "throughput 0.90 in the same runs and 1.00 in the throughput rounds above." in text
+    )
+    assert "At 8 clients ours' stub process needed 30 us more" in text
+    assert (
+        "at one client stub CPU 0%, `compute_infer` 0%, throughput of the same runs 22%, "
+        "throughput rounds above 0%;" in text
+    )
+    assert "The stub's CPU time was the steadier witness" in text
+
+    # the stub CPU moving more than the throughput at 8 clients; ours the cheaper one at 1
+    cpu = data["expert"]["settings"]["plain"]["cpu"]
+    for number, stub in enumerate((300.0, 200.0, 400.0)):
+        analysis.at_level(cpu["ours"][number], 8)["stub"] = stub
+        analysis.at_level(cpu["ours"][number], 1)["stub"] = 350.0
+    text = report.render(data)
+    assert "ours' stub process needed 50 us less CPU per request" in text
+    assert "by stub CPU per request ours is 1.14 of the expert" in text
+    assert "stub CPU 75%" in text  # (1.35 - 0.675) / 0.9
+    assert "spread less than the throughput of the same runs only at one client." in text
+    for rounds in cpu["ours"]:
+        analysis.at_level(rounds, 1)["throughput_rps"] = 1000.0
+    text = report.render(data)
+    assert "In this run the stub's CPU ratio was not steadier than the throughput" in text
+
+
+def test_a_run_saved_before_the_cpu_witness_has_no_cpu_table() -> None:
+    data = run_data()
+    del data["expert"]["settings"]["plain"]["cpu"]
+    assert analysis.expert(data).cpu == {}
+    text = report.render(data)
+    assert "## 7." in text and "CPU per request without a timing model" not in text
 
 
 def test_without_the_expert_section_the_report_has_no_section_7() -> None:
