@@ -49,6 +49,7 @@ AGREE = 0.10  # ... two ratios within 10% of each other
 SAME_BUSY = 0.05  # ... device-busy figures within 0.05 of each other
 TUNE_SAME = 0.05  # ... a tuned winner's rows/s within 5% of the defaults' (alternating rounds)
 SATURATED = 0.90  # a run used at least this share of the machine's cores
+STEADIER = 0.5  # a figure whose rounds spread less than this share of another's is steadier
 # The metrics endpoint's counters are flushed at most this often (`ge_python_backend.triton`).
 METRICS_PERIOD_S = 0.1
 
@@ -491,9 +492,9 @@ class ExpertCpu:
 
     @property
     def stub_steadier(self) -> bool:
-        """Whether the stub-CPU ratio spread less over the rounds than the throughput ratio of
-        the same runs."""
-        return spread(self.stub_ratio) < spread(self.throughput_ratio)
+        """Whether the stub-CPU ratio spread over the rounds less than `STEADIER` of what the
+        throughput ratio of the same runs did."""
+        return spread(self.stub_ratio) < STEADIER * spread(self.throughput_ratio)
 
 
 def expert_cpu(rounds: dict[str, Rounds], level: int) -> ExpertCpu:

@@ -814,16 +814,15 @@ def expert_cpu_reading(exp: analysis.Expert) -> str:
             "process waits while the VM's other tenants run, which throughput and "
             "`compute_infer` (wall time) do."
         )
-    elif steadier:
-        words.append(
-            "The stub's CPU ratio spread less than the throughput of the same runs only at "
-            + " and ".join(clients(level) for level in steadier)
-            + "."
-        )
     else:
         words.append(
-            "In this run the stub's CPU ratio was not steadier than the throughput of the same "
-            "runs."
+            f"The stub's CPU ratio spread less than {analysis.STEADIER:.0%} of what the throughput "
+            "of the same runs did "
+            + (
+                "only at " + " and ".join(clients(level) for level in steadier) + "."
+                if steadier
+                else "at no level: in this run it was not the steadier witness."
+            )
         )
     return " ".join(words)
 

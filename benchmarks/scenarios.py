@@ -127,6 +127,14 @@ class Plan:
     warmup: int = 20
 
 
+def shown(command: list[str], output: Path) -> str:
+    """A `ge-python-model` command line as the report shows it: `output` relative to the
+    checkout when it is inside it."""
+    relative = str(output.relative_to(ROOT)) if output.is_relative_to(ROOT) else str(output)
+    parts = [relative if part == str(output) else part for part in command[1:]]
+    return shlex.join(["ge-python-model", *parts])
+
+
 class Recorder:
     """Runs `ge-python-model bench` and remembers each command line for the report."""
 
@@ -169,8 +177,7 @@ class Recorder:
             command += ["--shape", shape]
         if metrics:
             command += ["--metrics-url", server.urls.metrics]
-        shown = [str(path.relative_to(ROOT)) if part == str(path) else part for part in command]
-        self.commands.append(shlex.join(["ge-python-model", *shown[1:]]))
+        self.commands.append(shown(command, path))
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         results: list[dict[str, Any]] = json.loads(path.read_text())["results"]
         for entry in results:
@@ -210,8 +217,7 @@ class Recorder:
             "--report",
             str(report),
         ]
-        shown = [str(report.relative_to(ROOT)) if part == str(report) else part for part in command]
-        self.commands.append(shlex.join(["ge-python-model", *shown[1:]]))
+        self.commands.append(shown(command, report))
         code = subprocess.run(command, check=False, stdout=subprocess.DEVNULL).returncode
         if code not in (0, 1):
             raise SystemExit(f"tune at {level} clients failed (exit {code})")

@@ -18,6 +18,7 @@ from ge_python_backend.repository.scaffold import scaffold
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import analysis  # noqa: E402
 import scenarios  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -70,3 +71,18 @@ def test_the_expert_answers_a_request_below_a_gear_and_one_filling_the_largest(s
             (y,) = client.infer("expert", {"x": (x, "FP32")}, ["y"]).values()
             assert y.shape == (rows, scenarios.WIDTH)
             np.testing.assert_array_equal(y, x * 2 + 1)
+
+
+def test_the_cpu_witness_measures_both_models_at_each_level_in_analysis_shape(
+    server: Any, tmp_path: Path
+) -> None:
+    recorder = scenarios.Recorder(tmp_path)
+    plan = scenarios.Plan(rounds=1, seconds=0.5, warmup=5)
+    cpu = scenarios.expert_cpu(recorder, server, [1, 2], plan)
+    assert len(recorder.commands) == 4  # both models at both levels, one round
+    assert [[e["concurrency"] for e in r] for r in cpu["ours"]] == [[1, 2]]
+    for level in (1, 2):
+        witness = analysis.expert_cpu(cpu, level)
+        for model in scenarios.EXPERT_MODELS:
+            assert witness.stub[model] > 0 and witness.compute_infer[model] > 0
+        assert witness.by_stub == pytest.approx(witness.stub["expert"] / witness.stub["ours"])

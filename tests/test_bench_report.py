@@ -443,11 +443,12 @@ def test_the_cpu_witness_compares_ours_with_the_expert_per_request() -> None:
     assert "ours' stub process needed 50 us less CPU per request" in text
     assert "by stub CPU per request ours is 1.14 of the expert" in text
     assert "stub CPU 75%" in text  # (1.35 - 0.675) / 0.9
-    assert "spread less than the throughput of the same runs only at one client." in text
+    assert "less than 50% of what the throughput of the same runs did only at one client." in text
+    # the throughput of the same runs at one client as steady as the stub's CPU
     for rounds in cpu["ours"]:
         analysis.at_level(rounds, 1)["throughput_rps"] = 1000.0
     text = report.render(data)
-    assert "In this run the stub's CPU ratio was not steadier than the throughput" in text
+    assert "did at no level: in this run it was not the steadier witness." in text
 
 
 def test_a_run_saved_before_the_cpu_witness_has_no_cpu_table() -> None:
