@@ -90,7 +90,7 @@ EXPERT_MODELS = ("ours", "expert")
 EXPERT_PLAIN_ROUNDS = 9
 # After those rounds, on the same server, section 1's CPU per request of both models at
 # concurrency 1 and CPU_CONCURRENCY, alternating, in this many rounds of the same shorter seconds
-# (3 x 2 x 2 runs of ~1.7 s plus the load generator's start: ~40 s of `make bench`).
+# (3 x 2 x 2 runs of ~1.7 s plus the load generator's start: ~30 s of `make bench`).
 EXPERT_CPU_ROUNDS = 3
 # Scaffold's defaults against `tune`'s winner (section 8): the small model under the calibrated
 # profile, tuned live at low, medium and saturating closed-loop load (clients of SATURATION_ROWS
@@ -127,7 +127,7 @@ class Plan:
     warmup: int = 20
 
 
-def shown(command: list[str], output: Path) -> str:
+def command_line(command: list[str], output: Path) -> str:
     """A `ge-python-model` command line as the report shows it: `output` relative to the
     checkout when it is inside it."""
     relative = str(output.relative_to(ROOT)) if output.is_relative_to(ROOT) else str(output)
@@ -177,7 +177,7 @@ class Recorder:
             command += ["--shape", shape]
         if metrics:
             command += ["--metrics-url", server.urls.metrics]
-        self.commands.append(shown(command, path))
+        self.commands.append(command_line(command, path))
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         results: list[dict[str, Any]] = json.loads(path.read_text())["results"]
         for entry in results:
@@ -217,7 +217,7 @@ class Recorder:
             "--report",
             str(report),
         ]
-        self.commands.append(shown(command, report))
+        self.commands.append(command_line(command, report))
         code = subprocess.run(command, check=False, stdout=subprocess.DEVNULL).returncode
         if code not in (0, 1):
             raise SystemExit(f"tune at {level} clients failed (exit {code})")
