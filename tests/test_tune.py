@@ -36,6 +36,7 @@ from ge_python_backend.tools.tune import (
     atc_command,
     batch_histogram,
     candidate_of,
+    confirmation_points,
     confirmed_winner,
     gear_advice,
     load_reason,
@@ -267,6 +268,22 @@ def test_the_confirmation_overturns_a_lucky_single_window() -> None:
     assert entries[2]["vs_default"] == [round(1100 / 900, 4)] * 2
     assert "faster in every round: it wins" in confirmation.verdict
     assert "confirmation round 2 of 2" in progress.getvalue()
+
+
+def test_the_plot_joins_each_confirmation_round_to_its_finalist() -> None:
+    clock = FakeClock()
+    model = NoisyModel(flat({BETTER: 1100.0, LUCKY: 1050.0}), clock, {LUCKY: [1.15]})
+    result = run_search(model, clock).run()
+    index = {t.candidate: i for i, t in enumerate(result.trials)}
+    # 2 rounds of the 3 finalists, each at its round's measured rows/s (the flat surface's p99)
+    assert sorted(confirmation_points(result.confirmation)) == sorted(
+        [(0, 10.0, 900.0)] * 2
+        + [(index[LUCKY], 10.0, 1050.0)] * 2
+        + [(index[BETTER], 10.0, 1100.0)] * 2
+    )
+    clock = FakeClock()
+    unconfirmed = run_search(SyntheticModel(surface, clock), clock, confirm_rounds=0).run()
+    assert confirmation_points(unconfirmed.confirmation) == []
 
 
 def test_a_candidate_within_the_noise_of_the_original_config_does_not_win() -> None:

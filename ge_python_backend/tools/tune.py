@@ -1289,17 +1289,32 @@ def tune_document(result: SearchResult, p99_ms: float, advice: GearAdvice | None
     }
 
 
-def plot_trials(trials: Sequence[Trial], winner: int | None, p99_ms: float, path: Path) -> Path:
-    """Rows/s against p99 of every measured trial; the original config and the winner marked,
-    the constraint a dashed line."""
+def measured_points(trials: Sequence[Trial]) -> list[tuple[int, float, float]]:
+    """(index in `trials`, p99 ms, rows/s) of each trial that was measured."""
+    measured = [(i, t.measurement) for i, t in enumerate(trials) if t.measurement is not None]
+    return [(i, m.p99_ms, m.rows_per_s) for i, m in measured if m.p99_ms is not None]
+
+
+def confirmation_points(confirmation: Confirmation) -> list[tuple[int, float, float]]:
+    """(the finalist's trial index, p99 ms, rows/s) of each confirmation round measured."""
+    return [
+        (finalist.trial, p99, rows)
+        for finalist in confirmation.finalists
+        for _, p99, rows in measured_points(finalist.rounds)
+    ]
+
+
+def plot_trials(result: SearchResult, p99_ms: float, path: Path) -> Path:
+    """Rows/s against p99 of every measured trial, each confirmation round joined to its
+    finalist's trial; the original config and the winner marked, the constraint a dashed
+    line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axis = plt.subplots(figsize=(7.5, 4.8), constrained_layout=True)
-    measured = [(i, t.measurement) for i, t in enumerate(trials) if t.measurement is not None]
-    points = [(i, m.p99_ms, m.rows_per_s) for i, m in measured if m.p99_ms is not None]
+    points = measured_points(result.trials)
     axis.scatter(
         [p for _, p, _ in points], [r for _, _, r in points], color="tab:blue", s=24, label="trials"
     )
@@ -1307,6 +1322,22 @@ def plot_trials(trials: Sequence[Trial], winner: int | None, p99_ms: float, path
         axis.annotate(
             str(index + 1), (p99, rows), textcoords="offset points", xytext=(4, 3), fontsize=7
         )
+    searched = {index: (p99, rows) for index, p99, rows in points}
+    rounds = [point for point in confirmation_points(result.confirmation) if point[0] in searched]
+    for index, p99, rows in rounds:
+        trial_p99, trial_rows = searched[index]
+        axis.plot([trial_p99, p99], [trial_rows, rows], color="tab:gray", linewidth=0.6)
+    if rounds:
+        axis.scatter(
+            [p for _, p, _ in rounds],
+            [r for _, _, r in rounds],
+            facecolors="none",
+            edgecolors="tab:gray",
+            s=40,
+            label="confirmation rounds",
+            zorder=2,
+        )
+    winner = result.winner
     marks = [(0, "s", "tab:orange", "original config")]
     if winner is not None:
         marks.append((winner, "*", "tab:green", "winner"))
@@ -1320,7 +1351,7 @@ def plot_trials(trials: Sequence[Trial], winner: int | None, p99_ms: float, path
     axis.set_xlabel("p99 latency (ms)")
     axis.set_ylabel("rows / s")
     axis.set_title("Tuning trials: throughput against p99 (up and left is better)")
-    axis.set_ylim(0, (max((r for _, _, r in points), default=1.0)) * 1.15)
+    axis.set_ylim(0, max((r for _, _, r in points + rounds), default=1.0) * 1.15)
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8, loc="lower right")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1449,7 +1480,7 @@ def write_report(
     directory.mkdir(parents=True, exist_ok=True)
     document = directory / "tune.json"
     document.write_text(json.dumps(tune_document(result, p99_ms, advice), indent=2) + "\n")
-    picture = plot_trials(result.trials, result.winner, p99_ms, directory / "tune.png")
+    picture = plot_trials(result, p99_ms, directory / "tune.png")
     markdown = directory / "TUNE.md"
     markdown.write_text(
         tune_markdown(model, command, result, p99_ms, advice, picture.name, outcome)
