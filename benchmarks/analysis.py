@@ -565,7 +565,11 @@ def expert(data: dict[str, Any]) -> Expert:
         for setting, values in settings.items()
     }
     plain = settings["plain"]
-    cpu = {level: expert_cpu(plain["cpu"], level) for level in plain["levels"] if "cpu" in plain}
+    cpu = (
+        {level: expert_cpu(plain["cpu"], level) for level in plain["levels"]}
+        if "cpu" in plain
+        else {}
+    )
     return Expert(ratios=ratios, table=table, cpu=cpu)
 
 
@@ -671,6 +675,12 @@ class TuneLevel:
         if again is None or again.p99_ms[1] > self.p99_ms:
             return False
         return again.p99_ms[0] > self.p99_ms or again.gain > 1 + TUNE_SAME
+
+    @property
+    def costs_lone_client(self) -> bool:
+        """At one client of 1-row requests the winner gave less than the defaults' rows/s, by
+        more than the noise."""
+        return self.lone is not None and self.lone.gain < 1 - TUNE_SAME
 
     @property
     def changed(self) -> dict[str, tuple[Any, Any]]:

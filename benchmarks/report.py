@@ -996,7 +996,7 @@ def lone_words(level: analysis.TuneLevel) -> str:
         f"{lone.p50_ms[0]:.2f} ms"
         + (
             ": what a config tuned for this load costs a lone request."
-            if lone.gain < 1 - analysis.TUNE_SAME
+            if level.costs_lone_client
             else "."
         )
     )
@@ -1070,7 +1070,7 @@ def tune_reading(levels: list[analysis.TuneLevel]) -> str:
 
 def lone_reading(better: list[analysis.TuneLevel]) -> str:
     """Whether the winners that beat the defaults cost a lone client more than the noise."""
-    costly = [level for level in better if level.lone and level.lone.gain < 1 - analysis.TUNE_SAME]
+    costly = [level for level in better if level.costs_lone_client]
     if not costly:
         return ""
     return (
