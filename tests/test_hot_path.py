@@ -1,7 +1,8 @@
 """What the hot path remembers must not change what it does.
 
 `Session` remembers request signatures that fitted, chunk plans and typed views of its pinned
-buffers; `MetricsPublisher` publishes at most every `FLUSH_INTERVAL_S`.
+buffers, and its layouts' recent device times (`DeviceTimeSampler`); `MetricsPublisher` publishes
+at most every `FLUSH_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import pytest
 from onnx_models import reference
 
 from ge_python_backend.runtime import InputError, Session, SessionCounters
+from ge_python_backend.runtime.batching import Execution, Piece
+from ge_python_backend.runtime.lane import DeviceTimes
+from ge_python_backend.runtime.session import DeviceTimeSampler
 from ge_python_backend.triton import metrics, testing
 from ge_python_backend.triton.metrics import FLUSH_INTERVAL_S, MetricsPublisher
 
@@ -79,3 +83,41 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
         ("increment", "ge_executions_total", 1.0),
         ("set", "ge_device_memory_free_bytes", 800.0),
     ]
+
+
+def _execution(gear: int, batch: int) -> Execution:
+    return Execution(gear, batch, batch, (Piece(0, 0, 0, batch),))
+
+
+def test_the_first_executions_of_each_layout_are_timed_then_one_in_the_period() -> None:
+    sampler = DeviceTimeSampler(4)
+    eight, one = _execution(0, 8), _execution(0, 1)
+    timed = []
+    for _ in range(12):
+        wanted = sampler.wants(eight)
+        timed.append(wanted)
+        sampler.times(eight, DeviceTimes(1e-4, 1e-3, 1e-4) if wanted else None)
+    assert timed == [True] * 4 + [True, False, False, False] * 2  # counts 0-3, then 4 and 8
+    assert sampler.wants(one)  # another layout starts timed
+    for bad in (0, -1, 1.5, True, "4"):
+        with pytest.raises(ValueError, match="positive integer"):
+            DeviceTimeSampler(bad)  # type: ignore[arg-type]
+
+
+def test_a_layout_is_timed_until_a_timed_execution_of_it_finished() -> None:
+    sampler = DeviceTimeSampler(2)
+    layout = _execution(1, 4)
+    assert [sampler.wants(layout) for _ in range(5)] == [True] * 5  # none finished yet
+    sampler.times(layout, DeviceTimes(0.0, 1.0, 0.0))
+    assert [sampler.wants(layout) for _ in range(4)] == [False, True, False, True]
+
+
+def test_untimed_executions_count_their_layouts_recent_device_times() -> None:
+    sampler = DeviceTimeSampler(16)
+    layout = _execution(0, 2)
+    sampler.wants(layout)
+    assert sampler.times(layout, DeviceTimes(1.0, 2.0, 3.0)) == DeviceTimes(1.0, 2.0, 3.0)
+    sampler.wants(layout)
+    assert sampler.times(layout, DeviceTimes(3.0, 2.0, 7.0)) == DeviceTimes(3.0, 2.0, 7.0)
+    # the exponential mean moves a quarter of the way towards each new timed execution
+    assert sampler.times(layout, None) == pytest.approx(DeviceTimes(1.5, 2.0, 4.0))

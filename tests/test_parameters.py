@@ -24,6 +24,7 @@ from ge_python_backend.repository.parameters import (
 )
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
+from ge_python_backend.runtime import DEVICE_TIMING_PERIOD
 
 SHA = "0123456789abcdef" * 4
 
@@ -42,6 +43,8 @@ MESSAGES = {
     "number; 0: no timeout), got ",
     "pipeline_min_device_us": "parameter pipeline_min_device_us must be 0..2147483647 "
     "microseconds (a whole number; 0: pipeline every execution), got ",
+    "device_timing_period": "parameter device_timing_period must be 1..2147483647 (time one "
+    "execution in that many of each gear and batch with ACL events; 1: every one), got ",
     "input_shape_order": "parameter input_shape_order must be the model's input names in ATC's "
     "--input_shape order, comma-separated and each once, such as 'b,a' (or be left out: found "
     "from the gears), got ",
@@ -80,6 +83,8 @@ def test_defaults_when_only_om_file_is_given() -> None:
         ("execute_timeout_ms", "2500", 2500),
         ("pipeline_min_device_us", "0", 0),
         ("pipeline_min_device_us", "250", 250),
+        ("device_timing_period", "1", 1),
+        ("device_timing_period", "64", 64),
         ("input_shape_order", "b,a", ("b", "a")),
         ("input_shape_order", " b , a,c", ("b", "a", "c")),
         ("input_shape_order", "x", ("x",)),
@@ -123,6 +128,10 @@ def test_accepted_values(name: str, text: str, value: object) -> None:
         ("pipeline_min_device_us", "99999999999999999999"),
         ("pipeline_min_device_us", "-1"),
         ("pipeline_min_device_us", "1ms"),
+        ("device_timing_period", "0"),
+        ("device_timing_period", "-4"),
+        ("device_timing_period", "2147483648"),
+        ("device_timing_period", "every"),
         ("input_shape_order", ""),
         ("input_shape_order", "b,,a"),
         ("input_shape_order", "b,a,b"),
@@ -306,6 +315,11 @@ def test_depth_2_pipelines_executions_of_a_millisecond_unless_told_otherwise() -
     assert ModelParameters("m.om").pipeline_min_device_s == 0.001
     assert ModelParameters("m.om", pipeline_min_device_us=0).pipeline_min_device_s == 0.0
     assert ModelParameters("m.om", pipeline_min_device_us="2500").pipeline_min_device_s == 0.0025
+
+
+def test_one_execution_in_16_is_timed_with_events_unless_told_otherwise() -> None:
+    assert ModelParameters("m.om").effective_device_timing_period == DEVICE_TIMING_PERIOD == 16
+    assert ModelParameters("m.om", device_timing_period="1").effective_device_timing_period == 1
 
 
 def test_scaffold_writes_pipeline_min_device_us_only_when_given(

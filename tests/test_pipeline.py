@@ -564,3 +564,26 @@ def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
     switches = [line for line in log_path.read_text().splitlines() if "answering them" in line]
     assert any("'short'" in line and "inline" in line for line in switches), switches
     assert not any("'always'" in line for line in switches), switches
+
+
+@pytest.mark.parametrize("period", [1, 4])
+def test_sampled_device_times_follow_the_timing_model(
+    om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch, period: int
+) -> None:
+    # One execution in `period` of each layout records the four timing events, the others only
+    # the "executed" one; the busy seconds still add up to what the timing model charged.
+    emulator.set_timing("execute_us=2000")
+    records = []
+    record_event = emulator.acl.rt.record_event
+    monkeypatch.setattr(
+        emulator.acl.rt, "record_event", lambda *a: records.append(a) or record_event(*a)
+    )
+    with Session(om_dynamic_batch, runtime="emulator", device_timing_period=period) as session:
+        for i in range(24):
+            feeds = mlp_rows(8 if i % 2 else 1, seed=i)
+            assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))
+        counters = session.counters
+    timed = 24 if period == 1 else 2 * (4 + 2)  # per layout: the first 4, then the 5th and 9th
+    assert len(records) == 4 * timed + (24 - timed)
+    assert counters.executions == 24
+    assert 24 * 0.002 * 0.95 <= counters.execute_seconds <= 24 * 0.002 * 1.25, counters

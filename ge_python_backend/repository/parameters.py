@@ -14,6 +14,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `2` |
 | `execute_timeout_ms` | bound on each execution's wait (`Session`, a C int); 0 = none | `20000` |
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
+| `device_timing_period` | one execution in N per gear and batch is timed with ACL events | `16` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
 | `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
@@ -36,7 +37,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ge_python_backend.repository.triton_config import ConfigError, TritonConfig
-from ge_python_backend.runtime import ACL_INT_MAX, ENV_VAR, PIPELINE_DEPTHS, RUNTIMES
+from ge_python_backend.runtime import (
+    ACL_INT_MAX,
+    DEVICE_TIMING_PERIOD,
+    ENV_VAR,
+    PIPELINE_DEPTHS,
+    RUNTIMES,
+)
 from ge_python_backend.runtime.checksum import check_digest
 
 if TYPE_CHECKING:
@@ -191,6 +198,19 @@ def parse_pipeline_min_device_us(value: object) -> int | None:
     return microseconds
 
 
+def parse_device_timing_period(value: object) -> int | None:
+    """None (the default, `DEVICE_TIMING_PERIOD`) or 1..`ACL_INT_MAX`; 1 times every execution."""
+    if value is None:
+        return None
+    period = _whole_number(value)
+    if period is None or period < 1:
+        raise ConfigError(
+            f"parameter device_timing_period must be 1..{ACL_INT_MAX} (time one execution in "
+            f"that many of each gear and batch with ACL events; 1: every one), got {_shown(value)}"
+        )
+    return period
+
+
 def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
     """None (found from the gears), or `"b,a"` / `("b", "a")` -> `("b", "a")`: at least one
     name, none empty or repeated."""
@@ -235,6 +255,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "pipeline_depth": parse_pipeline_depth,
     "execute_timeout_ms": parse_execute_timeout_ms,
     "pipeline_min_device_us": parse_pipeline_min_device_us,
+    "device_timing_period": parse_device_timing_period,
     "input_shape_order": parse_input_shape_order,
     "aipp_config": parse_aipp_config_file,
     "max_output_bytes": parse_max_output_bytes,
@@ -281,6 +302,7 @@ class ModelParameters:
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS
     input_shape_order: tuple[str, ...] | None = None
     pipeline_min_device_us: int | None = None
+    device_timing_period: int | None = None
     aipp_config: str | None = None
     max_output_bytes: int | None = None
 
@@ -321,6 +343,12 @@ class ModelParameters:
         inline (`pipeline_min_device_us`, else its default)."""
         given = self.pipeline_min_device_us
         return (DEFAULT_PIPELINE_MIN_DEVICE_US if given is None else given) / 1e6
+
+    @property
+    def effective_device_timing_period(self) -> int:
+        """One execution in this many of each gear and batch is timed with ACL events."""
+        given = self.device_timing_period
+        return DEVICE_TIMING_PERIOD if given is None else given
 
     def aipp_config_path(self, version_dir: Path) -> Path | None:
         """The `aipp_config` file of a version (None without the parameter)."""

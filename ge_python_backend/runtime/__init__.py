@@ -29,6 +29,7 @@ from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
 from ge_python_backend.runtime.model import Dataset, Model
 from ge_python_backend.runtime.session import (
     ACL_INT_MAX,
+    DEVICE_TIMING_PERIOD,
     PIPELINE_DEPTHS,
     PendingBatch,
     Session,
@@ -37,6 +38,7 @@ from ge_python_backend.runtime.session import (
 
 __all__ = [
     "ACL_INT_MAX",
+    "DEVICE_TIMING_PERIOD",
     "ENV_VAR",
     "RUNTIMES",
     "PIPELINE_DEPTHS",

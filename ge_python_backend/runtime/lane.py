@@ -5,7 +5,8 @@ copy in, gear selection, execute and copy out on its stream (`launch`), wait (`f
 outputs from the pinned buffers. One model id never runs on two streams (GE refuses it), so each
 lane loads the `.om` itself. Four events per lane (`LaneEvents`) time the copies and the
 execution on the device; they are created once with the lane, never per execution (a timeout
-replaces them with the stream).
+replaces them with the stream). An execution launched untimed records only the "executed" event
+(the pipeline's waits need it) and reads no times.
 
 Locks, always taken in this order: the session's, then one lane's `lock` (the lane being
 launched or finished), then the `_events_lock` of the lane launched before it (held only to
@@ -52,8 +53,7 @@ class Slot:
     device: DeviceBuffer
 
 
-@dataclasses.dataclass(frozen=True)
-class DeviceTimes:
+class DeviceTimes(NamedTuple):
     """Seconds one execution spent on the device: copy in, execute, copy out."""
 
     h2d: float
@@ -119,6 +119,7 @@ class Lane(Resource):
         self._events_lock = threading.Lock()  # replacing `events` vs another lane waiting on them
         self.job: Any = None  # the session's execution launched here and not yet finished
         self._launched = 0.0
+        self._timed = True  # whether the work launched last records its timing events
         self._events_work = True
 
     @classmethod
@@ -220,9 +221,16 @@ class Lane(Resource):
             nbytes += view.nbytes
         return nbytes
 
-    def launch(self, table: GearTable, execution: Execution, after: Lane | None = None) -> int:
+    def launch(
+        self,
+        table: GearTable,
+        execution: Execution,
+        after: Lane | None = None,
+        timed: bool = True,
+    ) -> int:
         """Queue copy in, gear selection, execute and copy out on the stream; the bytes to copy
-        out. The inputs must have been staged.
+        out. The inputs must have been staged. `timed` False records no timing events:
+        `finish` then returns no device times.
 
         With `after` (the lane launched before, on the same device), the execution waits for
         that lane's execution to leave the device: copies still overlap it, executions do not,
@@ -234,7 +242,9 @@ class Lane(Resource):
         events = self.events
         self.context.activate()
         self._launched = time.perf_counter()
-        events.start.record(self.stream)
+        self._timed = timed
+        if timed:
+            events.start.record(self.stream)
         for slot, view in zip(
             self.input_slots, self._input_views(table, execution.gear, execution.batch)
         ):
@@ -246,7 +256,8 @@ class Lane(Resource):
             self.model.set_input_shapes(self.inputs, self._input_shapes)
         if after is not None and after is not self:
             after.queue_wait_for_execution(self.stream)
-        events.executing.record(self.stream)
+        if timed:
+            events.executing.record(self.stream)
         self.model.execute_async(self.inputs, self.outputs, self.stream)
         events.executed.record(self.stream)
         nbytes = 0
@@ -255,7 +266,8 @@ class Lane(Resource):
                 if view.nbytes:
                     slot.device.copy_to_host_async(slot.host, view.nbytes, self.stream)
                 nbytes += view.nbytes
-        events.end.record(self.stream)
+        if timed:
+            events.end.record(self.stream)
         return nbytes
 
     def queue_wait_for_execution(self, stream: Stream) -> None:
@@ -271,14 +283,15 @@ class Lane(Resource):
             if self.job is not None:
                 stream.wait(self.events.executed)
 
-    def finish(self, timeout_ms: int = 0) -> DeviceTimes:
-        """Wait for the launched work (at most `timeout_ms` when > 0); its device times.
+    def finish(self, timeout_ms: int = 0) -> DeviceTimes | None:
+        """Wait for the launched work (at most `timeout_ms` when > 0); its device times (None
+        when it was launched untimed and events can time).
 
         A dynamic-shape model's outputs are read here: their real shapes from the output
         tensor descs (final once the stream is synchronized), then their bytes, copied out.
         """
         self.stream.synchronize(timeout_ms)
-        times = self._times()
+        times = self._times() if self._timed or not self._events_work else None
         if self.dynamic:
             assert self.outputs is not None
             self._output_shapes = self.model.output_shapes(self.outputs)

@@ -628,6 +628,7 @@ def _execute_async(env: _Env) -> str:
         times = lane.finish()
         outputs = [view.copy() for view in lane.output_views(table, execution)]
     _compare("static model", outputs, spec.reference(feeds))
+    assert times is not None  # launched timed
     return (
         f"outputs equal NumPy; device time: copy in {times.h2d * 1e6:.0f} us, execute "
         f"{times.execute * 1e6:.0f} us, copy out {times.d2h * 1e6:.0f} us"

@@ -33,10 +33,17 @@ from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
 from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, ModelFileError
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
-from ge_python_backend.runtime.lane import Lane
+from ge_python_backend.runtime.lane import DeviceTimes, Lane
 from ge_python_backend.runtime.model import read_aipp_config
 
-__all__ = ["PIPELINE_DEPTHS", "PendingBatch", "Session", "SessionCounters"]
+__all__ = [
+    "DEVICE_TIMING_PERIOD",
+    "PIPELINE_DEPTHS",
+    "DeviceTimeSampler",
+    "PendingBatch",
+    "Session",
+    "SessionCounters",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 PIPELINE_DEPTHS = (1, 2)  # lanes a session may run; 2 overlaps one execution's copies and waits
 # pyACL parses timeouts and device ids as a C int: larger values raise OverflowError in the call.
 ACL_INT_MAX = 2**31 - 1
+# One execution in this many of each gear and batch is timed with events (`DeviceTimeSampler`).
+DEVICE_TIMING_PERIOD = 16
 
 
 @dataclasses.dataclass
@@ -52,8 +61,9 @@ class SessionCounters:
 
     Seconds are device time, measured with ACL events recorded on each lane's stream around the
     execution (`execute_seconds`: its rate is the share of time the device was executing for this
-    session) and around the copies (`h2d_seconds`, `d2h_seconds`). Failed executions count in
-    `failed_executions` only.
+    session) and around the copies (`h2d_seconds`, `d2h_seconds`), on the executions
+    `DeviceTimeSampler` times; the others add their gear's recent times. Failed executions count
+    in `failed_executions` only.
     """
 
     executions: int = 0
@@ -71,6 +81,51 @@ class SessionCounters:
     def device_seconds(self) -> float:
         """Device time of the executions: copy in, execute, copy out."""
         return self.h2d_seconds + self.execute_seconds + self.d2h_seconds
+
+
+class DeviceTimeSampler:
+    """Which executions are timed with the lanes' events, and the device times of the others.
+
+    Timing an execution costs three more event records on its stream and three elapsed-time
+    reads after it (DESIGN.md, "Device time"). An `.om` runs one gear and batch in nearly the
+    same device time every time once warm, so the first `period` executions of each (gear,
+    batch) and then one in `period` are timed; every other one is credited with that layout's
+    recent timed times (an exponential mean, weight `RECENT_WEIGHT`: a slow first execution
+    fades, a device that slows down or speeds up is followed). A layout none of whose timed
+    executions has finished yet is timed again. `period` 1 times every execution (a
+    dynamic-shape model's, whose times differ by request, always).
+    """
+
+    RECENT_WEIGHT = 0.25
+
+    def __init__(self, period: int) -> None:
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise ValueError(f"device_timing_period must be a positive integer, got {period!r}")
+        self.period = period
+        self._launched: dict[tuple[int, int], int] = {}
+        self._recent: dict[tuple[int, int], DeviceTimes] = {}
+
+    def wants(self, execution: Execution) -> bool:
+        """Whether to time `execution`, about to launch (one launch at a time)."""
+        key = (execution.gear, execution.batch)
+        count = self._launched.get(key, 0)
+        self._launched[key] = count + 1
+        return count < self.period or count % self.period == 0 or key not in self._recent
+
+    def times(self, execution: Execution, measured: DeviceTimes | None) -> DeviceTimes:
+        """The device times to count for a finished execution: `measured` (and remembered),
+        else its layout's recent ones (one finish at a time)."""
+        key = (execution.gear, execution.batch)
+        if measured is None:  # `wants` said so: the layout had a timed execution by then
+            return self._recent[key]
+        recent = self._recent.get(key)
+        weight = self.RECENT_WEIGHT
+        self._recent[key] = (
+            measured
+            if recent is None
+            else DeviceTimes(*(old + weight * (new - old) for old, new in zip(recent, measured)))
+        )
+        return measured
 
 
 @dataclasses.dataclass
@@ -136,8 +191,9 @@ class Session(Resource):
     fixing the AIPP of a dynamic-AIPP model (needed by such a model only; written once per
     lane with `set_input_aipp`). A dynamic-shape model (shape-range inputs, data-dependent
     outputs) runs each request alone and answers with each output's real shape;
-    `max_output_bytes` sizes its outputs whose size the model leaves unbounded. Any mix of calls
-    from any threads is safe.
+    `max_output_bytes` sizes its outputs whose size the model leaves unbounded.
+    `device_timing_period` N times one execution in N of each gear and batch with events
+    (`DeviceTimeSampler`; 1: every one). Any mix of calls from any threads is safe.
     """
 
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
@@ -156,6 +212,7 @@ class Session(Resource):
         input_shape_order: Sequence[str] | None = None,
         aipp_config: PathLike | None = None,
         max_output_bytes: int | None = None,
+        device_timing_period: int = DEVICE_TIMING_PERIOD,
     ) -> None:
         if max_output_bytes is not None and (
             isinstance(max_output_bytes, bool)
@@ -181,6 +238,7 @@ class Session(Resource):
             )
         self.pipeline_depth = pipeline_depth
         self.execute_timeout_ms = execute_timeout_ms
+        self._sampler = DeviceTimeSampler(device_timing_period)
         self.path = Path(om_path)
         self.device_id = device_id
         self.runtime = selected_runtime(runtime)
@@ -341,6 +399,8 @@ class Session(Resource):
             for n, info in enumerate(desc.outputs)
         )
         self._feeds = FeedChecker(self.inputs, table)
+        if desc.dynamic_shape:  # each execution has its request's shapes: time every one
+            self._sampler = DeviceTimeSampler(1)
         self._planner = ExecutionPlanner(self.gears.batch_gears, not self.gears.side_inputs)
         # the input whose axis 0 counts a request's rows (side inputs have no batch axis)
         self._rows_input = next(
@@ -371,7 +431,8 @@ class Session(Resource):
         queued = time.perf_counter()
         try:
             h2d_bytes = lane.stage(self._table, execution, batch._feeds_list)
-            d2h_bytes = lane.launch(self._table, execution, after=self._launched_last)
+            timed = self._sampler.wants(execution)
+            d2h_bytes = lane.launch(self._table, execution, self._launched_last, timed)
         except Exception as exc:  # any failure fails the batch; the lane is settled below
             batch._fail(exc)
             lane.settle()
@@ -399,7 +460,7 @@ class Session(Resource):
             return
         batch = job.batch_ref()
         try:
-            times = lane.finish(self.execute_timeout_ms if timeout_ms is None else timeout_ms)
+            measured = lane.finish(self.execute_timeout_ms if timeout_ms is None else timeout_ms)
         except Exception as exc:  # the execution failed: its batch fails, the lane is settled
             error: Exception = exc
             if isinstance(exc, AclError) and exc.code == ExecuteTimeoutError.CODE:
@@ -425,6 +486,7 @@ class Session(Resource):
         job.done = True
         execution = job.execution
         with self._counters_lock:
+            times = self._sampler.times(execution, measured)
             counters = self._counters
             counters.executions += 1
             counters.rows += execution.rows

@@ -95,6 +95,7 @@ class ModelInstance:
                 input_shape_order=params.input_shape_order,
                 aipp_config=params.aipp_config_path(version_dir),
                 max_output_bytes=params.max_output_bytes,
+                device_timing_period=params.effective_device_timing_period,
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc

@@ -35,8 +35,9 @@ COUNTERS = (
     ),
     _CounterMetric(
         "ge_device_busy_seconds_total",
-        "Device time executing this instance's model, from ACL events around each execution "
-        "(rate() is the device's utilization by this instance)",
+        "Device time executing this instance's model, from ACL events around the executions "
+        "(device_timing_period: one in N per gear timed, the others count its recent time; "
+        "rate() is the device's utilization by this instance)",
         "execute_seconds",
     ),
     _CounterMetric(
