@@ -50,8 +50,6 @@ SAME_BUSY = 0.05  # ... device-busy figures within 0.05 of each other
 TUNE_SAME = 0.05  # ... a tuned winner's rows/s within 5% of the defaults' (alternating rounds)
 SATURATED = 0.90  # a run used at least this share of the machine's cores
 STEADIER = 0.5  # a figure whose rounds spread less than this share of another's is steadier
-# The metrics endpoint's counters are flushed at most this often (`ge_python_backend.triton`).
-METRICS_PERIOD_S = 0.1
 
 
 def at_level(entries: list[Entry], level: int) -> Entry:

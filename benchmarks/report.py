@@ -33,6 +33,7 @@ from ge_python_backend.repository.parameters import (
     DEFAULT_PIPELINE_MIN_DEVICE_US,
 )
 from ge_python_backend.tools.bench import plot
+from ge_python_backend.triton.metrics import FLUSH_INTERVAL_S
 
 COUNTER_ROWS = (
     ("malloc_calls", "device allocations (acl.rt.malloc)"),
@@ -655,7 +656,7 @@ def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str
     table, top = sat.table, sat.top
     timing = parse_timing(raw["timing"])
     gear = analysis.largest_gear()
-    window = analysis.METRICS_PERIOD_S / data["plan"]["seconds"]
+    window = FLUSH_INTERVAL_S / data["plan"]["seconds"]
     lines = [
         "## 6. Keeping the device busy: the defaults",
         "",
@@ -680,7 +681,7 @@ def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str
         f"`({timing.execute_us:g} x executions + {timing.execute_us_per_row:g} x rows) us`, "
         "times the rows/s the clients got: how long the emulated device executed per second; "
         "and *share of the limit*, rows/s over the device limit. The model's execution enters "
-        f"the metrics at most every {analysis.METRICS_PERIOD_S * 1e3:g} ms (they are flushed "
+        f"the metrics at most every {FLUSH_INTERVAL_S * 1e3:g} ms (they are flushed "
         "from `execute`), so the events' window is off by up to that at each end (about "
         f"{window:.0%} of a {data['plan']['seconds']:g} s level either way); the model figure "
         "takes only ratios from the counters. The emulator runs its work in device "
