@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -714,7 +715,19 @@ def scenario_tune(
     }
 
 
-def machine() -> list[tuple[str, str]]:
+# A fixed pure-Python snippet timed at the start and the end of a run: these machines are shared
+# and their speed changes from day to day (seen here: 0.48 to 0.91 us), so runs are compared by it.
+PYTHON_SPEED_SNIPPET = "sum(range(50))"
+
+
+def python_speed_ns() -> float:
+    """Nanoseconds per `PYTHON_SPEED_SNIPPET` in this process now (timeit, best of 5)."""
+    number = 200_000
+    return min(timeit.repeat(PYTHON_SPEED_SNIPPET, number=number, repeat=5)) / number * 1e9
+
+
+def machine(python_speed: tuple[float, float]) -> list[tuple[str, str]]:
+    """What the run ran on; `python_speed` is `python_speed_ns()` at its start and its end."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -749,6 +762,11 @@ def machine() -> list[tuple[str, str]]:
         ("OS", platform.platform()),
         ("Python", platform.python_version()),
         (
+            "Python speed",
+            f"`{PYTHON_SPEED_SNIPPET}` took {python_speed[0]:.0f} ns at the start of the run and "
+            f"{python_speed[1]:.0f} ns at its end (timeit, best of 5; lower is faster)",
+        ),
+        (
             "packages",
             ", ".join(
                 f"{n} {version(n)}"
@@ -763,6 +781,7 @@ def machine() -> list[tuple[str, str]]:
 def measure(plan: Plan, results: Path) -> dict[str, Any]:
     """Every scenario, in a temporary folder; the data the report is written from."""
     started = time.monotonic()
+    speed_at_start = python_speed_ns()
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir(parents=True)
     recorder = Recorder(results)
@@ -784,7 +803,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
-    data["machine"] = machine()
+    data["machine"] = machine((speed_at_start, python_speed_ns()))
     data["cpu_count"] = os.cpu_count()
     data["elapsed_s"] = time.monotonic() - started
     (results / "all.json").write_text(json.dumps(data, indent=1))

@@ -86,7 +86,7 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
 
 
 def _execution(gear: int, batch: int) -> Execution:
-    return Execution(gear, batch, batch, (Piece(0, 0, 0, batch),))
+    return Execution(gear, batch, batch, (Piece(0, 0, 0, batch, True),))
 
 
 def test_the_first_executions_of_each_layout_are_timed_then_one_in_the_period() -> None:

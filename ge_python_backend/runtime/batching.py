@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import NamedTuple
 
 __all__ = ["Chunk", "Execution", "ExecutionPlanner", "Piece", "normalize_gears", "plan_chunks"]
 
@@ -90,21 +89,22 @@ def plan_chunks(rows: int, gears: Sequence[int]) -> list[Chunk]:
     return chunks
 
 
-class Piece(NamedTuple):
-    """Rows [src, src + rows) of request `part` are rows [dst, dst + rows) of an execution."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Piece:
+    """Rows [src, src + rows) of request `part` are rows [dst, dst + rows) of an execution;
+    `whole` when they are all of that request's rows. The slices are made once, with the plan."""
 
     part: int
     src: int
     dst: int
     rows: int
+    whole: bool
+    in_part: slice = dataclasses.field(init=False, repr=False, compare=False)
+    in_execution: slice = dataclasses.field(init=False, repr=False, compare=False)
 
-    @property
-    def in_part(self) -> slice:
-        return slice(self.src, self.src + self.rows)
-
-    @property
-    def in_execution(self) -> slice:
-        return slice(self.dst, self.dst + self.rows)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "in_part", slice(self.src, self.src + self.rows))
+        object.__setattr__(self, "in_execution", slice(self.dst, self.dst + self.rows))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +148,9 @@ class ExecutionPlanner:
         executions: list[Execution] = []
         for gear, parts in groups.items():
             if not self.batch_gears:
-                executions += [Execution(gear, 0, 1, (Piece(part, 0, 0, 1),)) for part, _ in parts]
+                executions += [
+                    Execution(gear, 0, 1, (Piece(part, 0, 0, 1, True),)) for part, _ in parts
+                ]
             elif self.shared:
                 executions += self._fill(gear, parts)
             else:
@@ -166,7 +168,7 @@ class ExecutionPlanner:
             while filled < chunk.rows:
                 part, rows = queue[0]
                 count = min(rows - taken, chunk.rows - filled)
-                pieces.append(Piece(part, taken, filled, count))
+                pieces.append(Piece(part, taken, filled, count, count == rows))
                 filled += count
                 taken += count
                 if taken == rows:

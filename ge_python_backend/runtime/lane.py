@@ -214,8 +214,10 @@ class Lane(Resource):
                 view[...] = feeds_list[execution.pieces[0].part][slot.spec.name]
                 nbytes += view.nbytes
                 continue
+            name = slot.spec.name
             for piece in execution.pieces:
-                view[piece.in_execution] = feeds_list[piece.part][slot.spec.name][piece.in_part]
+                rows = feeds_list[piece.part][name]
+                view[piece.in_execution] = rows if piece.whole else rows[piece.in_part]
             if execution.batch > execution.rows:
                 view[execution.rows :] = 0
             nbytes += view.nbytes

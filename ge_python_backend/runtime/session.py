@@ -501,19 +501,19 @@ class Session(Resource):
         """Copy a finished execution's outputs into its batch's results (batch lock held)."""
         views = lane.output_views(self._table, execution)
         for spec, view in zip(self.outputs, views):
+            name = spec.name
             for piece in execution.pieces:
                 outputs = batch._results[piece.part]
                 if not execution.batch:
-                    outputs[spec.name] = view.copy()
-                    continue
-                output = outputs.get(spec.name)
-                if output is None:
-                    total = len(batch._feeds_list[piece.part][self._rows_input])
-                    if piece.rows == total:  # the whole request ran in this execution
-                        outputs[spec.name] = view[piece.in_execution].copy()
-                        continue
-                    output = outputs[spec.name] = np.empty((total, *view.shape[1:]), view.dtype)
-                output[piece.in_part] = view[piece.in_execution]
+                    outputs[name] = view.copy()
+                elif piece.whole:  # the whole request ran in this execution
+                    outputs[name] = view[piece.in_execution].copy()
+                else:
+                    output = outputs.get(name)
+                    if output is None:
+                        total = len(batch._feeds_list[piece.part][self._rows_input])
+                        output = outputs[name] = np.empty((total, *view.shape[1:]), view.dtype)
+                    output[piece.in_part] = view[piece.in_execution]
 
 
 def _close_newest_first(parts: list[Resource]) -> None:

@@ -170,18 +170,20 @@ class ModelInstance:
             except Exception as exc:  # not expected after validation; never leave one hanging
                 logger.exception("model %s: submitting a batch", self._name)
                 for parsed in accepted:
-                    responses[parsed.index] = error_response(self._pb_utils, str(exc), "INTERNAL")
+                    responses[parsed.position] = error_response(
+                        self._pb_utils, str(exc), "INTERNAL"
+                    )
         if inline:
             if pending is not None:
                 for parsed, response in self._answers(pending, accepted):
-                    responses[parsed.index] = response
+                    responses[parsed.position] = response
         else:
             for sender, response in zip(senders, responses):
                 if response is not None:
                     self._send(sender, response)
             if pending is not None:
                 assert self._completions is not None
-                batch = [(parsed, senders[parsed.index]) for parsed in accepted]
+                batch = [(parsed, senders[parsed.position]) for parsed in accepted]
                 self._completions.put((pending, batch))  # blocks while the queue is full
             try:
                 self.session.wait_ready()
@@ -240,7 +242,7 @@ class ModelInstance:
                 response = build_response(pb_utils, outputs, parsed.requested_outputs)
             except Exception as exc:  # e.g. an output Triton cannot wrap
                 logger.exception(
-                    "model %s: building the response of request %d", self._name, parsed.index
+                    "model %s: building the response of request %d", self._name, parsed.position
                 )
                 response = error_response(
                     pb_utils, f"building the response failed: {exc}", "INTERNAL"
@@ -266,7 +268,7 @@ class ModelInstance:
             if item is None:
                 return
             pending, batch = item
-            senders = {parsed.index: sender for parsed, sender in batch}
+            senders = {parsed.position: sender for parsed, sender in batch}
             try:
                 answers = self._answers(pending, [parsed for parsed, _ in batch])
             except Exception as exc:  # not expected; never leave a request hanging
@@ -274,7 +276,7 @@ class ModelInstance:
                 error = error_response(self._pb_utils, str(exc), "INTERNAL")
                 answers = [(parsed, error) for parsed, _ in batch]
             for parsed, response in answers:
-                self._send(senders[parsed.index], response)
+                self._send(senders[parsed.position], response)
 
     def _load_error(self, message: str) -> Exception:
         logger.error("model %s: %s", self._name, message)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,26 +16,25 @@ from ge_python_backend.runtime import InputError
 DLPACK_TENSORS = int(np.__version__.split(".")[0]) >= 2
 
 
-@dataclass(frozen=True)
-class ParsedRequest:
-    """One request that passed validation: its input arrays and the outputs it wants."""
+class ParsedRequest(NamedTuple):
+    """One request that passed validation: its place in `execute`'s list, its input arrays and
+    the outputs it wants."""
 
-    index: int
+    position: int
     feeds: dict[str, np.ndarray]
     requested_outputs: tuple[str, ...]
 
 
-def parse_request(request: Any, index: int, output_names: Sequence[str]) -> ParsedRequest:
+def parse_request(request: Any, position: int, output_names: Sequence[str]) -> ParsedRequest:
     """Read a request's input tensors and requested outputs; raise InputError on unknown outputs."""
-    feeds = {tensor.name(): _array(tensor) for tensor in request.inputs()}
     requested = tuple(request.requested_output_names())
-    unknown = [name for name in requested if name not in output_names]
-    if unknown:
+    if requested and not set(requested).issubset(output_names):
+        unknown = [name for name in requested if name not in output_names]
         raise InputError(
             f"requested output(s) {', '.join(map(repr, unknown))} do not exist; "
             f"the model's outputs are {', '.join(map(repr, output_names))}"
         )
-    return ParsedRequest(index=index, feeds=feeds, requested_outputs=requested)
+    return ParsedRequest(position, _arrays(request), requested)
 
 
 def build_response(
@@ -46,17 +44,18 @@ def build_response(
     has no scalar tensors in a model without batching: a scalar output is served as [1]."""
     names = requested or tuple(outputs)
     make = pb_utils.Tensor.from_dlpack if DLPACK_TENSORS else pb_utils.Tensor
-    tensors = [make(name, _served(outputs[name])) for name in names]
+    tensors = []
+    for name in names:
+        array = outputs[name]
+        tensors.append(make(name, array if array.ndim else array.reshape(1)))
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-def _served(array: np.ndarray) -> np.ndarray:
-    return array.reshape(1) if array.ndim == 0 else array
-
-
-def _array(tensor: Any) -> np.ndarray:
-    """An input tensor's data as an array (a view of Triton's shared memory)."""
-    return np.from_dlpack(tensor) if DLPACK_TENSORS else tensor.as_numpy()
+def _arrays(request: Any) -> dict[str, np.ndarray]:
+    """Each input tensor's data as an array (a view of Triton's shared memory), by name."""
+    if DLPACK_TENSORS:
+        return {tensor.name(): np.from_dlpack(tensor) for tensor in request.inputs()}
+    return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
 
 
 def error_response(pb_utils: Any, message: str, code_name: str) -> Any:
