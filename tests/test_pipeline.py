@@ -534,12 +534,20 @@ def test_a_timeout_on_one_lane_while_the_other_launches_behind_it(
 def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
     tmp_path: Path, om_dynamic_batch: Path
 ) -> None:
-    # Without a timing model an execution takes microseconds on the emulated device: at
-    # scaffold's defaults depth 2 switches to answering it inline (Triton's stub accepts a
-    # returned list or response senders per execute call); with pipeline_min_device_us 0 it
-    # keeps pipelining. Every answer is checked against onnxruntime across the switch.
+    # Depth 2 switches to answering inline when executions are shorter on the device than
+    # pipeline_min_device_us (Triton's stub accepts a returned list or response senders per
+    # execute call); with 0 it keeps pipelining. "short" sets 10 s, so every execution is short:
+    # without a timing model the emulated device time is the emulator's own host work (0.1-0.5
+    # ms here, more on a loaded machine), too close to the default 1 ms to test on. Every answer
+    # is checked against onnxruntime across the switch.
     repository = tmp_path / "models"
-    scaffold(om_dynamic_batch, repository, name="short", runtime="emulator")
+    scaffold(
+        om_dynamic_batch,
+        repository,
+        name="short",
+        runtime="emulator",
+        pipeline_min_device_us=10_000_000,
+    )
     scaffold(
         om_dynamic_batch, repository, name="always", runtime="emulator", pipeline_min_device_us=0
     )

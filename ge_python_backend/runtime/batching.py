@@ -89,7 +89,7 @@ def plan_chunks(rows: int, gears: Sequence[int]) -> list[Chunk]:
     return chunks
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class Piece:
     """Rows [src, src + rows) of request `part` are rows [dst, dst + rows) of an execution;
     `whole` when they are all of that request's rows. The slices are made once, with the plan."""
