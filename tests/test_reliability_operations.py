@@ -161,11 +161,13 @@ def test_sigterm_drains_requests_in_flight_and_serve_exits_0(
         for _ in rows:
             assert done.acquire(timeout=30), "a request was never answered"
         _, err = process.communicate(timeout=60)
-    # All 6 were in flight at SIGTERM (two batches on the device at depth 2, the others queued
-    # in Triton): each was answered after it, the last ones after several 300 ms executions.
+    # All 6 were in flight at SIGTERM (on the device at depth 2 or queued in Triton): each was
+    # answered after it. They took at least two 300 ms executions (the first started with the
+    # first request alone), so the last answers came more than 0.3 s after SIGTERM. How the
+    # others split into batches depends on the machine's speed, so no more is asserted.
     assert sigterm - start < 0.3
     assert min(answered) > sigterm
-    assert max(answered) - sigterm > 0.5
+    assert max(answered) - sigterm > 0.3
     failures = [r for r in results if isinstance(r, InferenceServerException)]
     assert not failures, [str(f) for f in failures]
     for x, result in zip(rows, results):
