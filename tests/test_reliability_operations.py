@@ -162,9 +162,9 @@ def test_sigterm_drains_requests_in_flight_and_serve_exits_0(
             assert done.acquire(timeout=30), "a request was never answered"
         _, err = process.communicate(timeout=60)
     # All 6 were in flight at SIGTERM (on the device at depth 2 or queued in Triton): each was
-    # answered after it. They took at least two 300 ms executions (the first started with the
-    # first request alone), so the last answers came more than 0.3 s after SIGTERM. How the
-    # others split into batches depends on the machine's speed, so no more is asserted.
+    # answered after it, the last ones more than a 300 ms execution's length after it. How they
+    # split into executions depends on the machine: on a slow VM all 6 were answered together
+    # about 0.45 s after SIGTERM (with the code before this bound was lowered from 0.5 s too).
     assert sigterm - start < 0.3
     assert min(answered) > sigterm
     assert max(answered) - sigterm > 0.3

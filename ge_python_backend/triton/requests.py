@@ -27,14 +27,15 @@ class ParsedRequest(NamedTuple):
 
 def parse_request(request: Any, position: int, output_names: Sequence[str]) -> ParsedRequest:
     """Read a request's input tensors and requested outputs; raise InputError on unknown outputs."""
+    feeds = {tensor.name(): _array(tensor) for tensor in request.inputs()}
     requested = tuple(request.requested_output_names())
-    if requested and not set(requested).issubset(output_names):
-        unknown = [name for name in requested if name not in output_names]
+    unknown = [name for name in requested if name not in output_names]
+    if unknown:
         raise InputError(
             f"requested output(s) {', '.join(map(repr, unknown))} do not exist; "
             f"the model's outputs are {', '.join(map(repr, output_names))}"
         )
-    return ParsedRequest(position, _arrays(request), requested)
+    return ParsedRequest(position, feeds, requested)
 
 
 def build_response(
@@ -51,11 +52,9 @@ def build_response(
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-def _arrays(request: Any) -> dict[str, np.ndarray]:
-    """Each input tensor's data as an array (a view of Triton's shared memory), by name."""
-    if DLPACK_TENSORS:
-        return {tensor.name(): np.from_dlpack(tensor) for tensor in request.inputs()}
-    return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+def _array(tensor: Any) -> np.ndarray:
+    """An input tensor's data as an array (a view of Triton's shared memory)."""
+    return np.from_dlpack(tensor) if DLPACK_TENSORS else tensor.as_numpy()
 
 
 def error_response(pb_utils: Any, message: str, code_name: str) -> Any:
