@@ -27,17 +27,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ge_python_backend.aipp import AippOp
-from ge_python_backend.ascend import GearKind
+from ge_python_backend.ascend import GearKind, MemcpyKind
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
 from ge_python_backend.runtime.device import Context, Event, Stream
 from ge_python_backend.runtime.errors import AclError, ModelFileError, OutputTooLargeError
 from ge_python_backend.runtime.gears import GearTable
-from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer
+from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer, QueuedCopy
 from ge_python_backend.runtime.model import Dataset, Model
 
-__all__ = ["DeviceTimes", "Lane", "LaneEvents"]
+__all__ = ["DeviceTimes", "Lane", "LaneEvents", "Layout"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,19 @@ class DeviceTimes(NamedTuple):
     h2d: float
     execute: float
     d2h: float
+
+
+class Layout(NamedTuple):
+    """What an execution of one (gear, batch, rows) touches on a lane, worked out once
+    (`Lane.layout`): its staged inputs (padding rows included) and its outputs' real rows as
+    views of the pinned buffers, and the copies in and out (none for an empty tensor)."""
+
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+    copies_in: list[QueuedCopy]
+    copies_out: list[QueuedCopy]
+    in_bytes: int
+    out_bytes: int
 
 
 class LaneEvents(NamedTuple):
@@ -109,7 +122,8 @@ class Lane(Resource):
         except BaseException:
             self._abandon()
             raise
-        self._views: dict[tuple[bool, int, int], list[np.ndarray]] = {}
+        self._layouts: dict[tuple[int, int, int], Layout] = {}
+        self._staged = Layout([], [], [], [], 0, 0)  # the layout `launch` queues
         # a dynamic-shape model: the shapes of the execution staged (inputs) and finished
         # (outputs, read from the output tensor descs)
         self.dynamic = model.description.dynamic_shape
@@ -203,16 +217,10 @@ class Lane(Resource):
     def stage(self, table: GearTable, execution: Execution, feeds_list: Sequence[Any]) -> int:
         """Write the execution's rows into the pinned input buffers, zero the padding rows;
         the bytes to copy in."""
-        nbytes = 0
-        if self.dynamic:  # one request per execution, with its own shapes
-            (piece,) = execution.pieces
-            feeds = feeds_list[piece.part]
-            self._input_shapes = [feeds[slot.spec.name].shape for slot in self.input_slots]
-        views = self._input_views(table, execution.gear, execution.batch)
-        for slot, view, batched in zip(self.input_slots, views, table.batched_inputs):
+        layout = self._staged = self._layout(table, execution, feeds_list)
+        for slot, view, batched in zip(self.input_slots, layout.inputs, table.batched_inputs):
             if not (batched and execution.batch):  # whole: unbatched, or a side input
                 view[...] = feeds_list[execution.pieces[0].part][slot.spec.name]
-                nbytes += view.nbytes
                 continue
             name = slot.spec.name
             for piece in execution.pieces:
@@ -220,8 +228,7 @@ class Lane(Resource):
                 view[piece.in_execution] = rows if piece.whole else rows[piece.in_part]
             if execution.batch > execution.rows:
                 view[execution.rows :] = 0
-            nbytes += view.nbytes
-        return nbytes
+        return layout.in_bytes
 
     def launch(
         self,
@@ -231,8 +238,8 @@ class Lane(Resource):
         timed: bool = True,
     ) -> int:
         """Queue copy in, gear selection, execute and copy out on the stream; the bytes to copy
-        out. The inputs must have been staged. `timed` False records no timing events:
-        `finish` then returns no device times.
+        out. The inputs must have been staged (`stage`: its layout is the one queued). `timed`
+        False records no timing events: `finish` then returns no device times.
 
         With `after` (the lane launched before, on the same device), the execution waits for
         that lane's execution to leave the device: copies still overlap it, executions do not,
@@ -241,36 +248,31 @@ class Lane(Resource):
         was waited for) needs no such wait.
         """
         assert self.outputs is not None
+        layout = self._staged
         events = self.events
+        stream = self.stream
         self.context.activate()
         self._launched = time.perf_counter()
         self._timed = timed
         if timed:
-            events.start.record(self.stream)
-        for slot, view in zip(
-            self.input_slots, self._input_views(table, execution.gear, execution.batch)
-        ):
-            if view.nbytes:  # a zero-size tensor has nothing to copy
-                slot.device.copy_from_host_async(slot.host, view.nbytes, self.stream)
+            events.start.record(stream)
+        for copy in layout.copies_in:
+            copy.queue(stream)
         if table.kind != GearKind.STATIC:
             table.select(self.model, self.inputs, execution.gear, execution.batch)
         if self.dynamic:
             self.model.set_input_shapes(self.inputs, self._input_shapes)
         if after is not None and after is not self:
-            after.queue_wait_for_execution(self.stream)
+            after.queue_wait_for_execution(stream)
         if timed:
-            events.executing.record(self.stream)
-        self.model.execute_async(self.inputs, self.outputs, self.stream)
-        events.executed.record(self.stream)
-        nbytes = 0
-        if not self.dynamic:  # else copied once the output descs give the real shapes
-            for slot, view in zip(self.output_slots, self.output_views(table, execution)):
-                if view.nbytes:
-                    slot.device.copy_to_host_async(slot.host, view.nbytes, self.stream)
-                nbytes += view.nbytes
+            events.executing.record(stream)
+        self.model.execute_async(self.inputs, self.outputs, stream)
+        events.executed.record(stream)
+        for copy in layout.copies_out:  # none for a dynamic-shape model: `finish` copies
+            copy.queue(stream)
         if timed:
-            events.end.record(self.stream)
-        return nbytes
+            events.end.record(stream)
+        return layout.out_bytes
 
     def queue_wait_for_execution(self, stream: Stream) -> None:
         """Make work queued on `stream` (another lane's) from now on wait until this lane's
@@ -337,32 +339,54 @@ class Lane(Resource):
                 _view(s.host, s.spec.dtype, shape)
                 for s, shape in zip(self.output_slots, self._output_shapes)
             ]
-        key = table.output_key(execution.gear, execution.batch)
-        views = self._views.get((False, *key))
-        if views is None:
-            shapes = table.output_shapes[key]
-            views = [
-                _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.output_slots, shapes)
-            ]
-            self._views[(False, *key)] = views
-        if execution.batch:
-            return [view[: execution.rows] for view in views]
-        return views
+        return self._layout(table, execution).outputs
 
-    def _input_views(self, table: GearTable, gear: int, batch: int) -> list[np.ndarray]:
+    def _layout(
+        self, table: GearTable, execution: Execution, feeds_list: Sequence[Any] = ()
+    ) -> Layout:
+        """The execution's `Layout`, remembered per (gear, batch, rows). A dynamic-shape model's
+        is made for its request's input shapes (from `feeds_list`, kept for `launch`) and
+        copies no outputs at launch (`finish` does, once their shapes are known)."""
         if self.dynamic:
-            return [
-                _view(s.host, s.spec.dtype, shape)
-                for s, shape in zip(self.input_slots, self._input_shapes)
-            ]
-        views = self._views.get((True, gear, batch))
-        if views is None:
-            shapes = table.input_shapes(gear, batch)
-            views = [
-                _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.input_slots, shapes)
-            ]
-            self._views[(True, gear, batch)] = views
-        return views
+            (piece,) = execution.pieces
+            feeds = feeds_list[piece.part]
+            self._input_shapes = [feeds[slot.spec.name].shape for slot in self.input_slots]
+            return self._new_layout(self._input_shapes, [])
+        key = (execution.gear, execution.batch, execution.rows)
+        layout = self._layouts.get(key)
+        if layout is None:
+            outputs = table.output_shapes[table.output_key(execution.gear, execution.batch)]
+            if execution.batch:
+                outputs = [(execution.rows, *shape[1:]) for shape in outputs]
+            inputs = table.input_shapes(execution.gear, execution.batch)
+            layout = self._layouts[key] = self._new_layout(inputs, outputs)
+        return layout
+
+    def _new_layout(self, inputs: Sequence[Shape], outputs: Sequence[Shape]) -> Layout:
+        views_in = [
+            _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.input_slots, inputs)
+        ]
+        views_out = [
+            _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.output_slots, outputs)
+        ]
+        copies_in = [
+            slot.device.queued_copy(slot.host, view.nbytes, MemcpyKind.HOST_TO_DEVICE)
+            for slot, view in zip(self.input_slots, views_in)
+            if view.nbytes  # a zero-size tensor has nothing to copy
+        ]
+        copies_out = [
+            slot.device.queued_copy(slot.host, view.nbytes, MemcpyKind.DEVICE_TO_HOST)
+            for slot, view in zip(self.output_slots, views_out)
+            if view.nbytes
+        ]
+        return Layout(
+            views_in,
+            views_out,
+            copies_in,
+            copies_out,
+            sum(view.nbytes for view in views_in),
+            sum(view.nbytes for view in views_out),
+        )
 
     def _times(self) -> DeviceTimes:
         """Device times from the events; the host's wall time if events cannot be timed."""

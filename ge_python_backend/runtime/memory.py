@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -11,7 +13,7 @@ from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream, create_in_context
 from ge_python_backend.runtime.errors import check
 
-__all__ = ["DeviceBuffer", "HostBuffer"]
+__all__ = ["DeviceBuffer", "HostBuffer", "QueuedCopy"]
 
 # aclrtMemMallocPolicy (acl_rt.h); pyACL exports no constants.
 ACL_MEM_MALLOC_HUGE_FIRST = 0
@@ -39,6 +41,17 @@ class HostBuffer(Resource):
 
     def __repr__(self) -> str:
         return f"HostBuffer(0x{self.ptr:x}, {self.size} bytes{', closed' if self.closed else ''})"
+
+
+class QueuedCopy(NamedTuple):
+    """An `acl.rt.memcpy_async` with its arguments but the stream (`DeviceBuffer.queued_copy`)."""
+
+    acl: ModuleType
+    args: tuple[int, int, int, int, int]
+
+    def queue(self, stream: Stream) -> None:
+        """Queue the copy on `stream` (its context current); the buffers must outlive it."""
+        check(self.acl.rt.memcpy_async(*self.args, stream.handle), "acl.rt.memcpy_async", self.acl)
 
 
 class DeviceBuffer(Resource):
@@ -75,21 +88,29 @@ class DeviceBuffer(Resource):
     def _copy(
         self, host: HostBuffer, nbytes: int, direction: MemcpyKind, stream: Stream | None = None
     ) -> None:
-        """Copy `nbytes` between the starts of `host` and this buffer the way `direction`
-        (HOST_TO_DEVICE or DEVICE_TO_HOST) says: `acl.rt.memcpy`, or queued on `stream` with
-        `acl.rt.memcpy_async`."""
+        """`acl.rt.memcpy` now, or `acl.rt.memcpy_async` queued on `stream`."""
+        self.context.activate()
+        if stream is not None:
+            self.queued_copy(host, nbytes, direction).queue(stream)
+            return
+        acl = self.context.acl
+        check(acl.rt.memcpy(*self.copy_args(host, nbytes, direction)), "acl.rt.memcpy", acl)
+
+    def queued_copy(self, host: HostBuffer, nbytes: int, direction: MemcpyKind) -> QueuedCopy:
+        """The copy of `nbytes` between the starts of `host` and this buffer the way
+        `direction` (HOST_TO_DEVICE or DEVICE_TO_HOST) says, checked now, to queue later (as
+        often as needed, with the context current)."""
+        return QueuedCopy(self.context.acl, self.copy_args(host, nbytes, direction))
+
+    def copy_args(
+        self, host: HostBuffer, nbytes: int, direction: MemcpyKind
+    ) -> tuple[int, int, int, int, int]:
+        """`acl.rt.memcpy`'s arguments (dst, dst size, src, count, kind) for a copy of `nbytes`
+        between the starts of `host` and this buffer; ValueError unless `nbytes` fits both."""
         kind = self._check_copy(host, nbytes, direction)
         if direction == MemcpyKind.HOST_TO_DEVICE:
-            dst, dst_size, src = self.ptr, self.size, host.ptr
-        else:
-            dst, dst_size, src = host.ptr, host.size, self.ptr
-        self.context.activate()
-        acl = self.context.acl
-        if stream is None:
-            check(acl.rt.memcpy(dst, dst_size, src, nbytes, kind), "acl.rt.memcpy", acl)
-        else:
-            ret = acl.rt.memcpy_async(dst, dst_size, src, nbytes, kind, stream.handle)
-            check(ret, "acl.rt.memcpy_async", acl)
+            return self.ptr, self.size, host.ptr, nbytes, kind
+        return host.ptr, host.size, self.ptr, nbytes, kind
 
     def _check_copy(self, host: HostBuffer, nbytes: int, kind: MemcpyKind) -> MemcpyKind:
         """The memcpy kind to use; ValueError unless `nbytes` fits both buffers."""
