@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 from ge_python_backend import emulator
 from ge_python_backend.client import TritonClient
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session
+from ge_python_backend.runtime import DEVICE_TIMING_PERIOD, AclError, ExecuteTimeoutError, Session
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 # Session-level tests run in host (EP) and device (RC) mode; the e2e ones in host mode only.
@@ -465,6 +465,42 @@ def test_device_busy_time_is_not_counted_twice_at_depth_2(om_dynamic_batch: Path
     assert modelled * 0.95 <= counters.execute_seconds <= modelled * 1.25, counters
 
 
+def test_batches_submitted_not_pipelined_still_never_overlap_on_the_device(
+    om_dynamic_batch: Path,
+) -> None:
+    # `pipelined=False` promises a wait before the next submit, so an untimed execution records
+    # no "executed" event; submitting again anyway (another thread would) records it late on
+    # the pending lane, so the next execution (timed: one in two) still starts after it and
+    # times only itself.
+    emulator.set_timing("execute_us=20000")
+    with Session(
+        om_dynamic_batch, runtime="emulator", pipeline_depth=2, device_timing_period=2
+    ) as session:
+        started = time.perf_counter()
+        feeds = [mlp_rows(8, seed=i) for i in range(12)]
+        pending = [session.submit([f], pipelined=False) for f in feeds]
+        for f, batch in zip(feeds, pending):
+            assert_same(batch.result()[0], reference(om_dynamic_batch, f))
+        wall = time.perf_counter() - started
+        counters = session.counters
+    modelled = 12 * 0.020
+    assert counters.execute_seconds <= wall
+    assert modelled * 0.95 <= counters.execute_seconds <= modelled * 1.25, counters
+
+
+def test_wait_ready_completes_an_execution_submitted_not_pipelined(om_dynamic_batch: Path) -> None:
+    emulator.set_timing("execute_us=2000")
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as session:
+        for _ in range(DEVICE_TIMING_PERIOD + 1):  # past the layout's timed executions
+            session.infer(mlp_rows(2, seed=0))
+        first = session.submit([mlp_rows(2, seed=0)], pipelined=False)
+        second = session.submit([mlp_rows(2, seed=1)], pipelined=False)
+        session.wait_ready()  # the next submit takes the first's lane: it has no event to wait on
+        assert first.done()
+        for seed, batch in enumerate((first, second)):
+            assert_same(batch.result()[0], reference(om_dynamic_batch, mlp_rows(2, seed=seed)))
+
+
 def test_a_hang_behind_the_other_lane_times_out_both_and_the_session_recovers(
     om_dynamic_batch: Path,
 ) -> None:
@@ -574,12 +610,14 @@ def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
     assert not any("'always'" in line for line in switches), switches
 
 
+@pytest.mark.parametrize("pipelined", [True, False])
 @pytest.mark.parametrize("period", [1, 4])
 def test_sampled_device_times_follow_the_timing_model(
-    om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch, period: int
+    om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch, period: int, pipelined: bool
 ) -> None:
     # One execution in `period` of each layout records the four timing events, the others only
-    # the "executed" one; the busy seconds still add up to what the timing model charged.
+    # the "executed" one, or none when submitted not pipelined (`infer` waits for each before
+    # the next); the busy seconds still add up to what the timing model charged.
     emulator.set_timing("execute_us=2000")
     records = []
     record_event = emulator.acl.rt.record_event
@@ -589,9 +627,10 @@ def test_sampled_device_times_follow_the_timing_model(
     with Session(om_dynamic_batch, runtime="emulator", device_timing_period=period) as session:
         for i in range(24):
             feeds = mlp_rows(8 if i % 2 else 1, seed=i)
-            assert_same(session.infer(feeds), reference(om_dynamic_batch, feeds))
+            (result,) = session.submit([feeds], pipelined=pipelined).result()
+            assert_same(result, reference(om_dynamic_batch, feeds))
         counters = session.counters
     timed = 24 if period == 1 else 2 * (4 + 2)  # per layout: the first 4, then the 5th and 9th
-    assert len(records) == 4 * timed + (24 - timed)
+    assert len(records) == 4 * timed + (24 - timed if pipelined else 0)
     assert counters.executions == 24
     assert 24 * 0.002 * 0.95 <= counters.execute_seconds <= 24 * 0.002 * 1.25, counters

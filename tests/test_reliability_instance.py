@@ -99,7 +99,7 @@ def test_bad_parts_of_a_batch_fail_alone(tmp_path: Path, om_dims: Path, depth: i
             request_of(good[0]),
             request_of(dims_feeds(12, 9)),  # fits config dims [-1], matches no gear
             request_of(good[1]),
-            request_of(good[2], outputs=("hidden", "missing")),
+            request_of({**good[2], "attention_mask": good[2]["attention_mask"].astype(np.int32)}),
         ]
         responses = answers(instance, requests)
         with Session(om_dims, runtime="emulator") as session:
@@ -114,9 +114,40 @@ def test_bad_parts_of_a_batch_fail_alone(tmp_path: Path, om_dims: Path, depth: i
         testing.TritonError.INVALID_ARG,
     ]
     assert "match none of the model's dims gears" in errors[1].message()
-    assert "'missing'" in errors[3].message()
+    assert "expected dtype int64" in errors[3].message()
     np.testing.assert_array_equal(outputs_of(responses[0])["hidden"], expected[0])
     np.testing.assert_array_equal(outputs_of(responses[2])["hidden"], expected[1])
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_request_for_an_unknown_output_fails_alone(
+    tmp_path: Path, om_dynamic_batch: Path, depth: int
+) -> None:
+    # Triton itself refuses such a request before `execute`; the instance still does not let
+    # it take the batch down, and answers each request with the outputs it asked for.
+    instance = open_instance(om_dynamic_batch, tmp_path, "mlp", depth)
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1 + n, 16), dtype=np.float32)} for n in range(3)]
+    try:
+        responses = answers(
+            instance,
+            [
+                request_of(feeds[0], outputs=("z",)),
+                request_of(feeds[1], outputs=("y", "missing")),
+                request_of(feeds[2]),
+            ],
+        )
+        with Session(om_dynamic_batch, runtime="emulator") as session:
+            expected = [session.infer(f) for f in feeds]
+    finally:
+        instance.close()
+    error = responses[1].error()
+    assert error is not None and error.code() == testing.TritonError.INVALID_ARG
+    assert "'missing'" in error.message() and "'y', 'z'" in error.message()
+    assert list(outputs_of(responses[0])) == ["z"]
+    np.testing.assert_array_equal(outputs_of(responses[0])["z"], expected[0]["z"])
+    assert sorted(outputs_of(responses[2])) == ["y", "z"]
+    np.testing.assert_array_equal(outputs_of(responses[2])["y"], expected[2]["y"])
 
 
 @pytest.mark.parametrize("depth", [1, 2])

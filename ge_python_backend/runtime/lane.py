@@ -6,11 +6,13 @@ outputs from the pinned buffers. One model id never runs on two streams (GE refu
 lane loads the `.om` itself. Four events per lane (`LaneEvents`) time the copies and the
 execution on the device; they are created once with the lane, never per execution (a timeout
 replaces them with the stream). An execution launched untimed records only the "executed" event
-(the pipeline's waits need it) and reads no times.
+(the pipeline's waits need it) and reads no times; one neither timed nor pipelined (its caller
+finishes it before launching again) records none.
 
 Locks, always taken in this order: the session's, then one lane's `lock` (the lane being
 launched or finished), then the `_events_lock` of the lane launched before it (held only to
-queue the wait on its "executed" event or to replace its events; nothing is taken under it).
+queue the wait on its "executed" event, to record that event late, or to replace its events;
+nothing is taken under it).
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class Lane(Resource):
         self.job: Any = None  # the session's execution launched here and not yet finished
         self._launched = 0.0
         self._timed = True  # whether the work launched last records its timing events
+        self.executed_recorded = True  # whether it records its "executed" event
         self._events_work = True
 
     @classmethod
@@ -236,10 +239,13 @@ class Lane(Resource):
         execution: Execution,
         after: Lane | None = None,
         timed: bool = True,
+        pipelined: bool = True,
     ) -> int:
         """Queue copy in, gear selection, execute and copy out on the stream; the bytes to copy
         out. The inputs must have been staged (`stage`: its layout is the one queued). `timed`
-        False records no timing events: `finish` then returns no device times.
+        False records no timing events: `finish` then returns no device times. Neither timed
+        nor `pipelined` (the caller finishes it before launching anything else): not even the
+        "executed" event, which only waits for a pending execution need.
 
         With `after` (the lane launched before, on the same device), the execution waits for
         that lane's execution to leave the device: copies still overlap it, executions do not,
@@ -254,6 +260,7 @@ class Lane(Resource):
         self.context.activate()
         self._launched = time.perf_counter()
         self._timed = timed
+        self.executed_recorded = timed or pipelined
         if timed:
             events.start.record(stream)
         for copy in layout.copies_in:
@@ -267,7 +274,8 @@ class Lane(Resource):
         if timed:
             events.executing.record(stream)
         self.model.execute_async(self.inputs, self.outputs, stream)
-        events.executed.record(stream)
+        if self.executed_recorded:
+            events.executed.record(stream)
         for copy in layout.copies_out:  # none for a dynamic-shape model: `finish` copies
             copy.queue(stream)
         if timed:
@@ -276,7 +284,10 @@ class Lane(Resource):
 
     def queue_wait_for_execution(self, stream: Stream) -> None:
         """Make work queued on `stream` (another lane's) from now on wait until this lane's
-        pending execution has left the execute engine; no wait when none is pending.
+        pending execution has left the execute engine; no wait when none is pending. An
+        execution launched without its "executed" event (not pipelined, and another thread
+        submitted meanwhile) gets it recorded now, behind its copies out: the wait is longer,
+        the executions still never overlap.
 
         The caller holds its own lane's lock, not this one's: `_events_lock` keeps a timeout
         finishing this lane in another thread from destroying the event meanwhile
@@ -285,6 +296,8 @@ class Lane(Resource):
         """
         with self._events_lock:
             if self.job is not None:
+                if not self.executed_recorded:
+                    self.events.executed.record(self.stream)
                 stream.wait(self.events.executed)
 
     def finish(self, timeout_ms: int = 0) -> DeviceTimes | None:

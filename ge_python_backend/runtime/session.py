@@ -283,7 +283,7 @@ class Session(Resource):
 
     def infer(self, feeds: Feeds) -> dict[str, np.ndarray]:
         """Run one request of any number of rows; one array per output."""
-        return self.submit([feeds]).result()[0]
+        return self.submit([feeds], pipelined=False).result()[0]
 
     def infer_many(self, feeds_list: Sequence[Feeds]) -> list[dict[str, np.ndarray]]:
         """Run several requests together and wait; their outputs, in the same order.
@@ -293,19 +293,21 @@ class Session(Resource):
         InputError before any work if a request does not fit, AclError on a device failure (then
         every request of the call failed).
         """
-        return self.submit(feeds_list).result()
+        return self.submit(feeds_list, pipelined=False).result()
 
     def infer_async(self, feeds: Feeds) -> PendingBatch:
         """`submit` of one request: `.result()[0]` is its outputs."""
         return self.submit([feeds])
 
-    def submit(self, feeds_list: Sequence[Feeds]) -> PendingBatch:
+    def submit(self, feeds_list: Sequence[Feeds], pipelined: bool = True) -> PendingBatch:
         """Queue a batch of requests on the lanes and return without waiting for it.
 
         Each execution takes the next lane, whose pending execution completes first (so at most
         `pipeline_depth` executions are ever on the device). Raises InputError before any work if
         a request does not fit; device failures surface from `PendingBatch.result()` and fail
-        exactly that batch.
+        exactly that batch. `pipelined` False: the caller waits for this batch (`result()`)
+        before it submits the next, so its last execution records no event for a next one to
+        wait on (one ACL call less; another thread's submit meanwhile is still correct).
         """
         self._check_open()
         matched = [self._feeds.match(feeds) for feeds in feeds_list]
@@ -314,6 +316,7 @@ class Session(Resource):
         with self._lock:
             self._check_open()  # again: another thread may have closed it meanwhile
             self._context.activate()
+            last = executions[-1] if executions else None
             for execution in executions:
                 lane = self._lanes[self._next_lane]
                 self._next_lane = (self._next_lane + 1) % len(self._lanes)
@@ -321,7 +324,7 @@ class Session(Resource):
                     self._finish(lane)
                     if batch._error is not None:
                         break
-                    self._launch(batch, lane, execution)
+                    self._launch(batch, lane, execution, pipelined or execution is not last)
         return batch
 
     def wait_ready(self) -> None:
@@ -331,9 +334,10 @@ class Session(Resource):
 
         A server that calls this before taking its next batch lets requests gather meanwhile.
         The wait is bounded by `execute_timeout_ms` (`acl.rt.synchronize_event_with_timeout`);
-        past it, when the wait reports an error, or with a pyACL that lacks that call, the
-        pending execution is completed as `submit` would complete it (a failed or hung one fails
-        its batch; a hung one's lane gets a new stream).
+        past it, when the wait reports an error, with a pyACL that lacks that call, or for an
+        execution submitted not pipelined (it recorded no event), the pending execution is
+        completed as `submit` would complete it (a failed or hung one fails its batch; a hung
+        one's lane gets a new stream).
         """
         with self._lock:
             if self.closed:
@@ -344,10 +348,14 @@ class Session(Resource):
                     return
                 self._context.activate()
                 try:
-                    reached = lane.events.executed.reached(self.execute_timeout_ms or -1)
+                    reached = (
+                        lane.events.executed.reached(self.execute_timeout_ms or -1)
+                        if lane.executed_recorded
+                        else None
+                    )
                 except AclError:  # the device reports a failure: completing hands it to the batch
                     reached = None
-                if not reached:  # timed out (then it is over) or no event wait in this pyACL
+                if not reached:  # timed out (then it is over), or no event wait to make
                     self._finish(lane, 1 if reached is False else None)
 
     def close(self) -> None:
@@ -423,8 +431,11 @@ class Session(Resource):
 
     # -- the data path ---------------------------------------------------------------------
 
-    def _launch(self, batch: PendingBatch, lane: Lane, execution: Execution) -> None:
-        """Stage and launch one execution on a free lane (lane lock held).
+    def _launch(
+        self, batch: PendingBatch, lane: Lane, execution: Execution, pipelined: bool
+    ) -> None:
+        """Stage and launch one execution on a free lane (lane lock held); `pipelined` as in
+        `Lane.launch`.
 
         A failing call fails the batch; whatever was queued is waited for so the lane is free.
         """
@@ -432,7 +443,7 @@ class Session(Resource):
         try:
             h2d_bytes = lane.stage(self._table, execution, batch._feeds_list)
             timed = self._sampler.wants(execution)
-            d2h_bytes = lane.launch(self._table, execution, self._launched_last, timed)
+            d2h_bytes = lane.launch(self._table, execution, self._launched_last, timed, pipelined)
         except Exception as exc:  # any failure fails the batch; the lane is settled below
             batch._fail(exc)
             lane.settle()
@@ -498,22 +509,25 @@ class Session(Resource):
             counters.d2h_seconds += times.d2h
 
     def _scatter(self, lane: Lane, batch: PendingBatch, execution: Execution) -> None:
-        """Copy a finished execution's outputs into its batch's results (batch lock held)."""
+        """Copy a finished execution's outputs into its batch's results (batch lock held): one
+        copy of each output out of the pinned buffer, of which each request whose rows all ran
+        here gets its rows as a view; a request split over executions is assembled."""
         views = lane.output_views(self._table, execution)
         for spec, view in zip(self.outputs, views):
             name = spec.name
+            copied = view.copy()
             for piece in execution.pieces:
                 outputs = batch._results[piece.part]
                 if not execution.batch:
-                    outputs[name] = view.copy()
+                    outputs[name] = copied
                 elif piece.whole:  # the whole request ran in this execution
-                    outputs[name] = view[piece.in_execution].copy()
+                    outputs[name] = copied[piece.in_execution]
                 else:
                     output = outputs.get(name)
                     if output is None:
                         total = len(batch._feeds_list[piece.part][self._rows_input])
                         output = outputs[name] = np.empty((total, *view.shape[1:]), view.dtype)
-                    output[piece.in_part] = view[piece.in_execution]
+                    output[piece.in_part] = copied[piece.in_execution]
 
 
 def _close_newest_first(parts: list[Resource]) -> None:

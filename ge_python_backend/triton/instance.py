@@ -166,7 +166,9 @@ class ModelInstance:
         pending = None
         if accepted:
             try:
-                pending = self.session.submit([parsed.feeds for parsed in accepted])
+                pending = self.session.submit(
+                    [parsed.feeds for parsed in accepted], pipelined=not inline
+                )
             except Exception as exc:  # not expected after validation; never leave one hanging
                 logger.exception("model %s: submitting a batch", self._name)
                 for parsed in accepted:

@@ -26,8 +26,16 @@ class ParsedRequest(NamedTuple):
 
 
 def parse_request(request: Any, position: int, output_names: Sequence[str]) -> ParsedRequest:
-    """Read a request's input tensors and requested outputs; raise InputError on unknown outputs."""
+    """Read a request's input tensors and requested outputs; raise InputError on unknown outputs.
+
+    A model with one output does not ask which outputs were requested: Triton refuses a request
+    for an output the model does not have before `execute`, and the Python backend drops the
+    outputs a response carries but the request did not ask for; with more outputs, only the
+    requested ones are built.
+    """
     feeds = {tensor.name(): _array(tensor) for tensor in request.inputs()}
+    if len(output_names) == 1:
+        return ParsedRequest(position, feeds, ())
     requested = tuple(request.requested_output_names())
     unknown = [name for name in requested if name not in output_names]
     if unknown:
