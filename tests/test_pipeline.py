@@ -567,47 +567,53 @@ def test_a_timeout_on_one_lane_while_the_other_launches_behind_it(
 
 
 @pytest.mark.e2e
-def test_depth_2_answers_short_executions_inline_and_pipelines_on_request(
+def test_depth_2_pipelines_only_executions_as_long_as_its_threshold(
     tmp_path: Path, om_dynamic_batch: Path
 ) -> None:
-    # Depth 2 switches to answering inline when executions are shorter on the device than
-    # pipeline_min_device_us (Triton's stub accepts a returned list or response senders per
-    # execute call); with 0 it keeps pipelining. "short" sets 10 s, so every execution is short:
-    # without a timing model the emulated device time is the emulator's own host work (0.1-0.5
-    # ms here, more on a loaded machine), too close to the default 1 ms to test on. Every answer
-    # is checked against onnxruntime across the switch.
+    # Depth 2 answers inline (Triton's stub accepts a returned list or response senders per
+    # execute call) until the executions of a metrics interval took pipeline_min_device_us on the
+    # device on average. Executions of 2 ms: "long" (the default 1 ms) starts inline and switches
+    # to pipelining, "short" (10 s) never pipelines, "always" (0) pipelines from the start. Every
+    # answer is checked against onnxruntime across the switch.
     repository = tmp_path / "models"
-    scaffold(
-        om_dynamic_batch,
-        repository,
-        name="short",
-        runtime="emulator",
-        pipeline_min_device_us=10_000_000,
-    )
-    scaffold(
-        om_dynamic_batch, repository, name="always", runtime="emulator", pipeline_min_device_us=0
-    )
+    for name, threshold in (("long", None), ("short", 10_000_000), ("always", 0)):
+        scaffold(
+            om_dynamic_batch,
+            repository,
+            name=name,
+            runtime="emulator",
+            pipeline_min_device_us=threshold,
+        )
     log_path = tmp_path / "triton.log"
     rng = np.random.default_rng(3)
     expected = reference_session(om_dynamic_batch)
+    env = {"GE_EMULATOR_TIMING": "execute_us=2000"}
     with (
-        running_server(repository, log_path=log_path) as server,
+        running_server(repository, env=env, log_path=log_path) as server,
         TritonClient(grpc_address(server), "grpc") as client,
         ThreadPoolExecutor(4) as pool,
     ):
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             batches = [rng.standard_normal((1 + i % 3, 16), dtype=np.float32) for i in range(8)]
-            for model in ("short", "always"):
+            for model in ("long", "short", "always"):
                 calls = [pool.submit(_infer_grpc, client, model, x) for x in batches]
                 for x, call in zip(batches, calls):
                     result = call.result()
                     assert not isinstance(result, Exception), str(result)
                     (want,) = expected.run(["y"], {"x": x})
                     np.testing.assert_allclose(result.as_numpy("y"), want, rtol=1e-5, atol=1e-6)
-    switches = [line for line in log_path.read_text().splitlines() if "answering them" in line]
-    assert any("'short'" in line and "inline" in line for line in switches), switches
-    assert not any("'always'" in line for line in switches), switches
+    lines = log_path.read_text().splitlines()
+    loads = {
+        m: [line for line in lines if f"'{m}' version 1 instance" in line]
+        for m in ("long", "short", "always")
+    }
+    assert "answering inline until executions take 1000 us" in loads["long"][0], loads
+    assert "answering inline until executions take 10000000 us" in loads["short"][0], loads
+    assert "pipelining every execution" in loads["always"][0], loads
+    switches = [line for line in lines if "pipelining them" in line or "answering them" in line]
+    assert [line for line in switches if "'long'" in line and "pipelining them" in line], switches
+    assert not [line for line in switches if "'long'" not in line], switches
 
 
 @pytest.mark.parametrize("pipelined", [True, False])

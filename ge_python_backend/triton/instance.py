@@ -13,7 +13,8 @@ requests that arrived while the one before it ran.
 Response senders cost the Python backend more than returned responses, so depth 2 pipelines only
 while executions take at least `pipeline_min_device_us` on the device (mean over each metrics
 interval, from the session's event times; it stops below half of that); shorter ones are
-answered inline, as at depth 1.
+answered inline, as at depth 1. It starts inline (`pipeline_min_device_us` 0: pipelining), so
+executions never measured that long are never pipelined.
 """
 
 from __future__ import annotations
@@ -108,9 +109,19 @@ class ModelInstance:
                 f"config.pbtxt does not match {om_path.name}: " + "; ".join(problems)
             )
         gears = self.session.gears
+        self._min_device_s = params.pipeline_min_device_s
+        self._pipelining = params.pipeline_depth > 1 and self._min_device_s == 0
+        depth_text = ""
+        if self._pipelining:
+            depth_text = " (pipelining every execution)"
+        elif params.pipeline_depth > 1:
+            depth_text = (
+                f" (answering inline until executions take {self._min_device_s * 1e6:.0f} us on "
+                "the device on average: pipeline_min_device_us)"
+            )
         logger.info(
             "model %s instance %s: %s (sha256 %s) on device %d, runtime %s, %s gears %s, "
-            "pipeline depth %d",
+            "pipeline depth %d%s",
             self._name,
             args["model_instance_name"],
             om_path.name,
@@ -120,6 +131,7 @@ class ModelInstance:
             gears.kind,
             gears_text(gears, self.session.inputs),
             params.pipeline_depth,
+            depth_text,
         )
         self._output_names = tuple(spec.name for spec in self.session.outputs)
         labels = {
@@ -132,8 +144,6 @@ class ModelInstance:
         )
         self._completions: queue.Queue[Any] | None = None
         self._completer: threading.Thread | None = None
-        self._pipelining = params.pipeline_depth > 1
-        self._min_device_s = params.pipeline_min_device_s
         self._measured = self.session.counters  # since the last pipelining decision
         if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
