@@ -190,8 +190,9 @@ def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
         "compared were served by one server and measured in alternating rounds "
         f"({plan['rounds']} rounds of {plan['seconds']:g} s per concurrency level after "
         f"{plan['warmup']} warmup requests, unless a section says otherwise). Each ratio is the "
-        "median of the per-round ratios: a round measures both sides back to back, so a burst "
-        "of other load on the machine spoils one round, not the result. "
+        "median of the per-round ratios: a round measures both sides back to back (in turn "
+        "first: one order in even rounds, the reverse in odd ones), so a burst of other load on "
+        "the machine spoils one round, not the result. "
         "The load generator is `ge-python-model bench` over gRPC, closed loop (each of C "
         "clients keeps one request in flight). It runs on the same machine as the server, so "
         "client, tritonserver and the model's stub process share its cores. " + variation,

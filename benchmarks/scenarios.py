@@ -343,10 +343,12 @@ def alternate(
     shape: str | None = None,
     metrics: bool = False,
 ) -> dict[str, list[list[dict[str, Any]]]]:
-    """`plan.rounds` rounds; in each, every model runs every level. {model: [round results]}."""
+    """`plan.rounds` rounds; in each, every model runs every level, first to last in even rounds
+    and last to first in odd ones (no model always runs first: a drift of the machine's speed
+    during a round cancels over two). {model: [round results]}."""
     runs: dict[str, list[list[dict[str, Any]]]] = {model: [] for model in models}
     for number in range(plan.rounds):
-        for model in models:
+        for model in models if number % 2 == 0 else models[::-1]:
             say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {levels}")
             runs[model].append(
                 recorder.bench(
