@@ -13,8 +13,9 @@ requests that arrived while the one before it ran.
 Response senders cost the Python backend more than returned responses, so depth 2 pipelines only
 while executions take at least `pipeline_min_device_us` on the device (mean over each metrics
 interval, from the session's event times; it stops below half of that); shorter ones are
-answered inline, as at depth 1. It starts inline (`pipeline_min_device_us` 0: pipelining), so
-executions never measured that long are never pipelined.
+answered inline, as at depth 1. It starts inline (`pipeline_min_device_us` 0: pipelining) and
+starts pipelining after two long intervals in a row, so executions never measured that long are
+never pipelined.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ class ModelInstance:
         self._completions: queue.Queue[Any] | None = None
         self._completer: threading.Thread | None = None
         self._measured = self.session.counters  # since the last pipelining decision
+        self._long_intervals = 0  # metrics intervals in a row whose executions were long
         if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
             self._completions = queue.Queue(maxsize=params.pipeline_depth)
@@ -210,15 +212,21 @@ class ModelInstance:
 
     def _decide_pipelining(self, counters: SessionCounters) -> None:
         """From the executions since the last decision (none: no change): start pipelining when
-        they took at least `pipeline_min_device_us` on the device on average (copies and
-        execution), stop when they took less than half of it (no flapping around the limit)."""
+        those of two intervals in a row took at least `pipeline_min_device_us` on the device on
+        average (copies and execution; one interval may hold the first, slow executions of each
+        gear, model_warmup's among them), stop when they took less than half of it (no flapping
+        around the limit)."""
         before, self._measured = self._measured, counters
         executions = counters.executions - before.executions
         if executions <= 0:
             return
         device_s = (counters.device_seconds - before.device_seconds) / executions
         limit = self._min_device_s if not self._pipelining else self._min_device_s / 2
-        pipelining = device_s >= limit
+        if self._pipelining:
+            pipelining = device_s >= limit
+        else:
+            self._long_intervals = self._long_intervals + 1 if device_s >= limit else 0
+            pipelining = self._long_intervals >= 2
         if pipelining != self._pipelining:
             logger.info(
                 "model %s: executions take %.0f us on the device on average, %s %.0f us; %s "
@@ -230,6 +238,7 @@ class ModelInstance:
                 "pipelining them" if pipelining else "answering them inline",
             )
             self._pipelining = pipelining
+            self._long_intervals = 0
 
     def _answers(
         self, pending: PendingBatch, accepted: list[ParsedRequest]
