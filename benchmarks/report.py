@@ -978,6 +978,8 @@ def confirmation_words(level: analysis.TuneLevel) -> str:
     )
     if kept:
         return text + f"kept the defaults: the best other finalist was {figures}."
+    if level.winner is None:
+        return text + f"found no winner ({confirmation.verdict}); the best other was {figures}."
     return text + f"chose {figures}."
 
 
@@ -1015,6 +1017,9 @@ def tune_search_words(level: analysis.TuneLevel, rows: int) -> str:
         f"device limit at {analysis.little_bound_ms(level.clients, rows):.1f} ms)"
     )
     if winner is None:
+        confirmation = level.confirmation
+        if confirmation is not None and confirmation.rounds:
+            return text + "; no finalist kept the budget in every round of tune's confirmation."
         return text + f"; none of the {level.trials} trials met the budget."
     if not level.changed or again is None:
         return text + f"; no other of the {level.trials} trials beat them."

@@ -520,8 +520,20 @@ def test_the_tune_section_follows_its_numbers() -> None:
     assert "it missed the budget, so it is no evidence against the defaults" in text
     assert "At no load did a tuned config, re-measured, beat scaffold's defaults" in text
 
-    for document in data["tune"]["levels"].values():
+    for document in data["tune"]["levels"].values():  # confirmed in rounds, none kept p99
         document["winner"] = None
+        document["confirmation_verdict"] = "no finalist met p99 <= 50 ms in every round"
+    data["tune"]["remeasured"] = {}
+    text = report.render(data)
+    assert "no finalist kept the budget in every round of tune's confirmation." in text
+    assert "found no winner (no finalist met p99 <= 50 ms in every round); the best" in text
+    assert (
+        "confirmation (2 alternating rounds of 2 finalists, the defaults among them) chose"
+        not in text
+    )
+    assert "none of the 3 trials met the budget" not in text
+
+    for document in data["tune"]["levels"].values():
         document["confirmation_rounds"], document["confirmation"] = 0, []
         document["confirmation_verdict"] = (
             "none of the 2 other candidates met p99 <= 50 ms: nothing to confirm"
