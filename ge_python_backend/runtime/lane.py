@@ -64,8 +64,8 @@ class DeviceTimes(NamedTuple):
 
 
 class Layout(NamedTuple):
-    """What an execution of one (gear, batch, rows) touches on a lane, worked out once
-    (`Lane.layout`): its staged inputs (padding rows included) and its outputs' real rows as
+    """What an execution of one (gear, batch, rows) touches on a lane, worked out once per
+    lane: its staged inputs (padding rows included) and its outputs' real rows as
     views of the pinned buffers, and the copies in and out (none for an empty tensor)."""
 
     inputs: list[np.ndarray]
