@@ -221,10 +221,11 @@ class ModelInstance:
         if executions <= 0:
             return
         device_s = (counters.device_seconds - before.device_seconds) / executions
-        limit = self._min_device_s if not self._pipelining else self._min_device_s / 2
         if self._pipelining:
+            limit = self._min_device_s / 2
             pipelining = device_s >= limit
         else:
+            limit = self._min_device_s
             self._long_intervals = self._long_intervals + 1 if device_s >= limit else 0
             pipelining = self._long_intervals >= 2
         if pipelining != self._pipelining:
