@@ -343,18 +343,23 @@ def alternate(
     shape: str | None = None,
     metrics: bool = False,
 ) -> dict[str, list[list[dict[str, Any]]]]:
-    """`plan.rounds` rounds; in each, every model runs every level, first to last in even rounds
-    and last to first in odd ones (no model always runs first: a drift of the machine's speed
-    during a round cancels over two). {model: [round results]}."""
+    """`plan.rounds` rounds; in each, at each level, every model runs in turn (one run per model
+    and level, so the runs compared are next to each other). Odd rounds take the even rounds'
+    order backwards, so each level's runs pair up as A B B A over two rounds: no model always
+    runs first, and a drift of the machine's speed cancels over the pair. {model: [round
+    results, one entry per level in `levels` order]}."""
     runs: dict[str, list[list[dict[str, Any]]]] = {model: [] for model in models}
+    order = [(level, model) for level in levels for model in models]
     for number in range(plan.rounds):
-        for model in models if number % 2 == 0 else models[::-1]:
-            say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {levels}")
-            runs[model].append(
-                recorder.bench(
-                    server, model, levels, plan, f"{label}-{model}-{number + 1}", shape, metrics
-                )
+        measured: dict[tuple[str, int], dict[str, Any]] = {}
+        for level, model in order if number % 2 == 0 else order[::-1]:
+            say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {level}")
+            run_label = f"{label}-{model}-c{level}-{number + 1}"
+            [measured[model, level]] = recorder.bench(
+                server, model, [level], plan, run_label, shape, metrics
             )
+        for model in models:
+            runs[model].append([measured[model, level] for level in levels])
     return runs
 
 
