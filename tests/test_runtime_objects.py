@@ -131,6 +131,19 @@ def test_activate_after_close_is_refused(acl: ModuleType) -> None:
             context.activate()
 
 
+def test_activate_is_refused_where_another_thread_closed_the_current_context(
+    acl: ModuleType,
+) -> None:
+    with Device(acl, 0) as device:
+        context = Context(device)
+        context.activate()  # current in this thread (remembered, so the next call is cheap)
+        thread = threading.Thread(target=context.close)
+        thread.start()
+        thread.join()
+        with pytest.raises(RuntimeError, match=r"is closed; it cannot be made current"):
+            context.activate()
+
+
 def test_failures_carry_the_acl_code_name(acl: ModuleType) -> None:
     with Device(acl, 0) as device, Context(device) as context:
         emulator.set_faults("rt.malloc:207001:1")

@@ -533,9 +533,13 @@ def test_validate_returns_rows(add_mul_session: Session) -> None:
 
 def test_infer_many_checks_every_part_before_running(add_mul_session: Session) -> None:
     executions = add_mul_session.counters.executions
-    with pytest.raises(InputError):
-        add_mul_session.infer_many([ab(), ab(dtype=np.float64)])
+    with pytest.raises(InputError) as caught:
+        add_mul_session.infer_many([ab(), ab(), ab(dtype=np.float64), ab(dtype=np.float64)])
     assert add_mul_session.counters.executions == executions
+    assert caught.value.request == 2  # the first one that does not fit
+    with pytest.raises(InputError) as caught:
+        add_mul_session.validate(ab(dtype=np.float64))
+    assert caught.value.request is None
 
 
 def test_hw_shape_that_is_not_a_gear(om_hw: Path) -> None:

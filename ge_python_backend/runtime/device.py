@@ -120,10 +120,10 @@ class Context(Resource):
     def activate(self) -> None:
         """`acl.rt.set_context` for this thread unless it is current already: call it before
         any device work (cheap)."""
+        if getattr(_current, "context", _NO_CONTEXT)() is self and self._finalizer.alive:
+            return  # (alive: another thread may have closed it since it was made current here)
         if self.closed:
             raise RuntimeError(f"{self!r} is closed; it cannot be made current")
-        if getattr(_current, "context", _NO_CONTEXT)() is self:
-            return
         check(self.acl.rt.set_context(self.handle), "acl.rt.set_context", self.acl)
         _current.context = weakref.ref(self)  # weak: the cache must not keep it alive
 

@@ -53,7 +53,13 @@ class ExecuteTimeoutError(AclError):
 
 
 class InputError(GeBackendError, ValueError):
-    """Caller data does not fit the model (dtype, shape, missing or unknown input, no gear)."""
+    """Caller data does not fit the model (dtype, shape, missing or unknown input, no gear).
+
+    From `Session.submit` (and `infer_many`, `infer`), `request` is the index of the first
+    request of the list that does not fit; None where no list was given (`validate`).
+    """
+
+    request: int | None = None
 
 
 class OutputTooLargeError(GeBackendError):

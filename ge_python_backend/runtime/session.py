@@ -31,7 +31,12 @@ from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
-from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, ModelFileError
+from ge_python_backend.runtime.errors import (
+    AclError,
+    ExecuteTimeoutError,
+    InputError,
+    ModelFileError,
+)
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import DeviceTimes, Lane
 from ge_python_backend.runtime.model import read_aipp_config
@@ -304,13 +309,20 @@ class Session(Resource):
 
         Each execution takes the next lane, whose pending execution completes first (so at most
         `pipeline_depth` executions are ever on the device). Raises InputError before any work if
-        a request does not fit; device failures surface from `PendingBatch.result()` and fail
-        exactly that batch. `pipelined` False: the caller waits for this batch (`result()`)
-        before it submits the next, so its last execution records no event for a next one to
-        wait on (one ACL call less; another thread's submit meanwhile is still correct).
+        a request does not fit (its `request` says which); device failures surface from
+        `PendingBatch.result()` and fail exactly that batch. `pipelined` False: the caller waits
+        for this batch (`result()`) before it submits the next, so its last execution records no
+        event for a next one to wait on (one ACL call less; another thread's submit meanwhile is
+        still correct).
         """
         self._check_open()
-        matched = [self._feeds.match(feeds) for feeds in feeds_list]
+        matched = []
+        for number, feeds in enumerate(feeds_list):
+            try:
+                matched.append(self._feeds.match(feeds))
+            except InputError as exc:
+                exc.request = number
+                raise
         executions = self._planner.plan(matched)
         batch = PendingBatch(self, feeds_list)
         with self._lock:

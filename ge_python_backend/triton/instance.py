@@ -3,12 +3,12 @@
 `model_templates/model.py` delegates to `ModelInstance`; `pb_utils` (Triton's
 `triton_python_backend_utils`) is passed in because it only exists inside the Python backend stub.
 
-One path for every pipeline depth: each request is validated alone (a bad one is answered with
-INVALID_ARG and fails alone), the good ones are submitted to the session together, and their
-responses are built from the batch's result. At depth 1 `execute` waits for the batch and returns
-the responses; at depth 2 it returns `None` once the execution before this one has left the
-device's execute engine (`Session.wait_ready`), and a completion thread answers through each
-request's response sender: Triton forms the next batch while this one executes, from the
+One path for every pipeline depth: the requests are submitted to the session together, a bad one
+fails alone (answered INVALID_ARG; `Session.submit` names it, the others are submitted again),
+and their responses are built from the batch's result. At depth 1 `execute` waits for the batch
+and returns the responses; at depth 2 it returns `None` once the execution before this one has
+left the device's execute engine (`Session.wait_ready`), and a completion thread answers through
+each request's response sender: Triton forms the next batch while this one executes, from the
 requests that arrived while the one before it ran.
 Response senders cost the Python backend more than returned responses, so depth 2 pipelines only
 while executions take at least `pipeline_min_device_us` on the device (mean over each metrics
@@ -156,7 +156,7 @@ class ModelInstance:
             self._completer.start()
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
-        """Validate each request alone, run the good ones together, answer every request.
+        """Run the requests together (a bad one fails alone), answer every request.
 
         Depth 1 (and depth 2 while executions are short): returns the responses. Depth 2:
         returns `None` once the execution before this one has left the execute engine
@@ -169,24 +169,10 @@ class ModelInstance:
         accepted: list[ParsedRequest] = []
         for index, request in enumerate(requests):
             try:
-                parsed = parse_request(request, index, self._output_names)
-                self.session.validate(parsed.feeds)
+                accepted.append(parse_request(request, index, self._output_names))
             except InputError as exc:
-                responses[index] = error_response(self._pb_utils, str(exc), "INVALID_ARG")
-            else:
-                accepted.append(parsed)
-        pending = None
-        if accepted:
-            try:
-                pending = self.session.submit(
-                    [parsed.feeds for parsed in accepted], pipelined=not inline
-                )
-            except Exception as exc:  # not expected after validation; never leave one hanging
-                logger.exception("model %s: submitting a batch", self._name)
-                for parsed in accepted:
-                    responses[parsed.position] = error_response(
-                        self._pb_utils, str(exc), "INTERNAL"
-                    )
+                responses[index] = self._invalid(exc)
+        pending = self._submit(accepted, responses, pipelined=not inline)
         if inline:
             if pending is not None:
                 for parsed, response in self._answers(pending, accepted):
@@ -209,6 +195,32 @@ class ModelInstance:
                 self._decide_pipelining(counters)
             self._metrics.flush(counters, self.session.device_memory())
         return responses if inline else None
+
+    def _submit(
+        self, accepted: list[ParsedRequest], responses: list[Any], pipelined: bool
+    ) -> PendingBatch | None:
+        """Submit the accepted requests as one batch. One that does not fit the model
+        (`InputError.request`) is answered INVALID_ARG and taken out of `accepted`, and the
+        others are submitted again; any other failure answers them all INTERNAL (None: nothing
+        runs)."""
+        while accepted:
+            try:
+                return self.session.submit([p.feeds for p in accepted], pipelined=pipelined)
+            except InputError as exc:
+                assert exc.request is not None  # `submit` names the request
+                responses[accepted.pop(exc.request).position] = self._invalid(exc)
+            except Exception as exc:  # not expected; never leave a request hanging
+                logger.exception("model %s: submitting a batch", self._name)
+                for parsed in accepted:
+                    responses[parsed.position] = error_response(
+                        self._pb_utils, str(exc), "INTERNAL"
+                    )
+                return None
+        return None
+
+    def _invalid(self, exc: InputError) -> Any:
+        """The response failing a request that does not fit the model."""
+        return error_response(self._pb_utils, str(exc), "INVALID_ARG")
 
     def _decide_pipelining(self, counters: SessionCounters) -> None:
         """From the executions since the last decision (none: no change): start pipelining when
