@@ -25,6 +25,7 @@ __all__ = [
     "ATC_INPUT_FORMATS",
     "ATC_MAX_GEARS",
     "ATC_OUTPUT_TYPES",
+    "DEFAULT_SOC",
     "LAYOUT_RANKS",
     "DATA_TYPES",
     "DIMS_NAME_LIMIT",
@@ -37,6 +38,10 @@ __all__ = [
     "PRECISION_MODES_NOT_EMULATED",
     "PRECISION_MODES_V2",
     "PRECISION_MODE_ALIASES",
+    "PROCESSES_PER_DEVICE",
+    "PROCESS_DEVICE_MEMORY",
+    "PROCESSES_PER_DEVICE_VM",
+    "SOC_DEVICES",
     "AclCode",
     "AtcFramework",
     "DataType",
@@ -45,10 +50,12 @@ __all__ = [
     "MemcpyKind",
     "PrecisionMode",
     "RunMode",
+    "SocDevice",
     "converted_tensor_name",
     "describe_code",
     "format_name",
     "om_output_path",
+    "soc_device",
     "tensor_name_of_output",
 ]
 
@@ -541,3 +548,59 @@ def tensor_name_of_output(acl_name: str) -> str:
     if match is None or match.group("tensor") is None:
         return acl_name
     return match.group("tensor")
+
+
+# ----------------------------------------------------------------------------- sharing a device
+
+# pyACL runs at most this many user processes on one device of a physical machine, and
+# `PROCESSES_PER_DEVICE_VM` in a virtual machine (CANN 8.2 pyACL restrictions page
+# aclpythondevg_0094; CANN 6.0.1 aclcppdevg_000198; Atlas A2: 63). Triton's Python backend runs
+# one process per model instance, each opening its device.
+PROCESSES_PER_DEVICE = 64
+PROCESSES_PER_DEVICE_VM = 32
+# Device memory a process holds once it has opened a device (its primary context, default streams
+# and runtime state), before any allocation or model: 107 MB per process in npu-smi on 910B
+# (vllm-ascend PR #7107), about 112 MB (xLLM PR #2095); both torch_npu processes, no public figure
+# for 310P or for a bare pyACL set_device. The larger figure, so a budget errs on fitting fewer.
+PROCESS_DEVICE_MEMORY = 112 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class SocDevice:
+    """One SoC as a device: its memory per chip (bytes) and the product it was seen on."""
+
+    soc: str
+    memory: int
+    product: str
+
+
+_MIB = 2**20
+# Device memory per chip as `acl.rt.get_mem_info` reports its total (what applications can use:
+# the system's reservation excluded), by `--soc_version`. Huawei's product pages were not in the
+# sources read; the figures are npu-smi's totals in field reports, cited in docs/DEPLOYING.md
+# ("Many models on one NPU"), where the UNCONFIRMED ones are marked.
+SOC_DEVICES: Mapping[str, SocDevice] = MappingProxyType(
+    {
+        device.soc: device
+        for device in (
+            SocDevice("Ascend310B1", 4 * 2**30, "Atlas 200I DK A2: 4 GB LPDDR4X"),
+            SocDevice("Ascend310P3", 21525 * _MIB, "Atlas 300I Pro (24 GB card)"),
+            SocDevice("Ascend910B1", 65536 * _MIB, "Atlas 800T A2: 64 GB HBM per NPU"),
+            SocDevice("Ascend910B2", 65536 * _MIB, "Atlas 800T A2: 64 GB HBM per NPU"),
+            SocDevice("Ascend910B3", 65536 * _MIB, "Atlas 800T A2: 64 GB HBM per NPU"),
+            SocDevice("Ascend910B4", 32768 * _MIB, "Atlas 800I A2 (910B4): 32 GB HBM per NPU"),
+        )
+    }
+)
+DEFAULT_SOC = "Ascend310P3"  # the SoC ATC's examples and `emulator compile` target by default
+
+
+def soc_device(soc: str) -> SocDevice:
+    """The device of `soc`; ValueError naming the SoCs known, for one that is not."""
+    device = SOC_DEVICES.get(soc)
+    if device is None:
+        raise ValueError(
+            f"no device memory is known for SoC {soc!r}; known: {', '.join(SOC_DEVICES)} "
+            "(give the memory explicitly)"
+        )
+    return device

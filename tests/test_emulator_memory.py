@@ -32,6 +32,7 @@ def test_malloc_refuses_bad_size_and_policy(ctx: int) -> None:
 
 def test_capacity_rounding_and_exhaustion(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GE_EMULATOR_DEVICE_MEMORY", str(1 << 20))
+    monkeypatch.setenv("GE_EMULATOR_PROCESS_MEMORY", "0")  # only the allocations below count
     assert acl.init() == 0
     try:
         assert acl.rt.set_device(0) == 0

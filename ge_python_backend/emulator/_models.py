@@ -225,12 +225,14 @@ class DescribedModel:
 
 
 class LoadedModel(DescribedModel):
-    """A model id's state: the OM, the loading context and the gear last selected by set_*."""
+    """A model id's state: the OM, the loading context, the device memory its load holds and
+    the gear last selected by set_*."""
 
-    def __init__(self, model_id: int, om: OmModel, context: Context) -> None:
+    def __init__(self, model_id: int, om: OmModel, context: Context, device_bytes: int) -> None:
         super().__init__(om)
         self.id = model_id
         self.context = context
+        self.device_bytes = device_bytes  # the device memory ACL allocated for it at load
         self.live = True
         self.current_gear = self.largest
         # GE refuses to mix execute and execute_async on one model ("NnExecute not support mix

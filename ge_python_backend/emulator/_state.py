@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ge_python_backend.ascend import AclCode, RunMode, describe_code
+from ge_python_backend.emulator._ledger import DeviceLedger, Refusal
 
 if TYPE_CHECKING:
     from ge_python_backend.aipp import DynamicAippParams
@@ -27,7 +28,6 @@ HANDLE_BASE = 0xA000_0000_0000_0000
 HANDLE_STEP = 0x40
 POISON = 0xA5
 DEFAULT_DEVICE_COUNT = 8
-DEFAULT_DEVICE_MEMORY = 32 << 30
 # The run mode (RunMode.HOST, "EP", or RunMode.DEVICE, "RC"): GE_EMULATOR_RUN_MODE=host|device.
 RUN_MODE_ENV = "GE_EMULATOR_RUN_MODE"
 
@@ -47,13 +47,67 @@ def describe(code: int) -> str:
 
 @dataclass(eq=False)
 class Device:
-    """One emulated NPU: memory capacity and the reference-counted default context."""
+    """One emulated NPU: this process's row in the host's ledger of it (`_ledger.py`: the
+    processes that opened it, the memory each holds) and the reference-counted default context.
+    Callers hold `LOCK`."""
 
     id: int
-    capacity: int
-    used: int = 0
+    ledger: DeviceLedger
     refcount: int = 0
     default_context: Context | None = None
+
+    @property
+    def capacity(self) -> int:
+        """The device's memory in bytes."""
+        return self.ledger.capacity
+
+    def free(self) -> int:
+        """Bytes of device memory no process on the host holds."""
+        return self.capacity - self.ledger.used()
+
+    def open_context(self) -> None:
+        """Count a new context of this process on the device; 507033 (E30003) for a process
+        over the cap, 207001 when the memory of opening the device is not free."""
+        refusal = self.ledger.open_context()
+        if refusal is None:
+            return
+        if refusal.processes >= self.ledger.max_processes:
+            # hicann/runtime: the TSD open fails with E30003, runtime.cc PrintfTsdError logs
+            # it, and DeviceRetain's failure reaches aclrtSetDevice as RT_ERROR_DEVICE_RETAIN.
+            raise AclFailure(
+                AclCode.RT_DEV_SETUP_ERROR,
+                f"E30003 TsdOpen failed:The number of started NN processes exceeds the limit. "
+                f"devId={self.id}: {refusal.processes} processes hold the device, at most "
+                f"{self.ledger.max_processes} (GE_EMULATOR_MAX_PROCESSES); device retain error",
+            )
+        raise self._out_of_memory(refusal, self.ledger.process_memory, "opening the device")
+
+    def close_context(self) -> None:
+        """A context of this process on the device is gone."""
+        self.ledger.close_context()
+
+    def charge(self, nbytes: int, code: int, purpose: str) -> None:
+        """Hold `nbytes` of the device's memory for `purpose`, else fail with `code`."""
+        refusal = self.ledger.charge(nbytes)
+        if refusal is not None:
+            raise self._out_of_memory(refusal, nbytes, purpose, code)
+
+    def release(self, nbytes: int) -> None:
+        """Give back `nbytes` held by `charge`."""
+        self.ledger.release(nbytes)
+
+    def _out_of_memory(
+        self, refusal: Refusal, nbytes: int, purpose: str, code: int = AclCode.RT_MEMORY_ALLOCATION
+    ) -> AclFailure:
+        holders = ", ".join(
+            f"pid {h.pid} {h.bytes} bytes" for h in sorted(refusal.holders, key=lambda h: -h.bytes)
+        )
+        return AclFailure(
+            code,
+            f"device {self.id} is out of memory: {purpose} needs {nbytes} bytes, "
+            f"{self.capacity - refusal.used} of {self.capacity} free "
+            f"(GE_EMULATOR_DEVICE_MEMORY); held by {holders or 'nobody'}",
+        )
 
 
 @dataclass(eq=False)
@@ -105,6 +159,7 @@ class State:
     def __init__(self) -> None:
         self.initialized = False
         self.run_mode = RunMode.HOST
+        self.soc = ""
         self.device_count = DEFAULT_DEVICE_COUNT
         self.devices: dict[int, Device] = {}
         self.contexts: dict[int, Context] = {}

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
+from ge_python_backend.ascend import DEFAULT_SOC as _DEFAULT_SOC
 from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
+from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY as _PROCESS_DEVICE_MEMORY
+from ge_python_backend.ascend import PROCESSES_PER_DEVICE as _PROCESSES_PER_DEVICE
 from ge_python_backend.ascend import AclCode as _AclCode
-from ge_python_backend.emulator import _stats
+from ge_python_backend.ascend import soc_device as _soc_device
+from ge_python_backend.emulator import _stats, timing
 from ge_python_backend.emulator._api import api, value
+from ge_python_backend.emulator._ledger import DeviceLedger
 from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._state import (
     DEFAULT_DEVICE_COUNT,
-    DEFAULT_DEVICE_MEMORY,
     LOCK,
     STATE,
     TLS,
@@ -32,8 +37,8 @@ from ge_python_backend.emulator._state import (
 
 # The CANN version the emulator reports (the calling conventions it follows are 8.x's).
 VERSION = (8, 0, 0)
-# The SoC acl.get_soc_name reports (the default --soc_version of `emulator compile`).
-SOC_NAME = "Ascend310P3"
+# The SoC the emulated devices are (acl.get_soc_name), and so their memory: GE_EMULATOR_SOC.
+SOC_ENV = "GE_EMULATOR_SOC"
 # aclLogLevel (acl_base.h): ACL_DEBUG 0, ACL_INFO 1, ACL_WARNING 2, ACL_ERROR 3.
 _LOG_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
 _APP_LOG = logging.getLogger("ge_python_backend.emulator.app_log")
@@ -51,12 +56,20 @@ def init(config_path: str = "") -> int:
         if config_path:
             _check_config(config_path)
         count = env_int("GE_EMULATOR_DEVICE_COUNT", DEFAULT_DEVICE_COUNT, 1)
-        memory = env_int("GE_EMULATOR_DEVICE_MEMORY", DEFAULT_DEVICE_MEMORY, 1)
+        soc = os.environ.get(SOC_ENV, "").strip() or _DEFAULT_SOC
+        memory = env_int("GE_EMULATOR_DEVICE_MEMORY", _soc_device(soc).memory, 1)
+        max_processes = env_int("GE_EMULATOR_MAX_PROCESSES", _PROCESSES_PER_DEVICE, 1)
+        process_memory = env_int("GE_EMULATOR_PROCESS_MEMORY", _PROCESS_DEVICE_MEMORY, 0)
         run_mode = env_run_mode()
+        directory = timing.host_directory()
         STATE.initialized = True
         STATE.run_mode = run_mode
+        STATE.soc = soc
         STATE.device_count = count
-        STATE.devices = {i: Device(i, memory) for i in range(count)}
+        STATE.devices = {
+            i: Device(i, DeviceLedger(directory, i, memory, max_processes, process_memory))
+            for i in range(count)
+        }
     return 0
 
 
@@ -97,9 +110,10 @@ def app_log(level: int, message: str) -> None:
 
 @api("acl.get_soc_name", fail=value(None), fault="none")
 def get_soc_name() -> str:
-    """The SoC name ("Ascend310P3"; None before acl.init, as a NULL C string)."""
+    """The SoC name (GE_EMULATOR_SOC, default Ascend310P3; None before acl.init, as a NULL C
+    string)."""
     require_init()
-    return SOC_NAME
+    return STATE.soc
 
 
 @api("acl.get_version", fail=lambda code, args: (0, 0, 0, code))
@@ -175,6 +189,8 @@ def update_data_buffer(data_buffer: int, ptr: int, size: int) -> int:
 def _release_everything() -> None:
     """Drop every resource (caller holds LOCK); handles and pointers become invalid."""
     devices, hosts = MEMORY.release_all()
+    for device in STATE.devices.values():
+        device.ledger.leave()
     leaks = {
         "leaked_device_allocations": devices,
         "leaked_host_allocations": hosts,

@@ -61,7 +61,7 @@ def load_from_file(path: str) -> tuple[int, int]:
         om = OmModel.load(path)
     except OmFormatError as exc:
         raise AclFailure(exc.acl_code, str(exc)) from exc
-    return _register(om, ctx), 0
+    return _register(om, ctx, _mem_sizes(om)), 0
 
 
 @api("acl.mdl.load_from_mem", int, int, fail=zero_ret)
@@ -88,7 +88,7 @@ def load_from_mem(ptr: int, size: int) -> tuple[int, int]:
         om = OmModel.load(ctypes.string_at(span.address, size))
     except OmFormatError as exc:
         raise AclFailure(exc.acl_code, str(exc)) from exc
-    return _register(om, ctx), 0
+    return _register(om, ctx, _mem_sizes(om)), 0
 
 
 @api("acl.mdl.query_size", str, fail=lambda code, args: (0, 0, code), fault="none")
@@ -108,8 +108,9 @@ def load_from_file_with_mem(
     query_size's sizes; a 0 pointer with size 0 lets ACL allocate that part)."""
     ctx = current_context()
     om = _read_om(path)
+    sizes = _mem_sizes(om)
     for what, ptr, size, need in zip(
-        ("work", "weight"), (work_ptr, weight_ptr), (work_size, weight_size), _mem_sizes(om)
+        ("work", "weight"), (work_ptr, weight_ptr), (work_size, weight_size), sizes
     ):
         if ptr == 0 and size == 0:
             continue
@@ -126,7 +127,9 @@ def load_from_file_with_mem(
                 _AclCode.GE_PARAM_INVALID,
                 f"{what}_size {size} is smaller than the {need} bytes query_size reports",
             )
-    return _register(om, ctx), 0
+    # ACL allocates only the parts given as 0 pointer and size 0.
+    work, weight = (0 if ptr else need for ptr, need in zip((work_ptr, weight_ptr), sizes))
+    return _register(om, ctx, (work, weight)), 0
 
 
 @api("acl.mdl.unload", int)
@@ -137,6 +140,7 @@ def unload(model_id: int) -> int:
         model = _model_in(model_id, ctx)
         model.live = False
         del STATE.models[model_id]
+        ctx.device.release(model.device_bytes)
         STATE.count("model_unloads")
     return 0
 
@@ -879,15 +883,26 @@ def _mem_sizes(om: OmModel) -> tuple[int, int]:
     return work, len(om.onnx_bytes)
 
 
-def _register(om: OmModel, ctx: Context) -> int:
+def _register(om: OmModel, ctx: Context, allocate: tuple[int, int]) -> int:
+    """A model id for `om` under `ctx`, holding the (work, weight) bytes ACL `allocate`s on the
+    device: weights first, then the feature map (work), as GE's DavinciModel::Init does; either
+    not free is 245000 ACL_ERROR_GE_MEMORY_ALLOCATION (InitWeightMem, InitFeatureMapAndP2PMem)."""
+    work, weight = allocate
     with LOCK:
         if not ctx.live:
             raise AclFailure(
                 _AclCode.RT_CONTEXT_NULL, "the current context was destroyed during the load"
             )
         model_id = STATE.next_model_id
+        code = _AclCode.GE_MEMORY_ALLOCATION
+        ctx.device.charge(weight, code, f"the weights of {om.source}")
+        try:
+            ctx.device.charge(work, code, f"the feature map (work memory) of {om.source}")
+        except AclFailure:
+            ctx.device.release(weight)
+            raise
         STATE.next_model_id += 1
-        STATE.models[model_id] = LoadedModel(model_id, om, ctx)
+        STATE.models[model_id] = LoadedModel(model_id, om, ctx, work + weight)
         STATE.count("model_loads")
     return model_id
 

@@ -43,6 +43,7 @@ def set_device(device_id: int) -> int:
     with LOCK:
         device = _device(device_id)
         if device.default_context is None:
+            device.open_context()
             ctx = Context(STATE.new_handle(), device, explicit=False)
             STATE.contexts[ctx.handle] = ctx
             device.default_context = ctx
@@ -76,6 +77,7 @@ def reset_device(device_id: int) -> int:
             ctx = device.default_context
             if ctx is not None:
                 streams = _kill_context(ctx)
+                device.close_context()
             device.default_context = None
         device.refcount -= 1
     for stream in streams:
@@ -125,7 +127,9 @@ def create_context(device_id: int) -> tuple[int, int]:
     """(context, ret); the new context becomes current for the calling thread."""
     require_init()
     with LOCK:
-        ctx = Context(STATE.new_handle(), _device(device_id), explicit=True)
+        device = _device(device_id)
+        device.open_context()
+        ctx = Context(STATE.new_handle(), device, explicit=True)
         STATE.contexts[ctx.handle] = ctx
         STATE.count("context_creations")
     TLS.context = ctx
@@ -166,6 +170,7 @@ def destroy_context(context: int) -> int:
                 "destroy_stream them first",
             )
         streams = _kill_context(ctx)
+        ctx.device.close_context()
     for stream in streams:
         stream.stop()
     return 0
@@ -252,21 +257,19 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
     with LOCK:
         device = ctx.device
         need = rounded_size(size)
-        if device.used + need > device.capacity:
-            raise AclFailure(
-                _AclCode.RT_MEMORY_ALLOCATION,
-                f"device {device.id} is out of memory: {size} bytes ({need} reserved) requested, "
-                f"{device.capacity - device.used} of {device.capacity} free "
-                "(GE_EMULATOR_DEVICE_MEMORY)",
-            )
+        # hicann/runtime npu_driver_mem.cc: halMemAlloc's DRV_ERROR_OUT_OF_MEMORY is 207001
+        # (errcode_manage.cc "driver error:out of memory"), reported as EL0004.
+        device.charge(
+            need, _AclCode.RT_MEMORY_ALLOCATION, f"EL0004 malloc({size}) ({need} reserved)"
+        )
         try:
             alloc = MEMORY.allocate_device(size, device.id)
         except MemoryError as exc:
+            device.release(need)
             raise AclFailure(
                 _AclCode.RT_MEMORY_ALLOCATION,
                 f"the host running the emulator cannot back {size} bytes",
             ) from exc
-        device.used += need
         STATE.count("malloc_calls")
     return alloc.base, 0
 
@@ -290,7 +293,7 @@ def free(dev_ptr: int) -> int:
                 f"double free: 0x{dev_ptr:x} was already {alloc.freed_by}",
             )
         MEMORY.free_device(alloc)
-        STATE.devices[alloc.device_id].used -= alloc.capacity
+        STATE.devices[alloc.device_id].release(alloc.capacity)
         STATE.count("free_calls")
     return 0
 
@@ -332,14 +335,16 @@ def free_host(host_ptr: int) -> int:
 
 @api("acl.rt.get_mem_info", int, fail=lambda code, args: (0, 0, code))
 def get_mem_info(attr: int) -> tuple[int, int, int]:
-    """(free, total, ret) of the current device's memory."""
+    """(free, total, ret) of the current device's memory: total is the device's, free what
+    every process on the host left (as the driver's counters of the device are; HBM and DDR
+    attributes report the same memory, as on a 310P, whose HBM queries read DDR)."""
     device = current_context().device
     if not 0 <= attr <= MAX_MEM_ATTR:
         raise AclFailure(
             _AclCode.RT_PARAM_INVALID, f"attr must be an aclrtMemAttr value 0..{MAX_MEM_ATTR}"
         )
     with LOCK:
-        return device.capacity - device.used, device.capacity, 0
+        return device.free(), device.capacity, 0
 
 
 @dataclass(frozen=True)
