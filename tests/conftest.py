@@ -19,8 +19,10 @@ compiled with `--precision_mode must_keep_origin_dtype` (float32, as their ONNX 
   or 32 for both inputs.
 
 Every test session models a host of its own (`GE_EMULATOR_HOST_DIR` in a session directory,
-inherited by the servers and processes it starts): devices under a timing model are shared only
-by this session's processes, not with another test run or a benchmark on the same machine.
+inherited by the servers and processes it starts): its emulated devices (process slots, memory,
+engines under a timing model) are shared only by this session's processes, not with another test
+run or a benchmark on the same machine; so are the runtime's placement records
+(`GE_PYTHON_BACKEND_RUN_DIR`).
 
 And two fixtures of the emulated pyACL's process-wide state, for the tests that call `acl`
 directly (helpers for them are in `tests/emulator_helpers.py`):
@@ -48,6 +50,7 @@ import onnx_models  # noqa: E402  (needs the sys.path entry above)
 from ge_python_backend.emulator import acl, set_faults, set_timing  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
 from ge_python_backend.emulator.timing import HOST_DIR_ENV  # noqa: E402
+from ge_python_backend.runtime.placement import RUN_DIR_ENV  # noqa: E402
 
 
 def _compile(
@@ -171,10 +174,12 @@ def om_dims(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def emulator_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This session's emulated host: the directory of its shared device engines."""
+    """This session's emulated host: the directory of its shared device engines and ledgers, and
+    the runtime's placement records of what its processes hold on each device."""
     directory = tmp_path_factory.mktemp("emulator-host")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(HOST_DIR_ENV, str(directory))
+        patch.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("placements")))
         yield directory
 
 

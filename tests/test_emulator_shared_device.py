@@ -1,7 +1,7 @@
 """One emulated device per device id per host, shared by every process (emulator/_ledger.py).
 
-Other processes here are forked children that open device 0 and hold it until told to go (or
-are killed with SIGKILL); the test process is the one over the cap or the one whose memory
+Other processes here are holders (`device_holders.py`) that open device 0 and hold it until
+they are killed with SIGKILL or the farm ends; the test process is the one over the cap or the one whose memory
 shrinks. The codes are the sources': 507033 with E30003 for the process over pyACL's cap
 (hicann/runtime runtime.cc PrintfTsdError, errcode_manage.cc RT_ERROR_DEVICE_RETAIN), 207001
 for malloc (npu_driver_mem.cc), 245000 for a model load (hicann/ge davinci_model.cc
@@ -10,91 +10,37 @@ InitWeightMem).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
+from device_holders import DeviceHolders
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, PROCESSES_PER_DEVICE, soc_device
 from ge_python_backend.emulator import acl
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
 
-FORK = multiprocessing.get_context("fork")
 
-
-def _hold_device(conn: Connection, nbytes: int) -> None:
-    """A child: open device 0, malloc `nbytes` (0: none), report; then malloc the sizes it is
-    sent, reporting each ret, until it is sent "go"."""
-    ret = acl.init()
-    if ret == 0:
-        ret = acl.rt.set_device(0)
-    if ret == 0 and nbytes:
-        ret = acl.rt.malloc(nbytes, 0)[1]
-    conn.send(ret)
-    while (command := conn.recv()) != "go":
-        conn.send(acl.rt.malloc(command, 0)[1])
-    os._exit(0)  # no finalize: what the process holds goes with it, as on a crash
-
-
-class Holders:
-    """Forked processes holding device 0; `kill(i)` ends one with SIGKILL."""
-
-    def __init__(self) -> None:
-        self.processes: list[multiprocessing.process.BaseProcess] = []
-        self.pipes: list[Connection] = []
-
-    def start(self, count: int, nbytes: int = 0) -> list[int]:
-        """Start `count` holders one after another; each one's set_device/malloc ret."""
-        rets = []
-        for _ in range(count):
-            parent, child = FORK.Pipe()
-            process = FORK.Process(target=_hold_device, args=(child, nbytes), daemon=True)
-            process.start()
-            rets.append(parent.recv())
-            self.processes.append(process)
-            self.pipes.append(parent)
-        return rets
-
-    def malloc(self, index: int, nbytes: int) -> int:
-        """Have holder `index` malloc `nbytes`; its ret."""
-        self.pipes[index].send(nbytes)
-        ret: int = self.pipes[index].recv()
-        return ret
-
-    def kill(self, index: int) -> None:
-        """SIGKILL one holder and wait for it (its row stays in the ledger until reaped)."""
-        process = self.processes[index]
-        assert process.pid is not None
-        os.kill(process.pid, signal.SIGKILL)
-        process.join()
-
-    def stop(self) -> None:
-        for pipe, process in zip(self.pipes, self.processes):
-            if process.is_alive():
-                pipe.send("go")
-            process.join(10)
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A host of its own, so no other test's processes are on its devices."""
+    monkeypatch.setenv("GE_EMULATOR_HOST_DIR", str(tmp_path / "host"))
+    return tmp_path / "host"
 
 
 @pytest.fixture
-def holders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Holders]:
-    """A host of its own (so no other test's processes are on its devices), and its holders."""
-    monkeypatch.setenv("GE_EMULATOR_HOST_DIR", str(tmp_path / "host"))
-    group = Holders()
-    try:
-        yield group
-    finally:
-        group.stop()
+def holders(host: Path) -> Iterator[DeviceHolders]:
+    """Processes holding devices of this test's host (environment read when each opens)."""
+    with DeviceHolders() as farm:
+        yield farm
 
 
 def test_the_process_over_the_cap_fails_set_device_with_507033_and_a_killed_one_gives_its_slot(
-    holders: Holders,
+    holders: DeviceHolders,
 ) -> None:
-    assert holders.start(PROCESSES_PER_DEVICE) == [0] * PROCESSES_PER_DEVICE
+    assert holders.open(PROCESSES_PER_DEVICE) == [0] * PROCESSES_PER_DEVICE
     assert acl.init() == 0
     assert acl.rt.set_device(0) == 507033
     message = acl.get_recent_err_msg()
@@ -103,45 +49,47 @@ def test_the_process_over_the_cap_fails_set_device_with_507033_and_a_killed_one_
     assert acl.rt.create_context(0) == (0, 507033)  # a first context opens the device too
     assert acl.rt.set_device(1) == 0  # another device has room
     assert acl.rt.reset_device(1) == 0
-    holders.kill(3)
-    assert acl.rt.set_device(0) == 0  # the dead process's slot came back
+    holders.kill(holders.pids[3])
+    assert acl.rt.set_device(0) == 0  # the dead process's slot came back (a zombie holds none)
     ctx, ret = acl.rt.create_context(0)  # contexts of one process count once
     assert ret == 0
     assert acl.rt.destroy_context(ctx) == 0
     assert acl.rt.reset_device(0) == 0
 
 
-def test_the_cap_is_settable_for_a_vm(holders: Holders, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GE_EMULATOR_MAX_PROCESSES", "2")
-    assert holders.start(3) == [0, 0, 507033]
+def test_the_cap_is_settable_for_a_vm(host: Path) -> None:
+    with DeviceHolders({"GE_EMULATOR_MAX_PROCESSES": "2"}) as holders:
+        assert holders.open(3) == [0, 0, 507033]
 
 
 def test_memory_one_process_holds_is_gone_for_another_and_comes_back_when_it_dies(
-    holders: Holders,
+    holders: DeviceHolders,
 ) -> None:
-    assert holders.start(1) == [0]  # (forked before this process's acl.init)
+    assert holders.open(1) == [0]
     assert acl.init() == 0
     assert acl.rt.set_device(0) == 0
     free_before, total, ret = acl.rt.get_mem_info(1)
     assert ret == 0 and total == soc_device("Ascend310P3").memory
     assert free_before == total - 2 * PROCESS_DEVICE_MEMORY  # each process opened the device
     nbytes = 100 << 20
-    assert holders.malloc(0, nbytes) == 0
+    assert holders.malloc(holders.pids[0], nbytes) == 0
     reserved = (nbytes + 31) // 32 * 32 + 32  # what the runtime reserves for malloc(nbytes)
     assert free_before - acl.rt.get_mem_info(1)[0] == reserved
     assert acl.rt.get_mem_info(0) == acl.rt.get_mem_info(1)  # DDR and HBM: one memory
-    holders.kill(0)
+    holders.kill(holders.pids[0])
     assert acl.rt.get_mem_info(1)[0] == free_before + PROCESS_DEVICE_MEMORY
     assert acl.rt.reset_device(0) == 0
 
 
 def test_a_malloc_and_a_load_that_do_not_fit_name_what_is_free_and_who_holds_it(
-    holders: Holders, monkeypatch: pytest.MonkeyPatch, om_static: Path
+    host: Path, monkeypatch: pytest.MonkeyPatch, om_static: Path
 ) -> None:
     capacity = PROCESS_DEVICE_MEMORY * 4
     monkeypatch.setenv("GE_EMULATOR_DEVICE_MEMORY", str(capacity))
-    assert holders.start(1, PROCESS_DEVICE_MEMORY) == [0]  # reserves 32 bytes more
-    holder_pid = holders.processes[0].pid
+    holders = DeviceHolders()
+    assert holders.open(1) == [0]
+    holder_pid = holders.pids[0]
+    assert holders.malloc(holder_pid, PROCESS_DEVICE_MEMORY) == 0  # reserves 32 bytes more
     assert acl.init() == 0
     assert acl.rt.set_device(0) == 0
     free = acl.rt.get_mem_info(0)[0]
@@ -163,10 +111,11 @@ def test_a_malloc_and_a_load_that_do_not_fit_name_what_is_free_and_who_holds_it(
     assert acl.mdl.unload(model_id) == 0
     assert acl.rt.get_mem_info(0)[0] == free
     assert acl.rt.reset_device(0) == 0
+    holders.close()
 
 
-def test_finalize_gives_back_everything_the_process_held(holders: Holders) -> None:
-    assert holders.start(1) == [0]
+def test_finalize_gives_back_everything_the_process_held(holders: DeviceHolders) -> None:
+    assert holders.open(1) == [0]
     assert acl.init() == 0
     assert acl.rt.set_device(0) == 0
     assert acl.rt.malloc(1 << 20, 0)[1] == 0

@@ -8,10 +8,11 @@ import weakref
 from collections import Counter
 from types import ModuleType
 
-from ge_python_backend.ascend import AclCode, RunMode
+from ge_python_backend.ascend import PROCESSES_PER_DEVICE, PROCESSES_PER_DEVICE_VM, AclCode, RunMode
 from ge_python_backend.runtime._acl import ensure_initialized
 from ge_python_backend.runtime._resource import Resource
-from ge_python_backend.runtime.errors import check
+from ge_python_backend.runtime.errors import AclError, DeviceFullError, check
+from ge_python_backend.runtime.placement import describe_holders
 
 __all__ = ["Context", "Device", "Event", "Stream"]
 
@@ -62,7 +63,13 @@ class Device(Resource):
                 if ret == AclCode.UNINITIALIZE:  # acl.finalize was called behind our back
                     ensure_initialized(acl, again=True)
                     ret = acl.rt.set_device(device_id)
-                check(ret, "acl.rt.set_device", acl)
+                try:
+                    check(ret, "acl.rt.set_device", acl)
+                except AclError as exc:
+                    full = _process_cap_error(exc, device_id)
+                    if full is None:
+                        raise
+                    raise full from exc
                 forget_current()  # set_device made the device's default context current
             _device_users[key] += 1
         self.acl = acl
@@ -90,6 +97,19 @@ class Device(Resource):
 
     def __repr__(self) -> str:
         return f"Device({self.device_id}{', closed' if self.closed else ''})"
+
+
+def _process_cap_error(exc: AclError, device_id: int) -> DeviceFullError | None:
+    """The DeviceFullError for a set_device refused for pyACL's process cap: 507033
+    (ACL_ERROR_RT_DEV_SETUP_ERROR) whose message carries E30003 (hicann/runtime runtime.cc
+    PrintfTsdError); None for other failures (507033 alone also means driver trouble)."""
+    if exc.code != AclCode.RT_DEV_SETUP_ERROR or "E30003" not in exc.recent:
+        return None
+    wall = (
+        f"pyACL's limit of processes per device is reached ({PROCESSES_PER_DEVICE} on a "
+        f"physical machine, {PROCESSES_PER_DEVICE_VM} in a VM; each Triton instance is one)"
+    )
+    return DeviceFullError(exc, device_id, wall, describe_holders(device_id))
 
 
 def _release_device(acl: ModuleType, device_id: int) -> None:

@@ -10,6 +10,7 @@ from ge_python_backend.errors import GeBackendError, UserError
 
 __all__ = [
     "AclError",
+    "DeviceFullError",
     "ExecuteTimeoutError",
     "InputError",
     "ModelFileError",
@@ -50,6 +51,22 @@ class ExecuteTimeoutError(AclError):
             cause.recent,
         )
         self.timeout_ms = timeout_ms
+
+
+class DeviceFullError(AclError):
+    """The device refused this process (pyACL's process cap) or this model (its memory): one line
+    naming the device, the wall, who holds the device, and what to do."""
+
+    ADVICE = (
+        "serve fewer instances (instance_group count), or place the model on another device "
+        "(parameter device_ids)"
+    )
+
+    def __init__(self, cause: AclError, device_id: int, wall: str, held_by: str) -> None:
+        AclError.__init__(self, cause.code, cause.api, recent=cause.recent)
+        self.device_id = device_id
+        held = f"; held by {held_by}" if held_by else ""
+        self.args = (f"device {device_id} is full: {wall}{held}; {self.ADVICE} ({cause})",)
 
 
 class InputError(GeBackendError, ValueError):

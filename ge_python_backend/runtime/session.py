@@ -25,6 +25,7 @@ from typing import Union
 import numpy as np
 
 from ge_python_backend.aipp import AippOp
+from ge_python_backend.ascend import AclCode
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
@@ -33,6 +34,7 @@ from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
 from ge_python_backend.runtime.errors import (
     AclError,
+    DeviceFullError,
     ExecuteTimeoutError,
     InputError,
     ModelFileError,
@@ -40,6 +42,7 @@ from ge_python_backend.runtime.errors import (
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import DeviceTimes, Lane
 from ge_python_backend.runtime.model import read_aipp_config
+from ge_python_backend.runtime.placement import Placement, describe_holders
 
 __all__ = [
     "DEVICE_TIMING_PERIOD",
@@ -58,6 +61,16 @@ PIPELINE_DEPTHS = (1, 2)  # lanes a session may run; 2 overlaps one execution's 
 ACL_INT_MAX = 2**31 - 1
 # One execution in this many of each gear and batch is timed with events (`DeviceTimeSampler`).
 DEVICE_TIMING_PERIOD = 16
+# Codes of a load or allocation the device has no memory for: aclrtMalloc's driver OOM
+# (hicann/runtime errcode_manage.cc), GE's weight or feature-map allocation at load (hicann/ge
+# davinci_model.cc InitWeightMem, InitFeatureMapAndP2PMem) and its device variant.
+OUT_OF_DEVICE_MEMORY = frozenset(
+    {
+        AclCode.RT_MEMORY_ALLOCATION,
+        AclCode.GE_MEMORY_ALLOCATION,
+        AclCode.GE_DEVICE_MEMORY_ALLOCATION_FAILED,
+    }
+)
 
 
 @dataclasses.dataclass
@@ -198,7 +211,10 @@ class Session(Resource):
     outputs) runs each request alone and answers with each output's real shape;
     `max_output_bytes` sizes its outputs whose size the model leaves unbounded.
     `device_timing_period` N times one execution in N of each gear and batch with events
-    (`DeviceTimeSampler`; 1: every one). Any mix of calls from any threads is safe.
+    (`DeviceTimeSampler`; 1: every one). `label` names the session in the host's placement
+    records (`placement.py`; default the `.om`'s file name): a device that refuses a process or a
+    load names the labels holding it (`DeviceFullError`). Any mix of calls from any threads is
+    safe.
     """
 
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
@@ -218,6 +234,7 @@ class Session(Resource):
         aipp_config: PathLike | None = None,
         max_output_bytes: int | None = None,
         device_timing_period: int = DEVICE_TIMING_PERIOD,
+        label: str | None = None,
     ) -> None:
         if max_output_bytes is not None and (
             isinstance(max_output_bytes, bool)
@@ -245,6 +262,7 @@ class Session(Resource):
         self.execute_timeout_ms = execute_timeout_ms
         self._sampler = DeviceTimeSampler(device_timing_period)
         self.path = Path(om_path)
+        self.label = label or self.path.name
         self.device_id = device_id
         self.runtime = selected_runtime(runtime)
         if not self.path.is_file():
@@ -404,6 +422,32 @@ class Session(Resource):
         self._parts.append(device)
         self._context = Context(device)
         self._parts.append(self._context)
+        work, weight, ret = acl.mdl.query_size(str(self.path))
+        load_bytes = work + weight if ret == 0 else 0  # what ACL allocates for one load
+        try:
+            self._open_lanes(input_shape_order, aipp)
+        except AclError as exc:
+            if exc.code not in OUT_OF_DEVICE_MEMORY:
+                raise
+            raise self._memory_wall(exc, load_bytes) from exc
+        held = self._counters.device_bytes_held + load_bytes * len(self._lanes)
+        self._parts.append(Placement(self.device_id, self.label, held))
+
+    def _memory_wall(self, exc: AclError, load_bytes: int) -> DeviceFullError:
+        """The one-line error for a load or allocation the device has no memory for."""
+        try:
+            free, total = self._context.device.memory()
+        except AclError:
+            free = total = 0
+        asked = f"{self.pipeline_depth} load(s) of {load_bytes} bytes (acl.mdl.query_size)"
+        wall = f"{self.path.name} needs {asked} plus its buffers, {free} of {total} bytes are free"
+        return DeviceFullError(exc, self.device_id, wall, describe_holders(self.device_id))
+
+    def _open_lanes(
+        self,
+        input_shape_order: Sequence[str] | None,
+        aipp: Sequence[AippOp],
+    ) -> None:
         first, table = Lane.open_first(
             self._context, self.path, input_shape_order, aipp, self.max_output_bytes
         )

@@ -98,6 +98,7 @@ class ModelInstance:
                 aipp_config=params.aipp_config_path(version_dir),
                 max_output_bytes=params.max_output_bytes,
                 device_timing_period=params.effective_device_timing_period,
+                label=args["model_name"],
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc
