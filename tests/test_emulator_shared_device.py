@@ -1,11 +1,11 @@
 """One emulated device per device id per host, shared by every process (emulator/_ledger.py).
 
 Other processes here are holders (`device_holders.py`) that open device 0 and hold it until
-they are killed with SIGKILL or the farm ends; the test process is the one over the cap or the one whose memory
-shrinks. The codes are the sources': 507033 with E30003 for the process over pyACL's cap
-(hicann/runtime runtime.cc PrintfTsdError, errcode_manage.cc RT_ERROR_DEVICE_RETAIN), 207001
-for malloc (npu_driver_mem.cc), 245000 for a model load (hicann/ge davinci_model.cc
-InitWeightMem).
+they are killed with SIGKILL or the farm ends; the test process is the one over the cap or the
+one whose memory shrinks. The codes are the sources': 507033 with E30003 for the process
+over pyACL's cap (hicann/runtime runtime.cc PrintfTsdError, errcode_manage.cc
+RT_ERROR_DEVICE_RETAIN), 207001 for malloc (npu_driver_mem.cc), 245000 for a model load
+(hicann/ge davinci_model.cc InitWeightMem).
 """
 
 from __future__ import annotations
