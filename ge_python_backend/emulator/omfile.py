@@ -885,9 +885,9 @@ def _read_aipp_config(path: PathLike, kind: GearKind) -> str:
 
     AIPP with batch or HW gears is built (static AIPP with `--dynamic_image_size` under ATC's
     check, insert_aipp_op_util.cc CheckAndCopyAippOpParams); AIPP with `--dynamic_dims` is
-    refused: CANN's "Concepts and Restrictions" page (CANN 8.0 aclcppdevg_000041, 8.5
-    aclcppdevg_000040 and aclpythondevg_0044) makes AIPP and dynamic dims (ND) mutually
-    exclusive for one model."""
+    refused: CANN's "Concepts and Restrictions" page (8.0.0 and 8.5.0 aclcppdevg_000041,
+    Community Edition aclcppdevg_000040 and aclpythondevg_0044) makes AIPP and dynamic dims
+    (ND) mutually exclusive for one model."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -904,7 +904,7 @@ def _read_aipp_config(path: PathLike, kind: GearKind) -> str:
         raise OmCompileError(
             "--insert_op_conf cannot be used with --dynamic_dims: for one model, AIPP (static "
             "or dynamic) and dynamic dims (ND format) are mutually exclusive (CANN "
-            '"Concepts and Restrictions": 8.0 aclcppdevg_000041, 8.5 aclcppdevg_000040, '
+            '"Concepts and Restrictions": aclcppdevg_000041, aclcppdevg_000040, '
             "aclpythondevg_0044); use --dynamic_batch_size or --dynamic_image_size"
         )
     return text
