@@ -880,15 +880,19 @@ def _io_dims(name: str, dims: Sequence[int]) -> dict[str, Any]:
     return {"name": name, "dimCount": len(dims), "dims": [int(d) for d in dims]}
 
 
-def first_aipp_info(bound: StaticAipp, name: str, shape_count: int = 1) -> dict[str, Any]:
+def first_aipp_info(bounds: Sequence[StaticAipp], name: str) -> dict[str, Any]:
     """The dict `acl.mdl.get_first_aipp_info(model_id, index)` returns for a static input.
 
+    `bounds` holds the op bound to the input in each gear (one for a model without gears).
     Keys and value types as [PYACL] `GetPydictFromAIPPInfo` builds them from `aclAippInfo`
     (acl `SetAippInfo` fills it from the op's attributes): the config's values after ATC's
-    defaults, `srcFormat`/`srcDatatype`/`srcDimNum` of the original input, one `outDims` entry
-    per gear (`srcDims`/`srcSize` the original input, `aippOutdims`/`aippOutSize` NC1HWC0).
-    [PYACL] leaves out matrixR0C2, matrixR2C0 and matrixR2C1; so does this dict.
+    defaults, `srcFormat`/`srcDatatype`/`srcDimNum` of the original input, `shapeCount` and one
+    `outDims` entry per gear (`srcDims`/`srcSize` the original input in that gear,
+    `aippOutdims`/`aippOutSize` NC1HWC0; GE records one per gear's AIPP node,
+    insert_aipp_op_util.cc RecordAIPPInfoToData). [PYACL] leaves out matrixR0C2, matrixR2C0
+    and matrixR2C1; so does this dict.
     """
+    bound = bounds[0]
     op = bound.op
     info: dict[str, Any] = {
         "cscSwitch": int(op.csc_switch),
@@ -908,7 +912,7 @@ def first_aipp_info(bound: StaticAipp, name: str, shape_count: int = 1) -> dict[
         "srcFormat": int(bound.model_format),
         "srcDatatype": bound.model_dtype.acl,
         "srcDimNum": len(bound.model_dims),
-        "shapeCount": shape_count,
+        "shapeCount": len(bounds),
         "inputFormat": int(op.input_format),
         "aippExtend": 0,
         "cropSwitch": int(op.crop),
@@ -928,16 +932,20 @@ def first_aipp_info(bound: StaticAipp, name: str, shape_count: int = 1) -> dict[
         **{f"minChn{i}": float(np.float32(op.min_chn[i])) for i in range(4)},
         **{f"varReciChn{i}": float(np.float32(op.var_reci_chn[i])) for i in range(4)},
     }
+    info["outDims"] = [_gear_dims(one, name) for one in bounds]
+    return info
+
+
+def _gear_dims(bound: StaticAipp, name: str) -> dict[str, Any]:
+    """One `outDims` entry of `aclAippInfo`: the original input and AIPP's output in a gear."""
     src_size = int(np.prod(bound.model_dims)) * bound.model_dtype.numpy.itemsize  # type: ignore[union-attr]
     out_dims = bound.aipp_out_dims()
-    gear = {
+    return {
         "srcDims": _io_dims(name, bound.model_dims),
         "srcSize": src_size,
         "aippOutdims": _io_dims(name, out_dims),
         "aippOutSize": int(np.prod(out_dims)) * bound.aipp_dtype.itemsize,
     }
-    info["outDims"] = [dict(gear) for _ in range(shape_count)]
-    return info
 
 
 # ---------------------------------------------------------------------------------------------

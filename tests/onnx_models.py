@@ -277,6 +277,21 @@ aipp_op {
     var_reci_chn_2: 0.0174291938
 }
 """
+# For --dynamic_image_size (CANN "Concepts and Restrictions": crop and padding off,
+# src_image_size_w/h 0, so the source is each gear's H x W): YUV420SP_U8 with CSC and DTC.
+AIPP_YUV420SP_ANY_SIZE = """
+aipp_op {
+    aipp_mode: static
+    input_format: YUV420SP_U8
+    csc_switch: true
+    mean_chn_0: 124
+    mean_chn_1: 117
+    mean_chn_2: 104
+    var_reci_chn_0: 0.0171247538
+    var_reci_chn_1: 0.0175070028
+    var_reci_chn_2: 0.0174291938
+}
+"""
 AIPP_DYNAMIC = """
 aipp_op {
     aipp_mode: dynamic

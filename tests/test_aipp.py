@@ -442,7 +442,7 @@ PYACL_INFO_KEYS = {
 
 def test_first_aipp_info_dict() -> None:
     op = one(YUV420SP_TO_RGB.replace("}", "src_image_size_w: 8\nsrc_image_size_h: 4\n}"))
-    info = first_aipp_info(bind_static(op, (1, 3, 4, 8), Format.NCHW, FP32), "images")
+    info = first_aipp_info([bind_static(op, (1, 3, 4, 8), Format.NCHW, FP32)], "images")
     assert set(info) == PYACL_INFO_KEYS
     assert (info["inputFormat"], info["cscSwitch"], info["matrixR0C0"]) == (1, 1, 298)
     assert (info["srcFormat"], info["srcDatatype"], info["srcDimNum"]) == (0, 0, 4)

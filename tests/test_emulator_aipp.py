@@ -162,7 +162,7 @@ def test_the_block_set_input_aipp_writes_is_acls_layout() -> None:
 @pytest.mark.parametrize(
     ("config", "flags", "message"),
     [
-        (onnx_models.AIPP_RGB888, {"dynamic_dims": "8;16"}, "ATC refuses AIPP with --dynamic_dims"),
+        (onnx_models.AIPP_RGB888, {"dynamic_dims": "8;16"}, "exclusive .*000041"),
         (
             onnx_models.AIPP_RGB888,
             {"dynamic_image_size": "8,8;16,16"},
@@ -210,3 +210,125 @@ def test_cli_compile_prints_the_atc_command_with_the_config(
     out = capsys.readouterr().out.splitlines()
     assert out[1].endswith("; static; image: static AIPP from YUV420SP_U8")
     assert f"--insert_op_conf={tmp_path / 'aipp.cfg'}" in out[2]
+
+
+def _compile_gears(tmp_path: Path, config: str, input_shape: str, **flags: str) -> Path:
+    onnx_path = build_conv(tmp_path / "conv.onnx")
+    (tmp_path / "aipp.cfg").write_text(config)
+    return compile_onnx(
+        onnx_path,
+        tmp_path / "m",
+        input_shape=input_shape,
+        insert_op_conf=tmp_path / "aipp.cfg",
+        **onnx_models.KEEP_FP32,
+        **flags,
+    )
+
+
+def _reference(om: Path, config: str, model_dims: tuple[int, ...], raw: np.ndarray) -> np.ndarray:
+    bound = bind_static(parse_aipp_config(config)[0], model_dims, Format.NCHW, FLOAT)
+    return reference(onnx_path_of(om), [bound.apply(raw)])["features"]
+
+
+def test_static_aipp_with_batch_gears_reports_the_largest_gear(tmp_path: Path, ctx: int) -> None:
+    # GE: v1 and v2 keep -1 on N (insert_aipp_op_util.cc UpdateMultiBatchInputDims,
+    # SetModelInputDims), the size is the largest gear's (UpdateCaseNode), one outDims per gear
+    om = _compile_gears(
+        tmp_path, onnx_models.AIPP_YUV420SP, "image:-1,3,8,8", dynamic_batch_size="1,2,4"
+    )
+    model = Model(om)
+    assert acl.mdl.get_input_dims(model.desc, 0) == (
+        {"name": "image", "dimCount": 4, "dims": [-1, 10, 12, 3]},
+        0,
+    )
+    assert acl.mdl.get_input_dims_v2(model.desc, 0)[0]["dims"] == [-1, 15, 12, 1]
+    assert acl.mdl.get_input_size_by_index(model.desc, 0) == 4 * 15 * 12
+    assert acl.mdl.get_input_format(model.desc, 0) == Format.NHWC
+    info, ret = acl.mdl.get_first_aipp_info(model.model_id, 0)
+    assert (info["shapeCount"], ret) == (3, 0)
+    assert [g["srcDims"]["dims"][0] for g in info["outDims"]] == [1, 2, 4]
+    assert [g["aippOutdims"]["dims"] for g in info["outDims"]][1] == [2, 1, 8, 8, 16]
+    rng = np.random.default_rng(35)
+    for batch in (2, 1, 4):
+        raw = rng.integers(0, 256, (batch, 15, 12, 1), dtype=np.uint8)
+        model.feed([raw])
+        assert acl.mdl.set_dynamic_batch_size(model.model_id, model.inputs, 1, batch) == 0
+        assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
+        answer = model.fetch()[0]
+        want = _reference(om, onnx_models.AIPP_YUV420SP, (batch, 3, 8, 8), raw)
+        np.testing.assert_allclose(answer, want, rtol=1e-6)
+
+
+def test_static_aipp_with_dynamic_image_size_takes_each_gears_size(
+    tmp_path: Path, ctx: int
+) -> None:
+    config = onnx_models.AIPP_YUV420SP_ANY_SIZE
+    om = _compile_gears(tmp_path, config, "image:1,3,-1,-1", dynamic_image_size="8,8;12,16")
+    model = Model(om)
+    assert acl.mdl.get_input_dims(model.desc, 0)[0]["dims"] == [1, -1, -1, 3]
+    assert acl.mdl.get_input_dims_v2(model.desc, 0)[0]["dims"] == [1, -1, -1, 1]
+    assert acl.mdl.get_input_size_by_index(model.desc, 0) == 12 * 16 * 3 // 2
+    info, _ = acl.mdl.get_first_aipp_info(model.model_id, 0)
+    assert (info["srcImageSizeW"], info["srcImageSizeH"], info["shapeCount"]) == (0, 0, 2)
+    rng = np.random.default_rng(36)
+    for h, w in ((12, 16), (8, 8)):
+        raw = rng.integers(0, 256, (1, h * 3 // 2, w, 1), dtype=np.uint8)
+        model.feed([raw])
+        assert acl.mdl.set_dynamic_hw_size(model.model_id, model.inputs, 1, h, w) == 0
+        assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
+        want = _reference(om, config, (1, 3, h, w), raw)
+        np.testing.assert_allclose(model.fetch()[0], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            onnx_models.AIPP_YUV420SP_ANY_SIZE.replace("}", "src_image_size_w: 8\n}"),
+            "src_image_size_w and src_image_size_h must be set to '0'",
+        ),
+        (
+            onnx_models.AIPP_YUV420SP_ANY_SIZE.replace(
+                "}", "src_image_size_w: 8\nsrc_image_size_h: 6\npadding: true\n}"
+            ),
+            "crop and padding cannot be set to 'true'",
+        ),
+        (onnx_models.AIPP_DYNAMIC, "dynamic AIPP with --dynamic_image_size is not supported"),
+    ],
+)
+def test_aipp_with_dynamic_image_size_is_refused_outside_the_constraints(
+    tmp_path: Path, config: str, message: str
+) -> None:
+    with pytest.raises(OmCompileError, match=message):
+        _compile_gears(tmp_path, config, "image:1,3,-1,-1", dynamic_image_size="8,8;12,16")
+
+
+def test_dynamic_aipp_with_batch_gears_takes_the_largest_batch(tmp_path: Path, ctx: int) -> None:
+    # CANN "Concepts and Restrictions": create_aipp with the largest batch, the parameter
+    # input's buffer sized for it; acl_aipp.cpp GetModelOriDims checks the largest gear's N
+    config = onnx_models.AIPP_DYNAMIC.replace("600", "1200")
+    om = _compile_gears(tmp_path, config, "image:-1,3,8,8", dynamic_batch_size="1,2,4")
+    model = Model(om)
+    params, ret = acl.mdl.get_input_index_by_name(model.desc, "ascend_dynamic_aipp_data")
+    assert ret == 0
+    assert acl.mdl.get_aipp_type(model.model_id, 0) == (AippType.DYNAMIC, params, 0)
+    assert acl.mdl.get_input_dims(model.desc, 0)[0]["dims"] == [-1, -1, -1, -1]
+    assert acl.mdl.get_input_dims(model.desc, params)[0]["dims"] == [64 + 96 * 4]
+    assert acl.mdl.get_input_size_by_index(model.desc, params) == 64 + 96 * 4
+    assert acl.mdl.set_input_aipp(model.model_id, model.inputs, params, _rgb_aipp(2)) == 100000
+    aipp = _rgb_aipp(4)
+    assert acl.mdl.set_aipp_dtc_pixel_mean(aipp, 0, 0, 0, 0, 1) == 0  # image 1: its own mean
+    assert acl.mdl.set_input_aipp(model.model_id, model.inputs, params, aipp) == 0
+    raw = np.random.default_rng(37).integers(0, 256, (2, 10, 10, 3), dtype=np.uint8)
+    model.feed([raw])
+    assert acl.mdl.set_dynamic_batch_size(model.model_id, model.inputs, model.mbatch, 2) == 0
+    assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
+    answer = model.fetch()[0]
+    config_rgb = onnx_models.AIPP_RGB888
+    without_mean = config_rgb.replace("mean_chn_0: 124", "").replace("mean_chn_1: 117", "")
+    without_mean = without_mean.replace("mean_chn_2: 104", "")
+    want = [
+        _reference(om, text, (1, 3, 8, 8), raw[i : i + 1])[0]
+        for i, text in enumerate((config_rgb, without_mean))
+    ]
+    np.testing.assert_allclose(answer, np.stack(want), rtol=1e-6)

@@ -164,11 +164,13 @@ def test_resnet50_classifies_batches_through_its_gears(served: Served, tmp_path:
 def test_resnet50_aipp_takes_uint8_images_and_crops_and_normalises_them(
     served: Served, tmp_path: Path
 ) -> None:
-    output = build(served, "resnet50", "--width", "8", "--aipp", "--batch", "4")
+    output = build(served, "resnet50", "--width", "8", "--aipp", "--gears", "1,2,4")
     assert "--insert_op_conf=" in atc_line(output)
-    assert "--input_shape=input:4,3,224,224" in atc_line(output)
+    assert "--input_shape=input:-1,3,224,224" in atc_line(output)
+    assert "--dynamic_batch_size=1,2,4" in atc_line(output)
     config = load_model_config(served.repository / "resnet50_aipp" / "config.pbtxt")
     assert config.max_batch_size == 4
+    assert list(config.dynamic_batching.preferred_batch_size) == [1, 2, 4]
     assert [(t.data_type, list(t.dims)) for t in config.input] == [(2, [256, 256, 3])]  # UINT8
     load(served, "resnet50_aipp")
     client = example_module("resnet50", "client.py")

@@ -25,8 +25,9 @@ from onnx_models import onnx_path_of, reference
 from ge_python_backend import cli
 from ge_python_backend.aipp import bind_static, parse_aipp_config
 from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import Session
-from ge_python_backend.runtime.errors import ModelFileError
+from ge_python_backend.runtime.errors import InputError, ModelFileError
 from ge_python_backend.runtime.model import _served_dims
 
 FLOAT = DTYPES_BY_NUMPY[np.dtype(np.float32)]
@@ -120,3 +121,87 @@ def test_inspect_shows_the_aipp(om_aipp_rgb: Path, capsys: pytest.CaptureFixture
         "AIPP of image: static AIPP from RGB888_U8 10x10, crop 8x8 at (1,2), (x - mean - min) * "
         "var_reci with mean [124, 117, 104], min [0.5, 0.0, 0.0]"
     ) in out
+
+
+def _compile(tmp_path: Path, config: str, input_shape: str, **flags: str) -> Path:
+    onnx_path = onnx_models.build_conv(tmp_path / "conv.onnx")
+    (tmp_path / "aipp.cfg").write_text(config)
+    return compile_onnx(
+        onnx_path,
+        tmp_path / "m",
+        input_shape=input_shape,
+        insert_op_conf=tmp_path / "aipp.cfg",
+        **onnx_models.KEEP_FP32,
+        **flags,
+    )
+
+
+def _numpy_then_onnxruntime(om: Path, config: str, dims: tuple[int, ...], raw: Any) -> Any:
+    """Each image through `StaticAipp.apply` for the model input `dims` (one image), then
+    onnxruntime."""
+    bound = bind_static(parse_aipp_config(config)[0], dims, Format.NCHW, FLOAT)
+    images = np.concatenate([bound.apply(image) for image in raw])
+    return reference(onnx_path_of(om), [images])["features"]
+
+
+def test_batch_gears_serve_each_image_through_the_aipp(tmp_path: Path) -> None:
+    config = onnx_models.AIPP_YUV420SP
+    om = _compile(tmp_path, config, "image:-1,3,8,8", dynamic_batch_size="1,2,4,8")
+    with Session(om, runtime="emulator", pipeline_depth=2) as session:
+        (spec,) = session.inputs
+        assert (spec.triton_dtype, spec.shape, spec.format) == ("UINT8", (-1, 15, 12, 1), "NHWC")
+        assert (session.gears.batch_gears, session.gears.max_batch) == ((1, 2, 4, 8), 8)
+        rng = np.random.default_rng(35)
+        requests = [rng.integers(0, 256, (1 + i % 3, 15, 12, 1), dtype=np.uint8) for i in range(9)]
+        answers = session.infer_many([{"image": raw} for raw in requests])
+        assert session.counters.executions < len(requests)  # batched into the gears
+    for raw, answer in zip(requests, answers):
+        want = _numpy_then_onnxruntime(om, config, (1, 3, 8, 8), raw)
+        np.testing.assert_allclose(answer["features"], want, rtol=1e-6)
+
+
+def test_scaffold_writes_the_batch_and_the_per_image_dims(tmp_path: Path) -> None:
+    om = _compile(tmp_path, onnx_models.AIPP_YUV420SP, "image:-1,3,8,8", dynamic_batch_size="1,4")
+    argv = ["scaffold", str(om), "-r", str(tmp_path / "repo"), "--name", "yuv"]
+    assert cli.main([*argv, "--runtime", "emulator"]) == 0
+    text = (tmp_path / "repo" / "yuv" / "config.pbtxt").read_text()
+    assert "max_batch_size: 4" in text
+    image = 'input {\n  name: "image"\n  data_type: TYPE_UINT8\n  dims: 15\n  dims: 12\n  dims: 1\n'
+    assert image in text  # per image: v2 without the batch axis
+    assert "dynamic_batching {" in text
+
+
+def test_hw_gears_serve_a_yuv420sp_image_of_each_size(tmp_path: Path) -> None:
+    config = onnx_models.AIPP_YUV420SP_ANY_SIZE
+    om = _compile(tmp_path, config, "image:1,3,-1,-1", dynamic_image_size="8,8;12,16")
+    with Session(om, runtime="emulator") as session:
+        assert session.inputs[0].shape == (1, -1, -1, 1)  # v2: H is h * 1.5 of each gear
+        rng = np.random.default_rng(36)
+        for h, w in ((12, 16), (8, 8), (12, 16)):
+            raw = rng.integers(0, 256, (1, h * 3 // 2, w, 1), dtype=np.uint8)
+            answer = session.infer({"image": raw})["features"]
+            want = _numpy_then_onnxruntime(om, config, (1, 3, h, w), raw)
+            np.testing.assert_allclose(answer, want, rtol=1e-6)
+        with pytest.raises(InputError, match="match none of the model's"):
+            session.infer({"image": np.zeros((1, 8, 8, 1), np.uint8)})  # 8x8 needs 12 rows
+
+
+def test_dynamic_aipp_with_batch_gears_is_served_with_its_fixed_parameters(
+    tmp_path: Path, om_aipp_rgb: Path
+) -> None:
+    om = _compile(
+        tmp_path,
+        onnx_models.AIPP_DYNAMIC.replace("600", "2400"),
+        "image:-1,3,8,8",
+        dynamic_batch_size="1,2,4,8",
+    )
+    (tmp_path / "rgb.cfg").write_text(onnx_models.AIPP_RGB888)
+    with Session(om, runtime="emulator", aipp_config=tmp_path / "rgb.cfg") as session:
+        assert session.inputs[0].shape == (-1, 10, 10, 3)
+        rng = np.random.default_rng(38)
+        requests = [rng.integers(0, 256, (1 + i % 3, 10, 10, 3), dtype=np.uint8) for i in range(5)]
+        answers = session.infer_many([{"image": raw} for raw in requests])
+    for raw, answer in zip(requests, answers):
+        np.testing.assert_allclose(
+            answer["features"], expected(om_aipp_rgb, onnx_models.AIPP_RGB888, raw)
+        )

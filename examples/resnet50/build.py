@@ -9,10 +9,10 @@ Steps (each command is printed as it runs):
    command that compiles the same ONNX for real Ascend hardware);
 3. `ge-python-model scaffold` the `.om` into `<repository>/<name>/` (replacing an existing one).
 
-`--aipp` builds the ModelZoo layout instead (model `resnet50_aipp`): static batch `--batch`,
+`--aipp` builds the ModelZoo layout instead (model `resnet50_aipp`): the same batch gears,
 compiled with ATC's `--insert_op_conf aipp.cfg` (written beside the `.om`): RGB888_U8 256x256
-sources cropped to 224x224 at (16, 16), mean/var normalisation in the AIPP; clients send uint8
-HWC images.
+sources cropped to 224x224 at (16, 16), mean/var normalisation in the AIPP, each image of a
+batch through the same AIPP; clients send uint8 HWC images.
 """
 
 from __future__ import annotations
@@ -65,25 +65,21 @@ def main() -> None:
         help="the ModelZoo layout: static AIPP (uint8 RGB 256x256 in, crop and normalise on the "
         "device), model resnet50_aipp",
     )
-    parser.add_argument("--batch", type=int, default=8, help="--aipp: the static batch (default 8)")
     args = parser.parse_args()
     name = "resnet50_aipp" if args.aipp and args.name == "resnet50" else args.name
 
     onnx_path = build_resnet50(args.workdir / f"{args.name}.onnx", args.width, args.seed)
     print(f"wrote {onnx_path} (ResNet-50 topology, width {args.width}, random weights)")
+    flags = {
+        "input_shape": f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
+        "dynamic_batch_size": args.gears,
+    }
     if args.aipp:
         config = args.workdir / "aipp.cfg"
         config.write_text(AIPP_CONFIG)
         print(f"wrote {config} (RGB888_U8 {SOURCE_SIZE}x{SOURCE_SIZE} -> crop 224, mean/var)")
-        flags = {"input_shape": f"{INPUT_NAME}:{args.batch},3,{IMAGE_SIZE},{IMAGE_SIZE}"}
-        om = compile_om(onnx_path, args.workdir / name, **flags, insert_op_conf=str(config))
-    else:
-        om = compile_om(
-            onnx_path,
-            args.workdir / name,
-            input_shape=f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
-            dynamic_batch_size=args.gears,
-        )
+        flags["insert_op_conf"] = str(config)
+    om = compile_om(onnx_path, args.workdir / name, **flags)
     scaffold(om, args.repository, name)
 
 

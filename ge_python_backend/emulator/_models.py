@@ -17,6 +17,7 @@ import itertools
 import math
 import string
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,17 @@ class IoTensor:
         return {"name": self.name, "dimCount": len(shown), "dims": list(shown)}
 
 
+def _nhwc_dynamic_axes(tensor: OmTensor) -> tuple[int, ...]:
+    """The axes of an NHWC AIPP input where the graph input has -1 (GE converts an NCHW
+    input's dims to NHWC: insert_aipp_op_util.cc ConvertShape2Nhwc)."""
+    nhwc = (0, 3, 1, 2) if tensor.acl_format == Format.NCHW else (0, 1, 2, 3)
+    return tuple(nhwc[axis] for axis, d in enumerate(tensor.dims) if d == -1)
+
+
+def _masked(dims: Sequence[int], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-1 if axis in axes else int(d) for axis, d in enumerate(dims))
+
+
 def _nbytes(acl_dtype: int, shape: tuple[int, ...]) -> int:
     return math.prod(shape) * NUMPY_BY_ACL[acl_dtype].itemsize
 
@@ -129,7 +141,8 @@ class DescribedModel:
             inputs.append(
                 IoTensor(MBATCH_NAME, ACL_INT64, Format.ND, dims, _nbytes(ACL_INT64, dims))
             )
-        self.static_aipp: dict[int, StaticAipp] = {}
+        # static-AIPP input -> its op bound in each gear (key None without gears)
+        self.static_aipp: dict[int, dict[Gear | None, StaticAipp]] = {}
         self.dynamic_aipp: dict[int, int] = {}  # dynamic-AIPP image input -> its parameter input
         self._describe_aipp(inputs)
         self.inputs = tuple(inputs)
@@ -178,38 +191,54 @@ class DescribedModel:
         """Replace each AIPP input by what ACL reports for it; add dynamic parameter inputs.
 
         Static: UINT8, NHWC, v1 `[n,h,w,c]`, v2 and size by the source format (davinci_model.cc
-        CreateInputDimsInfo; aclmdlGetInputDimsV2.md table 1). Dynamic: the image input is
-        UINT8 NHWC `[n,-1,-1,-1]` sized `max_src_image_size` (ACL checks a whole batch's source
-        bytes against it: aipp_param_check.cpp GetSrcImageSize); the parameter input is UINT8 ND
-        `[64 + 96n]` (aipp_op.cc AddNodeToGraph, CalcMaxSize), named `ascend_dynamic_aipp_data`
-        for the first and `ascend_dynamic_aipp_data_<aipp node>` after (the emulator names the
-        node `aipp_<rank>`).
+        CreateInputDimsInfo; aclmdlGetInputDimsV2.md table 1). With batch or HW gears GE keeps
+        -1 on the axes the gears vary, moved to NHWC (insert_aipp_op_util.cc
+        UpdateMultiBatchInputDims for v1, SetModelInputDims for v2), and the size is the
+        largest gear's (UpdateCaseNode: the Data node takes the largest AIPP input).
+        Dynamic: the image input is UINT8 NHWC `[n,-1,-1,-1]` (aipp_op.cc CreateAippData: n
+        is -1 with batch gears) sized `max_src_image_size` (ACL checks a whole batch's source
+        bytes against it: aipp_param_check.cpp GetSrcImageSize); the parameter input is UINT8
+        ND `[64 + 96n]` for the largest batch n (aipp_op.cc AddNodeToGraph, CalcMaxSize; CANN
+        "Concepts and Restrictions": the buffer is sized for the largest batch), named
+        `ascend_dynamic_aipp_data` for the first and `ascend_dynamic_aipp_data_<aipp node>`
+        after (the emulator names the node `aipp_<rank>`).
         """
         desc = self.om.description
         for index, op in sorted(desc.aipp_ops().items()):
             tensor = inputs[index]
-            bound = desc.static_aipp(index)
-            if bound is not None:
-                self.static_aipp[index] = bound
+            bounds = desc.static_aipp(index)
+            if bounds:
+                self.static_aipp[index] = bounds
+                largest = bounds[self.largest]
+                varied = _nhwc_dynamic_axes(desc.inputs[index])
                 inputs[index] = IoTensor(
                     tensor.name,
-                    bound.input_dtype.acl,
-                    bound.input_format,
-                    tuple(bound.input_dims_v1),
-                    bound.input_size,
-                    tuple(bound.input_dims_v2),
+                    largest.input_dtype.acl,
+                    largest.input_format,
+                    _masked(largest.input_dims_v1, varied),
+                    max(bound.input_size for bound in bounds.values()),
+                    _masked(largest.input_dims_v2, varied),
                 )
                 continue
-            batch = tensor.dims[0]
             inputs[index] = IoTensor(
-                tensor.name, ACL_UINT8, Format.NHWC, (batch, -1, -1, -1), op.max_src_image_size
+                tensor.name,
+                ACL_UINT8,
+                Format.NHWC,
+                (tensor.dims[0], -1, -1, -1),
+                op.max_src_image_size,
             )
             name = DYNAMIC_AIPP_INPUT_NAME
             if self.dynamic_aipp:
                 name = f"{DYNAMIC_AIPP_INPUT_NAME}_aipp_{index}"
-            size = aipp_data_size(batch)
+            size = aipp_data_size(self.aipp_batch(index))
             self.dynamic_aipp[index] = len(inputs)
             inputs.append(IoTensor(name, ACL_UINT8, Format.ND, (size,), size))
+
+    def aipp_batch(self, index: int) -> int:
+        """N of graph input `index` in the largest gear: the images of a dynamic-AIPP block
+        (set_input_aipp's aclmdlAIPP must hold this many: acl_aipp.cpp GetModelOriDims takes
+        the N of the largest gear)."""
+        return self.om.description.input_shapes(self.largest)[index][0]
 
     def gear_text(self) -> str:
         """The compiled gears, for messages."""
@@ -316,12 +345,13 @@ class Execution:
         )
 
     def _graph_input(
-        self, index: int, span: Span, acl_dtype: int, shape: tuple[int, ...]
+        self, index: int, span: Span, acl_dtype: int, shape: tuple[int, ...], gear: Gear | None
     ) -> np.ndarray:
-        """What graph input `index` receives: the buffer's data, or AIPP's output for it."""
+        """What graph input `index` receives for `gear`: the buffer's data, or AIPP's output."""
         model = self.model
-        bound = model.static_aipp.get(index)
-        if bound is not None:
+        bounds = model.static_aipp.get(index)
+        if bounds is not None:
+            bound = bounds[gear]
             return bound.apply(_read(span, ACL_UINT8, (bound.input_size,)))
         params_index = model.dynamic_aipp.get(index)
         if params_index is None:
@@ -330,7 +360,7 @@ class Execution:
         raw = _read(params_span, ACL_UINT8, (model.inputs[params_index].size,))
         try:
             params = DynamicAippParams.unpack(raw.tobytes())
-            images = dynamic_images(params, model.om.description.inputs[index])
+            images = dynamic_images(params, model.om.description.inputs[index], shape)
         except (AippConfigError, ValueError) as exc:
             # UNCONFIRMED: the code GE returns for a parameter block it cannot use.
             raise AclFailure(
@@ -352,6 +382,18 @@ class Execution:
             start += bound.input_size
         return np.concatenate(out)
 
+    def _input_bytes(
+        self, index: int, acl_dtype: int, shape: tuple[int, ...], gear: Gear | None
+    ) -> int:
+        """Bytes graph input `index`'s buffer holds for `gear`: the source images of a
+        static-AIPP input, 0 for a dynamic-AIPP one (its parameters say, `_graph_input`)."""
+        bounds = self.model.static_aipp.get(index)
+        if bounds is not None:
+            return bounds[gear].input_size
+        if index in self.model.dynamic_aipp:
+            return 0
+        return _nbytes(acl_dtype, shape)
+
     def run(self) -> None:
         """Read the inputs for the selected gear, run the model, write the outputs."""
         model = self.model
@@ -365,7 +407,7 @@ class Execution:
         for i, (t, span, shape) in enumerate(
             zip(desc.inputs, self.inputs, self.input_shapes or desc.input_shapes(gear))
         ):
-            need = _nbytes(t.acl_dtype, shape)
+            need = self._input_bytes(i, t.acl_dtype, shape, gear)
             if (
                 (gear is not None or dynamic)
                 and span.remaining is not None
@@ -379,7 +421,7 @@ class Execution:
                     f"input {i} ({t.name}){where} needs {need} bytes, its buffer "
                     f"has {span.remaining}",
                 )
-            arrays.append(self._graph_input(i, span, t.acl_dtype, shape))
+            arrays.append(self._graph_input(i, span, t.acl_dtype, shape, gear))
         rows = arrays[0].shape[0] if dynamic and arrays and arrays[0].ndim else model.rows(gear)
         seconds = timing.current().execute_seconds(rows)
         with timing.engine(model.context.device.id, "execute", seconds):
@@ -421,13 +463,17 @@ class Execution:
                 fill_desc(handle, tensor.acl_dtype, np.shape(result), tensor.acl_format)
 
 
-def dynamic_images(params: DynamicAippParams, tensor: OmTensor) -> list[StaticAipp]:
-    """One binding per image of dynamic-AIPP graph input `tensor`: batch i's parameters on one
-    image (ValueError or AippConfigError when they do not fit the input)."""
-    n = tensor.dims[0]
-    if len(params.batches) != n:
+def dynamic_images(
+    params: DynamicAippParams, tensor: OmTensor, shape: tuple[int, ...]
+) -> list[StaticAipp]:
+    """One binding per image of dynamic-AIPP graph input `tensor` of `shape` (its shape in the
+    gear run): image i takes batch record i of the block (ValueError or AippConfigError when
+    they do not fit the input). With batch gears the block holds the largest batch's records
+    and a smaller gear uses the first ones (UNCONFIRMED on hardware)."""
+    n = shape[0]
+    if len(params.batches) < n:
         raise ValueError(f"the block has {len(params.batches)} batches, the model takes {n}")
-    one = (1, *tensor.dims[1:])
+    one = (1, *shape[1:])
     fmt, dtype = Format(tensor.acl_format), DTYPES_BY_ACL[tensor.acl_dtype]
     return [bind_static(params.static_op(i), one, fmt, dtype) for i in range(n)]
 

@@ -129,15 +129,19 @@ class OmDescription:
             return {}
         return {op.related_input_rank: op for op in parse_aipp_config(self.aipp_config)}
 
-    def static_aipp(self, index: int) -> StaticAipp | None:
-        """Graph input `index`'s static AIPP, bound to that input; None without one."""
+    def static_aipp(self, index: int) -> dict[Gear | None, StaticAipp]:
+        """Graph input `index`'s static AIPP bound to that input's shape in each gear (key None
+        for a model without gears), in gear order: with batch or HW gears ATC puts one AIPP
+        node in every gear's branch (insert_aipp_op_util.cc GetAllAipps); {} without one."""
         op = self.aipp_ops().get(index)
         if op is None or not op.is_static:
-            return None
+            return {}
         tensor = self.inputs[index]
-        return bind_static(
-            op, tensor.dims, Format(tensor.acl_format), DTYPES_BY_ACL[tensor.acl_dtype]
-        )
+        fmt, dtype = Format(tensor.acl_format), DTYPES_BY_ACL[tensor.acl_dtype]
+        return {
+            gear: bind_static(op, self.input_shapes(gear)[index], fmt, dtype)
+            for gear in (self.gears or (None,))
+        }
 
     @property
     def dynamic_shape(self) -> bool:
@@ -877,7 +881,13 @@ def _probe_outputs(
 
 
 def _read_aipp_config(path: PathLike, kind: GearKind) -> str:
-    """The text of `--insert_op_conf`, parsed once to refuse what ATC refuses."""
+    """The text of `--insert_op_conf`, parsed once to refuse what ATC refuses.
+
+    AIPP with batch or HW gears is built (static AIPP with `--dynamic_image_size` under ATC's
+    check, insert_aipp_op_util.cc CheckAndCopyAippOpParams); AIPP with `--dynamic_dims` is
+    refused: CANN's "Concepts and Restrictions" page (8.0.0 and 8.5.0 aclcppdevg_000041,
+    Community Edition aclcppdevg_000040 and aclpythondevg_0044) makes AIPP and dynamic dims
+    (ND) mutually exclusive for one model."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -890,20 +900,19 @@ def _read_aipp_config(path: PathLike, kind: GearKind) -> str:
             check_with_dynamic_image_size(ops)
     except AippConfigError as exc:
         raise OmCompileError(f"--insert_op_conf {os.fspath(path)}: {exc}") from exc
-    if kind != GearKind.STATIC:
-        # ATC refuses AIPP with --dynamic_dims (issue 21); AIPP with batch or HW gears is legal
-        # in ATC, but what ACL reports for it is UNCONFIRMED, so the emulator does not build it.
-        flag = {GearKind.BATCH: "--dynamic_batch_size", GearKind.HW: "--dynamic_image_size"}
+    if kind == GearKind.DIMS:
         raise OmCompileError(
-            f"--insert_op_conf with {flag.get(kind, '--dynamic_dims')} is not supported"
-            + ("" if kind in flag else " (ATC refuses AIPP with --dynamic_dims)")
-            + "; AIPP models must have static input shapes here"
+            "--insert_op_conf cannot be used with --dynamic_dims: for one model, AIPP (static "
+            "or dynamic) and dynamic dims (ND format) are mutually exclusive (CANN "
+            '"Concepts and Restrictions": aclcppdevg_000041, aclcppdevg_000040, '
+            "aclpythondevg_0044); use --dynamic_batch_size or --dynamic_image_size"
         )
     return text
 
 
 def _check_aipp_inputs(desc: OmDescription) -> None:
-    """Each AIPP op names an existing input; a static op binds to it (ATC's checks)."""
+    """Each AIPP op names an existing input; a static op binds to it in every gear (ATC's
+    checks); a dynamic op feeds a 4-D image input, -1 only on N with batch gears."""
     for rank, op in desc.aipp_ops().items():
         if rank >= len(desc.inputs):
             raise OmCompileError(
@@ -916,10 +925,19 @@ def _check_aipp_inputs(desc: OmDescription) -> None:
                 desc.static_aipp(rank)
             except (AippConfigError, ValueError) as exc:
                 raise OmCompileError(f"aipp_op for input {tensor.name}: {exc}") from exc
-        elif len(tensor.dims) != 4 or min(tensor.dims) <= 0:
+            continue
+        if desc.dynamic_kind == GearKind.HW:
+            # ATC builds it (the source size must equal set_dynamic_hw_size's at run time);
+            # the emulator does not
             raise OmCompileError(
-                f"dynamic AIPP feeds a static 4-D image input; {tensor.name} is "
-                f"{_shape_text(tensor.dims)}"
+                "dynamic AIPP with --dynamic_image_size is not supported by the emulator; use "
+                "static AIPP (crop and padding off, src_image_size_w/h 0) or --dynamic_batch_size"
+            )
+        fixed = tensor.dims[1:] if desc.dynamic_kind == GearKind.BATCH else tensor.dims
+        if len(tensor.dims) != 4 or min(fixed) <= 0:
+            raise OmCompileError(
+                f"dynamic AIPP feeds a 4-D image input (-1 only on N, with "
+                f"--dynamic_batch_size); {tensor.name} is {_shape_text(tensor.dims)}"
             )
 
 

@@ -194,7 +194,11 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
                     "exactly the H and W axes"
                 )
         return [
-            Gear(tuple(_fill(shape, (h, w)) for shape in shapes), (h, w)) for h, w in gears.hw_gears
+            Gear(
+                tuple(_fill(shape, info.hw_dims(h, w)) for shape, info in zip(shapes, desc.inputs)),
+                (h, w),
+            )
+            for h, w in gears.hw_gears
         ]
     table = []
     for gear, values in zip(gears.dims_gears, desc.dims_values):

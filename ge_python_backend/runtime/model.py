@@ -63,6 +63,15 @@ class TensorInfo:
     # a shape-range input: (lower, upper) per dim (acl.mdl.get_input_dims_range); () otherwise
     ranges: tuple[tuple[int, int], ...] = ()
     aipp: str = ""  # the input's AIPP as get_aipp_type / get_first_aipp_info report it
+    # a static-AIPP input served in v2 dims: rows of its H axis per image row (numerator,
+    # denominator; YUV420SP_U8 (3, 2): v2's H is h * 1.5, aclmdlGetInputDimsV2.md table 1),
+    # which an HW gear (h, w) of the model's image scales
+    v2_rows: tuple[int, int] = (1, 1)
+
+    def hw_dims(self, height: int, width: int) -> tuple[int, int]:
+        """The values of this input's -1 dims in HW gear (`height`, `width`)."""
+        numerator, denominator = self.v2_rows
+        return height * numerator // denominator, width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +202,8 @@ class Model(Resource):
             _, params_index, ret = acl.mdl.get_aipp_type(self.model_id, index)
             check(ret, "acl.mdl.get_aipp_type", acl)
             batch = next(i.spec.shape[0] for i in self.description.inputs if i.index == index)
+            if batch < 0:  # batch gears: the largest (CANN "Concepts and Restrictions")
+                batch = self.description.gears.max_batch
             handle = check_handle(acl.mdl.create_aipp(batch), "acl.mdl.create_aipp", acl)
             try:
                 for api, args in _aipp_calls(op, batch):
@@ -420,7 +431,7 @@ def _describe(
         size = mdl.get_input_size_by_index(desc, index)
         op = (aipp or {}).get(index) if aipp_inputs else None
         if op is not None:
-            shape, size = _dynamic_aipp_dims(op, _dims(dims), name, path)
+            shape, size = _dynamic_aipp_dims(op, _dims(dims), size, name, path)
         else:
             shape = _served_dims(acl, desc, index, name, dtype, _dims(dims), size, path)
         spec = TensorSpec(name, dtype, triton, shape, format_name(fmt))
@@ -471,10 +482,13 @@ def _describe(
     )
 
 
-def _dynamic_aipp_dims(op: AippOp, dims: Shape, name: str, path: Path) -> tuple[Shape, int]:
+def _dynamic_aipp_dims(
+    op: AippOp, dims: Shape, size: int, name: str, path: Path
+) -> tuple[Shape, int]:
     """(shape, bytes) a dynamic-AIPP image input is served with under `op`: n source images
-    in the v2 layout of `op`'s format (aclmdlGetInputDimsV2.md table 1)."""
-    if len(dims) != 4 or dims[0] <= 0:
+    in the v2 layout of `op`'s format (aclmdlGetInputDimsV2.md table 1); with batch gears n is
+    -1 (GE reports `[-1,-1,-1,-1]`) and the bytes are the model's size."""
+    if len(dims) != 4 or dims[0] == 0 or dims[0] < -1:
         raise ModelFileError(f"{path}: dynamic AIPP input {name!r} reports dims {list(dims)}")
     if not (op.is_static and op.src_image_size_w and op.src_image_size_h):
         raise ModelFileError(
@@ -484,7 +498,7 @@ def _dynamic_aipp_dims(op: AippOp, dims: Shape, name: str, path: Path) -> tuple[
     layout = op.input_format.layout
     h, w = op.src_image_size_h, op.src_image_size_w
     shape = (dims[0], h * layout.h_num // layout.h_den, w, layout.v2_channels)
-    return shape, math.prod(shape)
+    return shape, (math.prod(shape) if dims[0] > 0 else size)
 
 
 def _served_dims(
@@ -502,10 +516,23 @@ def _served_dims(
     v1 (`get_input_dims`) where its bytes are the size (within GE's slack below it); else v2
     (`get_input_dims_v2`) where its bytes are exactly the size: a static-AIPP input from a
     YUV420SP_U8 image reports v1 `[n,h,w,3]` but takes `n*h*w*1.5` bytes, v2 `[n,h*1.5,w,1]`
-    (aclmdlGetInputDimsV2.md table 1). Any other disagreement is refused, naming both.
+    (aclmdlGetInputDimsV2.md table 1). Any other disagreement is refused, naming both. An
+    input with gears (-1 dims, sized per gear) is served in v2 where v2 differs: GE keeps the
+    -1 of both on the same axes for a static-AIPP input (insert_aipp_op_util.cc
+    UpdateMultiBatchInputDims, SetModelInputDims).
     """
     if -1 in dims:
-        return dims  # sized per gear
+        v2, ret = acl.mdl.get_input_dims_v2(desc, index)
+        check(ret, "acl.mdl.get_input_dims_v2", acl)
+        v2_dims = _dims(v2)
+        if v2_dims == dims:
+            return dims
+        if len(v2_dims) != len(dims) or [d < 0 for d in v2_dims] != [d < 0 for d in dims]:
+            raise ModelFileError(
+                f"{path}: input {name!r} reports dims {list(dims)} and dims_v2 "
+                f"{list(v2_dims)}, with -1 on different axes; neither can be served per gear"
+            )
+        return v2_dims
     v1_bytes = math.prod(dims) * dtype.itemsize
     if size - SIZE_SLACK <= v1_bytes <= size:
         return dims
@@ -532,10 +559,12 @@ def _with_aipp(
         kind, _, ret = acl.mdl.get_aipp_type(model_id, info.index)
         check(ret, "acl.mdl.get_aipp_type", acl)
         text = ""
+        rows = (1, 1)
         if kind == AippType.STATIC:
             aipp, ret = acl.mdl.get_first_aipp_info(model_id, info.index)
             check(ret, "acl.mdl.get_first_aipp_info", acl)
             text = aipp_text(aipp)
+            rows = _v2_rows(aipp, info)
         elif kind != AippType.NONE:
             text = f"{AippType(kind).name.lower()} AIPP"
         if text:
@@ -547,8 +576,21 @@ def _with_aipp(
                 info.spec.triton_dtype,
                 list(info.spec.shape),
             )
-        inputs.append(dataclasses.replace(info, aipp=text))
+        inputs.append(dataclasses.replace(info, aipp=text, v2_rows=rows))
     return dataclasses.replace(description, inputs=tuple(inputs))
+
+
+def _v2_rows(aipp: dict[str, Any], info: TensorInfo) -> tuple[int, int]:
+    """`TensorInfo.v2_rows` of a static-AIPP input: its source format's v2 rows per image row
+    when it is served in v2 dims (NHWC, C of v2), else (1, 1)."""
+    try:
+        layout = AippInputFormat(aipp["inputFormat"]).layout
+    except (ValueError, KeyError):
+        return (1, 1)  # a format the pipeline does not lay out: served as reported
+    shape = info.spec.shape
+    if len(shape) != 4 or shape[3] != layout.v2_channels:
+        return (1, 1)
+    return (layout.h_num, layout.h_den)
 
 
 def aipp_text(info: dict[str, Any]) -> str:

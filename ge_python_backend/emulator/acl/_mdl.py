@@ -498,12 +498,12 @@ def get_first_aipp_info(model_id: int, index: int) -> tuple[dict[str, Any], int]
     with LOCK:
         model = _model(model_id)
     _input_index(model, index)
-    bound = model.static_aipp.get(index)
-    if bound is None:
+    bounds = model.static_aipp.get(index)
+    if bounds is None:
         raise AclFailure(
             _AclCode.GE_AIPP_NOT_EXIST, f"input {index} of model {model_id} has no static AIPP"
         )
-    return _aipp.first_aipp_info(bound, model.inputs[index].name), 0
+    return _aipp.first_aipp_info(list(bounds.values()), model.inputs[index].name), 0
 
 
 @api("acl.mdl.get_aipp_data_size", int, fail=zero_ret, fault="none")
@@ -674,14 +674,18 @@ def set_input_aipp(model_id: int, dataset: int, index: int, aipp: int) -> int:
 
 
 def _check_dynamic_params(model: LoadedModel, image: int, params: _aipp.DynamicAippParams) -> None:
-    """set_input_aipp's checks against the model (100000 when one fails)."""
-    graph_input = model.om.description.inputs[image]
-    op = model.om.description.aipp_ops()[image]
-    n = graph_input.dims[0]
+    """set_input_aipp's checks against the model (100000 when one fails); with batch gears
+    the batch count must be the largest gear's (acl_aipp.cpp GetModelOriDims)."""
+    desc = model.om.description
+    graph_input = desc.inputs[image]
+    op = desc.aipp_ops()[image]
+    n = model.aipp_batch(image)
     if len(params.batches) != n:
+        largest = " (the largest batch gear)" if model.largest is not None else ""
         raise AclFailure(
             _AclCode.INVALID_PARAM,
-            f"the aipp object has {len(params.batches)} batches; input {image} takes {n} images",
+            f"the aipp object has {len(params.batches)} batches; input {image} takes {n} "
+            f"images{largest}: create it with acl.mdl.create_aipp({n})",
         )
     if params.input_format is _aipp.AippInputFormat.UNDEFINED:
         raise AclFailure(_AclCode.INVALID_PARAM, "set the source format (set_aipp_input_format)")
@@ -694,7 +698,7 @@ def _check_dynamic_params(model: LoadedModel, image: int, params: _aipp.DynamicA
             f"{op.max_src_image_size}",
         )
     try:
-        dynamic_images(params, graph_input)
+        dynamic_images(params, graph_input, desc.input_shapes(model.largest)[image])
     except (_aipp.AippConfigError, ValueError) as exc:
         raise AclFailure(_AclCode.INVALID_PARAM, f"the AIPP parameters are invalid: {exc}") from exc
 
