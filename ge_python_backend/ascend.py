@@ -54,6 +54,7 @@ __all__ = [
     "converted_tensor_name",
     "describe_code",
     "format_name",
+    "malloc_reserved",
     "om_output_path",
     "soc_device",
     "tensor_name_of_output",
@@ -563,6 +564,13 @@ PROCESSES_PER_DEVICE_VM = 32
 # (vllm-ascend PR #7107), about 112 MB (xLLM PR #2095); both torch_npu processes, no public figure
 # for 310P or for a bare pyACL set_device. The larger figure, so a budget errs on fitting fewer.
 PROCESS_DEVICE_MEMORY = 112 * 2**20
+
+
+def malloc_reserved(size: int) -> int:
+    """Device bytes `acl.rt.malloc(size)` reserves: rounded up to 32, plus 32 of padding
+    (hicann/runtime src/acl/aclrt_impl/memory.cpp aclMallocMemInner, DATA_MEMORY_ALIGN_SIZE and
+    DATA_MEMORY_PADDING_SIZE)."""
+    return (size + 31) // 32 * 32 + 32
 
 
 @dataclasses.dataclass(frozen=True)

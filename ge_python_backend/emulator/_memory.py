@@ -11,7 +11,7 @@ import bisect
 import ctypes
 from dataclasses import dataclass
 
-from ge_python_backend.ascend import AclCode
+from ge_python_backend.ascend import AclCode, malloc_reserved
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     HANDLE_BASE,
@@ -23,11 +23,6 @@ ALIGN = 64
 GUARD = 0x1000  # unmapped gap after each device allocation
 MIN_HOST_ADDRESS = 0x1000
 MAX_HOST_ADDRESS = 1 << 48  # user-space addresses on x86-64 and aarch64 are below this
-
-
-def rounded_size(size: int) -> int:
-    """What the real runtime reserves for `malloc(size)`: a multiple of 32, plus 32."""
-    return (size + 31) // 32 * 32 + 32
 
 
 @dataclass(eq=False)
@@ -102,7 +97,7 @@ class Memory:
         alloc = DeviceAllocation(
             base=self._next_device,
             size=size,
-            capacity=rounded_size(size),
+            capacity=malloc_reserved(size),
             device_id=device_id,
             view=view,
             address=ctypes.addressof(view),

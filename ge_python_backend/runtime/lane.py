@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ge_python_backend.aipp import AippOp
-from ge_python_backend.ascend import GearKind, MemcpyKind
+from ge_python_backend.ascend import GearKind, MemcpyKind, malloc_reserved
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
@@ -214,8 +214,9 @@ class Lane(Resource):
 
     @property
     def device_bytes(self) -> int:
-        """Device memory held by the lane's buffers (not the model's weights and work space)."""
-        return sum(p.size for p in self._parts if isinstance(p, DeviceBuffer))
+        """Device memory the lane's buffers hold, as malloc reserves it (not the model's weights
+        and work space)."""
+        return sum(malloc_reserved(p.size) for p in self._parts if isinstance(p, DeviceBuffer))
 
     def stage(self, table: GearTable, execution: Execution, feeds_list: Sequence[Any]) -> int:
         """Write the execution's rows into the pinned input buffers, zero the padding rows;

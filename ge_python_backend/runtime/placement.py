@@ -115,14 +115,14 @@ def holders(device_id: int) -> list[Holding]:
 
 def describe_holders(device_id: int, shown: int = 8) -> str:
     """The holders of `device_id` as one line, by label, largest first: `'resnet' (2 processes,
-    1.50 GB), 'bert' (1 process, 0.40 GB)` ("" when nobody recorded anything)."""
+    1500.0 MiB), 'bert' (1 process, 400.0 MiB)` ("" when nobody recorded anything)."""
     by_label: dict[str, tuple[set[int], int]] = {}
     for holding in holders(device_id):
         pids, nbytes = by_label.get(holding.label, (set(), 0))
         by_label[holding.label] = (pids | {holding.pid}, nbytes + holding.bytes)
     ranked = sorted(by_label.items(), key=lambda item: -item[1][1])
     parts = [
-        f"{label!r} ({len(pids)} process{'es' if len(pids) > 1 else ''}, {nbytes / 1e9:.2f} GB)"
+        f"{label!r} ({len(pids)} process{'es' if len(pids) > 1 else ''}, {nbytes / 2**20:.1f} MiB)"
         for label, (pids, nbytes) in ranked[:shown]
     ]
     if len(ranked) > shown:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import MemcpyKind as _MemcpyKind
+from ge_python_backend.ascend import malloc_reserved as _malloc_reserved
 from ge_python_backend.emulator import _events, timing
 from ge_python_backend.emulator._api import api, zero_ret
-from ge_python_backend.emulator._memory import MEMORY, Span, rounded_size
+from ge_python_backend.emulator._memory import MEMORY, Span
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     LOCK,
@@ -256,7 +257,7 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
         )
     with LOCK:
         device = ctx.device
-        need = rounded_size(size)
+        need = _malloc_reserved(size)
         # hicann/runtime npu_driver_mem.cc: halMemAlloc's DRV_ERROR_OUT_OF_MEMORY is 207001
         # (errcode_manage.cc "driver error:out of memory"), reported as EL0004.
         device.charge(
