@@ -8,8 +8,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.ascend import (
+    DEFAULT_SOC,
+    PROCESSES_PER_DEVICE,
+    PROCESSES_PER_DEVICE_VM,
+    SOC_DEVICES,
+    soc_device,
+)
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.budget import DeviceLimits
 from ge_python_backend.runtime import RUNTIMES
 from ge_python_backend.tools.bench import ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_MAX_IN_FLIGHT
 from ge_python_backend.tools.compare import Thresholds
@@ -50,6 +58,37 @@ def add_runtime_option(
     """`--runtime pyacl|emulator`; without a `default`, `purpose` says what decides instead."""
     shown = f" (default: {default})" if default else ""
     parser.add_argument("--runtime", choices=RUNTIMES, default=default, help=purpose + shown)
+
+
+def add_device_budget_options(parser: argparse.ArgumentParser, soc_purpose: str) -> None:
+    """`--soc-version` (ATC's `--soc_version`: `soc_purpose` says what it is used for here)
+    and `--processes-per-device`: the device a repository is budgeted for (`device_limits`)."""
+    parser.add_argument(
+        "--soc-version",
+        default=DEFAULT_SOC,
+        metavar="SOC",
+        help=f"{soc_purpose}; its device memory is known for {', '.join(SOC_DEVICES)} "
+        f"(default: {DEFAULT_SOC})",
+    )
+    parser.add_argument(
+        "--processes-per-device",
+        type=int,
+        default=PROCESSES_PER_DEVICE,
+        metavar="N",
+        help=f"processes pyACL serves per device; each instance is one (default: "
+        f"{PROCESSES_PER_DEVICE}; {PROCESSES_PER_DEVICE_VM} in a VM)",
+    )
+
+
+def device_limits(args: argparse.Namespace) -> DeviceLimits:
+    """The `DeviceLimits` of `add_device_budget_options`' values (UserError for bad ones)."""
+    if args.processes_per_device < 1:
+        raise UserError(f"--processes-per-device must be >= 1, got {args.processes_per_device}")
+    try:
+        memory = soc_device(args.soc_version).memory
+    except ValueError as exc:
+        raise UserError(f"--soc-version: {exc}") from None
+    return DeviceLimits(args.processes_per_device, memory, soc=args.soc_version)
 
 
 def add_input_shape_order_option(parser: argparse.ArgumentParser) -> None:

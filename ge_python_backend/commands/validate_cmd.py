@@ -16,11 +16,15 @@ from typing import Any
 
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
+    add_device_budget_options,
     add_repository_argument,
     add_runtime_option,
     add_tritonserver_options,
+    device_limits,
 )
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
+from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.repository.validation import ModelReport, validate_repository
 from ge_python_backend.tools.probe import DEFAULT_LOAD_TIMEOUT_S, probe_repository
 
@@ -37,6 +41,12 @@ are the model's, and data types and shapes connect from the ensemble's inputs to
 Exits 1 when a model has problems; notes (e.g. the .om cannot be opened on this machine, so its
 inputs/outputs were not checked) do not fail.
 
+Then the device budget of the whole repository: per device, the processes its instances open
+(each Triton instance is a stub process; device_ids places them) against pyACL's limit
+(--processes-per-device: 64, 32 in a VM), and the device memory they hold (per process the
+opening of the device, and per pipeline lane one load of the .om and its buffers) against the
+memory of a --soc-version device. A device that cannot hold its share fails the check.
+
 --serve then starts a throwaway tritonserver on the repository (free ports, every model loaded),
 sends every model that loads one probe inference of zeros (ensembles included), reports each
 model's answer or Triton's reason for not loading it, stops the server, and exits 1 unless every
@@ -46,6 +56,7 @@ examples:
   ge-python-model validate models
   ge-python-model validate models --name resnet --runtime emulator
   ge-python-model validate models --serve --runtime emulator
+  ge-python-model validate models --soc-version Ascend910B3 --processes-per-device 32
 """
 
 
@@ -59,6 +70,7 @@ def register(subparsers: Any) -> None:
         "open the .om files with this runtime instead of each config's acl_runtime (with "
         "--serve: the server's models too)",
     )
+    add_device_budget_options(parser, "the SoC of the devices the budget is for")
     parser.add_argument(
         "--serve",
         action="store_true",
@@ -117,9 +129,28 @@ def _serve_check(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Print one verdict per model (then, with --serve, one answer per model); 1 if any has
     problems or did not answer."""
+    limits = device_limits(args)
     reports = validate_repository(args.repository, name=args.name, runtime=args.runtime)
     for report in reports:
         _print_report(report)
     valid = all(report.ok for report in reports)
+    if args.name is None:
+        valid = _budget_check(args, limits) and valid
     served = _serve_check(args) if args.serve else True
     return 0 if valid and served else 1
+
+
+def _budget_check(args: argparse.Namespace, limits: DeviceLimits) -> bool:
+    """Print the repository's device budget; whether every device can hold its share."""
+    devices = budget(
+        footprints(repository_entries(args.repository, args.runtime), args.runtime), limits
+    )
+    if not devices.rows:
+        return True
+    print(devices.table())
+    for warning in devices.warnings():
+        print(f"  note: {warning}")
+    problems = devices.problems()
+    for problem in problems:
+        print(f"  problem: {problem}")
+    return not problems

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -361,3 +361,13 @@ class ModelParameters:
         `instance_name` is Triton's `model_instance_name` (`<group>_<k>`).
         """
         return self.device_ids[instance_index(instance_name) % len(self.device_ids)]
+
+    def instances_per_device(self, group_counts: Sequence[int]) -> dict[int, int]:
+        """Device id -> instances on it, for instance groups of `group_counts` instances (each
+        group's instance k on `device_ids[k % len]`, as `device_for_instance` places it)."""
+        placed: dict[int, int] = {}
+        for count in group_counts:
+            for index in range(count):
+                device = self.device_ids[index % len(self.device_ids)]
+                placed[device] = placed.get(device, 0) + 1
+        return placed

@@ -1,0 +1,192 @@
+"""A repository's device budget: per device, the processes its instances open and the memory
+they hold, against what one device allows (`DeviceLimits`). Read by `validate`, `migrate`, `k8s`
+and `tune` before anything loads.
+
+Each Triton instance of one of our models is a stub process that opens its device (placed by the
+`device_ids` parameter: `ModelParameters.instances_per_device`). pyACL allows
+`ascend.PROCESSES_PER_DEVICE` processes per device (`PROCESSES_PER_DEVICE_VM` in a VM); each
+holds the device memory of opening the device (`ascend.PROCESS_DEVICE_MEMORY`) and, per pipeline
+lane, one load of the model (work + weight, `acl.mdl.query_size`) and the lane's pooled buffers
+(`describe.ModelFileDescription`). Models that open no device (ensembles, other Python models)
+are not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from ge_python_backend.ascend import (
+    DEFAULT_SOC,
+    PROCESS_DEVICE_MEMORY,
+    PROCESSES_PER_DEVICE,
+    PROCESSES_PER_DEVICE_VM,
+    soc_device,
+)
+from ge_python_backend.errors import GeBackendError
+from ge_python_backend.repository.autocomplete import complete_version
+from ge_python_backend.repository.config import ConfigError, config_view
+from ge_python_backend.repository.parameters import ModelParameters
+from ge_python_backend.repository.shm import ModelEntry
+from ge_python_backend.repository.versions import version_dirs
+
+__all__ = ["DeviceBudget", "DeviceLimits", "DeviceRow", "ModelFootprint", "budget", "footprints"]
+
+logger = logging.getLogger(__name__)
+
+MIB = 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLimits:
+    """What one device allows: processes, memory (bytes) and what opening it costs a process."""
+
+    max_processes: int = PROCESSES_PER_DEVICE
+    memory: int = soc_device(DEFAULT_SOC).memory
+    process_memory: int = PROCESS_DEVICE_MEMORY
+    soc: str = DEFAULT_SOC
+
+    @classmethod
+    def of(cls, soc: str = DEFAULT_SOC, vm: bool = False) -> DeviceLimits:
+        """The limits of a `soc` device (`--soc_version`), on a physical machine or in a VM."""
+        return cls(
+            max_processes=PROCESSES_PER_DEVICE_VM if vm else PROCESSES_PER_DEVICE,
+            memory=soc_device(soc).memory,
+            soc=soc,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFootprint:
+    """One model's share of the devices: its stub processes per device and what each holds
+    besides the opening of the device (None when its `.om` could not be read)."""
+
+    name: str
+    processes: dict[int, int]
+    bytes_per_process: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRow:
+    """One device's line of the budget."""
+
+    device: int
+    processes: int
+    memory: int  # bytes, the models whose `.om` could not be read left out
+    models: tuple[str, ...]  # with their process counts: "resnet x2"
+    unknown: tuple[str, ...]  # models whose memory is not known
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceBudget:
+    """Every device a repository uses, against `limits`."""
+
+    rows: tuple[DeviceRow, ...]
+    limits: DeviceLimits
+
+    def problems(self) -> list[str]:
+        """Why the repository cannot be served on these devices (empty: it fits)."""
+        found = []
+        for row in self.rows:
+            if row.processes > self.limits.max_processes:
+                found.append(
+                    f"device {row.device}: {row.processes} processes (one per instance) but "
+                    f"pyACL allows {self.limits.max_processes} per device "
+                    f"({PROCESSES_PER_DEVICE} on a physical machine, {PROCESSES_PER_DEVICE_VM} "
+                    "in a VM): serve fewer instances or spread the models over more devices "
+                    "(parameter device_ids)"
+                )
+            if row.memory > self.limits.memory:
+                found.append(
+                    f"device {row.device}: {row.memory / MIB:,.0f} MiB of device memory needed, "
+                    f"a {self.limits.soc} has {self.limits.memory / MIB:,.0f} MiB: serve fewer "
+                    "instances or lanes (pipeline_depth), or spread the models over more devices"
+                )
+        return found
+
+    def warnings(self) -> list[str]:
+        """What the budget could not count."""
+        return [
+            f"device {row.device}: the memory of {', '.join(row.unknown)} is not counted (its "
+            ".om could not be read here)"
+            for row in self.rows
+            if row.unknown
+        ]
+
+    def table(self) -> str:
+        """The per-device table, one line a device."""
+        limits = self.limits
+        lines = [
+            f"device budget ({limits.soc}: {limits.max_processes} processes, "
+            f"{limits.memory / MIB:,.0f} MiB; {limits.process_memory / MIB:,.0f} MiB per process)",
+            f"  {'device':>6}  {'processes':>9}  {'memory MiB':>18}  models",
+        ]
+        for row in self.rows:
+            over = row.processes > limits.max_processes or row.memory > limits.memory
+            memory = f"{row.memory / MIB:,.0f} / {limits.memory / MIB:,.0f}"
+            shown = ", ".join(row.models[:6]) + (
+                f", {len(row.models) - 6} more" if len(row.models) > 6 else ""
+            )
+            lines.append(
+                f"  {row.device:>6}  {f'{row.processes} / {limits.max_processes}':>9}  "
+                f"{memory:>18}  {shown}{'  DOES NOT FIT' if over else ''}"
+            )
+        return "\n".join(lines)
+
+
+def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudget:
+    """The per-device sums of `models` against `limits`."""
+    devices = sorted({device for model in models for device in model.processes})
+    rows = []
+    for device in devices:
+        here = [(m, m.processes[device]) for m in models if m.processes.get(device)]
+        rows.append(
+            DeviceRow(
+                device=device,
+                processes=sum(count for _, count in here),
+                memory=sum(
+                    count * (limits.process_memory + (m.bytes_per_process or 0))
+                    for m, count in here
+                ),
+                models=tuple(f"{m.name} x{count}" for m, count in here),
+                unknown=tuple(m.name for m, _ in here if m.bytes_per_process is None),
+            )
+        )
+    return DeviceBudget(tuple(rows), limits)
+
+
+def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> list[ModelFootprint]:
+    """The footprint of every model of ours among `entries` (their newest version's `.om`, read
+    with `runtime` or each config's acl_runtime); models without an `.om` open no device."""
+    found = []
+    for entry in entries:
+        config = entry.config
+        versions = version_dirs(entry.directory)
+        if config is None or config.platform == "ensemble" or config.backend != "python":
+            continue
+        if not versions:
+            continue
+        view = config_view(config)
+        try:
+            params = ModelParameters.from_config(view)
+            completion = complete_version(view, versions[-1], runtime)
+        except ConfigError as exc:
+            logger.debug("%s opens no device here: %s", entry.directory.name, exc)
+            continue  # no .om (not ours), or a config validate explains
+        except GeBackendError as exc:  # the .om cannot be read here
+            logger.debug("%s: memory not known: %s", entry.directory.name, exc)
+            completion = None
+        counts = [max(group.count, 1) for group in config.instance_group] or [1]
+        per_process = None
+        if completion is not None:
+            lane = completion.description.load_bytes + completion.description.lane_bytes
+            per_process = params.pipeline_depth * lane
+        found.append(
+            ModelFootprint(
+                config.name or entry.directory.name,
+                params.instances_per_device(counts),
+                per_process,
+            )
+        )
+    return found

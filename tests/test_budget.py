@@ -1,0 +1,88 @@
+"""The device budget of a repository (repository/budget.py): processes and device memory per
+device, counted before anything loads, as `validate` prints and enforces them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ge_python_backend import cli
+from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, malloc_reserved, soc_device
+from ge_python_backend.emulator import acl
+from ge_python_backend.repository.budget import DeviceLimits, ModelFootprint, budget, footprints
+from ge_python_backend.repository.config import write_model_config
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.shm import repository_entries
+
+
+def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    result = scaffold(
+        om_dynamic_batch,
+        tmp_path / "models",
+        name="m",
+        runtime="emulator",
+        instances=3,
+        device_ids="0,1",
+        pipeline_depth=2,
+    )
+    assert acl.init() in (0, 100002)
+    work, weight, ret = acl.mdl.query_size(str(result.om_path))
+    assert ret == 0
+    # x [8,16] f32, ascend_mbatch_shape_data (one int64), y [8,8] f32, z [8,1] f32
+    lane = sum(map(malloc_reserved, (512, 8, 256, 32)))
+    (model,) = footprints(repository_entries(tmp_path / "models"))
+    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2 * (work + weight + lane))
+
+
+def test_the_budget_refuses_a_device_over_the_process_cap_or_its_memory() -> None:
+    limits = DeviceLimits(max_processes=4, memory=10 * PROCESS_DEVICE_MEMORY, soc="Ascend310P3")
+    models = [
+        ModelFootprint("a", {0: 3, 1: 1}, PROCESS_DEVICE_MEMORY),
+        ModelFootprint("b", {0: 2}, None),
+        ModelFootprint("c", {1: 2}, 3 * PROCESS_DEVICE_MEMORY),
+    ]
+    devices = budget(models, limits)
+    assert [(r.device, r.processes, r.memory) for r in devices.rows] == [
+        (0, 5, 3 * 2 * PROCESS_DEVICE_MEMORY + 2 * PROCESS_DEVICE_MEMORY),
+        (1, 3, 2 * PROCESS_DEVICE_MEMORY + 2 * 4 * PROCESS_DEVICE_MEMORY),
+    ]
+    problems = devices.problems()
+    assert len(problems) == 1 and "device 0: 5 processes" in problems[0]
+    assert "pyACL allows 4 per device" in problems[0]
+    assert devices.warnings() == [
+        "device 0: the memory of b is not counted (its .om could not be read here)"
+    ]
+    tight = DeviceLimits(max_processes=64, memory=9 * PROCESS_DEVICE_MEMORY)
+    (problem,) = budget(models, tight).problems()
+    assert problem.startswith("device 1: 1,120 MiB of device memory needed, a Ascend310P3 has")
+    assert "DOES NOT FIT" in budget(models, tight).table().splitlines()[3]
+
+
+def test_validate_refuses_60_models_of_2_instances_on_one_310p3_naming_the_process_cap(
+    tmp_path: Path, om_dynamic_batch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repository = tmp_path / "models"
+    first = scaffold(om_dynamic_batch, repository, name="m00", runtime="emulator", instances=2)
+    for number in range(1, 60):  # the same model directory sixty times (no config reads again)
+        shutil.copytree(repository / "m00", repository / f"m{number:02}")
+        first.config.name = f"m{number:02}"
+        write_model_config(first.config, repository / f"m{number:02}" / "config.pbtxt")
+    assert cli.main(["validate", str(repository), "--runtime", "emulator"]) == 1
+    out = capsys.readouterr().out
+    assert out.count(": OK (versions: 1)") == 60
+    table = out[out.index("device budget (Ascend310P3: 64 processes") :]
+    memory = soc_device("Ascend310P3").memory // 2**20
+    assert f"{memory:,} MiB; 112 MiB per process)" in table.splitlines()[0]
+    row = table.splitlines()[2].split()
+    assert row[:4] == ["0", "120", "/", "64"] and "DOES NOT FIT" in table
+    assert "m00 x2, m01 x2" in table and "54 more" in table
+    assert "problem: device 0: 120 processes (one per instance) but pyACL allows 64" in out
+    # 32 models of 2 instances fit in the processes of one device, their memory too
+    for number in range(32, 60):
+        shutil.rmtree(repository / f"m{number:02}")
+    assert cli.main(["validate", str(repository), "--runtime", "emulator"]) == 0
+    assert "64 / 64" in capsys.readouterr().out
