@@ -32,6 +32,7 @@ __all__ = [
     "DTYPES_BY_NUMPY",
     "DTYPES_BY_ONNX",
     "DTYPES_BY_TRITON",
+    "DTYPES_BY_TRITON_CONFIG",
     "NUMPY_BY_ACL",
     "PRECISION_LADDER",
     "PRECISION_MODES_NOT_EMULATED",
@@ -307,6 +308,10 @@ DTYPES_BY_ONNX: Mapping[int, DataType] = MappingProxyType(
 )
 DTYPES_BY_TRITON: Mapping[str, DataType] = MappingProxyType(
     {t.triton: t for t in DATA_TYPES if t.triton is not None}
+)
+# By the name a Triton model config gives the type ("TYPE_FP32", "TYPE_STRING").
+DTYPES_BY_TRITON_CONFIG: Mapping[str, DataType] = MappingProxyType(
+    {t.triton_config: t for t in DATA_TYPES if t.triton_config is not None}
 )
 
 

@@ -269,6 +269,84 @@ def test_preflight_gear_naming_an_input_with_two_open_axes(tmp_path: Path) -> No
     )
 
 
+SIMPLE_STRING_CONFIG = """
+name: "simple_string"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [{ name: "INPUT0" data_type: TYPE_STRING dims: [16] }]
+output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [16] }]
+"""
+
+
+def _simple_string(path: Path) -> Path:
+    """Triton's `simple_string`, as ONNX: STRING [N, 16] in and out (Identity)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "simple_string",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.STRING, ["N", 16])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, ["N", 16])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_preflight_refuses_string_tensors(tmp_path: Path) -> None:
+    proto = onnx.load(str(_simple_string(tmp_path / "s.onnx")))
+    problems = preflight("simple_string", proto, _config(SIMPLE_STRING_CONFIG))
+    advice = (
+        "a string tensor, and ATC compiles no string tensors; keep the model as a Python model, "
+        "or move the strings out of the graph"
+    )
+    assert [p.split(": ", 1)[0] for p in problems] == [
+        "model 'simple_string', input 'INPUT0' is STRING in the ONNX graph",
+        "model 'simple_string', output 'OUTPUT0' is STRING in the ONNX graph",
+    ]  # each tensor once, though the config names it too
+    assert all(advice in problem for problem in problems)
+    # the config alone says so too (a graph that leaves the type out)
+    proto.graph.input[0].type.tensor_type.ClearField("elem_type")
+    problems = preflight("simple_string", proto, _config(SIMPLE_STRING_CONFIG))
+    assert len(problems) == 2 and any(
+        p.startswith("model 'simple_string', input 'INPUT0' is TYPE_STRING in config.pbtxt")
+        for p in problems
+    )
+
+
+def test_preflight_refuses_types_the_om_cannot_hold(tmp_path: Path) -> None:
+    weights = helper.make_tensor("w", TensorProto.COMPLEX64, [1], [1 + 0j])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        initializer=[weights],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    problems = preflight("m", proto, _config("max_batch_size: 4"))
+    assert [p.split(",", 2)[1] for p in problems] == [
+        " input 'x' is BFLOAT16 in the ONNX graph",
+        " initializer 'w' is COMPLEX64 in the ONNX graph",
+    ]
+    assert "ATC and this backend take FLOAT, FLOAT16, INT8" in problems[0]
+    assert "cast it to one of those in the graph" in problems[0]
+
+
+def test_migrate_of_a_string_model_says_why(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    _model(source, "simple_string", SIMPLE_STRING_CONFIG, {})
+    (source / "simple_string" / "1").mkdir()
+    _simple_string(source / "simple_string" / "1" / "model.onnx")
+    options = MigrateOptions(
+        source, tmp_path / "dst", runtime="emulator", emulator_compiler=compile_onnx
+    )
+    (model,) = migrate(options).models
+    assert model.status == "failed" and len(model.errors) == 2
+    assert "version 1: model 'simple_string', input 'INPUT0' is STRING" in model.errors[0]
+    assert "ATC compiles no string tensors" in model.errors[0]
+    assert not any("no precision mode compiled" in error for error in model.errors)
+
+
 # ----------------------------------------------------------------------------- ATC flags
 
 

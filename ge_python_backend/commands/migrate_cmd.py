@@ -45,7 +45,8 @@ such axis is refused, with the axes that need sizes. Geared axes compile --dynam
 --input_format=ND) over every combination of their sizes and the batch sizes.
 
 Pre-flight, per model (the others carry on): the ONNX opset within what ATC parses, one version
-per domain, no custom-domain operators, every -1 axis set.
+per domain, no custom-domain operators, no tensor of a type the .om cannot hold (ATC compiles no
+strings: TYPE_STRING models stay Python models), every -1 axis set.
 
 Exits 0 when every convertible model converted, 1 otherwise, 2 on a usage error.
 
