@@ -2,7 +2,8 @@
 
 Return codes (`AclCode`), data types (`DataType` records), tensor formats (`Format`), memcpy kinds
 (`MemcpyKind`), run modes (`RunMode`), gear kinds (`GearKind`), ATC's framework codes, gear limit
-and output naming, and its precision modes (`PrecisionMode`). The runtime, the emulator, the
+and output naming, its precision modes (`PrecisionMode`), and how an `.om` starts (`om_container`:
+ATC's or the emulator's). The runtime, the emulator, the
 tools and the tests take them from here. Imports only the standard library and numpy, and nothing
 from the project, so any module (the Triton stub's included) may import it.
 """
@@ -24,6 +25,7 @@ __all__ = [
     "ATC_DEFAULT_PRECISION_MODE",
     "ATC_INPUT_FORMATS",
     "ATC_MAX_GEARS",
+    "ATC_OM_MAGIC",
     "ATC_OUTPUT_TYPES",
     "DEFAULT_SOC",
     "LAYOUT_RANKS",
@@ -33,6 +35,8 @@ __all__ = [
     "DTYPES_BY_NUMPY",
     "DTYPES_BY_ONNX",
     "DTYPES_BY_TRITON",
+    "DTYPES_BY_TRITON_CONFIG",
+    "EMULATOR_OM_MAGIC",
     "NUMPY_BY_ACL",
     "PRECISION_LADDER",
     "PRECISION_MODES_NOT_EMULATED",
@@ -48,6 +52,7 @@ __all__ = [
     "Format",
     "GearKind",
     "MemcpyKind",
+    "OmContainer",
     "PrecisionMode",
     "RunMode",
     "SocDevice",
@@ -55,6 +60,7 @@ __all__ = [
     "describe_code",
     "format_name",
     "malloc_reserved",
+    "om_container",
     "om_output_path",
     "soc_device",
     "tensor_name_of_output",
@@ -316,6 +322,10 @@ DTYPES_BY_ONNX: Mapping[int, DataType] = MappingProxyType(
 DTYPES_BY_TRITON: Mapping[str, DataType] = MappingProxyType(
     {t.triton: t for t in DATA_TYPES if t.triton is not None}
 )
+# By the name a Triton model config gives the type ("TYPE_FP32", "TYPE_STRING").
+DTYPES_BY_TRITON_CONFIG: Mapping[str, DataType] = MappingProxyType(
+    {t.triton_config: t for t in DATA_TYPES if t.triton_config is not None}
+)
 
 
 class Format(enum.IntEnum):
@@ -454,6 +464,38 @@ class AtcFramework(enum.IntEnum):
 
 
 ATC_MAX_GEARS = 100  # ATC's limit for every gear option (--dynamic_batch_size and the others)
+
+
+# How an .om starts: a real one made by ATC, and the emulator's container (`emulator/omfile.py`),
+# whose last byte is its format version.
+ATC_OM_MAGIC = b"IMOD"
+EMULATOR_OM_MAGIC = b"GEEMUOM\x01"
+
+
+class OmContainer(str, enum.Enum):
+    """What made an `.om`, as its first bytes tell (`om_container`)."""
+
+    ATC = "atc"  # a real ATC .om: pyACL (CANN) reads it
+    EMULATOR = "emulator"  # `ge-python-model emulator compile`'s: the emulator reads it
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def om_container(path: str | os.PathLike[str]) -> OmContainer | None:
+    """The container of the `.om` at `path` by its first bytes (an emulator `.om` of any format
+    version: its reader names the version); None for other content, or a file that cannot be
+    read, whose reader then says why."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(EMULATOR_OM_MAGIC))
+    except OSError:  # missing or unreadable: the runtime reports it when it opens the file
+        return None
+    if head.startswith(EMULATOR_OM_MAGIC[:-1]):
+        return OmContainer.EMULATOR
+    if head.startswith(ATC_OM_MAGIC):
+        return OmContainer.ATC
+    return None
 
 
 def om_output_path(output: str | os.PathLike[str]) -> Path:

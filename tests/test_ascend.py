@@ -12,18 +12,22 @@ import pytest
 from ge_python_backend import ascend
 from ge_python_backend.ascend import (
     ATC_INPUT_FORMATS,
+    ATC_OM_MAGIC,
     DATA_TYPES,
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     DTYPES_BY_ONNX,
     DTYPES_BY_TRITON,
+    EMULATOR_OM_MAGIC,
     AclCode,
     Format,
     GearKind,
     MemcpyKind,
+    OmContainer,
     RunMode,
     describe_code,
     format_name,
+    om_container,
 )
 
 # The project's shared references sit beside the checkout (../shared), in CI as in a session.
@@ -268,3 +272,23 @@ def test_item_sizes() -> None:
     for data_type in DTYPES_BY_NUMPY.values():
         assert data_type.numpy is not None and data_type.itemsize == data_type.numpy.itemsize
     assert DTYPES_BY_TRITON["BF16"].itemsize == 2 and DTYPES_BY_TRITON["BYTES"].itemsize is None
+
+
+def test_om_container_by_the_first_bytes(tmp_path: Path) -> None:
+    files = {
+        "emulator.om": EMULATOR_OM_MAGIC + bytes(64),
+        "newer.om": EMULATOR_OM_MAGIC[:-1] + b"\x09" + bytes(64),  # its reader names the version
+        "atc.om": ATC_OM_MAGIC + bytes(64),
+        "other.om": b"PK\x03\x04" + bytes(64),
+        "short.om": b"GE",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert {name: om_container(tmp_path / name) for name in files} == {
+        "emulator.om": OmContainer.EMULATOR,
+        "newer.om": OmContainer.EMULATOR,
+        "atc.om": OmContainer.ATC,
+        "other.om": None,
+        "short.om": None,
+    }
+    assert om_container(tmp_path / "missing.om") is None

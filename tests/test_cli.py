@@ -13,6 +13,8 @@ import onnx_models
 import pytest
 
 from ge_python_backend import cli
+from ge_python_backend.repository.config import config_view, load_model_config
+from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.runtime import ENV_VAR
 
 
@@ -27,19 +29,81 @@ def test_commands_hint_at_the_runtime_flag(
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.setitem(sys.modules, "acl", None)  # `import acl` fails, as without CANN
     om, onnx, models = str(om_static), str(om_static.with_suffix(".onnx")), str(tmp_path / "m")
-    argv = {
+    argv = {  # an emulator .om read with pyACL, as --runtime pyacl asks
         "inspect": ["inspect", om],
         "scaffold": ["scaffold", om, "--repository", models],
         "compare": ["compare", "--om", om, "--onnx", onnx],
         "selftest": ["selftest"],
-        "validate": ["validate", models, "--runtime", "pyacl"],
+        "validate": ["validate", models],
     }[command]
     if command == "validate":  # a repository made with the emulator, checked with pyACL
         assert cli.main(["scaffold", om, "-r", models, "--runtime", "emulator"]) == 0
-    cli.main(argv)
+    cli.main([*argv, "--runtime", "pyacl"])
     printed = "".join(capsys.readouterr())
     assert "Without an NPU, use the CPU emulator: --runtime emulator or" in printed
     assert "runtime='emulator'" not in printed
+
+
+@pytest.mark.parametrize("command", ["inspect", "inspect --config", "scaffold", "compare"])
+def test_commands_read_an_emulator_om_without_the_runtime_flag(
+    command: str,
+    om_static: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The container says what reads the .om: no --runtime, and no pyACL to fall back on."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setitem(sys.modules, "acl", None)  # `import acl` fails, as without CANN
+    om, onnx, models = str(om_static), str(om_static.with_suffix(".onnx")), tmp_path / "m"
+    name, *flags = command.split()
+    argv = {
+        "inspect": ["inspect", om, *flags],
+        "scaffold": ["scaffold", om, "--repository", str(models)],
+        "compare": ["compare", "--om", om, "--onnx", onnx],
+    }[name]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    if name == "scaffold":  # the config names the runtime that read it
+        config = load_model_config(models / "mlp_static" / "config.pbtxt")
+        assert ModelParameters.from_config(config_view(config)).acl_runtime == "emulator"
+    elif name == "compare":
+        assert "PASS" in out
+    else:
+        assert "[4, 16]" in out or "dims: 16" in out
+
+
+@pytest.mark.parametrize("command", ["inspect", "inspect --config", "scaffold", "validate"])
+def test_a_real_om_without_pyacl_gets_one_line(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setitem(sys.modules, "acl", None)  # `import acl` fails, as without CANN
+    om = tmp_path / "detector.om"
+    om.write_bytes(b"IMOD" + bytes(252))  # how a real ATC .om starts
+    models = tmp_path / "m"
+    (models / "detector" / "1").mkdir(parents=True)
+    assert cli.main(["template", str(models / "detector" / "1")]) == 0
+    (models / "detector" / "1" / "detector.om").write_bytes(om.read_bytes())
+    capsys.readouterr()
+    name, *flags = command.split()
+    argv = {
+        "inspect": ["inspect", str(om), *flags],
+        "scaffold": ["scaffold", str(om), "--repository", str(tmp_path / "out")],
+        "validate": ["validate", str(models)],
+    }[name]
+    cli.main(argv)
+    printed = "".join(capsys.readouterr())
+    needs = (
+        "is a real ATC .om (it starts with b'IMOD'): reading it needs pyACL (the `acl` module), "
+        "which cannot be imported here"
+    )
+    (line,) = [line for line in printed.splitlines() if needs in line]
+    assert "source CANN's set_env.sh" in line
+    assert "emulator" not in line  # the emulator cannot read it: not offered
 
 
 def test_cli_compile_prints_batch_gear_shapes_as_inspect_does(

@@ -45,6 +45,7 @@ from ge_python_backend.repository.shm import (
     shm_limit_bytes,
     shm_sizes_for_repository,
 )
+from ge_python_backend.runtime import ENV_VAR
 from ge_python_backend.server import find_server, server_environment
 from ge_python_backend.tools.k8s import (
     DEVICE_METRIC,
@@ -332,14 +333,20 @@ def om_large_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_copy_path_repository_is_sized_from_its_om(
-    tmp_path: Path, om_large_batch: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    om_large_batch: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
     copied = tmp_path / "copied"
     copy_path(copied, "mlp", om_large_batch)
     scaffolded = tmp_path / "scaffolded"
     scaffold(om_large_batch, scaffolded, name="mlp", runtime="emulator", warmup=False)
-    manifests = build_manifests(copied, K8sOptions(name="m", runtime="emulator"))
+    # the emulator's .om says what reads it: no runtime given
+    manifests = build_manifests(copied, K8sOptions(name="m"))
     assert manifests.shm_sizes == shm_sizes_for_repository(scaffolded, "emulator")
+    assert manifests.shm_sizes == shm_sizes_for_repository(copied)  # serve's sizing too
     default = manifests.shm_sizes.default_bytes
     assert default == 13 * MIB  # twice the 65536-row exchange (not Triton's 1 MiB)
     deployment = manifests.documents[0]
@@ -349,12 +356,16 @@ def test_copy_path_repository_is_sized_from_its_om(
     assert container["livenessProbe"]["exec"]["command"][:2] == ["ge-python-model", "probe"]
     assert manifests.warnings == []
     validate_core(deployment)
-    # The .om needs a runtime to be read here: without pyACL, the error says which flag.
-    with pytest.raises(UserError, match="model 'mlp': .*give --runtime to read it"):
+    # An explicit runtime still wins: pyACL, which is not here, cannot read it.
+    with pytest.raises(UserError, match="model 'mlp': cannot import pyACL .*must be readable"):
         build_manifests(copied, K8sOptions(name="m", runtime="pyacl"))
     capsys.readouterr()
-    assert main(["k8s", str(copied), "--name", "m", "--runtime", "emulator"]) == 0
+    assert main(["k8s", str(copied), "--name", "m"]) == 0
     assert documents_of(capsys.readouterr().out)[0]["kind"] == "Deployment"
+    assert main(["validate", str(copied)]) == 0
+    out = capsys.readouterr().out
+    assert "mlp: OK (versions: 1)" in out and "auto-complete will fill max_batch_size 65536" in out
+    assert "not checked" not in out and "not loaded" not in out  # read and loaded
 
 
 def containers_of(document: dict[str, Any]) -> list[dict[str, Any]]:

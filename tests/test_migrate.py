@@ -216,6 +216,137 @@ def test_preflight_axis_the_config_cannot_gear(tmp_path: Path) -> None:
     )
 
 
+def test_preflight_gear_by_input_name(tmp_path: Path) -> None:
+    """An input with one axis without a size is a name for that axis: its symbol's, shared by
+    every input with it, or INPUT.AXIS when the axis has no symbol."""
+    proto = onnx.load(str(onnx_models.build_dims_model(tmp_path / "d.onnx")))
+    config = _config("max_batch_size: 4")
+    assert preflight("bert", proto, config, parse_gears(["input_ids:8,16"])) == []
+    by_input = plan_atc(
+        "bert",
+        tmp_path / "d.onnx",
+        proto,
+        config,
+        tmp_path / "a",
+        gears=parse_gears(["input_ids:8,16"]),
+    )
+    by_symbol = plan_atc(
+        "bert", tmp_path / "d.onnx", proto, config, tmp_path / "a", gears=parse_gears(["S:8,16"])
+    )
+    assert by_input.dynamic_dims == by_symbol.dynamic_dims
+    assert by_input.input_shape == by_symbol.input_shape
+    node = helper.make_node("Relu", ["x"], ["y"])
+    unnamed = helper.make_model(
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", None])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", None])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    (problem,) = preflight("m", unnamed, config)
+    assert "axis 1 is -1" in problem and "--gears x.1:SIZE" in problem
+    assert preflight("m", unnamed, config, parse_gears(["x:8,16"])) == []
+
+
+def test_preflight_gear_naming_an_input_with_two_open_axes(tmp_path: Path) -> None:
+    node = helper.make_node("Relu", ["image"], ["y"])
+    proto = helper.make_model(
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    (problem,) = preflight("det", proto, _config("max_batch_size: 2"), parse_gears(["image:8"]))
+    assert problem == (
+        "model 'det', input 'image': --gears image:8 names this input, which has 2 axes without "
+        "a size (axis 2 ('H'), axis 3 ('W')); name each axis instead: --gears H:SIZE,SIZE,... "
+        "or --gears W:SIZE,SIZE,..."
+    )
+
+
+SIMPLE_STRING_CONFIG = """
+name: "simple_string"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [{ name: "INPUT0" data_type: TYPE_STRING dims: [16] }]
+output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [16] }]
+"""
+
+
+def _simple_string(path: Path) -> Path:
+    """Triton's `simple_string`, as ONNX: STRING [N, 16] in and out (Identity)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "simple_string",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.STRING, ["N", 16])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, ["N", 16])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_preflight_refuses_string_tensors(tmp_path: Path) -> None:
+    proto = onnx.load(str(_simple_string(tmp_path / "s.onnx")))
+    problems = preflight("simple_string", proto, _config(SIMPLE_STRING_CONFIG))
+    advice = (
+        "a string tensor, and ATC compiles no string tensors; keep the model as a Python model, "
+        "or move the strings out of the graph"
+    )
+    assert [p.split(": ", 1)[0] for p in problems] == [
+        "model 'simple_string', input 'INPUT0' is STRING in the ONNX graph",
+        "model 'simple_string', output 'OUTPUT0' is STRING in the ONNX graph",
+    ]  # each tensor once, though the config names it too
+    assert all(advice in problem for problem in problems)
+    # the config alone says so too (a graph that leaves the type out)
+    proto.graph.input[0].type.tensor_type.ClearField("elem_type")
+    problems = preflight("simple_string", proto, _config(SIMPLE_STRING_CONFIG))
+    assert len(problems) == 2 and any(
+        p.startswith("model 'simple_string', input 'INPUT0' is TYPE_STRING in config.pbtxt")
+        for p in problems
+    )
+
+
+def test_preflight_refuses_types_the_om_cannot_hold(tmp_path: Path) -> None:
+    weights = helper.make_tensor("w", TensorProto.COMPLEX64, [1], [1 + 0j])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        initializer=[weights],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    problems = preflight("m", proto, _config("max_batch_size: 4"))
+    assert [p.split(",", 2)[1] for p in problems] == [
+        " input 'x' is BFLOAT16 in the ONNX graph",
+        " initializer 'w' is COMPLEX64 in the ONNX graph",
+    ]
+    assert "ATC and this backend take FLOAT, FLOAT16, INT8" in problems[0]
+    assert "cast it to one of those in the graph" in problems[0]
+
+
+def test_migrate_of_a_string_model_says_why(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    _model(source, "simple_string", SIMPLE_STRING_CONFIG, {})
+    (source / "simple_string" / "1").mkdir()
+    _simple_string(source / "simple_string" / "1" / "model.onnx")
+    options = MigrateOptions(
+        source, tmp_path / "dst", runtime="emulator", emulator_compiler=compile_onnx
+    )
+    (model,) = migrate(options).models
+    assert model.status == "failed" and len(model.errors) == 2
+    assert "version 1: model 'simple_string', input 'INPUT0' is STRING" in model.errors[0]
+    assert "ATC compiles no string tensors" in model.errors[0]
+    assert not any("no precision mode compiled" in error for error in model.errors)
+
+
 # ----------------------------------------------------------------------------- ATC flags
 
 
@@ -417,6 +548,46 @@ def test_migrate_converts_onnx_from_and_reports_failures(tmp_path: Path) -> None
     assert not report.passed and not (tmp_path / "dst" / "bert").exists()
     with pytest.raises(UserError, match="outside the source"):
         migrate(MigrateOptions(source, source / "out", runtime="emulator"))
+
+
+def _sequence_repository(root: Path) -> Path:
+    """A repository with the two-input sequence model: `input_ids`, `attention_mask` [N, S]."""
+    source = root / "src"
+    _model(source, "bert", 'max_batch_size: 2\nplatform: "onnxruntime_onnx"', {})
+    (source / "bert" / "1").mkdir()
+    onnx_models.build_dims_model(source / "bert" / "1" / "model.onnx")
+    return source
+
+
+def test_migrate_gears_by_input_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = _sequence_repository(tmp_path)
+    destination = tmp_path / "dst"
+    argv = ["migrate", str(source), str(destination), "--runtime", "emulator"]
+    assert main([*argv, "--gears", "input_ids:16,8"]) == 0
+    report = json.loads((destination / "migration.json").read_text())
+    (bert,) = report["models"]
+    assert bert["status"] == "converted"
+    # input_ids names its axis S, which attention_mask shares: one size for both
+    assert bert["gears"] == "dims 1,8,1,8;1,16,1,16;2,8,2,8;2,16,2,16"
+    assert (destination / "bert" / "1" / "model.om").is_file()
+
+
+def test_migrate_gears_naming_no_axis_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _sequence_repository(tmp_path)
+    _model(source, "pre", PYTHON_CONFIG, {"1/model.py": GPU_MODEL_PY.encode()})
+    destination = tmp_path / "dst"
+    argv = ["migrate", str(source), str(destination), "--runtime", "emulator"]
+    assert main([*argv, "--gears", "nosuch:8"]) == 2
+    message = capsys.readouterr().err
+    assert "--gears nosuch:8 names no axis that needs sizes" in message
+    assert "bert: S (input_ids.1, attention_mask.1)" in message
+    assert "bert: attention_mask, bert: input_ids" in message  # the inputs that could be named
+    assert not destination.exists()  # refused before anything is written
+    # a model prefix limits the names to that model's axes
+    assert main([*argv, "--gears", "pre/S:8"]) == 2
+    assert "--gears pre/S:8 names no axis" in capsys.readouterr().err
 
 
 def test_migrate_pyacl_needs_atc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

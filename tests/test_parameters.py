@@ -37,7 +37,8 @@ MESSAGES = {
     "device_ids": "parameter device_ids must be comma-separated NPU ids 0..2147483647 such as "
     "'0' or '0,1', got ",
     "acl_runtime": "parameter acl_runtime must be one of pyacl, emulator (or be left out: "
-    "$GE_PYTHON_BACKEND_ACL, else pyacl), got ",
+    "$GE_PYTHON_BACKEND_ACL, else the .om's container: emulator for an emulator .om, else "
+    "pyacl), got ",
     "pipeline_depth": "parameter pipeline_depth must be one of 1, 2, got ",
     "execute_timeout_ms": "parameter execute_timeout_ms must be 0..2147483647 ms (a whole "
     "number; 0: no timeout), got ",

@@ -90,11 +90,41 @@ def test_missing_pyacl_names_set_env_and_the_emulator() -> None:
 
 
 @pytest.mark.usefixtures("no_pyacl")
-def test_no_silent_fallback_to_the_emulator(om_static: Path) -> None:
-    with pytest.raises(RuntimeSelectionError, match="set_env.sh"):
-        Session(om_static)
+def test_no_silent_fallback_to_the_emulator(om_static: Path, tmp_path: Path) -> None:
+    """A missing pyACL never sends a model to the emulator: asked for pyACL, or given an .om
+    that is not the emulator's, the error names set_env.sh."""
     with pytest.raises(RuntimeSelectionError, match="set_env.sh"):
         Session(om_static, runtime="pyacl")
+    other = tmp_path / "other.om"
+    other.write_bytes(b"neither container" * 16)
+    with pytest.raises(RuntimeSelectionError, match="cannot import pyACL .*set_env.sh"):
+        Session(other)
+    real = tmp_path / "real.om"
+    real.write_bytes(b"IMOD" + bytes(252))
+    with pytest.raises(RuntimeSelectionError) as caught:
+        Session(real)
+    message = str(caught.value)
+    assert message.startswith(f"{real} is a real ATC .om (it starts with b'IMOD'): reading it ")
+    assert "needs pyACL" in message and "set_env.sh" in message and "\n" not in message
+    assert "emulator" not in message  # which cannot read it
+
+
+def test_the_om_container_chooses_when_nothing_else_does(
+    om_static: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path / "real.om"
+    real.write_bytes(b"IMOD" + bytes(252))
+    assert selected_runtime(None, om_static) == "emulator"
+    assert selected_runtime(None, real) == "pyacl"
+    assert selected_runtime(None, tmp_path / "missing.om") == "pyacl"  # its reader says why
+    assert selected_runtime("pyacl", om_static) == "pyacl"  # an explicit choice wins
+    session = Session(om_static)  # whether or not pyACL is installed
+    try:
+        assert session.runtime == "emulator"
+    finally:
+        session.close()
+    monkeypatch.setenv(ENV_VAR, "pyacl")  # and the environment over both
+    assert selected_runtime(None, om_static) == "pyacl"
 
 
 def test_importing_the_package_does_not_import_acl() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from ge_python_backend.client import INT_HIGH
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
+    RUNTIME_BY_CONTAINER,
     add_data_options,
     add_input_shape_order_option,
     add_max_output_bytes_option,
@@ -31,10 +32,11 @@ DEFAULTS = Thresholds()
 HELP = "compare an .om (and a served model) with its ONNX on the same inputs"
 
 DESCRIPTION = f"""\
-Send the same inputs to an .om (run here through pyACL or the CPU emulator), to the ONNX it was
-compiled from (onnxruntime on the CPU) and, with --url and --model, to the model served by Triton,
-then report per output the max absolute error, the max relative error (over elements whose ONNX
-value exceeds --atol in magnitude) and the cosine similarity against the ONNX output.
+Send the same inputs to an .om (run here through pyACL or the CPU emulator, as --runtime or the
+.om's container says), to the ONNX it was compiled from (onnxruntime on the CPU) and, with --url and
+--model, to the model served by Triton, then report per output the max absolute error, the max
+relative error (over elements whose ONNX value exceeds --atol in magnitude) and the cosine
+similarity against the ONNX output.
 
 Inputs are random (floats ~ N(0,1), integers in 0..{INT_HIGH - 1}, booleans) in the shapes of the
 model's first gear, or --shape, or .npy files with --input. An output passes when every element
@@ -58,7 +60,9 @@ def register(subparsers: Any) -> None:
     parser = add_command(subparsers, "compare", run, HELP, DESCRIPTION)
     parser.add_argument("--om", type=Path, required=True, help="the .om file")
     parser.add_argument("--onnx", type=Path, required=True, help="the ONNX it was compiled from")
-    add_runtime_option(parser, "run the .om with real pyACL or the CPU emulator", "pyacl")
+    add_runtime_option(
+        parser, f"run the .om with real pyACL or the CPU emulator ({RUNTIME_BY_CONTAINER})"
+    )
     add_input_shape_order_option(parser)
     add_max_output_bytes_option(parser)
     parser.add_argument("--device-id", type=int, default=0, help="NPU id (default: 0)")

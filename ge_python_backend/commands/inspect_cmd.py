@@ -11,6 +11,7 @@ from typing import Any
 from ge_python_backend.ascend import GearKind
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
+    RUNTIME_BY_CONTAINER,
     add_input_shape_order_option,
     add_runtime_option,
 )
@@ -21,13 +22,15 @@ from ge_python_backend.repository.config import ModelConfig, config_from_view, c
 from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.repository.parameters import parse_input_shape_order
 from ge_python_backend.repository.triton_config import TritonConfig
+from ge_python_backend.runtime import selected_runtime
 from ge_python_backend.runtime.describe import describe_om
 
 HELP = "show the inputs, outputs and gears of an .om"
 
 DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
-.om, read through pyACL (the default) or the CPU emulator. Shapes are the full .om shapes: axis 0
+.om, read through pyACL or the CPU emulator (without --runtime, the .om's container decides: an
+emulator .om is read by the emulator, any other by pyACL). Shapes are the full .om shapes: axis 0
 is included and -1 marks a dynamic axis.
 
 --config prints instead the config.pbtxt Triton's auto-complete will produce for the .om in a
@@ -36,7 +39,7 @@ from the file without a device, as model.py's auto_complete_config does).
 
 examples:
   ge-python-model inspect resnet.om
-  ge-python-model inspect resnet.om --runtime emulator --json
+  ge-python-model inspect resnet.om --json
   ge-python-model inspect resnet.om --config --name resnet
 """
 
@@ -54,7 +57,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--name", help="with --config: the model name (default: the .om file name without .om)"
     )
-    add_runtime_option(parser, "open the .om with real pyACL or the CPU emulator", "pyacl")
+    add_runtime_option(
+        parser, f"open the .om with real pyACL or the CPU emulator ({RUNTIME_BY_CONTAINER})"
+    )
     add_input_shape_order_option(parser)
 
 
@@ -69,7 +74,7 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
 
 
 def _read(
-    om: Path, runtime: str, input_shape_order: str | None
+    om: Path, runtime: str | None, input_shape_order: str | None
 ) -> tuple[list[TensorSpec], list[TensorSpec], GearInfo, dict[str, str]]:
     """What the `.om` takes, returns and runs, and its inputs' AIPP (`input_shape_order`:
     `--input-shape-order`)."""
@@ -123,7 +128,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def completed_config(
-    om: Path, runtime: str, name: str | None, input_shape_order: str | None = None
+    om: Path, runtime: str | None, name: str | None, input_shape_order: str | None = None
 ) -> ModelConfig:
     """The config auto-complete makes for `om` in a model directory without config.pbtxt."""
     if not om.is_file():
@@ -135,7 +140,8 @@ def completed_config(
     except UserError:
         raise
     except GeBackendError as exc:
-        raise UserError(f"cannot read {om} with the {runtime} runtime: {exc}") from None
+        chosen = selected_runtime(runtime, om)
+        raise UserError(f"cannot read {om} with the {chosen} runtime: {exc}") from None
     return config_from_view(config)
 
 

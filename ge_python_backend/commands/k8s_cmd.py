@@ -7,7 +7,11 @@ import sys
 from typing import Any
 
 from ge_python_backend.commands import add_command
-from ge_python_backend.commands.options import add_repository_argument, add_runtime_option
+from ge_python_backend.commands.options import (
+    RUNTIME_BY_CONTAINER,
+    add_repository_argument,
+    add_runtime_option,
+)
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
     DEFAULT_CANN_ENV,
@@ -43,7 +47,7 @@ metrics port, and a HorizontalPodAutoscaler on each pod's average queue time per
 docs/DEPLOYING.md has the rules).
 
 R is read here to size /dev/shm and the Python backend's shared memory (a model without
-config.pbtxt from its .om, read with --runtime); the pod mounts the same repository at
+config.pbtxt from its .om, read with --runtime or as its container says); the pod mounts R at
 {MODELS_PATH} from a PersistentVolumeClaim (default <name>-models) or --host-path. Containers run
 as HwHiAiUser ({HWHIAIUSER_UID}:{HWHIAIUSER_GID}, the owner of the Ascend device nodes) with every
 capability dropped; the device plugin sets ASCEND_VISIBLE_DEVICES. The image needs tritonserver,
@@ -174,7 +178,7 @@ def register(subparsers: Any) -> None:
     add_runtime_option(
         parser,
         "the ACL that reads the .om of models without config.pbtxt here, to size shared memory "
-        "(default: $GE_PYTHON_BACKEND_ACL, else pyacl)",
+        f"({RUNTIME_BY_CONTAINER})",
     )
     parser.add_argument(
         "--watch-sidecar",

@@ -39,12 +39,14 @@ The ATC command comes from the config and the graph: --input_shape with the grap
 max_batch_size (without preferred sizes, the powers of two up to max_batch_size); ATC takes 2 to
 100 gears, so a single size compiles a static .om. Any other -1 axis takes the config's dims, or
 --gears [MODEL/]NAME:SIZE,SIZE,...: NAME is the axis' symbolic name in the ONNX graph (seq of
-input_ids[batch, seq]; every input with that axis shares the size) or INPUT.AXIS (input_ids.1),
-MODEL limits it to one model. Geared axes compile --dynamic_dims (with --input_format=ND) over
-every combination of their sizes and the batch sizes.
+input_ids[batch, seq]; every input with that axis shares the size), INPUT.AXIS (input_ids.1) or
+an input with one such axis (input_ids: its seq); MODEL limits it to one model. A NAME naming no
+such axis is refused, with the axes that need sizes. Geared axes compile --dynamic_dims (with
+--input_format=ND) over every combination of their sizes and the batch sizes.
 
 Pre-flight, per model (the others carry on): the ONNX opset within what ATC parses, one version
-per domain, no custom-domain operators, every -1 axis set.
+per domain, no custom-domain operators, no tensor of a type the .om cannot hold (ATC compiles no
+strings: TYPE_STRING models stay Python models), every -1 axis set.
 
 Exits 0 when every convertible model converted, 1 otherwise, 2 on a usage error.
 
@@ -86,7 +88,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="[MODEL/]NAME:SPEC",
-        help="sizes of a -1 axis the config cannot gear, e.g. seq:32,64,128 (repeatable)",
+        help="sizes of a -1 axis the config cannot gear, by its symbolic name, INPUT.AXIS or "
+        "input name, e.g. seq:32,64,128 (repeatable)",
     )
     parser.add_argument(
         "--onnx-from",

@@ -52,10 +52,19 @@ def add_tritonserver_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# What chooses the runtime of a command that opens an .om, when --runtime does not
+# (`runtime.selected_runtime`).
+RUNTIME_BY_CONTAINER = (
+    "default: $GE_PYTHON_BACKEND_ACL, else the .om's container: the emulator for an emulator "
+    ".om, pyacl for any other"
+)
+
+
 def add_runtime_option(
     parser: argparse.ArgumentParser, purpose: str, default: str | None = None
 ) -> None:
-    """`--runtime pyacl|emulator`; without a `default`, `purpose` says what decides instead."""
+    """`--runtime pyacl|emulator`; without a `default`, `purpose` says what decides instead
+    (`RUNTIME_BY_CONTAINER` for a command that opens an `.om`)."""
     shown = f" (default: {default})" if default else ""
     parser.add_argument("--runtime", choices=RUNTIMES, default=default, help=purpose + shown)
 

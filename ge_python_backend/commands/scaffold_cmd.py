@@ -33,8 +33,9 @@ Write <repository>/<name>/ for Triton's Python backend:
   <version>/<file>.om       a copy of the .om
   <version>/<file>.om.sha256  its SHA-256, checked before every load
 
-The inputs, outputs and gears are read from the .om (with pyACL, or the emulator with --runtime
-emulator). Where the .om cannot be opened (a real .om on a machine without CANN), declare them with
+The inputs, outputs and gears are read from the .om with --runtime, else the runtime its container
+is made for (an emulator .om: the emulator; any other: pyACL), which the config's acl_runtime then
+names. Where the .om cannot be opened (a real .om on a machine without CANN), declare them with
 --input/--output NAME:TYPE:DIMS, DIMS being the full .om shape with axis 0 and -1 on dynamic axes.
 Declared models are static (max_batch_size 0) unless --max-batch-size B is given: then axis 0 is
 the batch axis (-1 or B) and B is the model's one batch gear.
@@ -118,7 +119,11 @@ def register(subparsers: Any) -> None:
         help="shed load: refuse requests that waited longer than this in the queue "
         "(default: 0, no limit)",
     )
-    add_runtime_option(parser, "pyACL on an NPU, or the CPU emulator", "pyacl")
+    add_runtime_option(
+        parser,
+        "read and serve the .om with pyACL on an NPU or the CPU emulator (default: the .om's "
+        "container: the emulator for an emulator .om, pyacl for any other)",
+    )
     parser.add_argument(
         "--pipeline-depth",
         type=int,

@@ -34,11 +34,12 @@ DESCRIPTION = """\
 Check every model of a repository (or only --name): config.pbtxt (optional) parses and names its
 directory, the parameters are usable, each version directory has model.py and exactly one .om (or
 om_file's) with the SHA-256 of its <file>.om.sha256 (else om_sha256), and each version's config,
-completed as Triton's auto-complete will (reported as a note), fits the .om (opened with the
-config's acl_runtime, or --runtime). Other Python models (no .om, not our model.py) get Triton's
-checks of their config and files; ensembles get theirs: every step's model exists, its tensors
-are the model's, and data types and shapes connect from the ensemble's inputs to its outputs.
-Exits 1 when a model has problems; notes (e.g. the .om cannot be opened on this machine, so its
+completed as Triton's auto-complete will (reported as a note), fits the .om (opened with --runtime,
+else the config's acl_runtime, else the runtime the .om's container is made for: the emulator for an
+emulator .om, pyACL for any other). Other Python models (no .om, not our model.py) get Triton's
+checks of their config and files; ensembles get theirs: every step's model exists, its tensors are
+the model's, and data types and shapes connect from the ensemble's inputs to its outputs. Exits 1
+when a model has problems; notes (e.g. the .om cannot be opened on this machine, so its
 inputs/outputs were not checked) do not fail.
 
 Then the device budget of the whole repository: per device, the processes its instances open
@@ -67,8 +68,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--name", help="check only this model")
     add_runtime_option(
         parser,
-        "open the .om files with this runtime instead of each config's acl_runtime (with "
-        "--serve: the server's models too)",
+        "open the .om files with this runtime instead of each config's acl_runtime or the "
+        ".om's container (with --serve: the server's models too)",
     )
     add_device_budget_options(parser, "the SoC of the devices the budget is for")
     parser.add_argument(

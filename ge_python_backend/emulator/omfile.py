@@ -37,9 +37,11 @@ from ge_python_backend.aipp import (
 from ge_python_backend.ascend import (
     ATC_INPUT_FORMATS,
     ATC_MAX_GEARS,
+    ATC_OM_MAGIC,
     DTYPES_BY_ACL,
     DTYPES_BY_NUMPY,
     DTYPES_BY_ONNX,
+    EMULATOR_OM_MAGIC,
     LAYOUT_RANKS,
     NUMPY_BY_ACL,
     AclCode,
@@ -58,8 +60,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"GEEMUOM\x01"
-REAL_OM_MAGIC = b"IMOD"
+MAGIC = EMULATOR_OM_MAGIC
+REAL_OM_MAGIC = ATC_OM_MAGIC
 HEADER_VERSION = 1
 _LENGTH = struct.Struct("<Q")
 _TRAILER_SIZE = 32

@@ -19,16 +19,17 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def open_session(
     om_path: Path,
-    runtime: str,
+    runtime: str | None,
     input_shape_order: Sequence[str] | None = None,
     device_id: int = 0,
     aipp_config: Path | None = None,
     max_output_bytes: int | None = None,
 ) -> Iterator[Session]:
-    """A runtime `Session` on `om_path` (`input_shape_order`, `aipp_config` and
+    """A runtime `Session` on `om_path` with `runtime` (None: the one the `.om`'s container is
+    made for, `runtime.selected_runtime`; `input_shape_order`, `aipp_config` and
     `max_output_bytes`: the parameters, for dims, dynamic-AIPP and dynamic-shape models);
     failures to open it become one-line `UserError`s."""
-    from ge_python_backend.runtime import Session
+    from ge_python_backend.runtime import Session, selected_runtime
 
     try:
         session = Session(
@@ -42,7 +43,8 @@ def open_session(
     except UserError:
         raise
     except GeBackendError as exc:
-        raise UserError(f"cannot open {om_path} with the {runtime} runtime: {exc}") from None
+        chosen = selected_runtime(runtime, om_path)
+        raise UserError(f"cannot open {om_path} with the {chosen} runtime: {exc}") from None
     try:
         yield session
     finally:

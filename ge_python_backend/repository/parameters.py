@@ -10,7 +10,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `om_file` | the `.om` file name inside each version directory | the only `.om` there |
 | `om_sha256` | the `.om` file's SHA-256, 64 hex characters (model-level) | `<file>.om.sha256` |
 | `device_ids` | comma-separated NPU ids (C ints); instance k uses `device_ids[k % len]` | `0` |
-| `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else pyacl |
+| `acl_runtime` | `pyacl` or `emulator` | `$GE_PYTHON_BACKEND_ACL`, else the `.om`'s container |
 | `pipeline_depth` | batches in flight per instance, `runtime.PIPELINE_DEPTHS` (1 or 2) | `2` |
 | `execute_timeout_ms` | bound on each execution's wait (`Session`, a C int); 0 = none | `20000` |
 | `pipeline_min_device_us` | depth 2 pipelines executions this long on the device (mean) | `1000` |
@@ -158,7 +158,8 @@ def parse_acl_runtime(value: object) -> str | None:
         return value
     raise ConfigError(
         f"parameter acl_runtime must be one of {', '.join(RUNTIMES)} (or be left out: "
-        f"${ENV_VAR}, else pyacl), got {_shown(value)}"
+        f"${ENV_VAR}, else the .om's container: emulator for an emulator .om, else pyacl), got "
+        f"{_shown(value)}"
     )
 
 

@@ -57,11 +57,13 @@ from ge_python_backend.repository.triton_config import (
     compare_config_with_session,
 )
 from ge_python_backend.repository.versions import version_dirs, write_checksum
+from ge_python_backend.runtime import om_runtime
 from ge_python_backend.runtime.checksum import file_sha256
 
 VENDOR_DIR = "_ge_vendor"
 # What Triton's stub imports from the package (model.py's imports and theirs, the emulator
-# included: it is imported only when `acl_runtime` or $GE_PYTHON_BACKEND_ACL choose it), which
+# included: it is imported only when `acl_runtime`, $GE_PYTHON_BACKEND_ACL or an emulator .om
+# choose it), which
 # `--vendor-runtime` copies; the tools (commands/, tools/, config.pbtxt's protobuf builder, the
 # server and client) and the self-test are left out.
 STUB_FILES = (
@@ -148,7 +150,7 @@ def declared_model(
 
 def describe_om(
     om_path: Path,
-    runtime: str,
+    runtime: str | None,
     input_shape_order: Sequence[str] | None = None,
     max_output_bytes: int | None = None,
 ) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], GearInfo]:
@@ -221,7 +223,7 @@ def scaffold(
     max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
     max_queue_size: int = 0,
     queue_timeout_us: int = 0,
-    runtime: str = "pyacl",
+    runtime: str | None = None,
     pipeline_depth: int = DEFAULT_PIPELINE_DEPTH,
     execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS,
     input_shape_order: Sequence[str] | str | None = None,
@@ -242,9 +244,9 @@ def scaffold(
     replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
     write. `device_ids`, `runtime`, `pipeline_depth`, `execute_timeout_ms`,
     `input_shape_order`, `pipeline_min_device_us` and `max_output_bytes` (None: left out, its
-    default applies)
-    become the config's parameters (`ModelParameters`: the rules and
-    messages of the model instance). `warmup=False` leaves
+    default applies) become the config's parameters (`ModelParameters`: the rules and messages
+    of the model instance); `runtime` also reads the `.om`, and without it the runtime its
+    container is made for does both (`runtime.om_runtime`). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
     instead of marking the model UNAVAILABLE). `version_policy` (`latest:K`, `all`,
     `specific:1,3`) becomes Triton's `version_policy`.
@@ -270,7 +272,7 @@ def scaffold(
     policy = parse_version_policy(version_policy) if version_policy is not None else None
     parameters = ModelParameters(
         device_ids=parse_device_ids(device_ids),
-        acl_runtime=runtime,
+        acl_runtime=om_runtime(source, runtime),
         pipeline_depth=pipeline_depth,
         execute_timeout_ms=execute_timeout_ms,
         input_shape_order=parse_input_shape_order(input_shape_order),
@@ -362,7 +364,7 @@ def _write_version(
         _vendor_package(target / VENDOR_DIR / "ge_python_backend")
 
 
-def _model_config(model_dir: Path, runtime: str) -> tuple[ModelConfig, bool]:
+def _model_config(model_dir: Path, runtime: str | None) -> tuple[ModelConfig, bool]:
     """The config of an existing model and whether it has a config.pbtxt; without one, the
     config auto-complete makes of its highest version."""
     path = model_dir / "config.pbtxt"
@@ -392,7 +394,7 @@ def _add_version(
     sha256: str,
     described: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], GearInfo],
     *,
-    runtime: str,
+    runtime: str | None,
     policy: model_config_pb2.ModelVersionPolicy | None,
     dry_run: bool,
     vendor_runtime: bool,

@@ -68,7 +68,7 @@ class RepositoryModel:
     name: str
     instances: int  # stub processes, each with its own shared-memory region
     device_ids: tuple[int, ...]
-    acl_runtime: str | None  # None: $GE_PYTHON_BACKEND_ACL in the pod, else pyacl
+    acl_runtime: str | None  # None: $GE_PYTHON_BACKEND_ACL in the pod, else the .om's container
 
 
 def _tensor_bytes(tensor: Any, batch: int, warmup_dims: Mapping[str, list[int]]) -> int:

@@ -147,10 +147,12 @@ def _check_version(
     if completion.filled:
         report.notes.append(prefix + "auto-complete will fill " + "; ".join(completion.filled))
     report.served_config = config_from_view(completion.config)  # the highest version's last
-    chosen = runtime or params.acl_runtime or "pyacl"
     try:
         with open_session(
-            om_path, chosen, params.input_shape_order, max_output_bytes=params.max_output_bytes
+            om_path,
+            runtime or params.acl_runtime,
+            params.input_shape_order,
+            max_output_bytes=params.max_output_bytes,
         ) as session:
             problems = compare_config_with_session(
                 completion.config, session.inputs, session.outputs, session.gears

@@ -1,4 +1,5 @@
-"""The only layer that talks to ACL (real pyACL or the CPU emulator, chosen explicitly).
+"""The only layer that talks to ACL (real pyACL or the CPU emulator, chosen explicitly, or by
+the container of the `.om` opened when nothing chooses: `selected_runtime`).
 
 Importing this package does not import `acl`; `load_acl` (called by `Session`) does.
 """
@@ -11,6 +12,7 @@ from ge_python_backend.runtime._acl import (
     RUNTIMES,
     AclProbe,
     load_acl,
+    om_runtime,
     probe_acl,
     selected_runtime,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "check",
     "describe_om",
     "load_acl",
+    "om_runtime",
     "plan_chunks",
     "probe_acl",
     "selected_runtime",

@@ -9,7 +9,13 @@ import threading
 import weakref
 from types import ModuleType
 
-from ge_python_backend.ascend import AclCode, describe_code
+from ge_python_backend.ascend import (
+    ATC_OM_MAGIC,
+    AclCode,
+    OmContainer,
+    describe_code,
+    om_container,
+)
 from ge_python_backend.runtime.errors import RuntimeSelectionError, check
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "AclProbe",
     "ensure_initialized",
     "load_acl",
+    "om_runtime",
     "probe_acl",
     "selected_runtime",
 ]
@@ -40,10 +47,27 @@ class _ProcessLifetime:
 _PROCESS = _ProcessLifetime()
 
 
-def selected_runtime(runtime: str | None = None) -> str:
-    """The runtime name in force: `$GE_PYTHON_BACKEND_ACL` if set, else `runtime`, else pyacl."""
+def om_runtime(om_path: str | os.PathLike[str], runtime: str | None = None) -> str:
+    """The runtime that reads the `.om` at `om_path`, `$GE_PYTHON_BACKEND_ACL` aside: `runtime`
+    when given (an explicit choice wins), else the one its container is made for (an emulator
+    `.om`: emulator; `ascend.om_container`), else pyacl."""
+    if runtime:
+        return runtime
+    return "emulator" if om_container(om_path) is OmContainer.EMULATOR else "pyacl"
+
+
+def selected_runtime(
+    runtime: str | None = None, om_path: str | os.PathLike[str] | None = None
+) -> str:
+    """The runtime name in force: `$GE_PYTHON_BACKEND_ACL` if set, else `runtime`, else (given
+    the `.om` it is for) the one its container is made for (`om_runtime`), else pyacl."""
     env = os.environ.get(ENV_VAR, "").strip()
-    name = env or runtime or "pyacl"
+    if env:
+        name = env
+    elif om_path is not None:
+        name = om_runtime(om_path, runtime)
+    else:
+        name = runtime or "pyacl"
     if name not in RUNTIMES:
         source = f"${ENV_VAR}" if env else "runtime argument"
         raise RuntimeSelectionError(
@@ -62,16 +86,31 @@ def _no_pyacl_message(exc: ImportError, emulator_choice: str) -> str:
     )
 
 
-def load_acl(runtime: str | None = None) -> ModuleType:
-    """Import the ACL module: real pyACL (`"pyacl"`, the default) or the CPU emulator.
+def _atc_om_message(om_path: str | os.PathLike[str], exc: ImportError) -> str:
+    return (
+        f"{os.fspath(om_path)} is a real ATC .om (it starts with {ATC_OM_MAGIC!r}): reading it "
+        f"needs pyACL (the `acl` module), which cannot be imported here ({exc}); on an Ascend "
+        "host, source CANN's set_env.sh first (/usr/local/Ascend/ascend-toolkit/set_env.sh or "
+        "your CANN install's)"
+    )
 
-    `$GE_PYTHON_BACKEND_ACL` overrides `runtime`. There is no fallback from one to the other.
+
+def load_acl(
+    runtime: str | None = None, om_path: str | os.PathLike[str] | None = None
+) -> ModuleType:
+    """Import the ACL module: real pyACL (`"pyacl"`, the default) or the CPU emulator; with the
+    `.om` it is for and no `runtime`, the one its container is made for (`selected_runtime`).
+
+    `$GE_PYTHON_BACKEND_ACL` overrides `runtime`. There is no fallback from one to the other;
+    without pyACL, a real ATC `.om` gets one line saying what it needs.
     """
-    name = selected_runtime(runtime)
+    name = selected_runtime(runtime, om_path)
     try:
         return importlib.import_module(_MODULES[name])
     except ImportError as exc:
         if name == "pyacl":
+            if om_path is not None and om_container(om_path) is OmContainer.ATC:
+                raise RuntimeSelectionError(_atc_om_message(om_path, exc)) from exc
             raise RuntimeSelectionError(
                 _no_pyacl_message(exc, "runtime='emulator'"),
                 _no_pyacl_message(exc, "--runtime emulator"),

@@ -54,7 +54,8 @@ def describe_om(
     input_shape_order: Sequence[str] | None = None,
     aipp_config: PathLike | None = None,
 ) -> ModelFileDescription:
-    """Describe the `.om` at `om_path` with `runtime` (`$GE_PYTHON_BACKEND_ACL` overrides it).
+    """Describe the `.om` at `om_path` with `runtime` (`$GE_PYTHON_BACKEND_ACL` overrides it;
+    without either, the runtime its container is made for: `selected_runtime`).
 
     Raises ModelFileError for a missing or unusable file, AclError when ACL refuses it.
     `input_shape_order` and `aipp_config` are `Session`'s (dims models whose gears do not
@@ -63,7 +64,7 @@ def describe_om(
     path = Path(om_path)
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
-    acl = load_acl(runtime)
+    acl = load_acl(runtime, path)
     ensure_initialized(acl)
     handle = acl.mdl.create_desc()
     if not handle:  # acl.finalize was called behind our back

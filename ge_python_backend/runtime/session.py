@@ -200,7 +200,8 @@ class Session(Resource):
     """Serve one `.om` on one device: `infer` any batch size, `infer_many` for request batches,
     `submit` to queue a batch and collect it later.
 
-    `runtime` is "pyacl" (default) or "emulator"; `$GE_PYTHON_BACKEND_ACL` overrides it. With
+    `runtime` is "pyacl" or "emulator"; `$GE_PYTHON_BACKEND_ACL` overrides it; without either,
+    the `.om`'s container decides (an emulator `.om`: emulator; else pyacl). With
     `sha256` the file is verified before loading. `pipeline_depth` lanes run executions
     concurrently (2: one is copied while the other executes). `execute_timeout_ms` > 0 bounds
     the wait for each execution: past it the batch fails and the lane gets a new stream.
@@ -264,13 +265,13 @@ class Session(Resource):
         self.path = Path(om_path)
         self.label = label or self.path.name
         self.device_id = device_id
-        self.runtime = selected_runtime(runtime)
+        self.runtime = selected_runtime(runtime, self.path)
         if not self.path.is_file():
             raise ModelFileError(f"model file not found: {self.path}")
         if sha256 is not None:
             verify_sha256(self.path, sha256)
         aipp = () if aipp_config is None else read_aipp_config(Path(aipp_config))
-        acl = load_acl(self.runtime)
+        acl = load_acl(self.runtime, self.path)
         self._lock = threading.Lock()  # taking lanes in turn
         self._counters_lock = threading.Lock()
         self._counters = SessionCounters()

@@ -322,7 +322,7 @@ def aipp_ops(path: Path | None) -> list[AippOp]:
 
 def run_om(
     om_path: Path,
-    runtime: str,
+    runtime: str | None,
     device_id: int,
     shapes: Mapping[str, tuple[int, ...]],
     files: Mapping[str, Path],
@@ -419,7 +419,7 @@ def compare(
     om_path: Path,
     onnx_path: Path,
     *,
-    runtime: str = "pyacl",
+    runtime: str | None = None,
     device_id: int = 0,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     files: Mapping[str, Path] | None = None,
@@ -432,8 +432,9 @@ def compare(
     aipp_config: Path | None = None,
     max_output_bytes: int | None = None,
 ) -> CompareReport:
-    """Run the `.om`, the ONNX and (with `url` and `model`) the served model on the same inputs
-    (AIPP inputs: raw UINT8 to the `.om`, the AIPP steps of `aipp_config` to the ONNX)."""
+    """Run the `.om` (with `runtime`; None: the one its container is made for), the ONNX and
+    (with `url` and `model`) the served model on the same inputs (AIPP inputs: raw UINT8 to the
+    `.om`, the AIPP steps of `aipp_config` to the ONNX)."""
     if (url is None) != (model is None):
         raise UserError("--url and --model go together (the served model to compare)")
     if not onnx_path.is_file():

@@ -125,7 +125,7 @@ class K8sOptions:
     monitor_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     run_as_user: int = HWHIAIUSER_UID
     run_as_group: int = HWHIAIUSER_GID
-    runtime: str | None = None  # reads copy-path .om files here; None: $GE_PYTHON_BACKEND_ACL
+    runtime: str | None = None  # reads copy-path .om files here; None: as selected_runtime says
     watch_sidecar: bool = False  # a `ge-python-model watch` container beside tritonserver
     kserve: bool = False  # ServingRuntime + InferenceService instead of Deployment, Service, ...
     storage_uri: str | None = None  # kserve: the repository; default pvc://<name>-models
@@ -388,7 +388,7 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     if unreadable:
         raise UserError(
             "; ".join(f"model {e.directory.name!r}: {e.error}" for e in unreadable)
-            + " (a model without config.pbtxt is sized from its .om: give --runtime to read it)"
+            + " (a model without config.pbtxt is sized from its .om, which must be readable here)"
         )
     models = repository_models_of(entries)
     if not models:

@@ -7,14 +7,16 @@
 
 Input shapes: graph input names; on the batch axis (axis 0 when `max_batch_size` > 0) -1 with
 `--dynamic_batch_size` from `max_batch_size` and `preferred_batch_size`; every other axis the
-config's dims, else the graph's, else the gears `--gears NAME:SPEC` gives it (`parse_gears`),
-which make `--dynamic_dims` with `--input_format=ND`. ATC takes 2 to 100 gears
+config's dims, else the graph's, else the gears `--gears NAME:SPEC` gives it (`parse_gears`,
+`plan_axes`; `check_gears_match` refuses a NAME that names no such axis), which make
+`--dynamic_dims` with `--input_format=ND`. ATC takes 2 to 100 gears
 (atlasatcparam_16_0018 "--dynamic_batch_size": 档位数取值范围为(1,100]; the same range for
 --dynamic_dims); a single size is compiled static.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import logging
@@ -22,7 +24,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,8 +64,9 @@ class AtcError(UserError):
 @dataclasses.dataclass(frozen=True)
 class GearRequest:
     """`--gears [MODEL/]NAME:SPEC`: the sizes an axis compiles for. NAME is the axis' symbolic
-    name in the ONNX graph (`seq` of `input_ids[N, seq]`) or `INPUT.AXIS` (`input_ids.1`); SPEC
-    the sizes, `32,64,128`. MODEL limits it to one model."""
+    name in the ONNX graph (`seq` of `input_ids[N, seq]`), `INPUT.AXIS` (`input_ids.1`), or an
+    input whose one axis without a size it names (`input_ids`: its `seq`, shared by every input
+    with that axis); SPEC the sizes, `32,64,128`. MODEL limits it to one model."""
 
     name: str
     sizes: tuple[int, ...]
@@ -71,6 +74,10 @@ class GearRequest:
 
     def applies_to(self, model: str) -> bool:
         return self.model is None or self.model == model
+
+    def __str__(self) -> str:
+        model = f"{self.model}/" if self.model else ""
+        return f"{model}{self.name}:{','.join(map(str, self.sizes))}"
 
 
 def parse_gears(items: Sequence[str]) -> tuple[GearRequest, ...]:
@@ -86,7 +93,8 @@ def parse_gears(items: Sequence[str]) -> tuple[GearRequest, ...]:
         if not sep or not name or (slash and not model) or not sizes or min(sizes) < 1:
             raise UserError(
                 f"--gears {item!r} must be [MODEL/]NAME:SIZE,SIZE,... with sizes >= 1, NAME an "
-                "axis' symbolic name in the ONNX graph or INPUT.AXIS, e.g. seq:32,64,128"
+                "axis' symbolic name in the ONNX graph, INPUT.AXIS or an input name, e.g. "
+                "seq:32,64,128"
             )
         if len(set(sizes)) != len(sizes):
             raise UserError(f"--gears {item!r} gives a size twice")
@@ -105,15 +113,45 @@ class Axis:
     problem: str | None = None
 
 
-def plan_axes(
-    model: str, proto: onnx.ModelProto, config: ModelConfig, gears: Sequence[GearRequest]
-) -> dict[str, tuple[Axis, ...]]:
-    """Every graph input's axes as the config and `gears` set them (see the module docstring);
-    an axis neither does has a `problem`."""
+@dataclasses.dataclass(frozen=True)
+class OpenAxis:
+    """An axis of a graph input that neither the config nor the graph sizes and that is not the
+    batch axis: it needs sizes from `--gears`."""
+
+    input: str
+    index: int
+    symbol: str  # its symbolic name in the graph (dim_param); "" when it has none
+
+    @property
+    def position(self) -> str:
+        """`INPUT.AXIS`: the name --gears gives any axis by."""
+        return f"{self.input}.{self.index}"
+
+    @property
+    def key(self) -> str:
+        """What the axis is known by: its symbol (shared by every input with that axis), else
+        `INPUT.AXIS`."""
+        return self.symbol or self.position
+
+
+def open_axes(proto: onnx.ModelProto, config: ModelConfig) -> list[OpenAxis]:
+    """Every axis of the graph's inputs that needs sizes from `--gears` (see `plan_axes`)."""
+    return [
+        axis
+        for row in _sized_axes(proto, config).values()
+        for axis in row
+        if isinstance(axis, OpenAxis)
+    ]
+
+
+def _sized_axes(
+    proto: onnx.ModelProto, config: ModelConfig
+) -> dict[str, tuple[Axis | OpenAxis, ...]]:
+    """Every graph input's axes as the config and the graph set them; an `OpenAxis` where
+    neither does (not the batch axis)."""
     by_config = {tensor.name: tensor for tensor in config.input}
-    requests = {g.name: g for g in gears if g.applies_to(model)}
     batched = config.max_batch_size > 0
-    planned: dict[str, tuple[Axis, ...]] = {}
+    sized: dict[str, tuple[Axis | OpenAxis, ...]] = {}
     for value in graph_inputs(proto):
         shape = value.type.tensor_type.shape
         dims = [(d.dim_value if d.HasField("dim_value") else -1, d.dim_param) for d in shape.dim]
@@ -122,7 +160,7 @@ def plan_axes(
         if entry is not None and len(entry.dims) and not entry.HasField("reshape"):
             config_dims = ([-1] if batched else []) + list(entry.dims)
             if len(config_dims) != len(dims):
-                planned[value.name] = (
+                sized[value.name] = (
                     Axis(
                         problem=f"config.pbtxt gives it dims {list(entry.dims)}"
                         f"{' after the batch axis' if batched else ''}, but the graph has "
@@ -130,7 +168,7 @@ def plan_axes(
                     ),
                 )
                 continue
-        axes = []
+        axes: list[Axis | OpenAxis] = []
         for index, (graph_size, symbol) in enumerate(dims):
             wanted = config_dims[index] if config_dims else -1
             if batched and index == 0:
@@ -147,21 +185,106 @@ def plan_axes(
             elif wanted > 0 or graph_size > 0:
                 axes.append(Axis(size=wanted if wanted > 0 else graph_size))
             else:
-                request = requests.get(symbol) if symbol else None
-                request = request or requests.get(f"{value.name}.{index}")
-                if request is not None:
-                    axes.append(Axis(gear=request.name))
-                else:
-                    label = f" ({symbol!r})" if symbol else ""
-                    axes.append(
-                        Axis(
-                            problem=f"axis {index}{label} is -1 and is not the batch "
-                            f"axis; give its sizes with --gears "
-                            f"{symbol or f'{value.name}.{index}'}:SIZE,SIZE,..."
-                        )
+                axes.append(OpenAxis(value.name, index, symbol))
+        sized[value.name] = tuple(axes)
+    return sized
+
+
+def plan_axes(
+    model: str, proto: onnx.ModelProto, config: ModelConfig, gears: Sequence[GearRequest]
+) -> dict[str, tuple[Axis, ...]]:
+    """Every graph input's axes as the config and `gears` set them (see the module docstring);
+    an axis neither does has a `problem`, as has an input a gear names whose axes without a
+    size are more than one.
+
+    A gear names an axis by its symbol, by `INPUT.AXIS`, or by the name of an input with one
+    axis without a size, which names that axis' symbol (every input with it) when it has one.
+    """
+    requests = {g.name: g for g in gears if g.applies_to(model)}
+    sized = _sized_axes(proto, config)
+    unsized = {
+        name: [axis for axis in row if isinstance(axis, OpenAxis)] for name, row in sized.items()
+    }
+    by_input = {  # an axis' key -> the request naming the one input it is the open axis of
+        axes[0].key: requests[name]
+        for name, axes in unsized.items()
+        if name in requests and len(axes) == 1
+    }
+    planned: dict[str, tuple[Axis, ...]] = {}
+    for name, row in sized.items():
+        if name in requests and len(unsized[name]) > 1:
+            choices = ", ".join(
+                f"axis {a.index}" + (f" ({a.symbol!r})" if a.symbol else "") for a in unsized[name]
+            )
+            names = " or ".join(f"--gears {a.key}:SIZE,SIZE,..." for a in unsized[name])
+            planned[name] = (
+                Axis(
+                    problem=f"--gears {requests[name]} names this input, which has "
+                    f"{len(unsized[name])} axes without a size ({choices}); name each axis "
+                    f"instead: {names}"
+                ),
+            )
+            continue
+        axes: list[Axis] = []
+        for axis in row:
+            if isinstance(axis, Axis):
+                axes.append(axis)
+                continue
+            request = requests.get(axis.symbol) if axis.symbol else None
+            request = request or requests.get(axis.position) or by_input.get(axis.key)
+            if request is not None:
+                axes.append(Axis(gear=request.name))
+            else:
+                label = f" ({axis.symbol!r})" if axis.symbol else ""
+                axes.append(
+                    Axis(
+                        problem=f"axis {axis.index}{label} is -1 and is not the batch axis; "
+                        f"give its sizes with --gears {axis.key}:SIZE,SIZE,..."
                     )
-        planned[value.name] = tuple(axes)
+                )
+        planned[name] = tuple(axes)
     return planned
+
+
+def check_gears_match(
+    gears: Sequence[GearRequest], models: Mapping[str, Sequence[OpenAxis]]
+) -> None:
+    """UserError for a gear that names no axis needing sizes of the models it applies to
+    (`models`: each model's `open_axes`, of every version), naming the axes that need sizes."""
+    unmatched = []
+    for gear in gears:
+        axes = [a for model, found in models.items() if gear.applies_to(model) for a in found]
+        names = {a.symbol for a in axes if a.symbol} | {a.position for a in axes}
+        if gear.name not in names | {a.input for a in axes}:
+            unmatched.append(gear)
+    if not unmatched:
+        return
+    needs = []
+    for model, found in sorted(models.items()):
+        keys: dict[str, list[str]] = {}
+        for axis in found:
+            keys.setdefault(axis.key, []).append(axis.position)
+        for key, positions in keys.items():
+            where = f" ({', '.join(positions)})" if positions != [key] else ""
+            needs.append(f"{model}: {key}{where}")
+    inputs = sorted(
+        f"{model}: {name}"
+        for model, found in models.items()
+        for name, count in collections.Counter(axis.input for axis in found).items()
+        if count == 1
+    )
+    given = ", ".join(f"--gears {gear}" for gear in unmatched)
+    if not needs:
+        raise UserError(
+            f"{given} names no axis: no model has a -1 axis that needs sizes (the batch axis "
+            "takes max_batch_size); leave it out"
+        )
+    hint = f"; or name an input with one such axis: {', '.join(inputs)}" if inputs else ""
+    raise UserError(
+        f"{given} names no axis that needs sizes; the axes without a size are "
+        f"{'; '.join(needs)} (give --gears [MODEL/]NAME:SIZE,... with NAME the axis' "
+        f"symbolic name or INPUT.AXIS{hint})"
+    )
 
 
 def graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

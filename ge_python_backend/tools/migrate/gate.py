@@ -39,7 +39,12 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ge_python_backend.ascend import DTYPES_BY_TRITON, PRECISION_LADDER, PrecisionMode
+from ge_python_backend.ascend import (
+    DTYPES_BY_TRITON,
+    DTYPES_BY_TRITON_CONFIG,
+    PRECISION_LADDER,
+    PrecisionMode,
+)
 from ge_python_backend.client import cast_array, random_array
 from ge_python_backend.errors import UserError
 from ge_python_backend.modelinfo import shape_fits
@@ -60,8 +65,6 @@ DEFAULT_RANDOM_SETS = 3
 # Rows of a random set of a batched model (fewer when max_batch_size is smaller): enough rows
 # for top-k agreement to mean something, few enough for any model.
 RANDOM_ROWS = 8
-# A model config's data type name ("TYPE_FP32") -> Triton's ("FP32").
-_TRITON_BY_CONFIG = {t.triton_config: t.triton for t in DTYPES_BY_TRITON.values()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +87,9 @@ class _ModelInput:
 def _datatype(value: int, what: str) -> str:
     """Triton's name of a config `data_type` enum value."""
     name = model_config_pb2.DataType.Name(value)
-    if name not in _TRITON_BY_CONFIG:
+    if name not in DTYPES_BY_TRITON_CONFIG:
         raise UserError(f"{what} has data_type {name}")
-    return str(_TRITON_BY_CONFIG[name])
+    return str(DTYPES_BY_TRITON_CONFIG[name].triton)
 
 
 def _numpy_dtype(datatype: str, what: str) -> np.dtype[Any]:

@@ -17,11 +17,11 @@ import logging
 import multiprocessing
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PRECISION_LADDER, PrecisionMode
-from ge_python_backend.errors import UserError, command_line_message
+from ge_python_backend.errors import GeBackendError, UserError, command_line_message
 from ge_python_backend.repository.config import first_gear_shapes, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime.describe import describe_om
@@ -31,7 +31,10 @@ from ge_python_backend.tools.migrate.atc import (
     AtcError,
     AtcPlan,
     GearRequest,
+    OpenAxis,
     atc_missing_message,
+    check_gears_match,
+    open_axes,
     plan_atc,
 )
 from ge_python_backend.tools.migrate.gate import (
@@ -48,6 +51,7 @@ from ge_python_backend.tools.migrate.source import (
     SourceModel,
     SourceVersion,
     model_dirs,
+    read_model,
     read_model_dir,
 )
 from ge_python_backend.tools.probe import ModelProbe, probe_repository
@@ -147,11 +151,14 @@ class MigrationReport:
 def migrate(options: MigrateOptions) -> MigrationReport:
     """Migrate `options.source` into `options.destination` (`dry_run`: plan only, write nothing).
 
-    Refuses (UserError) a destination inside the source or holding one of its models, and
-    `--runtime pyacl` without ATC on PATH; a model that fails is reported and the others carry on.
+    Refuses (UserError) a destination inside the source or holding one of its models,
+    `--runtime pyacl` without ATC on PATH, and a `--gears` naming no axis that needs sizes; a
+    model that fails is reported and the others carry on.
     """
     _check_options(options)
     paths = model_dirs(options.source)
+    if options.gears:
+        _check_gears(paths, options)
     if not options.dry_run:
         taken = [p.name for p in paths if (options.destination / p.name).exists()]
         if taken:
@@ -238,17 +245,52 @@ def migrate_model(model: SourceModel, options: MigrateOptions) -> ModelResult:
                 f"model {model.name!r}: version {missing[0].number} has no "
                 f"{model.config.default_model_filename or fmt.default_file}",
             )
-        onnx_files = {v.number: v.model_file for v in model.versions if v.model_file}
-        return _convert(model, onnx_files, options, result)
-    wanted = {v.number: _onnx_from(options, model, v) for v in model.versions}
-    given = {number: path for number, path in wanted.items() if path.is_file()}
-    if options.onnx_from is not None and len(given) == len(wanted):
+        return _convert(model, _onnx_files(model, options), options, result)
+    given = _onnx_files(model, options)
+    if given and len(given) == len(model.versions):
         result.action = f"convert the ONNX from --onnx-from {options.onnx_from}"
         return _convert(model, given, options, result)
     result.status = Status.NEEDS_ONNX
-    result.provide = [str(path) for number, path in wanted.items() if number not in given]
+    result.provide = [
+        str(_onnx_from(options, model, v)) for v in model.versions if v.number not in given
+    ]
     logger.info("model %s (%s): not converted; provide %s", model.name, fmt, result.provide)
     return result
+
+
+def _onnx_files(model: SourceModel, options: MigrateOptions) -> dict[int, Path]:
+    """The ONNX file of each version of `model` there is one for: its own (an ONNX model), else
+    `--onnx-from`'s (a model not in ONNX is converted when there is one for every version)."""
+    if model.format.converted:
+        return {v.number: v.model_file for v in model.versions if v.model_file is not None}
+    if options.onnx_from is None:
+        return {}
+    wanted = {v.number: _onnx_from(options, model, v) for v in model.versions}
+    return {number: path for number, path in wanted.items() if path.is_file()}
+
+
+def _check_gears(paths: Sequence[Path], options: MigrateOptions) -> None:
+    """Refuse (UserError) a `--gears` that names no axis needing sizes in the ONNX of any model
+    of `paths` it applies to, before anything compiles (`atc.check_gears_match`). A model that
+    cannot be read is left to its own migration, which reports why."""
+    import onnx
+
+    axes: dict[str, list[OpenAxis]] = {}
+    for path in paths:
+        try:
+            model = read_model(path)
+        except GeBackendError as exc:
+            logger.debug("--gears check: model %s skipped: %s", path.name, exc)
+            continue
+        found = axes.setdefault(model.name, [])
+        for onnx_path in _onnx_files(model, options).values():
+            try:
+                proto = onnx.load(str(onnx_path), load_external_data=False)
+            except Exception as exc:  # onnx raises protobuf's DecodeError and others
+                logger.debug("--gears check: %s skipped: %s", onnx_path, exc)
+                continue
+            found.extend(open_axes(proto, model.config))
+    check_gears_match(options.gears, axes)
 
 
 def _onnx_from(options: MigrateOptions, model: SourceModel, version: SourceVersion) -> Path:
