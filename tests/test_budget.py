@@ -11,10 +11,12 @@ import pytest
 from ge_python_backend import cli
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, malloc_reserved, soc_device
 from ge_python_backend.emulator import acl
+from ge_python_backend.errors import UserError
 from ge_python_backend.repository.budget import DeviceLimits, ModelFootprint, budget, footprints
 from ge_python_backend.repository.config import write_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import repository_entries
+from ge_python_backend.tools.k8s import K8sOptions, build_manifests
 
 
 def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids(
@@ -86,3 +88,15 @@ def test_validate_refuses_60_models_of_2_instances_on_one_310p3_naming_the_proce
         shutil.rmtree(repository / f"m{number:02}")
     assert cli.main(["validate", str(repository), "--runtime", "emulator"]) == 0
     assert "64 / 64" in capsys.readouterr().out
+
+
+def test_k8s_refuses_a_repository_the_pods_npus_cannot_hold(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    scaffold(om_dynamic_batch, tmp_path / "models", name="m", runtime="emulator", instances=3)
+    options = K8sOptions(name="classifier", limits=DeviceLimits(max_processes=2))
+    with pytest.raises(UserError) as refused:
+        build_manifests(tmp_path / "models", options)
+    assert "the pod's NPUs cannot hold the repository: device 0: 3 processes" in str(refused.value)
+    assert "m x3  DOES NOT FIT" in str(refused.value)
+    assert build_manifests(tmp_path / "models", K8sOptions(name="classifier")).documents

@@ -9,8 +9,10 @@ from typing import Any
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     RUNTIME_BY_CONTAINER,
+    add_device_budget_options,
     add_repository_argument,
     add_runtime_option,
+    device_limits,
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.k8s import (
@@ -180,6 +182,10 @@ def register(subparsers: Any) -> None:
         "the ACL that reads the .om of models without config.pbtxt here, to size shared memory "
         f"({RUNTIME_BY_CONTAINER})",
     )
+    add_device_budget_options(
+        parser,
+        "the SoC of the nodes' NPUs: the device budget refuses a repository they cannot hold",
+    )
     parser.add_argument(
         "--watch-sidecar",
         action="store_true",
@@ -234,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         kserve=args.kserve,
         storage_uri=args.storage_uri,
         prometheus=args.prometheus,
+        limits=device_limits(args),
     )
     manifests = build_manifests(args.repository, options)
     sizes = manifests.shm_sizes

@@ -25,11 +25,11 @@ from ge_python_backend.ascend import (
     soc_device,
 )
 from ge_python_backend.errors import GeBackendError
-from ge_python_backend.repository.autocomplete import complete_version
 from ge_python_backend.repository.config import ConfigError, config_view
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.shm import ModelEntry
-from ge_python_backend.repository.versions import version_dirs
+from ge_python_backend.repository.versions import find_om, version_dirs
+from ge_python_backend.runtime.describe import describe_om
 
 __all__ = ["DeviceBudget", "DeviceLimits", "DeviceRow", "ModelFootprint", "budget", "footprints"]
 
@@ -158,7 +158,8 @@ def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudg
 
 def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> list[ModelFootprint]:
     """The footprint of every model of ours among `entries` (their newest version's `.om`, read
-    with `runtime` or each config's acl_runtime); models without an `.om` open no device."""
+    with `runtime`, else with the runtime its container is made for); models without an `.om`
+    open no device."""
     found = []
     for entry in entries:
         config = entry.config
@@ -167,21 +168,24 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
             continue
         if not versions:
             continue
-        view = config_view(config)
         try:
-            params = ModelParameters.from_config(view)
-            completion = complete_version(view, versions[-1], runtime)
+            params = ModelParameters.from_config(config_view(config))
+            om_path = find_om(versions[-1], params.om_file)
         except ConfigError as exc:
             logger.debug("%s opens no device here: %s", entry.directory.name, exc)
-            continue  # no .om (not ours), or a config validate explains
-        except GeBackendError as exc:  # the .om cannot be read here
-            logger.debug("%s: memory not known: %s", entry.directory.name, exc)
-            completion = None
-        counts = [max(group.count, 1) for group in config.instance_group] or [1]
+            continue  # no .om (not ours), or parameters validate explains
         per_process = None
-        if completion is not None:
-            lane = completion.description.load_bytes + completion.description.lane_bytes
-            per_process = params.pipeline_depth * lane
+        try:  # read here by whatever reads it: `runtime`, else its container decides
+            description = describe_om(
+                om_path,
+                runtime,
+                params.input_shape_order,
+                params.aipp_config_path(versions[-1]),
+            )
+            per_process = params.pipeline_depth * (description.load_bytes + description.lane_bytes)
+        except GeBackendError as exc:
+            logger.debug("%s: memory not known: %s", entry.directory.name, exc)
+        counts = [max(group.count, 1) for group in config.instance_group] or [1]
         found.append(
             ModelFootprint(
                 config.name or entry.directory.name,

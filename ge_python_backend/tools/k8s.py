@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
 from ge_python_backend.repository.config import check_model_directory_names
 from ge_python_backend.repository.shm import (
     MIB,
@@ -130,6 +131,7 @@ class K8sOptions:
     kserve: bool = False  # ServingRuntime + InferenceService instead of Deployment, Service, ...
     storage_uri: str | None = None  # kserve: the repository; default pvc://<name>-models
     prometheus: str = DEFAULT_PROMETHEUS  # kserve: the server the autoscaler's query goes to
+    limits: DeviceLimits = DeviceLimits()  # what one NPU of the node allows (the device budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,11 +399,19 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
             "scaffold a model into it first"
         )
     _check_options(options, models)
+    devices = budget(footprints(entries, options.runtime), options.limits)
+    if devices.problems():
+        raise UserError(
+            "the pod's NPUs cannot hold the repository: "
+            + "; ".join(devices.problems())
+            + "\n"
+            + devices.table()
+        )
     names = {model.name for model in models}
     sizes = shm_sizes(entries)
     shm_bytes = shm_limit_bytes(models, sizes)
     live = options.live_models or sorted(names)
-    warnings = repository_warnings(models, options.npus)
+    warnings = repository_warnings(models, options.npus) + devices.warnings()
     if options.kserve:
         return Manifests(
             kserve_manifests(options, sizes, shm_bytes, live), warnings, sizes, shm_bytes

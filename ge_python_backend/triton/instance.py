@@ -21,6 +21,7 @@ never pipelined.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from pathlib import Path
@@ -39,6 +40,7 @@ from ge_python_backend.repository.triton_config import (
 )
 from ge_python_backend.repository.versions import expected_sha256, find_om
 from ge_python_backend.runtime import (
+    ENV_VAR,
     AclError,
     InputError,
     PendingBatch,
@@ -102,6 +104,16 @@ class ModelInstance:
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc
+        if self.session.runtime == "emulator" and not (
+            params.acl_runtime or os.environ.get(ENV_VAR)
+        ):
+            logger.warning(
+                "model %s: %s is an emulator .om, served on the CPU emulator (chosen by the "
+                "file; set the parameter acl_runtime or $%s to choose explicitly)",
+                self._name,
+                om_path.name,
+                ENV_VAR,
+            )
         problems = compare_config_with_session(
             config, self.session.inputs, self.session.outputs, self.session.gears
         )
