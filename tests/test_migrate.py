@@ -570,6 +570,13 @@ def test_migrate_gears_by_input_name(tmp_path: Path, capsys: pytest.CaptureFixtu
     # input_ids names its axis S, which attention_mask shares: one size for both
     assert bert["gears"] == "dims 1,8,1,8;1,16,1,16;2,8,2,8;2,16,2,16"
     assert (destination / "bert" / "1" / "model.om").is_file()
+    assert "device budget (Ascend310P3: 64 processes" in capsys.readouterr().out
+    # the converted repository is budgeted for the devices it is for: one process here is over
+    assert main([*argv, "--gears", "input_ids:16,8", "--processes-per-device", "0"]) == 2
+    rerun = tmp_path / "again"
+    again = ["migrate", str(source), str(rerun), "--runtime", "emulator", "--gears", "S:8,16"]
+    assert main([*again, "--soc-version", "Ascend910B3"]) == 0
+    assert "device budget (Ascend910B3" in capsys.readouterr().out
 
 
 def test_migrate_gears_naming_no_axis_is_refused(

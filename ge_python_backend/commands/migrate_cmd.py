@@ -9,13 +9,16 @@ from typing import Any
 from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
+    add_device_budget_options,
     add_runtime_option,
     add_tolerance_options,
+    budget_check,
+    device_limits,
     parse_thresholds,
 )
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.parameters import parse_device_ids
-from ge_python_backend.tools.migrate.atc import DEFAULT_SOC_VERSION, parse_gears
+from ge_python_backend.tools.migrate.atc import parse_gears
 from ge_python_backend.tools.migrate.report import dry_run_script, summary_lines, write_report
 from ge_python_backend.tools.migrate.runner import MigrateOptions, migrate
 
@@ -66,10 +69,8 @@ def register(subparsers: Any) -> None:
     add_runtime_option(
         parser, "compile with ATC and serve with pyACL, or the CPU emulator's both", "pyacl"
     )
-    parser.add_argument(
-        "--soc-version",
-        default=DEFAULT_SOC_VERSION,
-        help=f"ATC's --soc_version (default: {DEFAULT_SOC_VERSION})",
+    add_device_budget_options(
+        parser, "ATC's --soc_version, and the SoC the converted repository's device budget is for"
     )
     parser.add_argument(
         "--device-ids",
@@ -124,6 +125,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Migrate (or print the plan); 0 when every convertible model converted, else 1."""
+    limits = device_limits(args)
     options = MigrateOptions(
         source=args.source,
         destination=args.destination,
@@ -148,4 +150,5 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     markdown, data = write_report(report)
     print(f"report: {markdown} and {data}")
-    return 0 if report.passed else 1
+    fits = budget_check(args.destination, args.runtime, limits)
+    return 0 if report.passed and fits else 1

@@ -17,7 +17,8 @@ from ge_python_backend.ascend import (
 )
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.budget import DeviceLimits
+from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
+from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.runtime import RUNTIMES
 from ge_python_backend.tools.bench import ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_MAX_IN_FLIGHT
 from ge_python_backend.tools.compare import Thresholds
@@ -98,6 +99,21 @@ def device_limits(args: argparse.Namespace) -> DeviceLimits:
     except ValueError as exc:
         raise UserError(f"--soc-version: {exc}") from None
     return DeviceLimits(args.processes_per_device, memory, soc=args.soc_version)
+
+
+def budget_check(repository: Path, runtime: str | None, limits: DeviceLimits) -> bool:
+    """Print `repository`'s device budget against `limits` (nothing when no model opens a
+    device); whether every device can hold its share."""
+    devices = budget(footprints(repository_entries(repository, runtime), runtime), limits)
+    if not devices.rows:
+        return True
+    print(devices.table())
+    for warning in devices.warnings():
+        print(f"  note: {warning}")
+    problems = devices.problems()
+    for problem in problems:
+        print(f"  problem: {problem}")
+    return not problems
 
 
 def add_input_shape_order_option(parser: argparse.ArgumentParser) -> None:

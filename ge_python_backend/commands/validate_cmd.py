@@ -20,11 +20,10 @@ from ge_python_backend.commands.options import (
     add_repository_argument,
     add_runtime_option,
     add_tritonserver_options,
+    budget_check,
     device_limits,
 )
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
-from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.repository.validation import ModelReport, validate_repository
 from ge_python_backend.tools.probe import DEFAULT_LOAD_TIMEOUT_S, probe_repository
 
@@ -136,22 +135,6 @@ def run(args: argparse.Namespace) -> int:
         _print_report(report)
     valid = all(report.ok for report in reports)
     if args.name is None:
-        valid = _budget_check(args, limits) and valid
+        valid = budget_check(args.repository, args.runtime, limits) and valid
     served = _serve_check(args) if args.serve else True
     return 0 if valid and served else 1
-
-
-def _budget_check(args: argparse.Namespace, limits: DeviceLimits) -> bool:
-    """Print the repository's device budget; whether every device can hold its share."""
-    devices = budget(
-        footprints(repository_entries(args.repository, args.runtime), args.runtime), limits
-    )
-    if not devices.rows:
-        return True
-    print(devices.table())
-    for warning in devices.warnings():
-        print(f"  note: {warning}")
-    problems = devices.problems()
-    for problem in problems:
-        print(f"  problem: {problem}")
-    return not problems

@@ -33,6 +33,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from ge_python_backend.ascend import (
     ATC_DEFAULT_PRECISION_MODE,
     ATC_MAX_GEARS,
+    DEFAULT_SOC,
     AtcFramework,
     PrecisionMode,
     om_output_path,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SOC_VERSION = "Ascend310P3"
+DEFAULT_SOC_VERSION = DEFAULT_SOC  # ATC --soc_version when none is given
 MIN_GEARS = 2  # ATC refuses a gear option with one gear: one size is a static .om
 ATC_LOG_LINES = 40  # lines of ATC's output a failed run keeps for the report
 
