@@ -72,6 +72,7 @@ STUB_FILES = (
     "ascend.py",
     "errors.py",
     "modelinfo.py",
+    "processes.py",
     "triton/*.py",
     "runtime/*.py",
     "emulator/**/*.py",
