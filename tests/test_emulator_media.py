@@ -308,3 +308,11 @@ def test_jpegd_device_time_follows_the_soc_profile(dvpp: tuple[int, int]) -> Non
     ms, ret = acl.rt.event_elapsed_time(start, end)
     assert ret == 0 and ms >= 1000 / 128 * 0.999
     assert timing.current().dvpp_seconds("jpegd", 1920 * 1080) == (1 / 128, 1 / 2048)
+
+
+def test_descriptions_need_a_context_as_their_device_part_does(clean_acl: None) -> None:
+    # ImageProcessor::CreateChannelDescOnHost / CreatePicDescOnHost allocate device memory
+    assert acl.init() == 0
+    assert acl.media.dvpp_create_channel_desc() == 0
+    assert acl.media.dvpp_create_pic_desc() == 0
+    assert "no current context" in acl.get_recent_err_msg()

@@ -42,9 +42,10 @@ DVPP_MALLOC = "acl.media.dvpp_malloc"
 DVPP_ALIGN = 128  # start address of DVPP buffers
 NV12_FORMATS = (_PixelFormat.YUV_SEMIPLANAR_420, _PixelFormat.YVU_SEMIPLANAR_420)
 # The JPEGD output formats ACL accepts on 310P-class SoCs (ImageProcessorV200::
-# ValidateJpegOutputFormat: YUV400, the 420/422/444/440 semi-planar ones, UNKNOWN); only NV12 and
-# NV21 are emulated, the others are refused as not emulated (200006).
-JPEGD_FORMATS = frozenset({0, 1, 2, 3, 4, 5, 6, 15, 16, _PixelFormat.UNKNOWN})
+# ValidateJpegOutputFormat: YUV400 0, the 420/422/444 semi-planar ones 1..6, the 440 ones 1000
+# and 1001 (acl_dvpp.h), UNKNOWN); only NV12 and NV21 are emulated, the others are refused as
+# not emulated (200006).
+JPEGD_FORMATS = frozenset({0, 1, 2, 3, 4, 5, 6, 1000, 1001, _PixelFormat.UNKNOWN})
 VPC_INTERPOLATIONS = {0: "bilinear (default)", 1: "bilinear", 2: "nearest neighbour"}
 VPC_WIDTH_ALIGN, VPC_HEIGHT_ALIGN = 16, 2
 
@@ -159,7 +160,9 @@ def dvpp_free(dev_ptr: int) -> int:
 
 @api("acl.media.dvpp_create_channel_desc", fail=value(0))
 def dvpp_create_channel_desc() -> int:
-    """A channel description (0 on failure, as a NULL pointer)."""
+    """A channel description (0 on failure, as a NULL pointer): ACL allocates its device part
+    (ImageProcessor::CreateChannelDescOnHost), so it needs a current context."""
+    current_context()
     desc = ChannelDesc(STATE.new_handle())
     with LOCK:
         _REGISTRY.channels[desc.handle] = desc
@@ -206,7 +209,9 @@ def dvpp_destroy_channel(desc: int) -> int:
 
 @api("acl.media.dvpp_create_pic_desc", fail=value(0))
 def dvpp_create_pic_desc() -> int:
-    """A picture description (0 on failure)."""
+    """A picture description (0 on failure); its device part needs a current context
+    (ImageProcessor::CreatePicDescOnHost)."""
+    current_context()
     desc = PicDesc(STATE.new_handle())
     with LOCK:
         _REGISTRY.pics[desc.handle] = desc
