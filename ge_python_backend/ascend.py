@@ -38,6 +38,7 @@ __all__ = [
     "DTYPES_BY_TRITON_CONFIG",
     "EMULATOR_OM_MAGIC",
     "NUMPY_BY_ACL",
+    "DVPP_LIMITS",
     "PRECISION_LADDER",
     "PRECISION_MODES_NOT_EMULATED",
     "PRECISION_MODES_V2",
@@ -51,13 +52,16 @@ __all__ = [
     "DataType",
     "Format",
     "GearKind",
+    "DvppLimits",
     "MemcpyKind",
     "OmContainer",
+    "PixelFormat",
     "PrecisionMode",
     "RunMode",
     "SocDevice",
     "converted_tensor_name",
     "describe_code",
+    "dvpp_limits",
     "format_name",
     "malloc_reserved",
     "om_container",
@@ -105,6 +109,7 @@ class AclCode(enum.IntEnum):
     MODEL_INPUT_NOT_MATCH = 100017, "the input dataset does not match the model"
     MODEL_OUTPUT_NOT_MATCH = 100018, "the output dataset does not match the model"
     MODEL_NOT_DYNAMIC = 100019, "a dynamic-gear API was used on a static model"
+    FORMAT_NOT_MATCH = 100027, "the format is not one the call supports"
     UNSUPPORTED_DATA_TYPE = 100026, "the data type is not supported"
     REPEAT_SUBSCRIBE = 100033, "the stream is already subscribed for callbacks"
     STREAM_NOT_SUBSCRIBE = 100034, "the stream is not subscribed for callbacks"
@@ -654,3 +659,59 @@ def soc_device(soc: str) -> SocDevice:
             "(give the memory explicitly)"
         )
     return device
+
+
+class PixelFormat(enum.IntEnum):
+    """`acldvppPixelFormat` values the project uses (acl/ops/acl_dvpp.h)."""
+
+    YUV_400 = 0
+    YUV_SEMIPLANAR_420 = 1  # NV12: a Y plane, then one plane of interleaved U, V at half H and W
+    YVU_SEMIPLANAR_420 = 2  # NV21: V before U
+    UNKNOWN = 10000  # JPEGD: decode in the source's own subsampling
+
+
+@dataclasses.dataclass(frozen=True)
+class DvppLimits:
+    """What DVPP's JPEGD and VPC accept on one SoC family (sources in docs/CONFORMANCE.md,
+    "DVPP"): JPEG sides in [jpegd_min, jpegd_max]; JPEGD's NV12 output width stride a multiple
+    of `jpegd_width_align` and height stride of 16; VPC sides in [vpc_min_w x vpc_min_h,
+    vpc_max]; JPEGD 1080p frames per second per channel and per chip (all channels)."""
+
+    family: str
+    jpegd_min: int
+    jpegd_max: int
+    jpegd_width_align: int
+    jpegd_height_align: int
+    vpc_min_w: int
+    vpc_min_h: int
+    vpc_max: int
+    jpegd_channel_fps: float
+    jpegd_chip_fps: float
+
+
+# By SoC (the prefix of `--soc_version`). Ascend310 (Atlas 200/300/500 inference): JPEGD output
+# strides 128/16, 128 fps on one channel, 256 on two or more (CANN 6.0.1 aclcppdevg_03_0187).
+# Ascend310P (Atlas inference series), Ascend310B (Atlas 200I/500 A2), Ascend910B (Atlas A2):
+# strides 64/16 (CANN 8.0.RC1 aclpythondevg_01_0321); 310P n x 128 fps up to 16 channels, 2048
+# beyond (CANN 6.0.1 aclcppdevg_03_0279). 310B and 910B rates: not read (UNCONFIRMED, 310P's
+# used). JPEG sides 32..8192 (hicann ImageProcessor::acldvppJpegPredictDecSize); VPC 10x6 to
+# 4096x4096 (CANN 8.5 aclpythondevg_01_0295).
+DVPP_LIMITS: Mapping[str, DvppLimits] = MappingProxyType(
+    {
+        limits.family: limits
+        for limits in (
+            DvppLimits("Ascend310", 32, 8192, 128, 16, 10, 6, 4096, 128.0, 256.0),
+            DvppLimits("Ascend310P", 32, 8192, 64, 16, 10, 6, 4096, 128.0, 2048.0),
+            DvppLimits("Ascend310B", 32, 8192, 64, 16, 10, 6, 4096, 128.0, 2048.0),
+            DvppLimits("Ascend910B", 32, 8192, 64, 16, 10, 6, 4096, 128.0, 2048.0),
+        )
+    }
+)
+
+
+def dvpp_limits(soc: str) -> DvppLimits:
+    """The DVPP limits of `soc` (its longest known family prefix); ValueError for another."""
+    for family in sorted(DVPP_LIMITS, key=len, reverse=True):
+        if soc.startswith(family) and (soc[len(family) :][:1].isdigit() or family == soc):
+            return DVPP_LIMITS[family]
+    raise ValueError(f"no DVPP limits are known for SoC {soc!r}; known: {', '.join(DVPP_LIMITS)}")

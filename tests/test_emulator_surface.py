@@ -7,6 +7,7 @@ becomes a function of its module), from hicann/runtime at commit
   acl       python/pyACL/py_init_acl.cpp (g_moduleMethods, and the sub-modules PyInit_acl adds)
   acl.rt    python/pyACL/rt/pyrt_methods.cpp (g_methodsRt, the USE_MDL entries included)
   acl.mdl   python/pyACL/mdl/pymdl_methods.cpp (g_methodsMdl, the USE_MDL entries included)
+  acl.media python/pyACL/media/pymedia_methods.cpp (g_methodsMedia, the USE_MDL entries included)
   acl.util  python/pyACL/util/pyutil_methods.cpp (g_methodsUtil)
 """
 
@@ -123,6 +124,78 @@ REAL: dict[str, frozenset[str]] = {
         set_aipp_scf_params load_from_file_with_q load_from_mem_with_q
         """
     ),
+    "acl.media": names(
+        """
+        dvpp_malloc dvpp_malloc_with_cfg dvpp_free dvpp_create_channel dvpp_destroy_channel
+        dvpp_create_channel_desc dvpp_destroy_channel_desc dvpp_set_channel_desc_param
+        dvpp_get_channel_desc_param dvpp_get_channel_desc_channel_id dvpp_create_pic_desc
+        dvpp_destroy_pic_desc dvpp_set_pic_desc_data dvpp_set_pic_desc_size
+        dvpp_set_pic_desc_format dvpp_set_pic_desc_width dvpp_set_pic_desc_height
+        dvpp_set_pic_desc_width_stride dvpp_set_pic_desc_height_stride
+        dvpp_set_pic_desc_ret_code dvpp_get_pic_desc_data dvpp_get_pic_desc_size
+        dvpp_get_pic_desc_format dvpp_get_pic_desc_width dvpp_get_pic_desc_height
+        dvpp_get_pic_desc_width_stride dvpp_get_pic_desc_height_stride
+        dvpp_get_pic_desc_ret_code dvpp_create_stream_desc dvpp_destroy_stream_desc
+        dvpp_set_stream_desc_data dvpp_set_stream_desc_size dvpp_set_stream_desc_format
+        dvpp_set_stream_desc_timestamp dvpp_set_stream_desc_ret_code dvpp_set_stream_desc_eos
+        dvpp_get_stream_desc_data dvpp_get_stream_desc_size dvpp_get_stream_desc_format
+        dvpp_get_stream_desc_timestamp dvpp_get_stream_desc_ret_code dvpp_get_stream_desc_eos
+        dvpp_create_batch_pic_desc dvpp_destroy_batch_pic_desc dvpp_get_pic_desc
+        dvpp_vpc_resize_async dvpp_vpc_crop_async dvpp_vpc_batch_crop_async
+        dvpp_vpc_crop_and_paste_async dvpp_vpc_batch_crop_and_paste_async
+        dvpp_vpc_crop_resize_async dvpp_vpc_batch_crop_resize_async
+        dvpp_vpc_crop_resize_paste_async dvpp_vpc_batch_crop_resize_paste_async
+        dvpp_vpc_batch_crop_resize_make_border_async dvpp_create_roi_config
+        dvpp_destroy_roi_config dvpp_set_roi_config dvpp_set_roi_config_left
+        dvpp_set_roi_config_right dvpp_set_roi_config_top dvpp_set_roi_config_bottom
+        dvpp_create_resize_config dvpp_destroy_resize_config
+        dvpp_set_resize_config_interpolation dvpp_get_resize_config_interpolation
+        dvpp_jpeg_decode_async dvpp_jpeg_get_image_info dvpp_jpeg_get_image_info_v2
+        dvpp_jpeg_predict_dec_size dvpp_jpeg_encode_async dvpp_jpeg_predict_enc_size
+        dvpp_create_jpege_config dvpp_destroy_jpege_config dvpp_set_jpege_config_level
+        dvpp_get_jpege_config_level vdec_create_channel vdec_destroy_channel
+        vdec_create_channel_desc vdec_destroy_channel_desc vdec_set_channel_desc_channel_id
+        vdec_set_channel_desc_thread_id vdec_set_channel_desc_callback
+        vdec_set_channel_desc_entype vdec_set_channel_desc_out_pic_format
+        vdec_set_channel_desc_out_pic_width vdec_set_channel_desc_out_pic_height
+        vdec_set_channel_desc_ref_frame_num vdec_get_channel_desc_channel_id
+        vdec_get_channel_desc_thread_id vdec_get_channel_desc_callback
+        vdec_get_channel_desc_entype vdec_get_channel_desc_out_pic_format
+        vdec_get_channel_desc_out_pic_width vdec_get_channel_desc_out_pic_height
+        vdec_get_channel_desc_ref_frame_num vdec_send_frame vdec_send_skipped_frame
+        vdec_create_frame_config vdec_destroy_frame_config vdec_get_channel_desc_out_mode
+        vdec_set_channel_desc_out_mode vdec_get_channel_desc_bit_depth
+        vdec_set_channel_desc_bit_depth vdec_set_channel_desc_param vdec_get_channel_desc_param
+        venc_create_channel venc_destroy_channel venc_send_frame venc_create_channel_desc
+        venc_destroy_channel_desc venc_set_channel_desc_thread_id venc_set_channel_desc_callback
+        venc_set_channel_desc_entype venc_set_channel_desc_pic_format
+        venc_set_channel_desc_pic_width venc_set_channel_desc_pic_height
+        venc_set_channel_desc_key_frame_interval venc_get_channel_desc_channel_id
+        venc_get_channel_desc_thread_id venc_get_channel_desc_callback
+        venc_get_channel_desc_entype venc_get_channel_desc_pic_format
+        venc_get_channel_desc_pic_width venc_get_channel_desc_pic_height
+        venc_get_channel_desc_key_frame_interval venc_create_frame_config
+        venc_destroy_frame_config venc_set_frame_config_force_i_frame venc_set_frame_config_eos
+        venc_get_frame_config_force_i_frame venc_get_frame_config_eos
+        venc_get_channel_desc_buf_addr venc_set_channel_desc_buf_addr
+        venc_get_channel_desc_buf_size venc_set_channel_desc_buf_size
+        venc_get_channel_desc_max_bit_rate venc_set_channel_desc_max_bit_rate
+        venc_get_channel_desc_rc_mode venc_set_channel_desc_rc_mode
+        venc_get_channel_desc_src_rate venc_set_channel_desc_src_rate
+        venc_get_channel_desc_param venc_set_channel_desc_param dvpp_create_border_config
+        dvpp_destroy_border_config dvpp_set_border_config_value
+        dvpp_set_border_config_border_type dvpp_set_border_config_top
+        dvpp_set_border_config_bottom dvpp_set_border_config_left dvpp_set_border_config_right
+        dvpp_get_border_config_value dvpp_get_border_config_border_type
+        dvpp_get_border_config_top dvpp_get_border_config_bottom dvpp_get_border_config_left
+        dvpp_get_border_config_right dvpp_vpc_convert_color_async dvpp_vpc_pyr_down_async
+        dvpp_set_channel_desc_mode dvpp_png_decode_async dvpp_png_get_image_info
+        dvpp_png_predict_dec_size dvpp_create_hist dvpp_destroy_hist dvpp_get_hist_dims
+        dvpp_get_hist_data dvpp_get_hist_ret_code dvpp_clear_hist dvpp_create_lut_map
+        dvpp_destroy_lut_map dvpp_get_lut_map_dims dvpp_get_lut_map_data
+        dvpp_vpc_equalize_hist_async dvpp_vpc_make_border_async dvpp_vpc_calc_hist_async
+        """
+    ),
     "acl.util": names(
         """
         numpy_to_ptr numpy_contiguous_to_ptr ptr_to_numpy bytes_to_ptr ptr_to_bytes
@@ -140,7 +213,7 @@ EMULATED: dict[str, frozenset[str]] = {
         get_data_buffer_size_v2 get_recent_err_msg get_soc_name get_tensor_desc_dim
         get_tensor_desc_dim_v2 get_tensor_desc_element_count get_tensor_desc_format
         get_tensor_desc_num_dims get_tensor_desc_size get_tensor_desc_type get_version init
-        update_data_buffer mdl rt util
+        update_data_buffer mdl media rt util
         """
     ),
     "acl.rt": names(
@@ -171,6 +244,22 @@ EMULATED: dict[str, frozenset[str]] = {
         set_aipp_pixel_var_reci set_aipp_rbuv_swap_switch set_aipp_src_image_size set_input_aipp
         """
     ),
+    "acl.media": names(
+        """
+        dvpp_create_channel dvpp_create_channel_desc dvpp_create_pic_desc
+        dvpp_create_resize_config dvpp_create_roi_config dvpp_destroy_channel
+        dvpp_destroy_channel_desc dvpp_destroy_pic_desc dvpp_destroy_resize_config
+        dvpp_destroy_roi_config dvpp_free dvpp_get_pic_desc_data dvpp_get_pic_desc_format
+        dvpp_get_pic_desc_height dvpp_get_pic_desc_height_stride dvpp_get_pic_desc_ret_code
+        dvpp_get_pic_desc_size dvpp_get_pic_desc_width dvpp_get_pic_desc_width_stride
+        dvpp_get_resize_config_interpolation dvpp_jpeg_decode_async dvpp_jpeg_get_image_info
+        dvpp_jpeg_predict_dec_size dvpp_malloc dvpp_set_pic_desc_data dvpp_set_pic_desc_format
+        dvpp_set_pic_desc_height dvpp_set_pic_desc_height_stride dvpp_set_pic_desc_size
+        dvpp_set_pic_desc_width dvpp_set_pic_desc_width_stride
+        dvpp_set_resize_config_interpolation dvpp_set_roi_config dvpp_vpc_crop_and_paste_async
+        dvpp_vpc_resize_async
+        """
+    ),
     "acl.util": names("bytes_to_ptr numpy_to_ptr ptr_to_bytes ptr_to_numpy"),
 }
 
@@ -178,6 +267,7 @@ MODULES: dict[str, ModuleType] = {
     "acl": acl,
     "acl.rt": acl.rt,
     "acl.mdl": acl.mdl,
+    "acl.media": acl.media,
     "acl.util": acl.util,
 }
 RUNTIME = Path(__file__).resolve().parents[1] / "ge_python_backend" / "runtime"
@@ -200,16 +290,16 @@ def test_the_pinned_names_are_real_pyacl_names() -> None:
 
 
 def test_the_runtime_names_only_real_pyacl_calls() -> None:
-    # Every `acl.<call>`, `acl.rt.<call>`, `acl.mdl.<call>` and `acl.util.<call>` in the runtime's
+    # Every `acl.<call>` and `acl.<rt|mdl|media|util>.<call>` in the runtime's
     # source (calls, getattr names, messages), so a misspelt or emulator-only call fails here.
-    named = re.compile(r"\bacl\.(?:(rt|mdl|util)\.)?([a-z_][a-z0-9_]*)")
-    dynamic = re.compile(r"getattr\(acl\.(rt|mdl|util), \"([a-z_0-9]+)\"")
+    named = re.compile(r"\bacl\.(?:(rt|mdl|media|util)\.)?([a-z_][a-z0-9_]*)")
+    dynamic = re.compile(r"getattr\(acl\.(rt|mdl|media|util), \"([a-z_0-9]+)\"")
     found: set[tuple[str, str]] = set()
     for path in sorted(RUNTIME.glob("*.py")):
         text = path.read_text()
         for sub, call in named.findall(text) + dynamic.findall(text):
             module = f"acl.{sub}" if sub else "acl"
-            if module == "acl" and call in ("rt", "mdl", "util"):
+            if module == "acl" and call in ("rt", "mdl", "media", "util"):
                 continue
             found.add((module, call))
     unknown = sorted(f"{module}.{call}" for module, call in found if call not in REAL[module])

@@ -35,6 +35,7 @@ class DeviceAllocation:
     device_id: int
     view: ctypes.Array[ctypes.c_char] | None
     address: int  # real process address of the backing bytearray
+    allocator: str = "acl.rt.malloc"  # the call that made it (its free call must match)
     freed_by: str = ""  # how it stopped being live: "freed" or "released by acl.finalize"
 
     @property
@@ -90,17 +91,21 @@ class Memory:
         self.live_host = 0
         self.host_bytes = 0
 
-    def allocate_device(self, size: int, device_id: int) -> DeviceAllocation:
-        """A new poisoned device block of `size` bytes."""
+    def allocate_device(
+        self, size: int, device_id: int, align: int = ALIGN, allocator: str = "acl.rt.malloc"
+    ) -> DeviceAllocation:
+        """A new poisoned device block of `size` bytes at an `align`-byte aligned address
+        (a multiple of 64), made by `allocator`."""
         storage = bytearray([POISON]) * size
         view = (ctypes.c_char * size).from_buffer(storage)  # pins the bytearray
         alloc = DeviceAllocation(
-            base=self._next_device,
+            base=(self._next_device + align - 1) // align * align,
             size=size,
             capacity=malloc_reserved(size),
             device_id=device_id,
             view=view,
             address=ctypes.addressof(view),
+            allocator=allocator,
         )
         self._next_device = (alloc.base + size + GUARD + ALIGN - 1) // ALIGN * ALIGN
         self._device_bases.append(alloc.base)

@@ -12,6 +12,11 @@ dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)`
 long as the work really took if that is longer. Without a spec nothing sleeps, but the engine
 locks still serialize work on a device (of this process).
 
+DVPP (`acl.media`): a JPEGD decode or VPC job holds the chip's engine (`jpegd`, `vpc`) for
+pixels / 1080p / `*_chip_fps` seconds and its stream for pixels / 1080p / `*_channel_fps`
+(`channel`): one stream (a channel, in the pages' words) runs at the channel rate, many together
+at most at the chip's (the shape of CANN's JPEGD and VPC performance pages).
+
 With a spec the engines are the host's, shared by every emulator process like a real NPU is by
 every process that sets it (Triton's stubs are one process per instance): each (device, engine)
 is a file in `GE_EMULATOR_HOST_DIR` (default: `ge-emulator-<uid>` in /dev/shm, else in the temp
@@ -51,7 +56,17 @@ from dataclasses import dataclass, replace
 
 ENV = "GE_EMULATOR_TIMING"
 HOST_DIR_ENV = "GE_EMULATOR_HOST_DIR"
-FIELDS = ("execute_us", "execute_us_per_row", "copy_gbps")
+FIELDS = (
+    "execute_us",
+    "execute_us_per_row",
+    "copy_gbps",
+    "jpegd_channel_fps",
+    "jpegd_chip_fps",
+    "vpc_channel_fps",
+    "vpc_chip_fps",
+)
+RATES = ("copy_gbps", "jpegd_channel_fps", "jpegd_chip_fps", "vpc_channel_fps", "vpc_chip_fps")
+FRAME_1080P = 1920 * 1080  # the pixels DVPP's performance pages count as one frame
 
 
 @dataclass(frozen=True)
@@ -61,11 +76,17 @@ class Timing:
     execute_us: float = 0.0
     execute_us_per_row: float = 0.0
     copy_gbps: float = math.inf
+    # DVPP: 1080p frames per second of one channel, and of the chip (all channels together)
+    jpegd_channel_fps: float = math.inf
+    jpegd_chip_fps: float = math.inf
+    vpc_channel_fps: float = math.inf
+    vpc_chip_fps: float = math.inf
 
     @functools.cached_property
     def sleeps(self) -> bool:
         """Whether any work is modelled to take time (then streams run on worker threads)."""
-        return bool(self.execute_us or self.execute_us_per_row or self.copy_gbps != math.inf)
+        rates = (getattr(self, name) for name in RATES)
+        return bool(self.execute_us or self.execute_us_per_row or any(r != math.inf for r in rates))
 
     def execute_seconds(self, rows: int) -> float:
         """Modelled time of one model execution."""
@@ -75,16 +96,34 @@ class Timing:
         """Modelled time of one copy."""
         return nbytes / (self.copy_gbps * 1e9)
 
+    def dvpp_seconds(self, unit: str, pixels: int) -> tuple[float, float]:
+        """Modelled (channel, chip) time of one JPEGD (`unit` "jpegd") or VPC ("vpc") job of
+        `pixels` pixels: a channel holds its job for pixels / 1080p / channel rate, the chip's
+        engine for pixels / 1080p / chip rate (so n channels reach n x the channel rate up to
+        the chip's)."""
+        frames = pixels / FRAME_1080P
+        channel, chip = getattr(self, f"{unit}_channel_fps"), getattr(self, f"{unit}_chip_fps")
+        return frames / channel, frames / chip
+
 
 # Named device profiles; BENCHMARKS.md ("Device profiles") gives the sources.
 PROFILES = {
     # ResNet-50 fp16 on Atlas 300I Pro (Ascend 310P3): 2.46 ms at batch 1 and 15.06 ms at
     # batch 64 (4,250 images/s); copies at 10 GB/s, a third of PCIe 4.0 x16's 31.5 GB/s.
     "resnet50-310p3": Timing(execute_us=2260.0, execute_us_per_row=200.0, copy_gbps=10.0),
+    # DVPP per SoC, combined with a model's figures by keys (CANN 6.0.1 JPEGD and VPC
+    # performance pages aclcppdevg_03_0187, _0279, _0233): Ascend 310 JPEGD 128 fps on one
+    # channel, 256 on two or more (its VPC rates were not read: not modelled); 310P JPEGD
+    # n x 128 up to 16 channels (2048), VPC n x 360 up to 12 (4320), 1080p YUV420SP.
+    "dvpp-310": Timing(jpegd_channel_fps=128.0, jpegd_chip_fps=256.0),
+    "dvpp-310p3": Timing(
+        jpegd_channel_fps=128.0, jpegd_chip_fps=2048.0, vpc_channel_fps=360.0, vpc_chip_fps=4320.0
+    ),
 }
 FORMAT = (
     "comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, "
-    ">= 0), copy_gbps (GB/s, > 0) and profile (one of "
+    ">= 0), copy_gbps (GB/s, > 0), jpegd_channel_fps, jpegd_chip_fps, vpc_channel_fps, "
+    "vpc_chip_fps (1080p frames/s, > 0) and profile (one of "
     f"{', '.join(PROFILES)}: its values, the other keys override them), e.g. "
     '"execute_us=2000,execute_us_per_row=250,copy_gbps=0.05" or "profile=resnet50-310p3"'
 )
@@ -159,7 +198,7 @@ def parse(spec: str) -> Timing:
             value = float(text)
         except ValueError:
             value = math.nan
-        valid = value > 0 if key == "copy_gbps" else value >= 0
+        valid = value > 0 if key in RATES else value >= 0
         if not sep or key not in FIELDS or key in values or not valid or math.isinf(value):
             raise ValueError(f"{ENV}: bad entry {entry.strip()!r}; expected {FORMAT}")
         values[key] = value
@@ -266,6 +305,19 @@ def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
         trace = _trace
         if trace is not None:
             trace.append((device_id, name, start, end))
+
+
+@contextlib.contextmanager
+def channel(seconds: float) -> Iterator[None]:
+    """The running stream work takes at least `seconds` of device time from where it is now
+    (a DVPP channel's rate); sleeps the rest after the body."""
+    start = work_time()
+    yield
+    end = max(start + seconds, work_time())
+    remaining = end - time.perf_counter()
+    if remaining > 0 and math.isfinite(remaining):
+        time.sleep(remaining)
+    reach(end)
 
 
 def _forget_engines_after_fork() -> None:

@@ -1,11 +1,11 @@
 """The emulated `acl` module: init/finalize, data buffers, tensor descriptions, recent error.
 
 Only names real pyACL's `acl` has (pinned by tests/test_emulator_surface.py): its functions are
-implemented in `_base.py` and `_tensor.py`, its sub-modules `rt`, `mdl` and `util` likewise. The
-calling conventions are those of `_base.py`.
+implemented in `_base.py` and `_tensor.py`, its sub-modules `rt`, `mdl`, `media` and `util`
+likewise. The calling conventions are those of `_base.py`.
 """
 
-from ge_python_backend.emulator.acl import mdl, rt, util
+from ge_python_backend.emulator.acl import mdl, media, rt, util
 from ge_python_backend.emulator.acl._base import (
     app_log,
     create_data_buffer,
@@ -56,6 +56,7 @@ __all__ = [
     "get_version",
     "init",
     "mdl",
+    "media",
     "rt",
     "update_data_buffer",
     "util",

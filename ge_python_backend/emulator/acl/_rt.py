@@ -11,7 +11,7 @@ from ge_python_backend.ascend import MemcpyKind as _MemcpyKind
 from ge_python_backend.ascend import malloc_reserved as _malloc_reserved
 from ge_python_backend.emulator import _events, timing
 from ge_python_backend.emulator._api import api, zero_ret
-from ge_python_backend.emulator._memory import MEMORY, Span
+from ge_python_backend.emulator._memory import MEMORY, DeviceAllocation, Span
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     LOCK,
@@ -255,16 +255,24 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
         raise AclFailure(
             _AclCode.RT_PARAM_INVALID, f"policy must be 0..{MAX_POLICY} (aclrtMemMallocPolicy)"
         )
+    return allocate_device(ctx, size, "acl.rt.malloc").base, 0
+
+
+def allocate_device(
+    ctx: Context, size: int, allocator: str, align: int = ASYNC_ALIGN
+) -> DeviceAllocation:
+    """Device memory of `ctx`'s device, charged to the host's ledger of it: the one allocation
+    path of `acl.rt.malloc` and `acl.media.dvpp_malloc` (`allocator` names the call)."""
     with LOCK:
         device = ctx.device
         need = _malloc_reserved(size)
         # hicann/runtime npu_driver_mem.cc: halMemAlloc's DRV_ERROR_OUT_OF_MEMORY is 207001
         # (errcode_manage.cc "driver error:out of memory"), reported as EL0004.
         device.charge(
-            need, _AclCode.RT_MEMORY_ALLOCATION, f"EL0004 malloc({size}) ({need} reserved)"
+            need, _AclCode.RT_MEMORY_ALLOCATION, f"EL0004 {allocator}({size}) ({need} reserved)"
         )
         try:
-            alloc = MEMORY.allocate_device(size, device.id)
+            alloc = MEMORY.allocate_device(size, device.id, align, allocator)
         except MemoryError as exc:
             device.release(need)
             raise AclFailure(
@@ -272,13 +280,21 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
                 f"the host running the emulator cannot back {size} bytes",
             ) from exc
         STATE.count("malloc_calls")
-    return alloc.base, 0
+    return alloc
 
 
 @api("acl.rt.free", int)
 def free(dev_ptr: int) -> int:
     """Free device memory from `malloc` (the pointer it returned)."""
     current_context()  # stricter reading: freeing is a runtime call that needs a context
+    free_device(dev_ptr, "acl.rt.malloc", "acl.rt.free")
+    return 0
+
+
+def free_device(dev_ptr: int, allocator: str, call: str) -> None:
+    """Free the device memory `allocator` returned at `dev_ptr` (`call` is the freeing call)
+    and release it in the device's ledger; 107000 for anything else, memory of the other
+    allocator included (stricter: named with its own free call)."""
     with LOCK:
         alloc = MEMORY.device_block(dev_ptr) if dev_ptr >= DEVICE_ADDRESS_BASE else None
         if alloc is None or alloc.base != dev_ptr:
@@ -286,7 +302,12 @@ def free(dev_ptr: int) -> int:
             # UNCONFIRMED code for freeing a non-allocation: ACL_ERROR_RT_PARAM_INVALID.
             raise AclFailure(
                 _AclCode.RT_PARAM_INVALID,
-                f"0x{dev_ptr:x} is not a pointer from acl.rt.malloc{hint}",
+                f"0x{dev_ptr:x} is not a pointer from {allocator}{hint}",
+            )
+        if alloc.allocator != allocator:
+            raise AclFailure(
+                _AclCode.RT_PARAM_INVALID,
+                f"0x{dev_ptr:x} is from {alloc.allocator}: {call} does not free it",
             )
         if not alloc.live:
             raise AclFailure(
@@ -296,7 +317,6 @@ def free(dev_ptr: int) -> int:
         MEMORY.free_device(alloc)
         STATE.devices[alloc.device_id].release(alloc.capacity)
         STATE.count("free_calls")
-    return 0
 
 
 @api("acl.rt.malloc_host", int, fail=zero_ret)
