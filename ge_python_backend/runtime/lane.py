@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,6 +34,7 @@ from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
 from ge_python_backend.runtime.device import Context, Event, Stream
+from ge_python_backend.runtime.dvpp import DvppBuffer
 from ge_python_backend.runtime.errors import AclError, ModelFileError, OutputTooLargeError
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer, QueuedCopy
@@ -53,6 +54,8 @@ class Slot:
     spec: TensorSpec
     host: HostBuffer
     device: DeviceBuffer
+    # written on the device (an image input: DVPP's VPC writes its rows), never staged or copied
+    device_written: bool = False
 
 
 class DeviceTimes(NamedTuple):
@@ -94,6 +97,7 @@ class Lane(Resource):
         context: Context,
         model: Model,
         input_sizes: Sequence[int],
+        device_written: Collection[str] = (),
     ) -> None:
         self.index = index
         self.context = context
@@ -107,7 +111,7 @@ class Lane(Resource):
             buffers: dict[int, DeviceBuffer] = {}
             self.input_slots: list[Slot] = []
             for info, size in zip(desc.inputs, input_sizes):
-                slot = self._slot(info.spec, size)
+                slot = self._slot(info.spec, size, info.spec.name in device_written)
                 buffers[info.index] = slot.device
                 self.input_slots.append(slot)
             if desc.gear_input is not None:
@@ -147,12 +151,14 @@ class Lane(Resource):
         input_shape_order: Sequence[str] | None = None,
         aipp: Sequence[AippOp] = (),
         max_output_bytes: int | None = None,
+        device_written: Collection[str] = (),
     ) -> tuple[Lane, GearTable]:
         """Lane 0 and the model's gear table: the `.om` loaded, the gears' output shapes read on
         this lane, every buffer sized for the largest execution of any gear (`aipp`: the fixed
         parameters of a dynamic-AIPP model, see `Model`). A dynamic-shape model's buffers take
         the sizes the model reports (range upper bounds); an output whose size is unbounded (0)
-        takes `max_output_bytes`, without which it is refused."""
+        takes `max_output_bytes`, without which it is refused. The inputs `device_written`
+        names get DVPP memory the device writes (`dvpp.ImageStage`), never staged or copied."""
         model = Model(context, path, input_shape_order, aipp)
         desc = model.description
         try:
@@ -164,7 +170,7 @@ class Lane(Resource):
                     max(table.input_bytes(n, info.spec.dtype), info.size, 1)
                     for n, info in enumerate(desc.inputs)
                 ]
-            lane = cls(0, context, model, input_sizes)
+            lane = cls(0, context, model, input_sizes, device_written)
         except BaseException:
             model.close()
             raise
@@ -195,7 +201,9 @@ class Lane(Resource):
         """A further lane: the `.om` loaded again, with buffers sized like those of `like`."""
         model = Model(context, path, input_shape_order, tuple(like.model.aipp.values()))
         try:
-            lane = cls(index, context, model, [slot.host.size for slot in like.input_slots])
+            written = [slot.spec.name for slot in like.input_slots if slot.device_written]
+            sizes = [slot.device.size for slot in like.input_slots]
+            lane = cls(index, context, model, sizes, written)
         except BaseException:
             model.close()
             raise
@@ -223,6 +231,8 @@ class Lane(Resource):
         the bytes to copy in."""
         layout = self._staged = self._layout(table, execution, feeds_list)
         for slot, view, batched in zip(self.input_slots, layout.inputs, table.batched_inputs):
+            if slot.device_written:
+                continue
             if not (batched and execution.batch):  # whole: unbatched, or a side input
                 view[...] = feeds_list[execution.pieces[0].part][slot.spec.name]
                 continue
@@ -378,15 +388,20 @@ class Lane(Resource):
 
     def _new_layout(self, inputs: Sequence[Shape], outputs: Sequence[Shape]) -> Layout:
         views_in = [
-            _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.input_slots, inputs)
+            np.empty((0,), s.spec.dtype) if s.device_written else _view(s.host, s.spec.dtype, shape)
+            for s, shape in zip(self.input_slots, inputs)
         ]
         views_out = [
             _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.output_slots, outputs)
         ]
+        copied = [
+            (slot, view)
+            for slot, view in zip(self.input_slots, views_in)
+            if view.nbytes  # a zero-size tensor (or a device-written input) has nothing to copy
+        ]
         copies_in = [
             slot.device.queued_copy(slot.host, view.nbytes, MemcpyKind.HOST_TO_DEVICE)
-            for slot, view in zip(self.input_slots, views_in)
-            if view.nbytes  # a zero-size tensor has nothing to copy
+            for slot, view in copied
         ]
         copies_out = [
             slot.device.queued_copy(slot.host, view.nbytes, MemcpyKind.DEVICE_TO_HOST)
@@ -398,7 +413,7 @@ class Lane(Resource):
             views_out,
             copies_in,
             copies_out,
-            sum(view.nbytes for view in views_in),
+            sum(view.nbytes for _, view in copied),
             sum(view.nbytes for view in views_out),
         )
 
@@ -426,9 +441,16 @@ class Lane(Resource):
     def _new_events(self) -> LaneEvents:
         return LaneEvents(*(self._keep(Event(self.context)) for _ in LaneEvents._fields))
 
-    def _slot(self, spec: TensorSpec, size: int) -> Slot:
+    def _slot(self, spec: TensorSpec, size: int, device_written: bool = False) -> Slot:
+        if device_written:  # the host buffer only gives the layout its (unused) view
+            host = self._keep(HostBuffer(self.context, 1))
+            return Slot(spec, host, self._keep(DvppBuffer(self.context, size)), True)
         host = self._keep(HostBuffer(self.context, size))
         return Slot(spec, host, self._keep(DeviceBuffer(self.context, size)))
+
+    def input_buffer(self, name: str) -> DeviceBuffer:
+        """The device buffer of input `name`."""
+        return next(slot.device for slot in self.input_slots if slot.spec.name == name)
 
     def _keep(self, resource: Any) -> Any:
         self._parts.append(resource)

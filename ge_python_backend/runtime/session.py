@@ -32,6 +32,8 @@ from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
+from ge_python_backend.runtime.dvpp import YUV420SP_ROWS, DecodedBatch, ImageInput, ImageStage
+from ge_python_backend.runtime.dvpp import served_spec as served_image_spec
 from ge_python_backend.runtime.errors import (
     AclError,
     DeviceFullError,
@@ -41,7 +43,7 @@ from ge_python_backend.runtime.errors import (
 )
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import DeviceTimes, Lane
-from ge_python_backend.runtime.model import read_aipp_config
+from ge_python_backend.runtime.model import TensorInfo, read_aipp_config
 from ge_python_backend.runtime.placement import Placement, describe_holders
 
 __all__ = [
@@ -214,8 +216,10 @@ class Session(Resource):
     `device_timing_period` N times one execution in N of each gear and batch with events
     (`DeviceTimeSampler`; 1: every one). `label` names the session in the host's placement
     records (`placement.py`; default the `.om`'s file name): a device that refuses a process or a
-    load names the labels holding it (`DeviceFullError`). Any mix of calls from any threads is
-    safe.
+    load names the labels holding it (`DeviceFullError`). `image` makes one YUV420SP_U8 AIPP
+    input take JPEG files (BYTES, one per row), decoded and resized on the device by DVPP
+    (`dvpp.py`); `inputs` then shows it as BYTES `[rows, 1]`, and a file DVPP refuses is an
+    `ImageError` naming its request. Any mix of calls from any threads is safe.
     """
 
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
@@ -236,7 +240,10 @@ class Session(Resource):
         max_output_bytes: int | None = None,
         device_timing_period: int = DEVICE_TIMING_PERIOD,
         label: str | None = None,
+        image: ImageInput | None = None,
     ) -> None:
+        self._image = image
+        self._images: ImageStage | None = None
         if max_output_bytes is not None and (
             isinstance(max_output_bytes, bool)
             or not isinstance(max_output_bytes, int)
@@ -303,6 +310,8 @@ class Session(Resource):
 
         Raises InputError saying what was expected and what arrived.
         """
+        if self._images is not None:
+            feeds = self._images.stand_in(feeds)[0]
         return self._feeds.match(feeds)[1]
 
     def infer(self, feeds: Feeds) -> dict[str, np.ndarray]:
@@ -332,9 +341,20 @@ class Session(Resource):
         `PendingBatch.result()` and fail exactly that batch. `pipelined` False: the caller waits
         for this batch (`result()`) before it submits the next, so its last execution records no
         event for a next one to wait on (one ACL call less; another thread's submit meanwhile is
-        still correct).
+        still correct). With an image input, every file is decoded first (an `ImageError`
+        names the first one DVPP refuses) and each execution's rows are resized into its lane.
         """
         self._check_open()
+        if self._images is None:
+            return self._submit(feeds_list, pipelined, None)
+        with self._images.lock:  # the pool's pictures are the batch's until its VPC is queued
+            decoded = self._images.decode(feeds_list)
+            return self._submit(decoded.feeds_list, pipelined, decoded)
+
+    def _submit(
+        self, feeds_list: Sequence[Feeds], pipelined: bool, decoded: DecodedBatch | None
+    ) -> PendingBatch:
+        """`submit` once the files of an image input are decoded (`decoded`)."""
         matched = []
         for number, feeds in enumerate(feeds_list):
             try:
@@ -355,7 +375,9 @@ class Session(Resource):
                     self._finish(lane)
                     if batch._error is not None:
                         break
-                    self._launch(batch, lane, execution, pipelined or execution is not last)
+                    self._launch(
+                        batch, lane, execution, pipelined or execution is not last, decoded
+                    )
         return batch
 
     def wait_ready(self) -> None:
@@ -449,8 +471,14 @@ class Session(Resource):
         input_shape_order: Sequence[str] | None,
         aipp: Sequence[AippOp],
     ) -> None:
+        image = self._image
         first, table = Lane.open_first(
-            self._context, self.path, input_shape_order, aipp, self.max_output_bytes
+            self._context,
+            self.path,
+            input_shape_order,
+            aipp,
+            self.max_output_bytes,
+            () if image is None else (image.name,),
         )
         self._parts.append(first)
         self._lanes.append(first)
@@ -475,6 +503,8 @@ class Session(Resource):
             lane = Lane.load(index, self._context, self.path, input_shape_order, first)
             self._parts.append(lane)
             self._lanes.append(lane)
+        if image is not None:
+            self._open_images(image, desc.inputs)
         self._counters.device_bytes_held = sum(lane.device_bytes for lane in self._lanes)
         logger.debug(
             "opened %s on device %d (%s): %s gears %s, %d lane(s)",
@@ -486,19 +516,48 @@ class Session(Resource):
             self.pipeline_depth,
         )
 
+    def _open_images(self, image: ImageInput, inputs: Sequence[TensorInfo]) -> None:
+        """The DVPP stage of the image input; the input is served as BYTES files."""
+        info = next((info for info in inputs if info.spec.name == image.name), None)
+        if info is None:
+            names = ", ".join(i.spec.name for i in inputs)
+            raise ModelFileError(
+                f"{self.path}: image_input {image.name!r} is not an input of the model ({names})"
+            )
+        if info.v2_rows != YUV420SP_ROWS:
+            raise ModelFileError(
+                f"{self.path}: image_input {image.name!r} has {info.aipp or 'no AIPP'}; DVPP "
+                "writes YUV420SP (NV12): the input needs a static AIPP with input_format "
+                "YUV420SP_U8"
+            )
+        rows = max(self.gears.max_batch, info.spec.shape[0], 1)
+        self._images = ImageStage(self._context, image, info.spec, rows, self.pipeline_depth)
+        self._parts.append(self._images)
+        self.inputs = tuple(
+            served_image_spec(spec) if spec.name == image.name else spec for spec in self.inputs
+        )
+
     # -- the data path ---------------------------------------------------------------------
 
     def _launch(
-        self, batch: PendingBatch, lane: Lane, execution: Execution, pipelined: bool
+        self,
+        batch: PendingBatch,
+        lane: Lane,
+        execution: Execution,
+        pipelined: bool,
+        decoded: DecodedBatch | None = None,
     ) -> None:
         """Stage and launch one execution on a free lane (lane lock held); `pipelined` as in
-        `Lane.launch`.
+        `Lane.launch`; `decoded`: the batch's pictures, resized into the lane's image input
+        ahead of the execution.
 
         A failing call fails the batch; whatever was queued is waited for so the lane is free.
         """
         queued = time.perf_counter()
         try:
             h2d_bytes = lane.stage(self._table, execution, batch._feeds_list)
+            if decoded is not None:
+                self._resize_images(decoded, lane, execution)
             timed = self._sampler.wants(execution)
             d2h_bytes = lane.launch(self._table, execution, self._launched_last, timed, pipelined)
         except Exception as exc:  # any failure fails the batch; the lane is settled below
@@ -511,6 +570,12 @@ class Session(Resource):
         job = _Job(weakref.ref(batch), lane, execution, h2d_bytes, d2h_bytes, queued)
         batch._jobs.append(job)
         lane.job = job
+
+    def _resize_images(self, decoded: DecodedBatch, lane: Lane, execution: Execution) -> None:
+        """Queue the execution's VPC jobs into the lane's image input (on its stream)."""
+        assert self._images is not None and self._image is not None
+        buffer = lane.input_buffer(self._image.name)
+        self._images.queue_resize(decoded, lane.index, buffer, execution, lane.stream)
 
     def _settle(self, job: _Job) -> None:
         """Finish `job` unless that happened already (from `PendingBatch.result`)."""
