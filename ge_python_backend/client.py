@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import http.client
 import importlib
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -234,7 +235,13 @@ def random_array(datatype: str, shape: tuple[int, ...], rng: np.random.Generator
 
 
 def load_array(name: str, path: Path, datatype: str) -> np.ndarray:
-    """An `.npy` input, cast to the Triton data type `datatype` when that keeps its kind."""
+    """An `.npy` input, cast to the Triton data type `datatype` when that keeps its kind; for a
+    BYTES input any other file (a JPEG for an image input) is one element: its bytes, 0-d."""
+    if datatype == "BYTES" and path.suffix.lower() != ".npy":
+        try:
+            return np.array(path.read_bytes(), dtype=object)
+        except OSError as exc:
+            raise UserError(f"--input {name}: cannot read {path}: {exc.strerror or exc}") from None
     try:
         array = np.load(path, allow_pickle=datatype == "BYTES")
     except (OSError, ValueError) as exc:
@@ -304,6 +311,14 @@ def request_arrays(
         declared = [int(dim) for dim in item["shape"]]
         if name in files:
             array = load_array(name, files[name], datatype)
+            if array.ndim == 0:  # one file's bytes: the one element of a [1, 1] request
+                shape = request_shape(name, declared, batched, shapes.get(name))
+                if math.prod(shape) != 1:
+                    raise UserError(
+                        f"--input {name}={files[name]}: one file is one element, but the "
+                        f"request's shape is {list(shape)}"
+                    )
+                array = array.reshape(shape)
             request_shape(name, declared, batched, tuple(array.shape))
         else:
             array = random_array(

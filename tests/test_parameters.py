@@ -25,6 +25,7 @@ from ge_python_backend.repository.parameters import (
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.runtime import DEVICE_TIMING_PERIOD
+from ge_python_backend.runtime.dvpp import ImageInput
 
 SHA = "0123456789abcdef" * 4
 
@@ -344,3 +345,44 @@ def test_scaffold_writes_pipeline_min_device_us_only_when_given(
     )
     assert code == 2
     assert "pipeline_min_device_us must be 0..2147483647 microseconds" in (capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"image_input": "image"}, ImageInput("image", "stretch", (16, 128, 128), 4 << 20)),
+        (
+            {
+                "image_input": "img",
+                "image_resize": "letterbox",
+                "image_fill": "114",
+                "max_jpeg_bytes": "65536",
+            },
+            ImageInput("img", "letterbox", (114, 128, 128), 65536),
+        ),
+        ({"image_input": "img", "image_fill": "0, 100,200"}, ImageInput("img", fill=(0, 100, 200))),
+    ],
+)
+def test_image_parameters_make_the_image_input(given: dict[str, str], expected: object) -> None:
+    params = ModelParameters.from_config(config_view(config_with(**given)))
+    assert params.image == expected
+    config = ModelConfig()
+    params.to_config(config)
+    assert ModelParameters.from_config(config_view(config)) == params  # the round trip
+    assert ModelParameters().image is None
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"image_input": " image"}, "parameter image_input must name"),
+        ({"image_input": "i", "image_resize": "crop"}, "must be one of stretch, letterbox"),
+        ({"image_input": "i", "image_fill": "1,2"}, "Y,U,V bytes 0..255"),
+        ({"image_input": "i", "image_fill": "0,0,256"}, "Y,U,V bytes 0..255"),
+        ({"image_input": "i", "max_jpeg_bytes": "0"}, "max_jpeg_bytes must be 1..2147483647"),
+        ({"image_resize": "letterbox"}, "image_resize need image_input"),
+    ],
+)
+def test_image_parameters_are_checked(given: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ModelParameters.from_config(config_view(config_with(**given)))

@@ -25,13 +25,15 @@ HELP = "send one request (random data or .npy files) and summarise the outputs"
 
 DESCRIPTION = """\
 Send one inference request and print, per output, its data type, shape, min/max/mean and first
-values. Inputs are random data of the model's data types (or .npy files with --input). Shapes come
-from the model metadata: a batched model gets 1 row, and dynamic axes need --shape.
+values. Inputs are random data of the model's data types (or .npy files with --input; for a BYTES
+input such as an image input, any other file is sent as one element: a JPEG file is one row). Shapes
+come from the model metadata: a batched model gets 1 row, and dynamic axes need --shape.
 
 examples:
   ge-python-model infer --model resnet --shape images:1,3,224,224
   ge-python-model infer --url 127.0.0.1:8001 --protocol grpc --model resnet \\
       --input images=cat.npy
+  ge-python-model infer --model classifier --input image=cat.jpg
 """
 
 

@@ -268,7 +268,9 @@ def parse_files(items: Sequence[str]) -> dict[str, Path]:
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise UserError(f"--input {item!r} must be NAME=FILE.npy")
+            raise UserError(
+                f"--input {item!r} must be NAME=FILE (.npy, or a JPEG for a BYTES input)"
+            )
         files[name] = Path(path)
     return files
 

@@ -23,6 +23,7 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.triton_config import DEFAULT_MAX_QUEUE_DELAY_US
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import PIPELINE_DEPTHS
+from ge_python_backend.runtime.dvpp import RESIZE_MODES
 
 HELP = "write a Triton model directory (config.pbtxt, model.py, .om) for an .om"
 
@@ -155,6 +156,19 @@ def register(subparsers: Any) -> None:
     add_input_shape_order_option(parser)
     add_max_output_bytes_option(parser)
     parser.add_argument(
+        "--image-input",
+        metavar="NAME",
+        help="serve the YUV420SP_U8 AIPP input NAME as JPEG files (TYPE_STRING [1], one file "
+        "per row), decoded and resized on the NPU by DVPP (parameter image_input; no "
+        "model_warmup then)",
+    )
+    parser.add_argument(
+        "--image-resize",
+        choices=RESIZE_MODES,
+        help="how --image-input's pictures are fitted: stretch (default) or letterbox (aspect "
+        "kept, centred, parameter image_fill around)",
+    )
+    parser.add_argument(
         "--input",
         action="append",
         default=[],
@@ -216,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
         vendor_runtime=args.vendor_runtime,
         warmup=not args.no_warmup,
         version_policy=args.version_policy,
+        image_input=args.image_input,
+        image_resize=args.image_resize,
     )
     planned = [result.model_py_path, result.om_path, checksum_path(result.om_path)]
     if not result.added_version or args.version_policy is not None:

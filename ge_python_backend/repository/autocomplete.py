@@ -10,6 +10,7 @@ Only what the config lacks is filled, and nothing the user wrote is changed:
   with side inputs, since Triton's batch dimension would apply to them too);
 * `input` / `output`: every tensor of the `.om` the config lacks (name, `TYPE_*`, dims without
   the batch axis, -1 on dynamic axes), and the data type or dims of a declared one that has none;
+  the input the parameter `image_input` names is `TYPE_STRING` `[1]` (one JPEG file per row);
 * `dynamic_batching`: the gears up to `max_batch_size` as preferred batch sizes and a queue delay
   of `DEFAULT_MAX_QUEUE_DELAY_US`, when the config is batched and names no scheduler.
 
@@ -38,6 +39,7 @@ from ge_python_backend.repository.triton_config import (
 )
 from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
+from ge_python_backend.runtime.dvpp import served_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,10 +134,14 @@ def complete_version(
         params.input_shape_order,
         params.aipp_config_path(version_dir),
     )
+    inputs = description.inputs
+    if params.image_input is not None:  # served as JPEG files: BYTES, one per row
+        try:
+            inputs = served_inputs(inputs, params.image_input)
+        except ValueError as exc:
+            raise ConfigError(f"{om_path.name}: {exc}") from None
     try:
-        completed, filled = complete_config(
-            config, description.inputs, description.outputs, description.gears
-        )
+        completed, filled = complete_config(config, inputs, description.outputs, description.gears)
     except ConfigError as exc:
         raise ConfigError(f"the config does not match {om_path.name}: {exc}") from None
     return Completion(om_path, description, completed, tuple(filled))

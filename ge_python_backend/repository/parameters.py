@@ -18,6 +18,10 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
 | `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
+| `image_input` | the YUV420SP_U8 AIPP input that takes JPEG files (BYTES, one per row) | none |
+| `image_resize` | `stretch` or `letterbox` (aspect kept, centred) | `stretch` |
+| `image_fill` | letterbox bars: `Y,U,V` bytes, or a gray `G` (`G,128,128`) | `16,128,128` |
+| `max_jpeg_bytes` | the largest JPEG file an image input takes | `4194304` (4 MiB) |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -45,6 +49,12 @@ from ge_python_backend.runtime import (
     RUNTIMES,
 )
 from ge_python_backend.runtime.checksum import check_digest
+from ge_python_backend.runtime.dvpp import (
+    DEFAULT_FILL,
+    DEFAULT_MAX_JPEG_BYTES,
+    RESIZE_MODES,
+    ImageInput,
+)
 
 if TYPE_CHECKING:
     from ge_python_backend.repository.config import ModelConfig
@@ -247,6 +257,64 @@ def parse_max_output_bytes(value: object) -> int | None:
     return nbytes
 
 
+def parse_image_input(value: object) -> str | None:
+    """None (no image input), or the name of the input that takes JPEG files."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or value.strip() != value:
+        raise ConfigError(
+            "parameter image_input must name the model's YUV420SP_U8 AIPP input that takes "
+            f"JPEG files (such as 'image'), got {_shown(value)}"
+        )
+    return value
+
+
+def parse_image_resize(value: object) -> str | None:
+    """None (`stretch`), or one of `RESIZE_MODES`."""
+    if value is None or value in RESIZE_MODES:
+        return None if value is None else str(value)
+    raise ConfigError(
+        f"parameter image_resize must be one of {', '.join(RESIZE_MODES)} (stretch: resized to "
+        "the input's size; letterbox: aspect kept, centred, the rest image_fill), got "
+        f"{_shown(value)}"
+    )
+
+
+def parse_image_fill(value: object) -> tuple[int, int, int] | None:
+    """None (`DEFAULT_FILL`), `"Y,U,V"` / a 3-tuple of bytes, or one gray value `"G"` (Y G,
+    U and V 128)."""
+    if value is None:
+        return None
+    items: list[object] = []
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",")]
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    numbers = [_whole_number(item) for item in items]
+    if len(numbers) == 1 and numbers[0] is not None:
+        numbers = [numbers[0], 128, 128]
+    if len(numbers) != 3 or any(n is None or n > 255 for n in numbers):
+        raise ConfigError(
+            "parameter image_fill must be the letterbox fill as Y,U,V bytes 0..255 such as "
+            f"'16,128,128' (black), or one gray value such as '128', got {_shown(value)}"
+        )
+    y, u, v = (int(n or 0) for n in numbers)
+    return (y, u, v)
+
+
+def parse_max_jpeg_bytes(value: object) -> int | None:
+    """None (`DEFAULT_MAX_JPEG_BYTES`), or bytes 1..`ACL_INT_MAX`."""
+    if value is None:
+        return None
+    nbytes = _whole_number(value)
+    if nbytes is None or nbytes < 1:
+        raise ConfigError(
+            f"parameter max_jpeg_bytes must be 1..{ACL_INT_MAX} bytes (the largest JPEG file an "
+            f"image input takes), got {_shown(value)}"
+        )
+    return nbytes
+
+
 # The one parser of each parameter: it takes the config text or the typed value alike.
 _PARSERS: dict[str, Callable[[object], Any]] = {
     "om_file": parse_om_file,
@@ -260,7 +328,13 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "input_shape_order": parse_input_shape_order,
     "aipp_config": parse_aipp_config_file,
     "max_output_bytes": parse_max_output_bytes,
+    "image_input": parse_image_input,
+    "image_resize": parse_image_resize,
+    "image_fill": parse_image_fill,
+    "max_jpeg_bytes": parse_max_jpeg_bytes,
 }
+# Parameters that mean something only with image_input.
+IMAGE_OPTIONS = ("image_resize", "image_fill", "max_jpeg_bytes")
 PARAMETER_NAMES = tuple(_PARSERS)
 
 
@@ -306,6 +380,10 @@ class ModelParameters:
     device_timing_period: int | None = None
     aipp_config: str | None = None
     max_output_bytes: int | None = None
+    image_input: str | None = None
+    image_resize: str | None = None
+    image_fill: tuple[int, int, int] | None = None
+    max_jpeg_bytes: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -314,6 +392,11 @@ class ModelParameters:
                 object.__setattr__(self, name, parse(getattr(self, name)))
             except ConfigError as exc:
                 problems.append(str(exc))
+        orphans = [name for name in IMAGE_OPTIONS if getattr(self, name) is not None]
+        if orphans and self.image_input is None:
+            problems.append(
+                f"parameter(s) {', '.join(orphans)} need image_input (the input they apply to)"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -350,6 +433,18 @@ class ModelParameters:
         """One execution in this many of each gear and batch is timed with ACL events."""
         given = self.device_timing_period
         return DEVICE_TIMING_PERIOD if given is None else given
+
+    @property
+    def image(self) -> ImageInput | None:
+        """The image input with its settings (None without `image_input`)."""
+        if self.image_input is None:
+            return None
+        return ImageInput(
+            self.image_input,
+            self.image_resize or RESIZE_MODES[0],
+            self.image_fill or DEFAULT_FILL,
+            self.max_jpeg_bytes or DEFAULT_MAX_JPEG_BYTES,
+        )
 
     def aipp_config_path(self, version_dir: Path) -> Path | None:
         """The `aipp_config` file of a version (None without the parameter)."""

@@ -59,6 +59,7 @@ from ge_python_backend.repository.triton_config import (
 from ge_python_backend.repository.versions import version_dirs, write_checksum
 from ge_python_backend.runtime import om_runtime
 from ge_python_backend.runtime.checksum import file_sha256
+from ge_python_backend.runtime.dvpp import served_inputs
 
 VENDOR_DIR = "_ge_vendor"
 # What Triton's stub imports from the package (model.py's imports and theirs, the emulator
@@ -237,6 +238,8 @@ def scaffold(
     vendor_runtime: bool = False,
     warmup: bool = True,
     version_policy: str | None = None,
+    image_input: str | None = None,
+    image_resize: str | None = None,
 ) -> ScaffoldResult:
     """Write `<repository>/<name>/` serving `om_path` (see the module docstring).
 
@@ -250,7 +253,9 @@ def scaffold(
     container is made for does both (`runtime.om_runtime`). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
     instead of marking the model UNAVAILABLE). `version_policy` (`latest:K`, `all`,
-    `specific:1,3`) becomes Triton's `version_policy`.
+    `specific:1,3`) becomes Triton's `version_policy`. `image_input` (with `image_resize`) names
+    the YUV420SP_U8 AIPP input served as JPEG files: the config takes it as `TYPE_STRING` `[1]`
+    and has no `model_warmup` (Triton's generated warmup data is no JPEG).
 
     When the model directory exists and has no version `version`, the version is added to it
     (without `overwrite`): the `.om` must fit the model's config (its inputs and outputs; for a
@@ -279,6 +284,8 @@ def scaffold(
         input_shape_order=parse_input_shape_order(input_shape_order),
         pipeline_min_device_us=pipeline_min_device_us,
         max_output_bytes=max_output_bytes,
+        image_input=image_input,
+        image_resize=image_resize,
     )
     specs_in: Sequence[TensorSpec]
     specs_out: Sequence[TensorSpec]
@@ -289,6 +296,11 @@ def scaffold(
         specs_in, specs_out, gears = describe_om(
             source, runtime, parameters.input_shape_order, parameters.max_output_bytes
         )
+    if image_input is not None:
+        try:
+            specs_in = served_inputs(specs_in, image_input)
+        except ValueError as exc:
+            raise UserError(f"{source}: {exc}") from None
     root = Path(repository)
     model_dir = root / model_name
     if model_dir.is_symlink():
@@ -324,7 +336,7 @@ def scaffold(
         max_queue_delay_us=max_queue_delay_us,
         max_queue_size=max_queue_size,
         queue_timeout_us=queue_timeout_us,
-        warmup=warmup,
+        warmup=warmup and image_input is None,
     )
     if policy is not None:
         config.version_policy.CopyFrom(policy)

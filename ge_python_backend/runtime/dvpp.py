@@ -60,6 +60,7 @@ __all__ = [
     "ImageError",
     "ImageInput",
     "ImageStage",
+    "served_inputs",
     "served_spec",
 ]
 
@@ -120,6 +121,17 @@ class ImageInput:
 def served_spec(spec: TensorSpec) -> TensorSpec:
     """How an image input is served: BYTES, one JPEG file per row (`[rows, 1]`)."""
     return TensorSpec.declared(spec.name, "BYTES", (spec.shape[0], 1))
+
+
+def served_inputs(inputs: Sequence[TensorSpec], name: str) -> tuple[TensorSpec, ...]:
+    """`inputs` with image input `name` as it is served (`served_spec`); ValueError naming the
+    inputs when the model has no input `name`."""
+    if name not in [spec.name for spec in inputs]:
+        raise ValueError(
+            f"image_input {name!r} is not an input of the model (its inputs: "
+            f"{', '.join(spec.name for spec in inputs)})"
+        )
+    return tuple(served_spec(spec) if spec.name == name else spec for spec in inputs)
 
 
 def image_size(spec: TensorSpec, name: str) -> tuple[int, int]:

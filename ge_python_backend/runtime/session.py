@@ -32,8 +32,13 @@ from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.checksum import verify_sha256
 from ge_python_backend.runtime.device import Context, Device
-from ge_python_backend.runtime.dvpp import YUV420SP_ROWS, DecodedBatch, ImageInput, ImageStage
-from ge_python_backend.runtime.dvpp import served_spec as served_image_spec
+from ge_python_backend.runtime.dvpp import (
+    YUV420SP_ROWS,
+    DecodedBatch,
+    ImageInput,
+    ImageStage,
+    served_inputs,
+)
 from ge_python_backend.runtime.errors import (
     AclError,
     DeviceFullError,
@@ -518,12 +523,11 @@ class Session(Resource):
 
     def _open_images(self, image: ImageInput, inputs: Sequence[TensorInfo]) -> None:
         """The DVPP stage of the image input; the input is served as BYTES files."""
-        info = next((info for info in inputs if info.spec.name == image.name), None)
-        if info is None:
-            names = ", ".join(i.spec.name for i in inputs)
-            raise ModelFileError(
-                f"{self.path}: image_input {image.name!r} is not an input of the model ({names})"
-            )
+        try:
+            self.inputs = served_inputs(self.inputs, image.name)
+        except ValueError as exc:
+            raise ModelFileError(f"{self.path}: {exc}") from None
+        info = next(info for info in inputs if info.spec.name == image.name)
         if info.v2_rows != YUV420SP_ROWS:
             raise ModelFileError(
                 f"{self.path}: image_input {image.name!r} has {info.aipp or 'no AIPP'}; DVPP "
@@ -533,9 +537,6 @@ class Session(Resource):
         rows = max(self.gears.max_batch, info.spec.shape[0], 1)
         self._images = ImageStage(self._context, image, info.spec, rows, self.pipeline_depth)
         self._parts.append(self._images)
-        self.inputs = tuple(
-            served_image_spec(spec) if spec.name == image.name else spec for spec in self.inputs
-        )
 
     # -- the data path ---------------------------------------------------------------------
 

@@ -101,6 +101,7 @@ class ModelInstance:
                 max_output_bytes=params.max_output_bytes,
                 device_timing_period=params.effective_device_timing_period,
                 label=args["model_name"],
+                image=params.image,
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc
@@ -148,6 +149,9 @@ class ModelInstance:
             depth_text,
         )
         self._output_names = tuple(spec.name for spec in self.session.outputs)
+        self._bytes_inputs = frozenset(
+            spec.name for spec in self.session.inputs if spec.triton_dtype == "BYTES"
+        )
         labels = {
             "model": args["model_name"],
             "version": args["model_version"],
@@ -182,7 +186,9 @@ class ModelInstance:
         accepted: list[ParsedRequest] = []
         for index, request in enumerate(requests):
             try:
-                accepted.append(parse_request(request, index, self._output_names))
+                accepted.append(
+                    parse_request(request, index, self._output_names, self._bytes_inputs)
+                )
             except InputError as exc:
                 responses[index] = self._invalid(exc)
         pending = self._submit(accepted, responses, pipelined=not inline)

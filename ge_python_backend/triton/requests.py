@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,15 +25,22 @@ class ParsedRequest(NamedTuple):
     requested_outputs: tuple[str, ...]
 
 
-def parse_request(request: Any, position: int, output_names: Sequence[str]) -> ParsedRequest:
+def parse_request(
+    request: Any, position: int, output_names: Sequence[str], bytes_inputs: Collection[str] = ()
+) -> ParsedRequest:
     """Read a request's input tensors and requested outputs; raise InputError on unknown outputs.
+    `bytes_inputs` (BYTES tensors, such as an image input's JPEG files) are read with
+    `as_numpy()`: DLPack carries no object arrays.
 
     A model with one output does not ask which outputs were requested: Triton refuses a request
     for an output the model does not have before `execute`, and the Python backend drops the
     outputs a response carries but the request did not ask for; with more outputs, only the
     requested ones are built.
     """
-    feeds = {tensor.name(): _array(tensor) for tensor in request.inputs()}
+    feeds = {
+        tensor.name(): tensor.as_numpy() if tensor.name() in bytes_inputs else _array(tensor)
+        for tensor in request.inputs()
+    }
     if len(output_names) == 1:
         return ParsedRequest(position, feeds, ())
     requested = tuple(request.requested_output_names())
