@@ -553,7 +553,7 @@ class ImageStage(Resource):
             (media.dvpp_set_pic_desc_width_stride, ws),
             (media.dvpp_set_pic_desc_height_stride, hs),
         ):
-            check(setter(desc, number), "acl.media.dvpp_set_pic_desc_*", self._acl)
+            check(setter(desc, number), f"acl.media.{setter.__name__}", self._acl)
 
     def _picture(self, index: int) -> _Picture:
         """Pool entry `index`, made on first use."""
