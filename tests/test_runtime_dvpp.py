@@ -1,0 +1,105 @@
+"""`Session(image=...)` on the emulator: which inputs can take JPEG files, what the feed checks
+say, and batches in a row reusing the stage's pictures (tests/test_jpeg_e2e.py serves them
+through tritonserver and compares every answer with the host's)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import onnx_models
+import pytest
+
+from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.runtime import InputError, ModelFileError, Session
+from ge_python_backend.runtime.dvpp import ImageError, ImageInput, letterbox
+
+Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
+
+AIPP = onnx_models.AIPP_YUV420SP_ANY_SIZE.replace(
+    "input_format: YUV420SP_U8",
+    "input_format: YUV420SP_U8\n    src_image_size_w: SRC_W\n    src_image_size_h: SRC_H\n"
+    "    crop: true\n    crop_size_w: 16\n    crop_size_h: 16",
+)
+
+
+def classifier(directory: Path, w: int, h: int) -> Path:
+    directory.mkdir()
+    (directory / "aipp.cfg").write_text(AIPP.replace("SRC_W", str(w)).replace("SRC_H", str(h)))
+    return compile_onnx(
+        onnx_models.build_classifier(directory / "model.onnx"),
+        directory / "model",
+        insert_op_conf=directory / "aipp.cfg",
+        input_shape="image:-1,3,16,16",
+        dynamic_batch_size="1,2,4",
+        **onnx_models.KEEP_FP32,
+    )
+
+
+def jpeg(width: int, height: int, value: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (value, 255 - value, value // 2)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def files(*items: bytes) -> np.ndarray:
+    return np.array([[item] for item in items], dtype=object)
+
+
+def test_an_image_input_serves_bytes_and_reuses_its_pictures(tmp_path: Path) -> None:
+    om = classifier(tmp_path / "m", 32, 32)
+    with Session(om, runtime="emulator", image=ImageInput("image"), pipeline_depth=2) as session:
+        (spec,) = session.inputs
+        assert (spec.triton_dtype, spec.shape) == ("BYTES", (-1, 1))
+        assert session.validate({"image": files(jpeg(40, 40, 1), jpeg(50, 40, 2))}) == 2
+        with pytest.raises(InputError, match=r"takes JPEG files: a BYTES tensor"):
+            session.validate({"image": np.zeros((1, 48, 32, 1), np.uint8)})
+        # one colour per file: answers follow their file however batches reuse the pool
+        single = {v: session.infer({"image": files(jpeg(64, 48, v))})["logits"] for v in (0, 200)}
+        pending = [
+            session.submit([{"image": files(jpeg(64, 48, v), jpeg(40, 80, 200 - v))}])
+            for v in (0, 200, 0)
+        ]
+        for v, batch in zip((0, 200, 0), pending):
+            logits = batch.result()[0]["logits"]
+            np.testing.assert_allclose(logits[0], single[v][0], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(logits[1], single[200 - v][0], rtol=1e-5, atol=1e-5)
+        with pytest.raises(ImageError, match=r"file 1 \(of 2 in this request\).*148052") as caught:
+            progressive = io.BytesIO()
+            Image.new("RGB", (64, 64)).save(progressive, "JPEG", progressive=True)
+            session.infer_many(
+                [
+                    {"image": files(jpeg(64, 48, 3))},
+                    {"image": files(jpeg(64, 48, 3), progressive.getvalue())},
+                ]
+            )
+        assert (caught.value.request, caught.value.file, caught.value.code) == (1, 1, 148052)
+
+
+def test_only_rows_vpc_can_write_in_place_are_served(tmp_path: Path) -> None:
+    om = classifier(tmp_path / "odd", 24, 16)  # width 24: not VPC's width stride of 16
+    with pytest.raises(ModelFileError, match=r"24x16.*multiple of 16"):
+        Session(om, runtime="emulator", image=ImageInput("image"))
+    with pytest.raises(ModelFileError, match=r"'pixels' is not an input of the model"):
+        Session(classifier(tmp_path / "ok", 32, 32), runtime="emulator", image=ImageInput("pixels"))
+
+
+def test_an_input_without_yuv420sp_aipp_cannot_take_images(om_aipp_rgb: Path) -> None:
+    with pytest.raises(ModelFileError, match=r"needs a static AIPP with input_format YUV420SP_U8"):
+        Session(om_aipp_rgb, runtime="emulator", image=ImageInput("image"))
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        ((100, 50), (0, 8, 32, 16)),  # wide: full width, centred rows (even offsets)
+        ((50, 100), (8, 0, 16, 32)),
+        ((64, 64), (0, 0, 32, 32)),
+        ((8000, 40), (0, 12, 32, 6)),  # never below VPC's smallest output (10 x 6)
+    ],
+)
+def test_letterbox_keeps_the_aspect_on_even_bounds(
+    size: tuple[int, int], expected: tuple[int, int, int, int]
+) -> None:
+    assert letterbox(*size, 32, 32) == expected
