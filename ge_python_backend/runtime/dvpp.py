@@ -80,7 +80,7 @@ VPC_MAX_SIDE = min(limits.vpc_max for limits in DVPP_LIMITS.values())
 # JPEGD's output strides: Ascend310's 128 x 16 is a multiple of every other family's.
 JPEGD_WIDTH_STRIDE = max(limits.jpegd_width_align for limits in DVPP_LIMITS.values())
 JPEGD_HEIGHT_STRIDE = max(limits.jpegd_height_align for limits in DVPP_LIMITS.values())
-VPC_WIDTH_STRIDE, VPC_HEIGHT_STRIDE = 16, 2  # VPC output strides (acllite, CONFORMANCE.md)
+VPC_WIDTH_STRIDE = 16  # VPC output width stride (acllite; docs/CONFORMANCE.md "DVPP")
 DVPP_ALIGN = 128  # start address of every DVPP picture
 NV12 = int(PixelFormat.YUV_SEMIPLANAR_420)
 YUV420SP_ROWS = (3, 2)  # TensorInfo.v2_rows of a YUV420SP_U8 AIPP input: [h * 3 / 2, w, 1]
