@@ -37,15 +37,16 @@ def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids
     # x [8,16] f32, ascend_mbatch_shape_data (one int64), y [8,8] f32, z [8,1] f32
     lane = sum(map(malloc_reserved, (512, 8, 256, 32)))
     (model,) = footprints(repository_entries(tmp_path / "models"))
-    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2 * (work + weight + lane))
+    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2, work + weight + lane)
+    assert model.bytes_per_process == 2 * (work + weight + lane)
 
 
 def test_the_budget_refuses_a_device_over_the_process_cap_or_its_memory() -> None:
     limits = DeviceLimits(max_processes=4, memory=10 * PROCESS_DEVICE_MEMORY, soc="Ascend310P3")
     models = [
-        ModelFootprint("a", {0: 3, 1: 1}, PROCESS_DEVICE_MEMORY),
-        ModelFootprint("b", {0: 2}, None),
-        ModelFootprint("c", {1: 2}, 3 * PROCESS_DEVICE_MEMORY),
+        ModelFootprint("a", {0: 3, 1: 1}, 1, PROCESS_DEVICE_MEMORY),
+        ModelFootprint("b", {0: 2}, 2, None),
+        ModelFootprint("c", {1: 2}, 3, PROCESS_DEVICE_MEMORY),
     ]
     devices = budget(models, limits)
     assert [(r.device, r.processes, r.memory) for r in devices.rows] == [

@@ -59,12 +59,19 @@ class DeviceLimits:
 
 @dataclasses.dataclass(frozen=True)
 class ModelFootprint:
-    """One model's share of the devices: its stub processes per device and what each holds
-    besides the opening of the device (None when its `.om` could not be read)."""
+    """One model's share of the devices: its stub processes per device, each with `lanes`
+    pipeline lanes of `lane_bytes` (one load of the `.om` and its buffers; None when the `.om`
+    could not be read) besides the opening of the device."""
 
     name: str
     processes: dict[int, int]
-    bytes_per_process: int | None
+    lanes: int
+    lane_bytes: int | None
+
+    @property
+    def bytes_per_process(self) -> int | None:
+        """What each process holds besides the opening of the device."""
+        return None if self.lane_bytes is None else self.lanes * self.lane_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +181,7 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
         except ConfigError as exc:
             logger.debug("%s opens no device here: %s", entry.directory.name, exc)
             continue  # no .om (not ours), or parameters validate explains
-        per_process = None
+        lane_bytes = None
         try:  # read here by whatever reads it: `runtime`, else its container decides
             description = describe_om(
                 om_path,
@@ -182,7 +189,7 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 params.input_shape_order,
                 params.aipp_config_path(versions[-1]),
             )
-            per_process = params.pipeline_depth * (description.load_bytes + description.lane_bytes)
+            lane_bytes = description.load_bytes + description.lane_bytes
         except GeBackendError as exc:
             logger.debug("%s: memory not known: %s", entry.directory.name, exc)
         counts = [max(group.count, 1) for group in config.instance_group] or [1]
@@ -190,7 +197,8 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
             ModelFootprint(
                 config.name or entry.directory.name,
                 params.instances_per_device(counts),
-                per_process,
+                params.pipeline_depth,
+                lane_bytes,
             )
         )
     return found

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TextIO
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.budget import DeviceLimits, ModelFootprint, budget
 from ge_python_backend.tools.tune.confirmation import (
     CONFIRM_FINALISTS,
     CONFIRM_ROUNDS,
@@ -21,10 +22,6 @@ from ge_python_backend.tools.tune.confirmation import (
 from ge_python_backend.tools.tune.space import Candidate, SearchSpace
 from ge_python_backend.tools.tune.trials import Measurement, Trial, winner_of
 
-# pyACL serves at most this many processes per device (half of it in a VM); each model instance
-# of the Python backend is a stub process of its own.
-PROCESSES_PER_DEVICE = 64
-PROCESSES_PER_DEVICE_VM = 32
 # A trial's load time before any load was seen (for the budget).
 FIRST_LOAD_GUESS_S = 5.0
 # Kept in the budget for what follows the search besides loading a config: summary and report.
@@ -41,39 +38,47 @@ CONFIRM_SPARE_ROUNDS = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """What a device can hold: pyACL's processes per device, and device memory when known."""
+    """What the devices can hold of the model, counted as the repository's device budget counts
+    it (`repository.budget`: each instance a process holding the opening of its device and one
+    load of the model and its buffers per lane): pyACL's processes per device always, device
+    memory once measured."""
 
-    processes_per_device: int = PROCESSES_PER_DEVICE
-    lane_bytes: int = 0  # device memory one pipeline lane of one instance pools (0: unknown)
+    device: DeviceLimits = DeviceLimits()
+    lane_bytes: int = 0  # one pipeline lane of one instance: its buffers and one load (0: unknown)
     device_bytes: Mapping[int, int] = dataclasses.field(default_factory=dict)  # for the model
 
     @classmethod
     def measured(
-        cls, default: Candidate, measurement: Measurement, processes_per_device: int
+        cls, default: Candidate, measurement: Measurement, device: DeviceLimits, lane_bytes: int = 0
     ) -> Limits:
-        """From the original config's trial: its instances' pooled bytes and the device's free
-        memory give the bytes of a lane and what the model may hold on each device."""
+        """From the original config's trial: what a lane costs (`lane_bytes`, the budget's
+        figure from the `.om`: one load and its buffers; else the instances' measured pooled
+        bytes, a lane's share) and the device's free memory give what the model may hold on
+        each device (free, plus what its instances hold)."""
         per_device = default.instances_per_device()
         held = {int(d): b for d, b in measurement.device_memory_bytes.items() if d.isdigit()}
         free = {int(d): b for d, b in measurement.device_memory_free_bytes.items() if d.isdigit()}
-        lanes = max(held.values(), default=0) // default.pipeline_depth
-        available = {d: free[d] + held.get(d, 0) * per_device.get(d, 0) for d in free}
-        return cls(processes_per_device, lanes, available)
+        lane = lane_bytes or max(held.values(), default=0) // default.pipeline_depth
+        instance = device.process_memory + default.pipeline_depth * lane
+        available = {d: free[d] + instance * per_device.get(d, 0) for d in free}
+        return cls(device, lane, available)
 
     def refusal(self, candidate: Candidate) -> str | None:
         """Why the devices cannot hold the candidate (None: they can, as far as known)."""
-        for device, count in sorted(candidate.instances_per_device().items()):
-            if count > self.processes_per_device:
+        footprint = ModelFootprint(
+            "", candidate.instances_per_device(), candidate.pipeline_depth, self.lane_bytes
+        )
+        for row in budget([footprint], self.device).rows:
+            if row.processes > self.device.max_processes:
                 return (
-                    f"{count} instances on device {device}: pyACL serves at most "
-                    f"{self.processes_per_device} processes per device"
+                    f"{row.processes} instances on device {row.device}: pyACL serves at most "
+                    f"{self.device.max_processes} processes per device"
                 )
-            available = self.device_bytes.get(device)
-            need = count * candidate.pipeline_depth * self.lane_bytes
-            if available is not None and self.lane_bytes and need > available:
+            available = self.device_bytes.get(row.device)
+            if available is not None and self.lane_bytes and row.memory > available:
                 return (
-                    f"needs {need} bytes of device {device}'s memory for its buffers, "
-                    f"{available} are free for this model"
+                    f"needs {row.memory} bytes of device {row.device}'s memory (its processes, "
+                    f"loads and buffers), {available} are free for this model"
                 )
         return None
 
@@ -184,7 +189,8 @@ class Search:
         *,
         p99_ms: float,
         budget_s: float,
-        processes_per_device: int = PROCESSES_PER_DEVICE,
+        device: DeviceLimits | None = None,
+        lane_bytes: int = 0,
         confirm_rounds: int = CONFIRM_ROUNDS,
         clock: Callable[[], float] = time.monotonic,
         progress: TextIO | None = None,
@@ -197,11 +203,10 @@ class Search:
         self.evaluator = evaluator
         self.space = space
         self.p99_ms = p99_ms
-        if processes_per_device < 1:
-            raise UserError(f"processes per device must be >= 1, got {processes_per_device}")
         self.budget = Budget(budget_s, clock, space.default.instances)
-        self.processes_per_device = processes_per_device
-        self.limits = Limits(processes_per_device)
+        self.device = device or DeviceLimits()
+        self.lane_bytes = lane_bytes
+        self.limits = Limits(self.device)
         self.progress = progress
         self.trials: list[Trial] = []
         self.skipped: list[tuple[Candidate, str]] = []
@@ -213,7 +218,7 @@ class Search:
         self._seen.add(default)
         first = self._trial(default, default=True, phase="original config", planned=None)
         if first.measurement is not None:
-            self.limits = Limits.measured(default, first.measurement, self.processes_per_device)
+            self.limits = Limits.measured(default, first.measurement, self.device, self.lane_bytes)
         grid = self.space.grid()
         if self._run_all(grid, "grid", len(grid) + 1):
             self._climb()
