@@ -220,6 +220,7 @@ def test_a_killed_device_host_fails_the_requests_in_flight_and_comes_back(
         for worker in workers:
             worker.join(120)  # ... and none hangs: every worker ends
         assert not any(worker.is_alive() for worker in workers)
+        assert errors  # requests were in flight when it died
         for error in errors:
             assert "went away with this request in flight" in error, error
         for name in names:  # back without an operator: a new host, every model serving
