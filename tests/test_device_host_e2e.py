@@ -93,7 +93,8 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
     _scaffold(om_add_mul, repository, "add_mul", device_host=True, pipeline_depth=1)
     _scaffold(om_dynamic_batch, repository, "in_stub")  # device_host off: its stub opens device 0
     rng = np.random.default_rng(5)
-    with running_server(repository, env=host, log_path=tmp_path / "triton.log") as server:
+    env = {**host, "GE_EMULATOR_MAX_PROCESSES": "2"}  # seven instances under a cap of two
+    with running_server(repository, env=env, log_path=tmp_path / "triton.log") as server:
         states = model_states(server)
         assert {name: state for name, (state, _) in states.items()} == dict.fromkeys(
             ("add_mul", "first", "hw", "in_stub", "second"), "READY"
