@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from e2e_helpers import grpc_address, model_states, running_server
 from onnx_models import reference
-from test_shared_device_e2e import _wide_mlp
+from test_shared_device_e2e import _gauge, _wide_mlp
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY
 from ge_python_backend.client import TritonClient, typed
@@ -113,6 +113,10 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         np.testing.assert_allclose(
             in_stub["y"], reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5, atol=1e-6
         )
+        # the ge_* metrics travel back from the host's session
+        assert _gauge(server, "ge_executions_total", "first") >= 2
+        assert _gauge(server, "ge_device_memory_free_bytes", "first") > 0
+        assert _gauge(server, "ge_device_memory_bytes", "first") > 0  # its lanes' buffers
         a, b = (rng.standard_normal((2, 4), dtype=np.float32) for _ in range(2))
         answer = infer(server, "add_mul", {"a": a, "b": b})
         np.testing.assert_allclose(answer["sum"], a + b, rtol=1e-6)
