@@ -40,17 +40,24 @@ LAYERS = {
     "emulator": (),
     "runtime": (),  # and the emulator's `acl`, through ACL_LOADER only
     "repository": ("runtime",),
-    "triton": ("repository", "runtime"),
+    "devicehost": ("runtime",),  # host.py only: the stub side imports no layer (STUB_SIDE)
+    "triton": ("devicehost", "repository", "runtime"),
     "template": ("triton",),
     "client": (),
     "server": ("repository",),
     "tools": ("client", "repository", "runtime", "server"),
-    "commands": ("client", "emulator", "repository", "runtime", "server", "tools"),
+    "commands": ("client", "devicehost", "emulator", "repository", "runtime", "server", "tools"),
     "cli": ("commands",),
 }
 # Production: what Triton's stub runs. It never imports the emulator (the runtime selection in
 # ACL_LOADER aside), not even through another module.
-PRODUCTION = ("runtime", "triton", "template")
+PRODUCTION = ("runtime", "devicehost", "triton", "template")
+# The device host's stub side: what a stub imports under `device_host` on. It imports no layer
+# (no runtime: no `acl`), only the ground floor and each other.
+DEVICE_HOST_SIDE = f"{PACKAGE}.devicehost.host"
+STUB_SIDE = tuple(
+    f"{PACKAGE}.devicehost{suffix}" for suffix in ("", ".protocol", ".buffers", ".client")
+)
 # The only modules outside the emulator that import it.
 EMULATOR_USERS = (
     f"{PACKAGE}.commands.emulator_cmd",
@@ -268,5 +275,20 @@ def test_restricted_modules_have_only_their_importers(module: str) -> None:
         and imp.importer not in RESTRICTED[module]
     ]
     assert not offenders, f"only {', '.join(RESTRICTED[module])} import {module}:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_device_host_stub_side_imports_no_layer() -> None:
+    modules = {module_name(path) for path in (ROOT / PACKAGE / "devicehost").glob("*.py")}
+    assert modules == {*STUB_SIDE, DEVICE_HOST_SIDE}, "list a new devicehost module here"
+    offenders = [
+        str(imp)
+        for imp in OUR_IMPORTS
+        if imp.importer in STUB_SIDE
+        and layer_of(imp.target) not in ("", None)
+        and not any(is_within(imp.target, module) for module in STUB_SIDE)
+    ]
+    assert not offenders, "the stub side of the device host imports no layer:\n" + "\n".join(
         offenders
     )

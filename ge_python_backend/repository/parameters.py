@@ -18,6 +18,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
 | `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
+| `device_host` | `on`: the NPU's device host serves the model; the stub opens no device | `off` |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -247,6 +248,19 @@ def parse_max_output_bytes(value: object) -> int | None:
     return nbytes
 
 
+def parse_device_host(value: object) -> bool | None:
+    """None (off: the stub opens the device), or `on`/`off` (a bool is taken as it is)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("on", "off"):
+        return value.strip().lower() == "on"
+    raise ConfigError(
+        "parameter device_host must be 'on' (the device host of the NPU serves the model: one "
+        "process opens the device for every model placed on it) or 'off' (each instance's stub "
+        f"opens the device itself; the default), got {_shown(value)}"
+    )
+
+
 # The one parser of each parameter: it takes the config text or the typed value alike.
 _PARSERS: dict[str, Callable[[object], Any]] = {
     "om_file": parse_om_file,
@@ -260,6 +274,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "input_shape_order": parse_input_shape_order,
     "aipp_config": parse_aipp_config_file,
     "max_output_bytes": parse_max_output_bytes,
+    "device_host": parse_device_host,
 }
 PARAMETER_NAMES = tuple(_PARSERS)
 
@@ -306,6 +321,7 @@ class ModelParameters:
     device_timing_period: int | None = None
     aipp_config: str | None = None
     max_output_bytes: int | None = None
+    device_host: bool | None = None  # None: off
 
     def __post_init__(self) -> None:
         problems = []
@@ -333,6 +349,8 @@ class ModelParameters:
             if value is None:
                 if field.name in config.parameters:
                     del config.parameters[field.name]
+            elif isinstance(value, bool):  # device_host
+                config.parameters[field.name].string_value = "on" if value else "off"
             elif isinstance(value, tuple):  # device_ids, input_shape_order
                 config.parameters[field.name].string_value = ",".join(map(str, value))
             else:
@@ -350,6 +368,11 @@ class ModelParameters:
         """One execution in this many of each gear and batch is timed with ACL events."""
         given = self.device_timing_period
         return DEVICE_TIMING_PERIOD if given is None else given
+
+    @property
+    def in_device_host(self) -> bool:
+        """Whether the device host serves the model (`device_host` on)."""
+        return bool(self.device_host)
 
     def aipp_config_path(self, version_dir: Path) -> Path | None:
         """The `aipp_config` file of a version (None without the parameter)."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from ge_python_backend.aipp import AippOp
 from ge_python_backend.ascend import AclCode
-from ge_python_backend.modelinfo import GearInfo, TensorSpec
+from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
@@ -71,34 +71,6 @@ OUT_OF_DEVICE_MEMORY = frozenset(
         AclCode.GE_DEVICE_MEMORY_ALLOCATION_FAILED,
     }
 )
-
-
-@dataclasses.dataclass
-class SessionCounters:
-    """Cumulative since the session opened, the same at every pipeline depth.
-
-    Seconds are device time, measured with ACL events recorded on each lane's stream around the
-    execution (`execute_seconds`: its rate is the share of time the device was executing for this
-    session) and around the copies (`h2d_seconds`, `d2h_seconds`), on the executions
-    `DeviceTimeSampler` times; the others add their gear's recent times. Failed executions count
-    in `failed_executions` only.
-    """
-
-    executions: int = 0
-    rows: int = 0  # real rows run (padding excluded)
-    padded_rows: int = 0
-    execute_seconds: float = 0.0
-    h2d_bytes: int = 0
-    h2d_seconds: float = 0.0
-    d2h_bytes: int = 0
-    d2h_seconds: float = 0.0
-    failed_executions: int = 0
-    device_bytes_held: int = 0
-
-    @property
-    def device_seconds(self) -> float:
-        """Device time of the executions: copy in, execute, copy out."""
-        return self.h2d_seconds + self.execute_seconds + self.d2h_seconds
 
 
 class DeviceTimeSampler:
