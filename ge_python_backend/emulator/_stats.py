@@ -31,6 +31,7 @@ COUNTERS = (
     "memset_calls",
     "execute_calls",
     "execute_async_calls",
+    "output_allocations",  # device memory ACL allocated for empty output buffers (sync execute)
     "set_dynamic_calls",
     "model_loads",
     "model_unloads",

@@ -10,7 +10,7 @@ from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import MemcpyKind as _MemcpyKind
 from ge_python_backend.emulator import _events, timing
 from ge_python_backend.emulator._api import api, zero_ret
-from ge_python_backend.emulator._memory import MEMORY, Span, rounded_size
+from ge_python_backend.emulator._memory import MEMORY, Span, device_malloc
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     LOCK,
@@ -255,21 +255,7 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
             _AclCode.RT_PARAM_INVALID, f"policy must be 0..{MAX_POLICY} (aclrtMemMallocPolicy)"
         )
     with LOCK:
-        device = ctx.device
-        need = rounded_size(size)
-        # hicann/runtime npu_driver_mem.cc: halMemAlloc's DRV_ERROR_OUT_OF_MEMORY is 207001
-        # (errcode_manage.cc "driver error:out of memory"), reported as EL0004.
-        device.charge(
-            need, _AclCode.RT_MEMORY_ALLOCATION, f"EL0004 malloc({size}) ({need} reserved)"
-        )
-        try:
-            alloc = MEMORY.allocate_device(size, device.id)
-        except MemoryError as exc:
-            device.release(need)
-            raise AclFailure(
-                _AclCode.RT_MEMORY_ALLOCATION,
-                f"the host running the emulator cannot back {size} bytes",
-            ) from exc
+        alloc = device_malloc(ctx.device, size, f"malloc({size})")
         STATE.count("malloc_calls")
     return alloc.base, 0
 
