@@ -147,8 +147,9 @@ def add_max_output_bytes_option(parser: argparse.ArgumentParser) -> None:
         "--max-output-bytes",
         metavar="BYTES",
         help="an .om with data-dependent output shapes (NonZero, NMS in the graph) whose output "
-        "size it leaves unbounded: the buffer of each such output, the most bytes one answer "
-        "may take",
+        "size it leaves unbounded: a pooled buffer of this size for each such output, the most "
+        "bytes one answer may take (faster; without it ACL allocates each such output at every "
+        "execution)",
     )
 
 

@@ -17,7 +17,7 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `device_timing_period` | one execution in N per gear and batch is timed with ACL events | `16` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
-| `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
+| `max_output_bytes` | pooled buffer per output a dynamic-shape `.om` leaves unbounded | by ACL |
 | `device_host` | `on`: the NPU's device host serves the model; the stub opens no device | `off` |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
@@ -234,8 +234,9 @@ def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
 
 
 def parse_max_output_bytes(value: object) -> int | None:
-    """None (a model whose outputs are all bounded needs none), or bytes in 1..MAX_OUTPUT_BYTES:
-    the buffer of each output whose size the model leaves unbounded (data-dependent shapes)."""
+    """None (ACL allocates each output whose size the model leaves unbounded at every
+    execution), or bytes in 1..MAX_OUTPUT_BYTES: the pooled buffer of each such output
+    (data-dependent shapes)."""
     if value is None:
         return None
     nbytes = _whole_number(value)

@@ -181,8 +181,10 @@ class Session(Resource):
     dynamic-dims model whose gears do not show it. `aipp_config` is an ATC-syntax aipp.cfg
     fixing the AIPP of a dynamic-AIPP model (needed by such a model only; written once per
     lane with `set_input_aipp`). A dynamic-shape model (shape-range inputs, data-dependent
-    outputs) runs each request alone and answers with each output's real shape;
-    `max_output_bytes` sizes its outputs whose size the model leaves unbounded.
+    outputs) runs each request alone and answers with each output's real shape; its outputs
+    whose size the model leaves unbounded get pooled buffers of `max_output_bytes`, or without
+    it are allocated by ACL at each execution (synchronous `acl.mdl.execute`, each freed after
+    its copy out: slower, and `execute_timeout_ms` cannot bound such an execution).
     `device_timing_period` N times one execution in N of each gear and batch with events
     (`DeviceTimeSampler`; 1: every one). `label` names the session in the host's placement
     records (`placement.py`; default the `.om`'s file name): a device that refuses a process or a
