@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +27,7 @@ from test_shared_device_e2e import _gauge, _wide_mlp
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY
 from ge_python_backend.client import TritonClient, typed
+from ge_python_backend.emulator import device_holders
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.processes import RUN_DIR_ENV, is_alive
 from ge_python_backend.repository.scaffold import scaffold
@@ -35,8 +35,6 @@ from ge_python_backend.runtime import placement
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
-
-_LEDGER_ROW = struct.Struct("<qqqq")  # the emulator's ledger rows: pid, start time, contexts, bytes
 
 
 @pytest.fixture
@@ -53,12 +51,8 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 def device_processes(env: dict[str, str], device: int = 0) -> set[int]:
     """The live processes the emulator's ledger of `device` counts."""
-    path = Path(env["GE_EMULATOR_HOST_DIR"]) / f"device{device}-ledger"
-    return {
-        pid
-        for pid, started, contexts, _ in _LEDGER_ROW.iter_unpack(path.read_bytes())
-        if pid and contexts and is_alive(pid, started)
-    }
+    holders = device_holders(env["GE_EMULATOR_HOST_DIR"], device)
+    return {holder.pid for holder in holders if holder.contexts}
 
 
 def holders_by_label(device: int = 0) -> dict[str, set[int]]:

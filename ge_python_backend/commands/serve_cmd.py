@@ -6,6 +6,7 @@ import argparse
 import collections
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -22,6 +23,10 @@ from ge_python_backend.commands.options import (
     watch_metrics_port,
 )
 from ge_python_backend.commands.watch_cmd import watcher_from
+from ge_python_backend.devicehost.client import start_host
+from ge_python_backend.devicehost.protocol import host_paths
+from ge_python_backend.repository.budget import footprints
+from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.server import (
     MODEL_CONTROL_MODES,
     ServerError,
@@ -255,6 +260,50 @@ def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
         print(line)
 
 
+class DeviceHosts:
+    """The device hosts `serve` keeps up: one for each device its `device_host` models use,
+    started before Triton (so the first load does not wait for one) and started again when one
+    dies. A connection of `serve`'s own keeps each alive while `serve` runs; the stubs would
+    start a missing one too, at their next request."""
+
+    def __init__(self, repository: Path, env: dict[str, str]) -> None:
+        models = footprints(repository_entries(repository))
+        self.devices = sorted({d for m in models if m.device_host for d in m.processes})
+        self.env = env
+        self.links: dict[int, socket.socket] = {}
+
+    def start(self) -> None:
+        """Start (or join) the host of every device."""
+        for device in self.devices:
+            self.links[device] = start_host(device, host_paths(device), self.env)
+            print(f"device host of device {device}: {host_paths(device).log}", flush=True)
+
+    def keep_up(self) -> None:
+        """Start again each host whose connection ended (the host died)."""
+        for device, link in list(self.links.items()):
+            try:
+                ended = link.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                ended = False
+            except OSError:
+                ended = True
+            if ended:
+                link.close()
+                print(
+                    f"the device host of device {device} died; starting it again (log "
+                    f"{host_paths(device).log})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.links[device] = start_host(device, host_paths(device), self.env)
+
+    def close(self) -> None:
+        """Let the hosts go (each stops once its last stub has left)."""
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C/SIGTERM (exit 0) or until the server dies for good (exit 1)."""
     mode, load_models = _model_control(args)
@@ -262,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
     binary = find_server(
         args.tritonserver, args.backend_directory, stub_version=stub_python.version
     )
+    env = {"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else {}
     server = TritonServer(
         args.repository,
         http_port=args.http_port,
@@ -270,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         model_control_mode=mode,
         load_models=load_models,
-        env={"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else None,
+        env=env or None,
         log_path=args.log_file,
         binary=binary,
         exit_timeout=args.exit_timeout_secs,
@@ -297,7 +347,9 @@ def run(args: argparse.Namespace) -> int:
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = [signal.signal(signum, _raise_interrupt) for signum in stop_signals]
     watcher: Watcher | None = None
+    hosts = DeviceHosts(args.repository, env)
     try:
+        hosts.start()
         server.start()
         server.wait_ready()
         index = server.repository_index()
@@ -315,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
         while True:
             while (code := server.poll()) is None:
                 time.sleep(0.5)
+                hosts.keep_up()
             ended = f"tritonserver {exit_description(code)}"
             if code >= 0 or not budget.take():
                 if code >= 0:
@@ -362,5 +415,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         _stop_watcher(watcher, endpoint)
         server.stop()
+        hosts.close()
         for signum, handler in zip(stop_signals, previous):
             signal.signal(signum, handler)

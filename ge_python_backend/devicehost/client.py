@@ -109,9 +109,11 @@ def _log_tail(path: str, lines: int = 5) -> str:
         return f"(cannot read it: {exc})"
 
 
-def start_host(device: int, paths: HostPaths) -> socket.socket:
+def start_host(
+    device: int, paths: HostPaths, extra_env: dict[str, str] | None = None
+) -> socket.socket:
     """A connection to the host of `device`, started here when none runs (one stub at a time
-    starts one: `paths.start_lock`)."""
+    starts one: `paths.start_lock`), with this process's environment and `extra_env`."""
     sock = _connect(paths.socket)
     if sock is not None:
         return sock
@@ -125,7 +127,7 @@ def start_host(device: int, paths: HostPaths) -> socket.socket:
         if sock is not None:
             return sock
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(ge_python_backend.__file__)))
-        env = dict(os.environ)
+        env = {**os.environ, **(extra_env or {})}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         idle = os.environ.get(IDLE_EXIT_ENV) or str(DEFAULT_IDLE_EXIT_S)
         command = [
