@@ -78,6 +78,9 @@ RESTRICTED = {
     ),
     f"{PACKAGE}.triton.testing": (),
 }
+# Layers whose modules still import each other in a circle, being untangled (issue 37). In every
+# other layer the imports run one way: no module needs, directly or not, one that needs it.
+CIRCLES_TOLERATED = ("emulator",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,3 +295,85 @@ def test_the_device_host_stub_side_imports_no_layer() -> None:
     assert not offenders, "the stub side of the device host imports no layer:\n" + "\n".join(
         offenders
     )
+
+
+MODULES = {
+    module_name(path) for directory in SOURCE_DIRS for path in (ROOT / directory).rglob("*.py")
+}
+
+
+def needs_graph(imports: list[Import]) -> dict[str, set[str]]:
+    """Importer -> the modules of ours in its own layer it needs (the package root left out).
+    `from P import m` of a submodule `m` needs `m`, not `P` (whose import is already under way
+    when `m` is a part of it); `P` is needed when a name of its own is imported from it."""
+    by_line: dict[tuple[str, int], set[str]] = {}
+    for imp in imports:
+        by_line.setdefault((imp.importer, imp.line), set()).add(imp.target)
+    graph: dict[str, set[str]] = {}
+    for imp in imports:
+        target, importer = imp.target, imp.importer
+        if target not in MODULES or target == importer or PACKAGE in (importer, target):
+            continue
+        if layer_of(importer) != layer_of(target) or is_emulator_acl_selection(imp):
+            continue
+        names = {t for t in by_line[(importer, imp.line)] if t.startswith(target + ".")}
+        if names and all(name in MODULES for name in names):
+            continue  # only submodules of `target` are imported from it
+        graph.setdefault(importer, set()).add(target)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of `graph`: each set of two or more modules that need each other (directly or
+    through one another), sorted (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def test_the_circle_check_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+    # `from P import m` (a submodule) needs m; `from P import name` needs P itself.
+    p, m = f"{PACKAGE}.repository", f"{PACKAGE}.repository.config"
+    importer = f"{PACKAGE}.repository.validation"
+    submodule = [Import(importer, p, 1), Import(importer, m, 1)]
+    assert needs_graph(submodule) == {importer: {m}}
+    name = [Import(importer, p, 2), Import(importer, f"{p}.something", 2)]
+    assert needs_graph(name) == {importer: {p}}
+
+
+def test_imports_within_a_layer_run_one_way() -> None:
+    circles = import_circles(needs_graph(IMPORTS))
+    offenders = [c for c in circles if layer_of(c[0]) not in CIRCLES_TOLERATED]
+    assert not offenders, "modules that import each other:\n" + "\n".join(
+        " <-> ".join(circle) for circle in offenders
+    )
+    stale = set(CIRCLES_TOLERATED) - {layer_of(circle[0]) for circle in circles}
+    assert not stale, f"no circle left in {sorted(stale)}: remove it from CIRCLES_TOLERATED"

@@ -47,8 +47,8 @@ from ge_python_backend.runtime import (
 )
 from ge_python_backend.runtime.checksum import check_digest
 
-if TYPE_CHECKING:
-    from ge_python_backend.repository.config import ModelConfig
+if TYPE_CHECKING:  # the protobuf message (the stub never imports tritonclient)
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 # Parameters Triton's Python backend reads itself from a model's config: never warned about.
 TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
