@@ -359,6 +359,28 @@ def pipeline(data: dict[str, Any]) -> Pipeline:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class SystemAllocation:
+    """Section 9: pooled buffers (max_output_bytes) against outputs ACL allocates."""
+
+    levels: list[int]
+    throughput: dict[int, list[float]]  # pooled / system req/s, round by round, by level
+    p50_ms: dict[str, dict[int, float]]  # median p50 by variant and level
+
+
+def system_allocation(data: dict[str, Any]) -> SystemAllocation:
+    raw = data["sysalloc"]
+    runs, levels = raw["runs"], raw["levels"]
+    return SystemAllocation(
+        levels=levels,
+        throughput={c: paired(runs["pooled"], runs["system"], c) for c in levels},
+        p50_ms={
+            name: {c: median_at(rounds, c, "p50_ms") for c in levels}
+            for name, rounds in runs.items()
+        },
+    )
+
+
 def largest_gear() -> int:
     return int(SMALL_GEARS.split(",")[-1])
 

@@ -47,7 +47,7 @@ COUNTER_ROWS = (
     ("execute_calls", "model executions"),
     ("set_dynamic_calls", "gear selections"),
 )
-# What each profile of `PROFILES` models, and where its figures come from.
+# What each execution profile of `PROFILES` models, and where its figures come from.
 PROFILE_MODELS = {
     "resnet50-310p3": "ResNet-50 (torchvision, 224x224) on an Atlas 300I Pro (Ascend 310P3): "
     "2.46 ms at batch 1, 15.06 ms at batch 64; copies over PCIe 4.0 x16",
@@ -77,6 +77,7 @@ PLOTS = (
     ("scaling", "Instances and dynamic batching (device timing)"),
     ("pipeline", "Pipeline depth 1 vs 2 (device timing)"),
     ("saturation", "Defaults that keep the device busy (ResNet-50 / 310P3 profile)"),
+    ("sysalloc", "Data-dependent outputs: allocated by ACL vs pooled (max_output_bytes)"),
 )
 FIGURE_WORDS = {"throughput_rps": "throughput", "rows_per_s": "rows/s"}
 # Section 7's settings in words (tables, plot titles).
@@ -1154,6 +1155,59 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
     return lines
 
 
+def system_allocation_words(level: int, ratios: list[float]) -> str:
+    """What the pooled / system throughput ratios of one level's rounds say."""
+    median = sorted(ratios)[(len(ratios) - 1) // 2]
+    if min(ratios) > 1:
+        verdict = "the pooled buffers served more requests per second in every round"
+    elif max(ratios) < 1:
+        verdict = "system allocation served more requests per second in every round"
+    else:
+        verdict = "neither served more in every round"
+    return (
+        f"At {clients(level)}: pooled / system {median:.2f} (median of {each(ratios)}); {verdict}."
+    )
+
+
+def system_allocation_lines(data: dict[str, Any], alloc: analysis.SystemAllocation) -> list[str]:
+    raw = data["sysalloc"]
+    rounds = {len(r) for r in raw["runs"].values()}
+    return [
+        "## 9. Data-dependent outputs: allocated by ACL or pooled (`max_output_bytes`)",
+        "",
+        "An NMS detector whose outputs (`selected` INT64[K,3], `picked` FP32[K,4]) have no "
+        "upper bound (`get_output_size_by_index` 0), scaffolded twice on one server, no timing "
+        "model (what differs is host work per execution), closed loop, alternating rounds "
+        f"({span(list(rounds), 0)} of {data['plan']['seconds']:g} s): `system` without "
+        "`max_output_bytes` (synchronous `acl.mdl.execute`; ACL allocates both outputs, each "
+        "copied out with `acl.rt.memcpy` and freed with `acl.rt.free` every execution) and "
+        f"`pooled` with `max_output_bytes: {raw['max_output_bytes']}` (buffers allocated once, "
+        "copies and `execute_async` queued on the stream). Each request is one execution "
+        "(`max_batch_size: 0`).",
+        "",
+        "![system allocation vs pooled buffers](benchmarks/results/sysalloc.png)",
+        "",
+        "| variant | " + " | ".join(f"req/s at {c} | p50 ms at {c}" for c in alloc.levels) + " |",
+        "|---|" + "---|---|" * len(alloc.levels),
+        *[
+            f"| {name} | "
+            + " | ".join(
+                f"{fmt(analysis.median_at(rounds_, c, 'throughput_rps'))} | "
+                f"{fmt(alloc.p50_ms[name][c], 2)}"
+                for c in alloc.levels
+            )
+            + " |"
+            for name, rounds_ in raw["runs"].items()
+        ],
+        "",
+        *(system_allocation_words(c, alloc.throughput[c]) + "\n" for c in alloc.levels),
+        "Raw results:",
+        "",
+        *level_table(raw["runs"]),
+        "",
+    ]
+
+
 def profile_lines() -> list[str]:
     return [
         "## Device profiles",
@@ -1168,6 +1222,7 @@ def profile_lines() -> list[str]:
             f"| `{name}` | {t.execute_us:g} | {t.execute_us_per_row:g} | {t.copy_gbps:g} | "
             f"{PROFILE_MODELS[name]} |"
             for name, t in PROFILES.items()
+            if name in PROFILE_MODELS  # the DVPP profiles: docs/CONFORMANCE.md, DVPP section
         ],
         "",
         "Sources:",
@@ -1208,6 +1263,8 @@ def render(data: dict[str, Any]) -> str:
         lines += expert_lines(data, exp)
     if "tune" in data:
         lines += tune_lines(data, analysis.tune(data))
+    if "sysalloc" in data:
+        lines += system_allocation_lines(data, analysis.system_allocation(data))
     lines += profile_lines()
     return "\n".join(lines)
 

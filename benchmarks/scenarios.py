@@ -36,8 +36,10 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from build_model import build_classifier  # noqa: E402
+from onnx_models import build_nms  # noqa: E402
 
 from ge_python_backend.client import TritonClient  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
@@ -115,6 +117,12 @@ TUNE_BUDGET_PER_PLAN_SECOND = 26.0
 # config tuned for a load costs a lone request (a longer queue delay without gear 1 makes it
 # wait for company that never comes).
 LONE_SHAPE = f"x:1,{WIDTH}"
+# Section 9: an NMS detector (tests/onnx_models.py build_nms: boxes FP32[1,B,4], scores
+# FP32[1,C,B] -> selected INT64[K,3], picked FP32[K,4], K unbounded) served with its outputs
+# allocated by ACL at each execution and with pooled buffers of max_output_bytes.
+NMS_BOXES, NMS_CLASSES = 20, 3
+SYSALLOC_LEVELS = [1, 8]
+SYSALLOC_MAX_OUTPUT_BYTES = NMS_BOXES * NMS_CLASSES * 3 * 8  # every box of every class kept
 # The correctness check: requests of these many rows sent at once (Triton batches them together).
 ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
 
@@ -279,6 +287,17 @@ def build_classifier_om(work: Path) -> Path:
         dynamic_batch_size="1,2,4,8",
         # the graph the baselines run, unchanged: the bench measures serving overhead, and the FP16
         # rounding of ATC's default force_fp16 would add Cast nodes only the .om computes
+        precision_mode="must_keep_origin_dtype",
+    )
+
+
+def build_nms_om(work: Path) -> Path:
+    """The NMS detector of section 9 as an emulator `.om` (static inputs, data-dependent
+    outputs whose size the model leaves unbounded)."""
+    return compile_onnx(
+        build_nms(work / "nms.onnx"),
+        work / "nms",
+        input_shape=f"boxes:1,{NMS_BOXES},4;scores:1,{NMS_CLASSES},{NMS_BOXES}",
         precision_mode="must_keep_origin_dtype",
     )
 
@@ -724,6 +743,31 @@ def scenario_tune(
 
 # A fixed pure-Python snippet timed at the start and the end of a run: these machines are shared
 # and their speed changes from day to day (seen here: 0.48 to 0.91 us), so runs are compared by it.
+def scenario_sysalloc(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    """The NMS detector scaffolded twice, same server, alternating rounds, no timing model (the
+    difference is host work per execution): `system` without max_output_bytes (synchronous
+    `acl.mdl.execute`, ACL allocates `selected` and `picked`, copied out and freed every
+    execution) and `pooled` with it (buffers allocated once, `execute_async` on the stream)."""
+    repository = work / "sysalloc"
+    scaffold(om, repository, name="system", runtime="emulator")
+    scaffold(
+        om,
+        repository,
+        name="pooled",
+        runtime="emulator",
+        max_output_bytes=SYSALLOC_MAX_OUTPUT_BYTES,
+    )
+    with serving(repository, logs) as server:
+        runs = alternate(recorder, server, ["system", "pooled"], SYSALLOC_LEVELS, plan, "sysalloc")
+    return {
+        "runs": runs,
+        "levels": SYSALLOC_LEVELS,
+        "max_output_bytes": SYSALLOC_MAX_OUTPUT_BYTES,
+    }
+
+
 PYTHON_SPEED_SNIPPET = "sum(range(50))"
 
 
@@ -798,6 +842,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
         say(f"building the models in {work}")
         small = build_small_model(work)
         classifier = build_classifier_om(work)
+        nms = build_nms_om(work)
         data: dict[str, Any] = {
             "overhead": scenario_overhead(recorder, work, small, plan, logs),
             "naive": scenario_naive(recorder, work, small, plan, logs),
@@ -807,6 +852,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
             "saturation": scenario_saturation(recorder, work, small, plan, logs),
             "expert": scenario_expert(recorder, work, small, plan, logs),
             "tune": scenario_tune(recorder, work, small, plan, logs),
+            "sysalloc": scenario_sysalloc(recorder, work, nms, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)

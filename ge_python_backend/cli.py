@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "ge_python_backend.commands.k8s_cmd",
     "ge_python_backend.commands.doctor_cmd",
     "ge_python_backend.commands.selftest_cmd",
+    "ge_python_backend.commands.device_host_cmd",
 )
 
 # The extra that installs each optional top-level module a command may need.

@@ -1,4 +1,6 @@
-"""Errors shared by every layer. ACL status errors live in `ge_python_backend.runtime.errors`."""
+"""Errors shared by every layer. ACL status errors live in `ge_python_backend.runtime.errors`;
+`InputError` lives here because the device host's stub side (which imports no runtime) raises it
+too (`ge_python_backend.runtime` re-exports it)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,16 @@ class UserError(GeBackendError):
 
     The CLI prints these as one line on stderr and exits non-zero, without a traceback.
     """
+
+
+class InputError(GeBackendError, ValueError):
+    """Caller data does not fit the model (dtype, shape, missing or unknown input, no gear).
+
+    From `Session.submit` (and `infer_many`, `infer`), `request` is the index of the first
+    request of the list that does not fit; None where no list was given (`validate`).
+    """
+
+    request: int | None = None
 
 
 def command_line_message(exc: BaseException) -> str:

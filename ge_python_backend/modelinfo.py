@@ -2,7 +2,9 @@
 
 The runtime fills them from an `.om`; scaffold also builds them from `NAME:TYPE:DIMS`
 declarations; the repository layer and the tools read them. A gear is one input shape choice
-compiled into the model; `GearInfo` is the model's gear table. Imports only numpy and `ascend`.
+compiled into the model; `GearInfo` is the model's gear table. `SessionCounters` is what a
+session counts (a `Session` in this process, or one in the device host). Imports only numpy and
+`ascend`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from ge_python_backend.ascend import DTYPES_BY_TRITON, GearKind
 
-__all__ = ["GearInfo", "Shape", "TensorSpec", "gears_text", "shape_fits"]
+__all__ = ["GearInfo", "SessionCounters", "Shape", "TensorSpec", "gears_text", "shape_fits"]
 
 Shape = tuple[int, ...]
 
@@ -85,3 +87,31 @@ def gears_text(gears: GearInfo, inputs: Sequence[TensorSpec]) -> str:
             for gear in gears.dims_gears
         )
     return "static shapes " + ", ".join(str(spec.shape) for spec in inputs)
+
+
+@dataclasses.dataclass
+class SessionCounters:
+    """Cumulative since the session opened, the same at every pipeline depth.
+
+    Seconds are device time, measured with ACL events recorded on each lane's stream around the
+    execution (`execute_seconds`: its rate is the share of time the device was executing for this
+    session) and around the copies (`h2d_seconds`, `d2h_seconds`), on the executions
+    `DeviceTimeSampler` times; the others add their gear's recent times. Failed executions count
+    in `failed_executions` only.
+    """
+
+    executions: int = 0
+    rows: int = 0  # real rows run (padding excluded)
+    padded_rows: int = 0
+    execute_seconds: float = 0.0
+    h2d_bytes: int = 0
+    h2d_seconds: float = 0.0
+    d2h_bytes: int = 0
+    d2h_seconds: float = 0.0
+    failed_executions: int = 0
+    device_bytes_held: int = 0
+
+    @property
+    def device_seconds(self) -> float:
+        """Device time of the executions: copy in, execute, copy out."""
+        return self.h2d_seconds + self.execute_seconds + self.d2h_seconds

@@ -4,14 +4,18 @@ A record that outlives its process (the emulator's device ledger, the runtime's 
 records) stores `(pid, started)`, where `started` is the process's start time in clock ticks
 since boot (`/proc/<pid>/stat` field 22). A process killed by SIGKILL leaves its record behind;
 `is_alive` tells such a record from a live one, and from a new process that got the same pid.
-Standard library only: the Triton stub imports it.
+`run_directory` is the per-user directory (0700) of this host's records and of the device
+hosts' sockets. Standard library only: the Triton stub imports it.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 
-__all__ = ["is_alive", "start_time", "this_process"]
+__all__ = ["RUN_DIR_ENV", "is_alive", "run_directory", "start_time", "this_process"]
+
+RUN_DIR_ENV = "GE_PYTHON_BACKEND_RUN_DIR"
 
 
 def start_time(pid: int) -> int | None:
@@ -59,3 +63,13 @@ def is_alive(pid: int, started: int) -> bool:
         return False
     now = start_time(pid)
     return now is not None and (started == 0 or now == 0 or now == started)
+
+
+def run_directory() -> str:
+    """The records' directory (`GE_PYTHON_BACKEND_RUN_DIR`, else one per user), created 0700."""
+    directory = os.environ.get(RUN_DIR_ENV)
+    if not directory:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        directory = os.path.join(base, f"ge-python-backend-{os.getuid()}")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return directory

@@ -21,11 +21,14 @@ import errno
 import hashlib
 import importlib.util
 import json
+import logging
 import os
+import re
 import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -46,12 +49,16 @@ from ge_python_backend.repository.config import (
 )
 from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 
+logger = logging.getLogger(__name__)
+
 MODEL_CONTROL_MODES = ("none", "explicit")
 PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
 # The Python backend names its shared-memory regions /dev/shm/<prefix><uuid>; each TritonServer
-# gives its own prefix (this one and a tag), so the regions a crashed server left are known.
+# gives its own prefix (this one, "ge", a tag of 8 hex digits and "_"), so the regions a crashed
+# server left are known.
 SHM_REGION_PREFIX = "triton_python_backend_shm_region_"
 SHM_DIRECTORY = Path("/dev/shm")
+_OUR_SHM_PREFIX = re.compile(re.escape(SHM_REGION_PREFIX) + r"ge[0-9a-f]{8}_")
 
 
 class ServerError(GeBackendError):
@@ -309,6 +316,152 @@ def check_port_free(host: str, port: int, what: str) -> None:
     )
 
 
+def process_start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks after boot: field 22 of `/proc/<pid>/stat`), so
+    that a pid used again by another process is told apart; None when no such process runs (none
+    with that pid, or a zombie: it has exited) or `/proc` does not show it."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace (`pid:[4026531836]`): pids mean something only in it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """Who owns a server's shared-memory regions: `TritonServer` keeps one per server it runs
+    (`write_server_record`), so that the next `serve` removes the regions of a server that died
+    with its launcher (`remove_dead_servers_regions`) and never those of one still running."""
+
+    shm_region_prefix: str
+    owners: tuple[tuple[int, int], ...]  # (pid, start time) of the launcher and the server
+    pid_namespace: str  # the owners' pid namespace
+    log_path: str
+
+    @classmethod
+    def of(cls, prefix: str, pids: Sequence[int], log_path: Path) -> ServerRecord:
+        """The record of the server whose regions start with `prefix`, owned by `pids`."""
+        owners = [(pid, process_start_time(pid)) for pid in pids]
+        return cls(
+            prefix,
+            tuple((pid, start) for pid, start in owners if start is not None),
+            _pid_namespace(),
+            str(log_path),
+        )
+
+    def alive(self) -> bool:
+        """Whether one of the owners still runs (the same process: same pid and start time)."""
+        return any(process_start_time(pid) == start for pid, start in self.owners)
+
+
+def server_records_directory() -> Path:
+    """`/dev/shm/ge-python-backend-<uid>` (mode 0700), holding a `ServerRecord` per server this
+    user runs: beside the regions it describes, and gone with them at a reboot. UserError when
+    the path is not a private directory of this user."""
+    directory = SHM_DIRECTORY / f"ge-python-backend-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        info = directory.lstat()
+    except OSError as exc:
+        raise UserError(f"cannot create {directory} for the servers' records: {exc}") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UserError(
+            f"{directory} is not a private directory of this user (owner uid {info.st_uid}, "
+            f"mode {stat.filemode(info.st_mode)}): remove it, it holds the servers' records"
+        )
+    return directory
+
+
+def _record_path(prefix: str) -> Path:
+    return server_records_directory() / f"{prefix[len(SHM_REGION_PREFIX) :].strip('_')}.json"
+
+
+def write_server_record(record: ServerRecord) -> None:
+    """Write (or replace) `record` in `server_records_directory()`, whole or not at all."""
+    path = _record_path(record.shm_region_prefix)
+    text = json.dumps(
+        {
+            "shm_region_prefix": record.shm_region_prefix,
+            "owners": [list(owner) for owner in record.owners],
+            "pid_namespace": record.pid_namespace,
+            "log": record.log_path,
+        }
+    )
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text + "\n")
+    partial.replace(path)
+
+
+def remove_server_record(prefix: str) -> None:
+    """Remove the record of the server with region prefix `prefix` (once its regions are)."""
+    with contextlib.suppress(FileNotFoundError):
+        _record_path(prefix).unlink()
+
+
+def _read_server_record(path: Path) -> ServerRecord | None:
+    """The record in `path`; None (logged) for one that is not a record of ours."""
+    try:
+        data = json.loads(path.read_text())
+        record = ServerRecord(
+            str(data["shm_region_prefix"]),
+            tuple((int(pid), int(start)) for pid, start in data["owners"]),
+            str(data["pid_namespace"]),
+            str(data["log"]),
+        )
+    except FileNotFoundError:
+        return None  # removed meanwhile by its server or another sweep
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("ignoring %s: not a server record (%s)", path, exc)
+        return None
+    if not _OUR_SHM_PREFIX.fullmatch(record.shm_region_prefix):
+        logger.warning(
+            "ignoring %s: %r is not a region prefix of ours", path, record.shm_region_prefix
+        )
+        return None
+    return record
+
+
+def _remove_regions(prefix: str) -> list[Path]:
+    """Remove the `/dev/shm` regions named `<prefix>...`; the paths removed."""
+    removed = []
+    for path in sorted(SHM_DIRECTORY.glob(f"{prefix}*")):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def remove_dead_servers_regions() -> list[tuple[ServerRecord, list[Path]]]:
+    """Remove the shared-memory regions (and the record) of every server of this user that
+    died with its launcher (a `serve` killed by SIGKILL): each record whose owners all stopped
+    running, in this pid namespace. A record with an owner still running (the same pid and
+    start time) is left alone. Each record removed, with the regions removed."""
+    if process_start_time(os.getpid()) is None:
+        logger.warning("/proc does not show processes: the regions of dead servers stay")
+        return []
+    namespace = _pid_namespace()
+    reclaimed = []
+    for path in sorted(server_records_directory().glob("*.json")):
+        record = _read_server_record(path)
+        if record is None or record.pid_namespace != namespace or record.alive():
+            continue
+        reclaimed.append((record, _remove_regions(record.shm_region_prefix)))
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return reclaimed
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -391,6 +544,10 @@ class TritonServer:
     `exit_timeout` is Triton's `--exit-timeout-secs`: how long a stop waits for in-flight
     requests and idle client connections. `stub_python` is the Python the stub runs (default:
     this interpreter); without a `binary`, the bundled server uses the stub built for it.
+    Without a `log_path` the log goes to a new directory in the temp directory, which
+    `remove_log` removes (a `with` block does after a clean stop). Each launch records who owns
+    the server's shared-memory regions (`ServerRecord`); `stop` removes the regions and the
+    record.
     """
 
     def __init__(
@@ -431,6 +588,7 @@ class TritonServer:
         self._requested_ports = (http_port, grpc_port, metrics_port)
         self._ports: tuple[int, int, int] | None = None
         self.log_path = Path(log_path) if log_path is not None else None
+        self._log_directory: Path | None = None  # the one `start` made, when no log_path
         self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
@@ -450,7 +608,8 @@ class TritonServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        if self.stop() == 0 and exc_type is None:
+            self.remove_log()
 
     @property
     def pid(self) -> int | None:
@@ -497,6 +656,13 @@ class TritonServer:
         command += [f"--load-model={name}" for name in self.load_models]
         return command
 
+    def check_ports(self) -> None:
+        """UserError naming the port and the process listening on it when one of the fixed
+        ports is taken (`start` checks them too)."""
+        for what, port in zip(PORT_NAMES, self._requested_ports):
+            if port:
+                check_port_free(self.host, port, what)
+
     def start(self) -> None:
         """Launch the server (does not wait: see `wait_ready`)."""
         if self._process is not None:
@@ -504,15 +670,15 @@ class TritonServer:
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
         check_shell_safe_paths(self.repository, self.binary)
-        for what, port in zip(PORT_NAMES, self._requested_ports):
-            if port:
-                check_port_free(self.host, port, what)
+        server_records_directory()  # refused before anything runs when it is not private
+        self.check_ports()
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
         http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)
         self._ports = (http, grpc, metrics)
         if self.log_path is None:
-            self.log_path = Path(tempfile.mkdtemp(prefix="ge-tritonserver-")) / "tritonserver.log"
+            self._log_directory = Path(tempfile.mkdtemp(prefix="ge-tritonserver-"))
+            self.log_path = self._log_directory / "tritonserver.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launch("wb")
 
@@ -528,6 +694,9 @@ class TritonServer:
                 start_new_session=True,  # Ctrl-C reaches us, and we stop the server cleanly
             )
         self._finalizer = weakref.finalize(self, _stop_process, self._process, 10.0)
+        write_server_record(
+            ServerRecord.of(self.shm_region_prefix, (os.getpid(), self._process.pid), self.log_path)
+        )
 
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""
@@ -549,12 +718,15 @@ class TritonServer:
     def remove_shm_regions(self) -> list[Path]:
         """Remove the `/dev/shm` regions of this server's Python backend (only once it and its
         stubs are gone); the paths removed."""
-        removed = []
-        for path in sorted(SHM_DIRECTORY.glob(f"{self.shm_region_prefix}*")):
+        return _remove_regions(self.shm_region_prefix)
+
+    def remove_log(self) -> None:
+        """Remove the log directory `start` made when no `log_path` was given (a log the caller
+        named stays); `serve` and a `with` block call it after a clean stop."""
+        if self._log_directory is not None:
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path)
-        return removed
+                shutil.rmtree(self._log_directory)
+            self._log_directory = None
 
     def log_tail(self, lines: int = 40) -> str:
         """The last `lines` lines of the server log."""
@@ -633,4 +805,5 @@ class TritonServer:
         if self._finalizer is not None:
             self._finalizer.detach()
         self.remove_shm_regions()  # what a crash left; a clean exit removed its own
+        remove_server_record(self.shm_region_prefix)
         return code

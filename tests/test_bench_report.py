@@ -298,6 +298,14 @@ def run_data() -> dict[str, Any]:
         },
         "expert": expert_data(),
         "tune": tune_data(),
+        "sysalloc": {
+            "runs": {
+                "system": rounds({1: 900.0, 8: 1500.0}, p50_ms=1.1),
+                "pooled": rounds({1: 1000.0, 8: 1800.0}, p50_ms=1.0),
+            },
+            "levels": [1, 8],
+            "max_output_bytes": 1440,
+        },
         "commands": ["ge-python-model bench --model ours"],
         "plan": {"rounds": ROUNDS, "seconds": 3.0, "warmup": 20},
         "machine": [["CPU", "test, 2 logical cores"]],
@@ -466,6 +474,21 @@ def test_without_the_expert_section_the_report_has_no_section_7() -> None:
     assert "hand-written" not in text and "## 7." not in text
 
 
+def test_the_system_allocation_section_follows_its_numbers() -> None:
+    data = run_data()
+    text = report.render(data)
+    assert "## 9. Data-dependent outputs" in text
+    line = row(text, "At one client:")
+    assert "pooled / system 1.11" in line and "the pooled buffers served more" in line
+    scale(data["sysalloc"]["runs"]["system"], 1, 1.5, "throughput_rps")
+    line = row(report.render(data), "At one client:")
+    assert "system allocation served more requests per second in every round" in line
+    data["sysalloc"]["runs"]["system"][0][0]["throughput_rps"] = 800.0
+    assert "neither served more" in row(report.render(data), "At one client:")
+    del data["sysalloc"]
+    assert "## 9." not in report.render(data)
+
+
 def test_the_tune_section_follows_its_numbers() -> None:
     data = run_data()
     text = report.render(data)
@@ -576,7 +599,7 @@ def test_the_plots_are_drawn_from_the_data(tmp_path: Path) -> None:
     report.draw(run_data(), tmp_path)
     names = {p.name for p in tmp_path.iterdir()}
     assert names == {
-        f"{n}.png" for n in ("overhead", "naive", "scaling", "pipeline", "saturation")
+        f"{n}.png" for n in ("overhead", "naive", "scaling", "pipeline", "saturation", "sysalloc")
     } | {
         "pipeline-timeline.png",
         "expert-plain.png",

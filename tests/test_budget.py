@@ -37,15 +37,16 @@ def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids
     # x [8,16] f32, ascend_mbatch_shape_data (one int64), y [8,8] f32, z [8,1] f32
     lane = sum(map(malloc_reserved, (512, 8, 256, 32)))
     (model,) = footprints(repository_entries(tmp_path / "models"))
-    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2 * (work + weight + lane))
+    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2, work + weight + lane)
+    assert model.bytes_per_process == 2 * (work + weight + lane)
 
 
 def test_the_budget_refuses_a_device_over_the_process_cap_or_its_memory() -> None:
     limits = DeviceLimits(max_processes=4, memory=10 * PROCESS_DEVICE_MEMORY, soc="Ascend310P3")
     models = [
-        ModelFootprint("a", {0: 3, 1: 1}, PROCESS_DEVICE_MEMORY),
-        ModelFootprint("b", {0: 2}, None),
-        ModelFootprint("c", {1: 2}, 3 * PROCESS_DEVICE_MEMORY),
+        ModelFootprint("a", {0: 3, 1: 1}, 1, PROCESS_DEVICE_MEMORY),
+        ModelFootprint("b", {0: 2}, 2, None),
+        ModelFootprint("c", {1: 2}, 3, PROCESS_DEVICE_MEMORY),
     ]
     devices = budget(models, limits)
     assert [(r.device, r.processes, r.memory) for r in devices.rows] == [
@@ -100,3 +101,33 @@ def test_k8s_refuses_a_repository_the_pods_npus_cannot_hold(
     assert "the pod's NPUs cannot hold the repository: device 0: 3 processes" in str(refused.value)
     assert "m x3  DOES NOT FIT" in str(refused.value)
     assert build_manifests(tmp_path / "models", K8sOptions(name="classifier")).documents
+
+
+def test_under_the_device_host_a_device_holds_one_process_and_every_instances_lanes(
+    tmp_path: Path, om_dynamic_batch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    limits = DeviceLimits(max_processes=4, memory=100 * PROCESS_DEVICE_MEMORY)
+    models = [
+        ModelFootprint("a", {0: 3}, 1, PROCESS_DEVICE_MEMORY, device_host=True),
+        ModelFootprint("b", {0: 2, 1: 1}, 1, PROCESS_DEVICE_MEMORY, device_host=True),
+        ModelFootprint("c", {0: 2}, 1, PROCESS_DEVICE_MEMORY),  # its stubs open device 0 themselves
+    ]
+    devices = budget(models, limits)
+    assert [(r.device, r.processes, r.memory) for r in devices.rows] == [
+        (0, 3, 3 * PROCESS_DEVICE_MEMORY + 7 * PROCESS_DEVICE_MEMORY),
+        (1, 1, PROCESS_DEVICE_MEMORY + PROCESS_DEVICE_MEMORY),
+    ]
+    assert not devices.problems()
+    assert "a x3 (device host), b x2 (device host), c x2" in devices.table()
+    # 60 models of 2 instances in the device host: one process on device 0, and validate says so
+    repository = tmp_path / "models"
+    first = scaffold(
+        om_dynamic_batch, repository, name="m00", runtime="emulator", instances=2, device_host=True
+    )
+    for number in range(1, 60):
+        shutil.copytree(repository / "m00", repository / f"m{number:02}")
+        first.config.name = f"m{number:02}"
+        write_model_config(first.config, repository / f"m{number:02}" / "config.pbtxt")
+    assert cli.main(["validate", str(repository), "--runtime", "emulator"]) == 0
+    table = capsys.readouterr().out.split("device budget (")[1]
+    assert table.splitlines()[2].split()[:4] == ["0", "1", "/", "64"]

@@ -6,11 +6,18 @@ come back with their own rows, checked against onnxruntime. Their configs say Tr
 merge requests (`max_batch_size: 0`, no dynamic batching) and give `-1` output dims. Sources:
 hicann/ge docs/zh/user_guides/atc_tools/CLI_options/--input_shape.md (ranges; set input tensor
 descs before executing, read output tensor descs after), aclmdlGetOutputSizeByIndex.md (0 when
-unbounded: the caller sizes the buffer, here the parameter max_output_bytes).
+unbounded: the caller sizes the buffer, here the parameter max_output_bytes, or passes an empty
+one that ACL allocates during the synchronous execute).
+
+The same NonZero and NMS `.om` files are also served through the copy path (`model.py` from
+`template` and the `.om`, no config, no parameter): their unbounded outputs are allocated by ACL
+at each execution and freed after each copy out, so 1,000 requests leave the emulated device's
+memory (shared by every process of the host, as `acl.rt.get_mem_info` reports it) where it was.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,7 +29,9 @@ from e2e_helpers import http_address, running_server
 from onnx_models import KEEP_FP32
 from tritonclient.utils import InferenceServerException
 
+from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient, typed
+from ge_python_backend.emulator import acl
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.scaffold import scaffold
@@ -31,6 +40,7 @@ from ge_python_backend.server import TritonServer
 pytestmark = pytest.mark.e2e
 
 BOXES, CLASSES = 20, 3
+COPY_PATH = {"nonzero_copy": "nonzero", "nms_copy": "nms"}  # served from model.py + .om only
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +73,13 @@ def served(
     repository = root / "models"
     for name, om in models.items():
         scaffold(om, repository, name=name, runtime="emulator", max_output_bytes=1 << 16)
-    with running_server(repository, log_path=root / "triton.log") as server:
+    for name, source in COPY_PATH.items():
+        version_dir = repository / name / "1"
+        version_dir.mkdir(parents=True)
+        assert main(["template", str(version_dir)]) == 0
+        shutil.copy(models[source], version_dir / models[source].name)
+    env = {"GE_PYTHON_BACKEND_ACL": "emulator"}  # the copy path has no acl_runtime parameter
+    with running_server(repository, env=env, log_path=root / "triton.log") as server:
         yield server, repository
 
 
@@ -126,6 +142,57 @@ def test_nms_detector_answers_each_request_with_its_own_boxes(
         np.testing.assert_array_equal(result["picked"], want["picked"])
         kept.add(len(want["selected"]))
     assert len(kept) > 1
+
+
+def _feeds(source: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    if source == "nonzero":
+        return {"x": rng.random((4, 4), dtype=np.float32)}
+    return _detections(rng)
+
+
+def _device_free() -> int:
+    """Free memory of emulated device 0 as every process of this host leaves it (the ledger
+    `acl.rt.get_mem_info` and Triton's ge_device_memory_free_bytes read), from this process."""
+    assert acl.init() == 0
+    try:
+        assert acl.rt.set_device(0) == 0
+        free, _, ret = acl.rt.get_mem_info(1)
+        assert ret == 0
+        assert acl.rt.reset_device(0) == 0
+        return int(free)
+    finally:
+        acl.finalize()
+
+
+@pytest.mark.usefixtures("clean_acl")
+def test_copy_path_serves_unbounded_outputs_through_system_allocation(
+    served: tuple[TritonServer, Path], models: dict[str, Path]
+) -> None:
+    """No config and no max_output_bytes: Triton's auto-complete gives `max_batch_size: 0`
+    and -1 dims; the instance logs that ACL allocates the outputs; 1,000 concurrent requests
+    each get their own rows, and the device's free memory is back where it started."""
+    server, _ = served
+    with TritonClient(http_address(server), "http") as client:
+        for name in COPY_PATH:
+            config = client.model_config(name)
+            assert config.max_batch_size == 0 and "max_output_bytes" not in config.parameters
+    log = server.log_path.read_text(errors="replace") if server.log_path else ""
+    assert log.count("ACL allocates them at each execution") >= len(COPY_PATH), log[-4000:]
+    rng = np.random.default_rng(21)
+    work = [(name, _feeds(source, rng)) for _ in range(500) for name, source in COPY_PATH.items()]
+    for name, feeds in work[:2]:  # each instance has run (and allocated) before the start
+        _infer(server, name, feeds)
+    start = _device_free()
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda job: _infer(server, *job), work))
+    assert _device_free() == start
+    rows = {name: set() for name in COPY_PATH}
+    for (name, feeds), result in zip(work, results):
+        want = onnx_models.reference(models[COPY_PATH[name]], feeds)
+        for output, expected in want.items():
+            np.testing.assert_array_equal(result[output].reshape(expected.shape), expected)
+        rows[name].add(want["indices"].shape[1] if "indices" in want else len(want["selected"]))
+    assert all(len(kept) > 1 for kept in rows.values()), rows  # the rows differ by request
 
 
 def test_shape_range_input_serves_every_size_in_its_range(

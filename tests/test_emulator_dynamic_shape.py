@@ -8,6 +8,13 @@ rangeCount 0), aclmdlGetOutputSizeByIndex.md (0 when the output's range is not b
 api/acl/acl_model/model/model.cpp (ModelExecute: an input out of its range is 100000; the output
 descs are recreated at every execute); hicann/runtime python/pyACL/mdl/mdl_wrap.cpp
 (get_input_dims_range -> ({"rangeCount", "range"}, ret)).
+
+System-allocated outputs (aclmdlGetOutputSizeByIndex.md, aclmdlExecute.md; model.cpp ModelExecute
+and RuntimeV2ModelExecute): an empty data buffer (data 0, size 0) is filled by a synchronous
+execute with device memory ACL allocates (`aclrtMalloc`: the device's memory, freed with
+`acl.rt.free`), before the run when the output's size is known, else after it with GE's size of
+the real output (CalcAlignedSizeByShape: bytes rounded up to 32, plus 32); execute_async
+refuses it (145000, older GE's "data_buf.data is nullptr"; UNCONFIRMED for current CANN).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import pytest
 from emulator_helpers import D2H, H2D, dataset_of, malloc
 from onnx_models import KEEP_FP32
 
+from ge_python_backend import emulator
 from ge_python_backend.emulator import acl
 from ge_python_backend.emulator.omfile import OmCompileError, OmModel, compile_onnx
 
@@ -58,7 +66,8 @@ def _run(
     descs: bool = True,
     asynchronous: bool = False,
 ) -> tuple[int, int, list[int], int]:
-    """Copy `arrays` in (with tensor descs), execute; (ret, outputs dataset, out ptrs, stream)."""
+    """Copy `arrays` in (with tensor descs), execute; (ret, outputs dataset, out ptrs, stream).
+    An out size 0 gives that output an empty data buffer (data 0, size 0)."""
     ptrs = []
     for array in arrays:
         data = np.ascontiguousarray(array).tobytes()
@@ -71,7 +80,7 @@ def _run(
             desc = acl.create_tensor_desc(0, list(array.shape), 2)
             assert acl.mdl.set_dataset_tensor_desc(inputs, desc, i) == (inputs, 0)
             acl.destroy_tensor_desc(desc)
-    out_ptrs = [malloc(size) for size in out_sizes]
+    out_ptrs = [malloc(size) if size else 0 for size in out_sizes]  # 0: an empty buffer
     outputs = dataset_of(list(zip(out_ptrs, out_sizes)))
     stream = 0
     if asynchronous:
@@ -134,13 +143,119 @@ def test_output_descs_hold_each_execution_real_shape(
 
 
 def test_too_small_output_buffer_is_refused(ctx: int, om_nonzero: Path) -> None:
-    """GE checks a dynamic output's buffer against the bytes it needs (code UNCONFIRMED:
-    145000, what the emulator gives for every too-small buffer)."""
+    """GE checks a dynamic output's buffer against the bytes it needs and says so (RT2
+    TensorToOut; code UNCONFIRMED: 145000, what the emulator gives for every too-small buffer)."""
     model_id, _ = _desc(om_nonzero)
     x = np.ones((4, 4), np.float32)
     ret, *_ = _run(model_id, [x], [8, 8])
     assert ret == 145000
-    assert "needs 256 bytes" in acl.get_recent_err_msg()
+    assert "given buffer size 8 is less than output tensor size 256" in acl.get_recent_err_msg()
+
+
+def _buffer(dataset: int, index: int) -> tuple[int, int, int]:
+    """(data buffer, its address, its size) of output `index`."""
+    buf = acl.mdl.get_dataset_buffer(dataset, index)
+    return buf, acl.get_data_buffer_addr(buf), acl.get_data_buffer_size_v2(buf)
+
+
+def _reserved(size: int) -> int:
+    return (size + 31) // 32 * 32 + 32  # what the runtime reserves for malloc(size)
+
+
+def test_sync_execute_allocates_empty_output_buffers(ctx: int, om_nonzero: Path) -> None:
+    """Both outputs get empty buffers: `count` (size 8) is allocated before the run with the
+    model's size, `indices` (size 0: unbounded) after it with GE's size of the real output;
+    each is device memory of the device (get_mem_info drops by what malloc would reserve),
+    holds the answer, and is released by rt.free; the buffer is reset by update_data_buffer.
+    Not reset, the buffer is the caller's again: a larger answer then fails, naming the size."""
+    model_id, _ = _desc(om_nonzero)
+    free_at_start = acl.rt.get_mem_info(1)[0]
+    live_at_start = emulator.stats()["live_device_allocations"]
+    rng = np.random.default_rng(5)
+    x = rng.random((4, 4), dtype=np.float32)
+    ret, outputs, out_ptrs, _ = _run(model_id, [x], [0, 0])
+    assert ret == 0, acl.get_recent_err_msg()
+    assert out_ptrs == [0, 0]
+    after_run = acl.rt.get_mem_info(1)[0]
+    with_input = free_at_start - _reserved(x.nbytes)  # the input buffer _run made
+    want = onnx_models.reference(om_nonzero, [x])
+    shape = _output_shape(outputs, 0)
+    assert shape == want["indices"].shape
+    nbytes = want["indices"].nbytes
+    indices_buf, indices_ptr, indices_size = _buffer(outputs, 0)
+    count_buf, count_ptr, count_size = _buffer(outputs, 1)
+    assert indices_ptr and count_ptr
+    assert indices_size == (nbytes + 31) // 32 * 32 + 32 and count_size == 8
+    assert with_input - after_run == _reserved(indices_size) + _reserved(8)
+    np.testing.assert_array_equal(_fetch(indices_ptr, shape, np.int64), want["indices"])
+    assert _fetch(count_ptr, (), np.int64) == want["count"]
+    stats = emulator.stats()
+    assert stats["live_device_allocations"] == live_at_start + 3  # input, indices, count
+    assert stats["output_allocations"] >= 2
+    # a buffer not reset is the caller's: the answer to all ones needs 256 bytes
+    assert indices_size < 256
+    inputs, ones_ptr = _inputs_of(model_id, np.ones((4, 4), np.float32))
+    assert acl.mdl.execute(model_id, inputs, outputs) == 145000
+    assert f"given buffer size {indices_size} is less than output tensor size 256" in (
+        acl.get_recent_err_msg()
+    )
+    assert _buffer(outputs, 0) == (indices_buf, indices_ptr, indices_size)
+    assert acl.rt.free(ones_ptr) == 0
+    for buf, ptr in ((indices_buf, indices_ptr), (count_buf, count_ptr)):
+        assert acl.rt.free(ptr) == 0
+        assert acl.update_data_buffer(buf, 0, 0) == 0
+    assert acl.rt.get_mem_info(1)[0] == with_input
+
+
+def _inputs_of(model_id: int, x: np.ndarray) -> tuple[int, int]:
+    """An input dataset holding `x` on the device, with its tensor desc; (dataset, ptr)."""
+    data = x.tobytes()
+    ptr = malloc(len(data))
+    assert acl.rt.memcpy(ptr, len(data), acl.util.bytes_to_ptr(data), len(data), H2D) == 0
+    inputs = dataset_of([(ptr, len(data))])
+    desc = acl.create_tensor_desc(0, list(x.shape), 2)
+    assert acl.mdl.set_dataset_tensor_desc(inputs, desc, 0) == (inputs, 0)
+    acl.destroy_tensor_desc(desc)
+    return inputs, ptr
+
+
+def test_an_empty_answer_gets_ge_smallest_tensor(ctx: int, om_nonzero: Path) -> None:
+    """No element above the threshold: `indices` is [2, 0], 0 bytes, for which GE's size is
+    32 (never 0), so ACL allocates 32 bytes and the desc says [2, 0]."""
+    model_id, _ = _desc(om_nonzero)
+    ret, outputs, *_ = _run(model_id, [np.zeros((4, 4), np.float32)], [0, 8])
+    assert ret == 0, acl.get_recent_err_msg()
+    assert _output_shape(outputs, 0) == (2, 0)
+    _, ptr, size = _buffer(outputs, 0)
+    assert ptr and size == 32
+    assert acl.rt.free(ptr) == 0
+
+
+def test_static_model_empty_output_buffers_get_the_model_sizes(ctx: int, om_static: Path) -> None:
+    """A static model's outputs have sizes: ACL allocates each before the run."""
+    model_id, desc = _desc(om_static)
+    x = np.random.default_rng(2).random((4, 16), dtype=np.float32)
+    ret, outputs, *_ = _run(model_id, [x], [0, 0], descs=False)
+    assert ret == 0, acl.get_recent_err_msg()
+    want = onnx_models.reference(om_static, [x])
+    for index, name in enumerate(("y", "z")):
+        _, ptr, size = _buffer(outputs, index)
+        assert size == acl.mdl.get_output_size_by_index(desc, index)
+        got = _fetch(ptr, want[name].shape, np.float32)
+        np.testing.assert_allclose(got, want[name], rtol=1e-5)
+        assert acl.rt.free(ptr) == 0
+
+
+def test_execute_async_refuses_an_empty_output_buffer(ctx: int, om_nonzero: Path) -> None:
+    """ACL allocates only for the synchronous execute; the async call gets the empty buffer
+    through to GE, which refuses it (145000; nothing queued, nothing allocated)."""
+    model_id, _ = _desc(om_nonzero)
+    allocations = emulator.stats()["output_allocations"]
+    ret, *_ = _run(model_id, [np.ones((4, 4), np.float32)], [0, 8], asynchronous=True)
+    assert ret == 145000
+    message = acl.get_recent_err_msg()
+    assert "data_buf.data is nullptr, index=0" in message and "synchronous" in message
+    assert emulator.stats()["output_allocations"] == allocations
 
 
 def test_shape_range_input(ctx: int, om_range: Path) -> None:

@@ -40,17 +40,24 @@ LAYERS = {
     "emulator": (),
     "runtime": (),  # and the emulator's `acl`, through ACL_LOADER only
     "repository": ("runtime",),
-    "triton": ("repository", "runtime"),
+    "devicehost": ("runtime",),  # host.py only: the stub side imports no layer (STUB_SIDE)
+    "triton": ("devicehost", "repository", "runtime"),
     "template": ("triton",),
     "client": (),
     "server": ("repository",),
     "tools": ("client", "repository", "runtime", "server"),
-    "commands": ("client", "emulator", "repository", "runtime", "server", "tools"),
+    "commands": ("client", "devicehost", "emulator", "repository", "runtime", "server", "tools"),
     "cli": ("commands",),
 }
 # Production: what Triton's stub runs. It never imports the emulator (the runtime selection in
 # ACL_LOADER aside), not even through another module.
-PRODUCTION = ("runtime", "triton", "template")
+PRODUCTION = ("runtime", "devicehost", "triton", "template")
+# The device host's stub side: what a stub imports under `device_host` on. It imports no layer
+# (no runtime: no `acl`), only the ground floor and each other.
+DEVICE_HOST_SIDE = f"{PACKAGE}.devicehost.host"
+STUB_SIDE = tuple(
+    f"{PACKAGE}.devicehost{suffix}" for suffix in ("", ".protocol", ".buffers", ".client")
+)
 # The only modules outside the emulator that import it.
 EMULATOR_USERS = (
     f"{PACKAGE}.commands.emulator_cmd",
@@ -71,6 +78,9 @@ RESTRICTED = {
     ),
     f"{PACKAGE}.triton.testing": (),
 }
+# Layers whose modules still import each other in a circle, being untangled (issue 37). In every
+# other layer the imports run one way: no module needs, directly or not, one that needs it.
+CIRCLES_TOLERATED = ("emulator",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,3 +280,100 @@ def test_restricted_modules_have_only_their_importers(module: str) -> None:
     assert not offenders, f"only {', '.join(RESTRICTED[module])} import {module}:\n" + "\n".join(
         offenders
     )
+
+
+def test_the_device_host_stub_side_imports_no_layer() -> None:
+    modules = {module_name(path) for path in (ROOT / PACKAGE / "devicehost").glob("*.py")}
+    assert modules == {*STUB_SIDE, DEVICE_HOST_SIDE}, "list a new devicehost module here"
+    offenders = [
+        str(imp)
+        for imp in OUR_IMPORTS
+        if imp.importer in STUB_SIDE
+        and layer_of(imp.target) not in ("", None)
+        and not any(is_within(imp.target, module) for module in STUB_SIDE)
+    ]
+    assert not offenders, "the stub side of the device host imports no layer:\n" + "\n".join(
+        offenders
+    )
+
+
+MODULES = {
+    module_name(path) for directory in SOURCE_DIRS for path in (ROOT / directory).rglob("*.py")
+}
+
+
+def needs_graph(imports: list[Import]) -> dict[str, set[str]]:
+    """Importer -> the modules of ours in its own layer it needs (the package root left out).
+    `from P import m` of a submodule `m` needs `m`, not `P` (whose import is already under way
+    when `m` is a part of it); `P` is needed when a name of its own is imported from it."""
+    by_line: dict[tuple[str, int], set[str]] = {}
+    for imp in imports:
+        by_line.setdefault((imp.importer, imp.line), set()).add(imp.target)
+    graph: dict[str, set[str]] = {}
+    for imp in imports:
+        target, importer = imp.target, imp.importer
+        if target not in MODULES or target == importer or PACKAGE in (importer, target):
+            continue
+        if layer_of(importer) != layer_of(target) or is_emulator_acl_selection(imp):
+            continue
+        names = {t for t in by_line[(importer, imp.line)] if t.startswith(target + ".")}
+        if names and all(name in MODULES for name in names):
+            continue  # only submodules of `target` are imported from it
+        graph.setdefault(importer, set()).add(target)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of `graph`: each set of two or more modules that need each other (directly or
+    through one another), sorted (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def test_the_circle_check_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+    # `from P import m` (a submodule) needs m; `from P import name` needs P itself.
+    p, m = f"{PACKAGE}.repository", f"{PACKAGE}.repository.config"
+    importer = f"{PACKAGE}.repository.validation"
+    submodule = [Import(importer, p, 1), Import(importer, m, 1)]
+    assert needs_graph(submodule) == {importer: {m}}
+    name = [Import(importer, p, 2), Import(importer, f"{p}.something", 2)]
+    assert needs_graph(name) == {importer: {p}}
+
+
+def test_imports_within_a_layer_run_one_way() -> None:
+    circles = import_circles(needs_graph(IMPORTS))
+    offenders = [c for c in circles if layer_of(c[0]) not in CIRCLES_TOLERATED]
+    assert not offenders, "modules that import each other:\n" + "\n".join(
+        " <-> ".join(circle) for circle in offenders
+    )
+    stale = set(CIRCLES_TOLERATED) - {layer_of(circle[0]) for circle in circles}
+    assert not stale, f"no circle left in {sorted(stale)}: remove it from CIRCLES_TOLERATED"

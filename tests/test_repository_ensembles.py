@@ -18,14 +18,14 @@ import pytest
 from e2e_helpers import write_python_model
 
 from ge_python_backend.cli import main
-from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.repository.validation import (
+from ge_python_backend.repository.report import (
     KIND_ENSEMBLE,
     KIND_OURS,
     KIND_PYTHON,
     ModelReport,
-    validate_repository,
 )
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.tools.probe import probe_repository
 
 PRE_CONFIG = """

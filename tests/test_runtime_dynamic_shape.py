@@ -5,7 +5,8 @@ Sources: hicann/ge docs/zh/user_guides/atc_tools/CLI_options/--input_shape.md (s
 tensor desc before executing, read each output's after); aclmdlGetOutputSizeByIndex.md (0 when
 the output is unbounded: the caller estimates the buffer); api/acl/acl_model/model/model.cpp
 (output descs recreated at every execute). Each execution holds one request; the answers are
-compared with onnxruntime.
+compared with onnxruntime. Without max_output_bytes an unbounded output is allocated by the system
+(ACL, during the synchronous acl.mdl.execute) and freed after each copy out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import onnx_models
 import pytest
 from onnx_models import KEEP_FP32
 
+from ge_python_backend import emulator
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import AclError, InputError, ModelFileError, Session
 
@@ -51,10 +53,76 @@ def test_data_dependent_rows_per_request(om_nonzero: Path, depth: int) -> None:
     assert len({r["indices"].shape for r in results}) > 1
 
 
-def test_unbounded_output_needs_max_output_bytes(om_nonzero: Path) -> None:
-    """get_output_size_by_index is 0: without max_output_bytes the model is refused at load."""
-    with pytest.raises(ModelFileError, match="set the parameter max_output_bytes"):
-        _open(om_nonzero)
+@pytest.mark.parametrize("depth", [1, 2])
+def test_unbounded_output_is_allocated_by_the_system(om_nonzero: Path, depth: int) -> None:
+    """get_output_size_by_index is 0 and no max_output_bytes: the session executes
+    synchronously with an empty buffer for `indices` (ACL allocates it at each execution) and
+    a pooled one for `count` (8 bytes); each answer is its own request's, and each allocation
+    is freed after its copy out: the device's memory is back where it was."""
+    rng = np.random.default_rng(depth)
+    feeds = [{"x": rng.random((4, 4), dtype=np.float32)} for _ in range(9)]
+    feeds.append({"x": np.zeros((4, 4), np.float32)})  # no element: indices [2, 0]
+    with _open(om_nonzero, pipeline_depth=depth) as session:
+        free = session.device_memory()[0]
+        before = emulator.stats()
+        results = session.infer_many(feeds)
+        after = emulator.stats()
+        assert session.device_memory()[0] == free
+        assert session.counters.executions == len(feeds)
+    for key in ("output_allocations", "execute_calls", "free_calls"):
+        assert after[key] - before[key] == len(feeds), key
+    assert after["execute_async_calls"] == before["execute_async_calls"]
+    assert after["live_device_allocations"] == before["live_device_allocations"]
+    for feed, result in zip(feeds, results):
+        want = onnx_models.reference(om_nonzero, feed)
+        np.testing.assert_array_equal(result["indices"], want["indices"])
+        assert result["count"].shape == () and result["count"] == want["count"]
+    assert results[-1]["indices"].shape == (2, 0)
+
+
+def test_system_allocation_leaks_nothing_over_10000_executions(om_nonzero: Path) -> None:
+    """10,000 executions, one request each: every allocation ACL made is freed (the device's
+    free memory and the live allocations end where they started)."""
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.random((4, 4), dtype=np.float32)} for _ in range(100)]
+    with _open(om_nonzero) as session:
+        free = session.device_memory()[0]
+        before = emulator.stats()
+        for _ in range(100):
+            session.infer_many(feeds)
+        after = emulator.stats()
+        assert session.device_memory()[0] == free
+        assert session.counters.executions == 10_000
+    assert after["output_allocations"] - before["output_allocations"] == 10_000
+    assert after["free_calls"] - before["free_calls"] == 10_000
+    assert after["live_device_allocations"] == before["live_device_allocations"]
+    assert after["device_bytes_in_use"] == before["device_bytes_in_use"]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["mdl.execute:507011:1", "rt.memcpy:507011:2"],  # the execution, or its copy out, fails
+)
+def test_a_failed_system_allocated_execution_frees_its_outputs(
+    om_nonzero: Path, fault: str
+) -> None:
+    """A failure fails its request alone; what ACL allocated for it is freed, and the next
+    request is served."""
+    x = np.ones((4, 4), np.float32)
+    with _open(om_nonzero) as session:
+        free = session.device_memory()[0]
+        emulator.set_faults(fault)
+        with pytest.raises(AclError):
+            session.infer({"x": x})
+        emulator.set_faults(None)
+        assert session.device_memory()[0] == free
+        result = session.infer({"x": x})
+        assert result["indices"].shape == (2, 16)
+        assert session.device_memory()[0] == free
+        assert session.counters.failed_executions == 1
+
+
+def test_max_output_bytes_must_be_positive(om_nonzero: Path) -> None:
     with pytest.raises(ValueError, match="max_output_bytes must be a positive integer"):
         _open(om_nonzero, max_output_bytes=0)
 

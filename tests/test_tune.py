@@ -14,6 +14,7 @@ import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.budget import DeviceLimits
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.validation import validate_repository
@@ -417,36 +418,39 @@ def test_failed_loads_are_trials_with_triton_s_reason() -> None:
 
 
 def test_memory_and_process_limits_skip_what_the_device_cannot_hold() -> None:
-    # One instance at depth 2 holds 1000 bytes (500 a lane); 2500 are free: the model may hold
-    # 3500 bytes, i.e. at most 3 instances at depth 2 (3000) and 7 at depth 1.
-    limits = Limits.measured(
-        DEFAULT,
-        Measurement(
-            1.0,
-            1.0,
-            1.0,
-            1.0,
-            1,
-            0,
-            device_memory_bytes={"0": 1000},
-            device_memory_free_bytes={"0": 2500},
-        ),
-        processes_per_device=64,
+    # One instance at depth 2 holds 100 bytes for its process and 1000 in buffers (500 a lane);
+    # 2500 are free: the model may hold 3600 bytes, i.e. at most 3 instances at depth 2 (3300)
+    # and 6 at depth 1 (600 each).
+    device = DeviceLimits(max_processes=64, process_memory=100)
+    measurement = Measurement(
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1,
+        0,
+        device_memory_bytes={"0": 1000},
+        device_memory_free_bytes={"0": 2500},
     )
-    assert (limits.lane_bytes, dict(limits.device_bytes)) == (500, {0: 3500})
+    limits = Limits.measured(DEFAULT, measurement, device)
+    assert (limits.lane_bytes, dict(limits.device_bytes)) == (500, {0: 3600})
     assert limits.refusal(dataclasses.replace(DEFAULT, instances=3)) is None
     refusal = limits.refusal(dataclasses.replace(DEFAULT, instances=4))
-    assert refusal is not None and "4000 bytes" in refusal and "3500" in refusal
-    assert limits.refusal(dataclasses.replace(DEFAULT, instances=4, pipeline_depth=1)) is None
+    assert refusal is not None and "4400 bytes" in refusal and "3600" in refusal
+    assert limits.refusal(dataclasses.replace(DEFAULT, instances=6, pipeline_depth=1)) is None
+    assert limits.refusal(dataclasses.replace(DEFAULT, instances=7, pipeline_depth=1))
+    # a lane's cost from the .om (the budget's figure) wins over the measured buffers
+    from_om = Limits.measured(DEFAULT, measurement, device, lane_bytes=700)
+    assert (from_om.lane_bytes, dict(from_om.device_bytes)) == (700, {0: 2500 + 1500})
 
-    processes = Limits(processes_per_device=2)
+    processes = Limits(DeviceLimits(max_processes=2))
     crowded = dataclasses.replace(DEFAULT, instances=3)
     assert "at most 2 processes per device" in str(processes.refusal(crowded))
     assert processes.refusal(dataclasses.replace(crowded, device_ids=(0, 1))) is None
 
     clock = FakeClock()
     model = SyntheticModel(surface, clock, memory=(1000, 1500))  # 2500 bytes, 5 lanes
-    result = run_search(model, clock).run()
+    result = run_search(model, clock, device=DeviceLimits(process_memory=0)).run()
     assert all(c.instances * c.pipeline_depth <= 5 for c in model.loads)
     skipped = [c for c, _ in result.skipped]
     assert skipped and all(c.instances * c.pipeline_depth > 5 for c in skipped)
@@ -455,7 +459,7 @@ def test_memory_and_process_limits_skip_what_the_device_cannot_hold() -> None:
 def test_process_limit_in_the_search() -> None:
     clock = FakeClock()
     model = SyntheticModel(surface, clock)
-    result = run_search(model, clock, processes_per_device=2).run()
+    result = run_search(model, clock, device=DeviceLimits(max_processes=2)).run()
     assert all(c.instances <= 2 for c in model.loads)
     assert any(c.instances == 3 for c, _ in result.skipped)
 

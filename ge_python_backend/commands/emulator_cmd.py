@@ -186,7 +186,7 @@ def run_compile(args: argparse.Namespace) -> int:
     model = OmModel.load(path)
     print(path)
     # the output shapes as `inspect` reads them: through a session on the emulator; a
-    # dynamic-shape model's through its description (a session needs max_output_bytes for it)
+    # dynamic-shape model's through its description (no device: the -1 dims as ACL reports them)
     if model.description.dynamic_shape:
         print(summary(model, [spec.shape for spec in describe_om(path, "emulator").outputs]))
     else:

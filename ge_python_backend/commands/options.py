@@ -27,7 +27,19 @@ from ge_python_backend.tools.watch import (
     DEFAULT_METRICS_PORT,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
+    metrics_port_beside,
 )
+
+
+def port_number(text: str) -> int:
+    """An argparse `type` for a TCP port: 0 (a free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: 0 (a free one) to 65535")
+    return port
 
 
 def add_repository_argument(parser: argparse.ArgumentParser) -> None:
@@ -135,8 +147,9 @@ def add_max_output_bytes_option(parser: argparse.ArgumentParser) -> None:
         "--max-output-bytes",
         metavar="BYTES",
         help="an .om with data-dependent output shapes (NonZero, NMS in the graph) whose output "
-        "size it leaves unbounded: the buffer of each such output, the most bytes one answer "
-        "may take",
+        "size it leaves unbounded: a pooled buffer of this size for each such output, the most "
+        "bytes one answer may take (faster; without it ACL allocates each such output at every "
+        "execution)",
     )
 
 
@@ -295,10 +308,14 @@ def parse_thresholds(args: argparse.Namespace) -> Thresholds:
     return Thresholds(args.atol, args.rtol, args.min_cosine)
 
 
-def add_watch_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+def add_watch_options(
+    parser: argparse.ArgumentParser, prefix: str = "", *, beside_server: bool = False
+) -> None:
     """`--interval`, `--timeout`, `--retries` and `--metrics-port` of the watcher
     (`tools.watch.Watcher`); `prefix` ("watch-") names them `--watch-interval`, ... where they
-    sit beside a server's own options (read them back with `watch_option`)."""
+    sit beside a server's own options (read them back with `watch_option`, the port with
+    `watch_metrics_port`). `beside_server`: the watcher runs beside a server this command
+    starts, and its port follows the server's (`tools.watch.metrics_port_beside`)."""
     parser.add_argument(
         f"--{prefix}interval",
         type=float,
@@ -322,16 +339,30 @@ def add_watch_options(parser: argparse.ArgumentParser, prefix: str = "") -> None
         help=f"reloads of a failing model in a row before giving up on it until it answers "
         f"again (default: {DEFAULT_RETRIES})",
     )
+    default = (
+        "one above the server's highest fixed port, e.g. 8003; a free port when the server's "
+        "are all 0"
+        if beside_server
+        else str(DEFAULT_METRICS_PORT)
+    )
     parser.add_argument(
         f"--{prefix}metrics-port",
-        type=int,
-        default=DEFAULT_METRICS_PORT,
+        type=port_number,
+        default=None if beside_server else DEFAULT_METRICS_PORT,
         metavar="PORT",
-        help=f"port of the watcher's Prometheus /metrics (default: {DEFAULT_METRICS_PORT}; "
-        "0 picks a free port)",
+        help=f"port of the watcher's Prometheus /metrics (default: {default}; 0 picks a free port)",
     )
 
 
 def watch_option(args: argparse.Namespace, name: str, prefix: str = "") -> Any:
-    """The value of watcher option `name` ("metrics_port") declared by `add_watch_options`."""
+    """The value of watcher option `name` ("interval") declared by `add_watch_options`."""
     return getattr(args, prefix.replace("-", "_") + name)
+
+
+def watch_metrics_port(
+    args: argparse.Namespace, prefix: str = "", server_ports: Sequence[int] = ()
+) -> int:
+    """The watcher's metrics port: `--metrics-port` as given, else (`beside_server`) the one
+    that follows `server_ports`."""
+    port = watch_option(args, "metrics_port", prefix)
+    return metrics_port_beside(server_ports) if port is None else int(port)

@@ -169,6 +169,14 @@ def register(subparsers: Any) -> None:
         "kept, centred, parameter image_fill around)",
     )
     parser.add_argument(
+        "--device-host",
+        choices=("on", "off"),
+        default=None,
+        help="parameter device_host: on serves the model from the NPU's device host (one "
+        "process opens the device for every model placed on it; the stub opens no device) "
+        "(default: left out, off)",
+    )
+    parser.add_argument(
         "--input",
         action="append",
         default=[],
@@ -223,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
         input_shape_order=args.input_shape_order,
         pipeline_min_device_us=args.pipeline_min_device_us,
         max_output_bytes=parse_max_output_bytes(args.max_output_bytes),
+        device_host=None if args.device_host is None else args.device_host == "on",
         inputs=args.input,
         outputs=args.output,
         dry_run=args.dry_run,

@@ -6,6 +6,7 @@ import argparse
 import collections
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -18,16 +19,23 @@ from ge_python_backend.commands.options import (
     add_repository_argument,
     add_tritonserver_options,
     add_watch_options,
-    watch_option,
+    port_number,
+    watch_metrics_port,
 )
 from ge_python_backend.commands.watch_cmd import watcher_from
+from ge_python_backend.devicehost.client import start_host
+from ge_python_backend.devicehost.protocol import host_paths
+from ge_python_backend.repository.budget import footprints
+from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.server import (
     MODEL_CONTROL_MODES,
     ServerError,
     TritonServer,
+    check_port_free,
     describe_python,
     exit_description,
     find_server,
+    remove_dead_servers_regions,
 )
 from ge_python_backend.tools.watch import Watcher, WatchMetrics, serve_metrics
 
@@ -58,10 +66,15 @@ Unless --no-watch is given, the watcher of `ge-python-model watch` runs beside t
 probes every READY model each --watch-interval seconds and reloads one whose stub process died
 or whose inference hangs. So that it can reload, the server runs in explicit model-control mode
 with every model loaded (--model-control-mode none turns reloads off). The watcher's Prometheus
-counters are on --watch-metrics-port (at --host). When tritonserver dies by a signal (a crash,
-SIGKILL), serve removes what the dead server left in /dev/shm and starts it again on the same
-ports, at most --max-restarts times in --restart-window seconds; an exit without a signal ends
-serve.
+counters are on --watch-metrics-port (at --host; by default the port above Triton's highest, a
+free one when Triton's are all 0). When tritonserver dies by a signal (a crash, SIGKILL), serve
+removes what the dead server left in /dev/shm and starts it again on the same ports, at most
+--max-restarts times in --restart-window seconds; an exit without a signal ends serve.
+
+The server log goes to a new directory in the temp directory, removed when the server stops
+cleanly (a --log-file stays). Who owns each server's shared-memory regions is recorded in
+/dev/shm/ge-python-backend-<uid>; at start, serve removes the regions of servers that died
+with their serve (kill -9 of both), never those of a server whose serve or tritonserver runs.
 
 examples:
   ge-python-model serve models
@@ -81,7 +94,7 @@ def register(subparsers: Any) -> None:
     for protocol, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
         parser.add_argument(
             f"--{protocol}-port",
-            type=int,
+            type=port_number,
             default=port,
             metavar="PORT",
             help=f"{protocol} port (default: {port}; 0 picks a free port)",
@@ -109,7 +122,10 @@ def register(subparsers: Any) -> None:
         help="run every model on the CPU emulator of pyACL (GE_PYTHON_BACKEND_ACL=emulator)",
     )
     parser.add_argument(
-        "--log-file", type=Path, help="server log (default: a new file in the temp directory)"
+        "--log-file",
+        type=Path,
+        help="server log, kept (default: a new directory in the temp directory, removed when "
+        "the server stops cleanly)",
     )
     parser.add_argument(
         "--exit-timeout-secs",
@@ -125,7 +141,7 @@ def register(subparsers: Any) -> None:
         action="store_false",
         help="do not run the watcher (nothing then reloads a model whose stub died)",
     )
-    add_watch_options(parser, WATCH_PREFIX)
+    add_watch_options(parser, WATCH_PREFIX, beside_server=True)
     parser.add_argument(
         "--max-restarts",
         type=int,
@@ -224,6 +240,15 @@ def _stop_watcher(watcher: Watcher | None, endpoint: Any) -> None:
         endpoint.server_close()
 
 
+def _print_removed(regions: list[Path], whose: str) -> None:
+    if regions:
+        print(
+            f"removed {len(regions)} shared-memory regions of {whose}: "
+            + ", ".join(path.name for path in regions),
+            file=sys.stderr,
+        )
+
+
 def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     urls = server.urls
     print(f"Triton is ready (pid {server.pid}); log: {server.log_path}")
@@ -235,6 +260,50 @@ def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
         print(line)
 
 
+class DeviceHosts:
+    """The device hosts `serve` keeps up: one for each device its `device_host` models use,
+    started before Triton (so the first load does not wait for one) and started again when one
+    dies. A connection of `serve`'s own keeps each alive while `serve` runs; the stubs would
+    start a missing one too, at their next request."""
+
+    def __init__(self, repository: Path, env: dict[str, str]) -> None:
+        models = footprints(repository_entries(repository))
+        self.devices = sorted({d for m in models if m.device_host for d in m.processes})
+        self.env = env
+        self.links: dict[int, socket.socket] = {}
+
+    def start(self) -> None:
+        """Start (or join) the host of every device."""
+        for device in self.devices:
+            self.links[device] = start_host(device, host_paths(device), self.env)
+            print(f"device host of device {device}: {host_paths(device).log}", flush=True)
+
+    def keep_up(self) -> None:
+        """Start again each host whose connection ended (the host died)."""
+        for device, link in list(self.links.items()):
+            try:
+                ended = link.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                ended = False
+            except OSError:
+                ended = True
+            if ended:
+                link.close()
+                print(
+                    f"the device host of device {device} died; starting it again (log "
+                    f"{host_paths(device).log})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.links[device] = start_host(device, host_paths(device), self.env)
+
+    def close(self) -> None:
+        """Let the hosts go (each stops once its last stub has left)."""
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C/SIGTERM (exit 0) or until the server dies for good (exit 1)."""
     mode, load_models = _model_control(args)
@@ -242,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
     binary = find_server(
         args.tritonserver, args.backend_directory, stub_version=stub_python.version
     )
+    env = {"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else {}
     server = TritonServer(
         args.repository,
         http_port=args.http_port,
@@ -250,23 +320,36 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         model_control_mode=mode,
         load_models=load_models,
-        env={"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else None,
+        env=env or None,
         log_path=args.log_file,
         binary=binary,
         exit_timeout=args.exit_timeout_secs,
         stub_python=stub_python,
     )
+    budget = RestartBudget(args.max_restarts, args.restart_window)
+    for record, regions in remove_dead_servers_regions():
+        owners = ", ".join(f"pid {pid}" for pid, _ in record.owners) or "unknown pids"
+        _print_removed(
+            regions, f"a server that died with its launcher ({owners}; log {record.log_path})"
+        )
+    metrics = WatchMetrics()
+    endpoint = None
+    if args.watch:
+        # Bound before Triton starts, so that a port in use fails before anything runs.
+        server.check_ports()
+        ports = (args.http_port, args.grpc_port, args.metrics_port)
+        port = watch_metrics_port(args, WATCH_PREFIX, ports)
+        if port:
+            check_port_free(args.host, port, "watcher's metrics")
+        endpoint = serve_metrics(metrics, port, host=args.host)
     # SIGINT too: a process started in the background inherits SIGINT ignored, and Python then
     # installs no Ctrl-C handler of its own.
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = [signal.signal(signum, _raise_interrupt) for signum in stop_signals]
-    budget = RestartBudget(args.max_restarts, args.restart_window)
-    metrics = WatchMetrics()
-    # Bound before Triton starts, so that a port in use fails before anything runs.
-    port = watch_option(args, "metrics_port", WATCH_PREFIX)
-    endpoint = serve_metrics(metrics, port, host=args.host) if args.watch else None
     watcher: Watcher | None = None
+    hosts = DeviceHosts(args.repository, env)
     try:
+        hosts.start()
         server.start()
         server.wait_ready()
         index = server.repository_index()
@@ -284,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
         while True:
             while (code := server.poll()) is None:
                 time.sleep(0.5)
+                hosts.keep_up()
             ended = f"tritonserver {exit_description(code)}"
             if code >= 0 or not budget.take():
                 if code >= 0:
@@ -307,13 +391,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            removed = server.restart()
-            if removed:
-                print(
-                    f"removed {len(removed)} shared-memory regions of the dead server: "
-                    + ", ".join(path.name for path in removed),
-                    file=sys.stderr,
-                )
+            _print_removed(server.restart(), "the dead server")
             server.wait_ready()
             _print_ready(server, server.repository_index())
             print("Triton restarted.", flush=True)
@@ -332,9 +410,11 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
         print("Triton stopped (exit code 0)", file=sys.stderr)
+        server.remove_log()
         return 0
     finally:
         _stop_watcher(watcher, endpoint)
         server.stop()
+        hosts.close()
         for signum, handler in zip(stop_signals, previous):
             signal.signal(signum, handler)

@@ -9,14 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.ascend import PROCESSES_PER_DEVICE_VM
 from ge_python_backend.client import TritonClient, server_errors, server_url
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.bench_cmd import describe_target
 from ge_python_backend.commands.options import (
     add_data_options,
+    add_device_budget_options,
     add_load_options,
     add_metrics_url_option,
     add_server_options,
+    device_limits,
     open_loop_settings,
     parse_files,
     parse_levels,
@@ -24,14 +27,14 @@ from ge_python_backend.commands.options import (
     parse_shapes,
 )
 from ge_python_backend.errors import UserError
+from ge_python_backend.repository.budget import footprints
 from ge_python_backend.repository.parameters import parse_device_ids
+from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.runtime.batching import normalize_gears
 from ge_python_backend.tools.tune import (
     CONFIRM_FINALISTS,
     CONFIRM_ROUNDS,
     DEFAULT_MAX_INSTANCES,
-    PROCESSES_PER_DEVICE,
-    PROCESSES_PER_DEVICE_VM,
     LoadFunction,
     Search,
     SearchSpace,
@@ -160,14 +163,19 @@ def register(subparsers: Any) -> None:
         help="the NPUs the model may use: placements tried are prefixes of this list (default: "
         "the config's device_ids)",
     )
-    parser.add_argument(
-        "--processes-per-device",
-        type=int,
-        default=PROCESSES_PER_DEVICE,
-        metavar="N",
-        help=f"processes pyACL serves per device; each instance is one (default: "
-        f"{PROCESSES_PER_DEVICE}; {PROCESSES_PER_DEVICE_VM} in a VM)",
+    add_device_budget_options(
+        parser, "the SoC of the NPUs, whose memory bounds the configs tried before one is measured"
     )
+
+
+def _lane_bytes(repository: Path | None, model: str) -> int:
+    """What one pipeline lane of `model` holds on its device, as the device budget counts it
+    (one load of the `.om` and its buffers; 0 without --repository or where it cannot be read
+    here: tune then measures the buffers)."""
+    if repository is None:
+        return 0
+    entries = [e for e in repository_entries(repository) if e.directory.name == model]
+    return next((f.lane_bytes or 0 for f in footprints(entries)), 0)
 
 
 def parse_gears(text: str) -> tuple[int, ...]:
@@ -222,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
             space,
             p99_ms=args.p99_ms,
             budget_s=args.budget_s,
-            processes_per_device=args.processes_per_device,
+            device=device_limits(args),
+            lane_bytes=_lane_bytes(args.repository, args.model),
             confirm_rounds=args.confirm_rounds,
             progress=sys.stderr,
         )

@@ -24,7 +24,8 @@ from ge_python_backend.commands.options import (
     device_limits,
 )
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.repository.validation import ModelReport, validate_repository
+from ge_python_backend.repository.report import ModelReport
+from ge_python_backend.repository.validation import validate_repository
 from ge_python_backend.tools.probe import DEFAULT_LOAD_TIMEOUT_S, probe_repository
 
 HELP = "check a model repository (config, files, checksum, inputs/outputs vs the .om, ensembles)"

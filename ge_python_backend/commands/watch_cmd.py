@@ -12,6 +12,7 @@ from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_server_options,
     add_watch_options,
+    watch_metrics_port,
     watch_option,
 )
 from ge_python_backend.tools.watch import Watcher, WatchMetrics, serve_metrics
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     """Watch until SIGINT or SIGTERM (exit 0)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     watcher = watcher_from(args, args.url, args.protocol)
-    metrics_server = serve_metrics(watcher.metrics, watch_option(args, "metrics_port"))
+    metrics_server = serve_metrics(watcher.metrics, watch_metrics_port(args))
     port = metrics_server.server_address[1]
     logger.info("watcher metrics on http://0.0.0.0:%d/metrics", port)
     # A signal sets `stop` rather than raising: tritonclient's gevent hub may swallow a

@@ -52,6 +52,24 @@ class Refusal:
     holders: tuple[Holder, ...]
 
 
+def device_holders(directory: str, device_id: int) -> tuple[Holder, ...]:
+    """The live processes holding emulated device `device_id` of the host at `directory` (as
+    its ledger says; for tests and benchmarks that count a device's processes and memory)."""
+    path = os.path.join(directory, f"device{device_id}-ledger")
+    try:
+        with open(path, "rb") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_SH)
+            data = file.read()
+    except FileNotFoundError:
+        return ()
+    rows = _ROW.iter_unpack(data[: len(data) // _ROW.size * _ROW.size])
+    return tuple(
+        Holder(pid, contexts, nbytes)
+        for pid, started, contexts, nbytes in rows
+        if pid and is_alive(pid, started)
+    )
+
+
 class DeviceLedger:
     """This process's row in one device's ledger (callers hold the emulator's `LOCK`).
 

@@ -17,6 +17,7 @@ from ge_python_backend.emulator._state import (
     HANDLE_BASE,
     POISON,
     AclFailure,
+    Device,
 )
 
 ALIGN = 64
@@ -207,3 +208,28 @@ class Memory:
 
 
 MEMORY = Memory()
+
+
+def device_malloc(
+    device: Device,
+    size: int,
+    what: str,
+    align: int = ALIGN,
+    allocator: str = "acl.rt.malloc",
+) -> DeviceAllocation:
+    """`size` bytes of `device`'s memory the way `acl.rt.malloc` takes them (caller holds LOCK),
+    the one allocation path of `acl.rt.malloc`, `acl.media.dvpp_malloc` (`allocator`, `align`)
+    and the outputs ACL allocates at execute: the runtime's reserve (`malloc_reserved`) charged
+    to the device's ledger, so every process on the host sees it. 207001 when the host's
+    processes left too little (hicann/runtime npu_driver_mem.cc: halMemAlloc's
+    DRV_ERROR_OUT_OF_MEMORY, errcode_manage.cc "driver error:out of memory", reported as
+    EL0004). `what` names the allocation in that message."""
+    need = malloc_reserved(size)
+    device.charge(need, AclCode.RT_MEMORY_ALLOCATION, f"EL0004 {what} ({need} reserved)")
+    try:
+        return MEMORY.allocate_device(size, device.id, align, allocator)
+    except MemoryError as exc:
+        device.release(need)
+        raise AclFailure(
+            AclCode.RT_MEMORY_ALLOCATION, f"the host running the emulator cannot back {size} bytes"
+        ) from exc

@@ -40,7 +40,7 @@ from ge_python_backend.ascend import (
     converted_tensor_name,
 )
 from ge_python_backend.emulator import timing
-from ge_python_backend.emulator._memory import MEMORY, Span
+from ge_python_backend.emulator._memory import MEMORY, Span, device_malloc
 from ge_python_backend.emulator._state import (
     LOCK,
     POISON,
@@ -66,6 +66,15 @@ NOT_A_GEAR = AclCode.GE_DYNAMIC_BATCH_SIZE_INVALID
 # DavinciModel::CheckUserAndModelSize); GE accepts a buffer up to 64 bytes short.
 BUFFER_TOO_SMALL = AclCode.GE_PARAM_INVALID
 SIZE_SLACK = 64
+# An empty output buffer (data 0, size 0) given to execute_async: older GE refuses it in
+# UpdateIoTaskArgs ("data_buf.data is nullptr", ACL_ERROR_GE_PARAM_INVALID); current GE's
+# check of the size returns ge::FAILED (500002 through ACL_GET_ERRCODE_GE): UNCONFIRMED which.
+EMPTY_ASYNC_OUTPUT = AclCode.GE_PARAM_INVALID
+# GE's tensor sizes: the bytes rounded up to 32, plus 32 bytes of padding, never 0 (hicann/ge
+# graph_metadef/exe_graph/lowering/shape_utils.cc CalcAlignedSizeByShape, kAlignBytes 32 and
+# tensor_size_utils.cc kDefaultPaddingSize 32).
+TENSOR_ALIGN = 32
+TENSOR_PADDING = 32
 
 Gear = tuple[int, ...]
 
@@ -100,6 +109,12 @@ def _masked(dims: Sequence[int], axes: tuple[int, ...]) -> tuple[int, ...]:
 
 def _nbytes(acl_dtype: int, shape: tuple[int, ...]) -> int:
     return math.prod(shape) * NUMPY_BY_ACL[acl_dtype].itemsize
+
+
+def tensor_size(nbytes: int) -> int:
+    """The size GE gives a tensor of `nbytes` bytes (CalcAlignedSizeByShape): what ACL
+    allocates for a system-allocated output and reports as its buffer's size."""
+    return (nbytes + TENSOR_ALIGN - 1) // TENSOR_ALIGN * TENSOR_ALIGN + TENSOR_PADDING
 
 
 def _max_nbytes(tensor: OmTensor, index: int, per_gear: list[list[Gear]]) -> int:
@@ -316,10 +331,13 @@ class Execution:
 
     model: LoadedModel
     inputs: tuple[Span, ...]  # user inputs, then the mbatch buffer of a gear model
-    outputs: tuple[Span, ...]
+    # None: an empty data buffer (data 0, size 0) of a synchronous execute, which ACL fills
+    # with device memory it allocates (`run`)
+    outputs: tuple[Span | None, ...]
     # a dynamic-shape model: each input's dims from its dataset tensor desc (else the model's)
     input_shapes: tuple[tuple[int, ...], ...] | None
     output_descs: tuple[int, ...]  # the output dataset's new tensor descs, filled by `run`
+    output_buffers: tuple[DataBuffer, ...]  # the output dataset's data buffers
 
     def read_gear(self) -> Gear | None:
         """The gear written into the mbatch buffer; 145013 if it is not a compiled gear."""
@@ -395,11 +413,24 @@ class Execution:
         return _nbytes(acl_dtype, shape)
 
     def run(self) -> None:
-        """Read the inputs for the selected gear, run the model, write the outputs."""
+        """Read the inputs for the selected gear, run the model, write the outputs.
+
+        An empty output buffer (synchronous execute only) gets device memory ACL allocates,
+        as `acl.rt.malloc` would (the caller frees it with `acl.rt.free`): before the run
+        when the output's size is known (`get_output_size_by_index` > 0), else after it, GE's
+        size of the real output (`tensor_size`), which the output is copied into (hicann/ge
+        api/acl/acl_model/model/model.cpp ModelExecute and RuntimeV2ModelExecute). The data
+        buffer then holds that address and size; it stays so after a failed run.
+        """
         model = self.model
         model.check_live()
         for i, span in enumerate(self.inputs + self.outputs):
-            span.check_live(f"buffer {i}")
+            if span is not None:
+                span.check_live(f"buffer {i}")
+        outputs = [
+            self._system_output(i, tensor.size) if span is None and tensor.size else span
+            for i, (tensor, span) in enumerate(zip(model.outputs, self.outputs))
+        ]
         gear = self.read_gear()
         desc = model.om.description
         dynamic = self.input_shapes is not None
@@ -431,8 +462,9 @@ class Execution:
                 raise AclFailure(
                     AclCode.RT_MODEL_EXECUTE, f"model {model.id} failed to execute: {exc}"
                 ) from exc
+        arrays = []
         for i, (tensor, span, result, shape) in enumerate(
-            zip(model.outputs, self.outputs, results, desc.output_shapes(gear))
+            zip(model.outputs, outputs, results, desc.output_shapes(gear))
         ):
             array = np.asarray(result, order="C")  # ascontiguousarray makes a scalar [1]
             expected = NUMPY_BY_ACL[tensor.acl_dtype]
@@ -445,22 +477,50 @@ class Execution:
                     f"output {tensor.name} came out {array.dtype}{list(array.shape)}, "
                     f"the description says {expected}{list(shape)}",
                 )
+            arrays.append(array)
+            if span is None:
+                continue  # ACL allocates it below, once the execution has succeeded
             room = span.remaining if span.remaining is not None else array.nbytes
-            if (gear is not None or dynamic) and room < array.nbytes:
+            if gear is not None and room < array.nbytes:
                 # GE writes the whole output past the user's buffer; refused here (stricter).
-                # For a dynamic-shape output GE checks the size and names the bytes needed
-                # (aclmdlGetOutputSizeByIndex.md, 方式二); UNCONFIRMED code.
-                where = f" of gear {list(gear)}" if gear is not None else f" {list(array.shape)}"
                 raise AclFailure(
                     BUFFER_TOO_SMALL,
-                    f"output {i} ({tensor.name}){where} needs {array.nbytes} "
+                    f"output {i} ({tensor.name}) of gear {list(gear)} needs {array.nbytes} "
                     f"bytes, its buffer has {room}",
                 )
+            if dynamic and room < array.nbytes:
+                # hicann/ge runtime/v2/kernel/common_kernel_impl/memory_copy.cc TensorToOut
+                # (aclmdlGetOutputSizeByIndex.md, 方式二: the error says the size needed);
+                # UNCONFIRMED code (that check returns ge::GRAPH_FAILED).
+                raise AclFailure(
+                    BUFFER_TOO_SMALL,
+                    "Failed to copy output tensor data to the given buffer, given buffer size "
+                    f"{room} is less than output tensor size {array.nbytes} (output {i} "
+                    f"{tensor.name} {list(array.shape)} needs {array.nbytes} bytes)",
+                )
+        for i, (span, array) in enumerate(zip(outputs, arrays)):
+            if span is None:
+                span = self._system_output(i, tensor_size(array.nbytes))
+            room = span.remaining if span.remaining is not None else array.nbytes
             # A static model's buffer may be up to SIZE_SLACK bytes short (prepare checked).
             ctypes.memmove(span.address, array.ctypes.data, min(room, array.nbytes))
         with LOCK:
             for handle, tensor, result in zip(self.output_descs, model.outputs, results):
                 fill_desc(handle, tensor.acl_dtype, np.shape(result), tensor.acl_format)
+
+    def _system_output(self, index: int, size: int) -> Span:
+        """Device memory ACL allocates for output `index`'s empty data buffer (`aclrtMalloc`,
+        counted as the process's device memory; 207001 when the device has no room), bound to
+        that buffer: its address and `size`."""
+        model = self.model
+        buf = self.output_buffers[index]
+        with LOCK:
+            alloc = device_malloc(
+                model.context.device, size, f"output {index} of model {model.id} ({size} bytes)"
+            )
+            buf.addr, buf.size = alloc.base, size
+            STATE.count("output_allocations")
+        return Span(True, alloc.address, size, alloc, None, alloc.view)
 
 
 def dynamic_images(
@@ -487,8 +547,11 @@ def _read(span: Span, acl_dtype: int, shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(data, NUMPY_BY_ACL[acl_dtype]).reshape(shape)
 
 
-def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
-    """Validate datasets against the model (caller holds LOCK)."""
+def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset, synchronous: bool) -> Execution:
+    """Validate datasets against the model (caller holds LOCK). An empty output buffer (data
+    0, size 0) is for ACL to allocate, which it does only in a `synchronous` execute
+    (aclmdlExecute.md; model.cpp ModelExecute mallocs only `!basync`): execute_async
+    refuses it."""
     for dataset in (inputs, outputs):
         if not dataset.live:
             raise AclFailure(AclCode.INVALID_PARAM, f"dataset 0x{dataset.handle:x} was destroyed")
@@ -519,14 +582,34 @@ def prepare(model: LoadedModel, inputs: Dataset, outputs: Dataset) -> Execution:
             for i, (buf, t) in enumerate(zip(inputs.buffers, model.inputs))
         ),
         tuple(
-            _buffer_span(model, buf, t, f"output {i} ({t.name})", sized)
+            _output_span(model, i, buf, t, sized, synchronous)
             for i, (buf, t) in enumerate(zip(outputs.buffers, model.outputs))
         ),
         input_shapes,
         # GE recreates every output's tensor desc at each execute (hicann/ge api/acl/acl_model/
         # model/model.cpp, ModelExecute): undefined until the execution has run
         renew_descs(outputs.tensor_descs, len(model.outputs)),
+        tuple(outputs.buffers),
     )
+
+
+def _output_span(
+    model: LoadedModel, index: int, buf: DataBuffer, tensor: IoTensor, sized: bool, sync: bool
+) -> Span | None:
+    """Output `index`'s span; None for an empty data buffer of a synchronous execute (ACL
+    allocates it), EMPTY_ASYNC_OUTPUT for one of execute_async."""
+    what = f"output {index} ({tensor.name})"
+    if buf.live and buf.addr == 0:
+        if sync:
+            return None
+        raise AclFailure(
+            EMPTY_ASYNC_OUTPUT,
+            f"data_buf.data is nullptr, index={index}, model_id:{model.id}: the data buffer of "
+            f"{what} is empty (data 0, size 0), which ACL fills with memory it allocates only "
+            "in the synchronous acl.mdl.execute; execute_async needs device memory of "
+            "get_output_size_by_index bytes (or more, for an unbounded output)",
+        )
+    return _buffer_span(model, buf, tensor, what, sized)
 
 
 def _dataset_input_shapes(model: LoadedModel, inputs: Dataset) -> tuple[tuple[int, ...], ...]:
@@ -596,10 +679,14 @@ def _sized(span: Span, buf: DataBuffer, tensor: IoTensor, what: str, sized: bool
             f"{span.remaining} bytes of that allocation remain",
         )
     if sized and buf.size + SIZE_SLACK < tensor.size:
+        # hicann/ge davinci_model.cc CheckUserAndModelSize reports E13025 (error_code.json:
+        # "Input tensor is invalid. Reason: %s."), for outputs too
         raise AclFailure(
             BUFFER_TOO_SMALL,
-            f"the data buffer of {what} has {buf.size} bytes; the model needs {tensor.size} "
-            f"(get_input/output_size_by_index; GE accepts up to {SIZE_SLACK} bytes less)",
+            "E13025: Input tensor is invalid. Reason: The input memory size set by the user is "
+            f"invalid.The provided {buf.size} bytes of buffer size plus the aligned "
+            f"{SIZE_SLACK} bytes is less than the tensor size {tensor.size} bytes required by "
+            f"the model ({what}; get_input/output_size_by_index)",
         )
     return Span(span.on_device, span.address, buf.size, span.device, span.host, span.keep)
 

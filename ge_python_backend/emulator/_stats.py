@@ -34,6 +34,7 @@ COUNTERS = (
     "jpegd_calls",
     "vpc_calls",
     "dvpp_channels_created",
+    "output_allocations",  # device memory ACL allocated for empty output buffers (sync execute)
     "set_dynamic_calls",
     "model_loads",
     "model_unloads",

@@ -7,8 +7,10 @@ Each Triton instance of one of our models is a stub process that opens its devic
 `ascend.PROCESSES_PER_DEVICE` processes per device (`PROCESSES_PER_DEVICE_VM` in a VM); each
 holds the device memory of opening the device (`ascend.PROCESS_DEVICE_MEMORY`) and, per pipeline
 lane, one load of the model (work + weight, `acl.mdl.query_size`) and the lane's pooled buffers
-(`describe.ModelFileDescription`). Models that open no device (ensembles, other Python models)
-are not counted.
+(`describe.ModelFileDescription`). Models with the parameter `device_host` on open no device
+in their stubs: the device host of each device they use is one process there (one opening of
+the device) holding every such instance's lanes. Models that open no device (ensembles, other
+Python models) are not counted.
 """
 
 from __future__ import annotations
@@ -59,12 +61,20 @@ class DeviceLimits:
 
 @dataclasses.dataclass(frozen=True)
 class ModelFootprint:
-    """One model's share of the devices: its stub processes per device and what each holds
-    besides the opening of the device (None when its `.om` could not be read)."""
+    """One model's share of the devices: its stub processes per device, each with `lanes`
+    pipeline lanes of `lane_bytes` (one load of the `.om` and its buffers; None when the `.om`
+    could not be read) besides the opening of the device."""
 
     name: str
-    processes: dict[int, int]
-    bytes_per_process: int | None
+    processes: dict[int, int]  # instances per device
+    lanes: int
+    lane_bytes: int | None
+    device_host: bool = False  # the instances live in the device host's one process
+
+    @property
+    def bytes_per_process(self) -> int | None:
+        """What each instance holds besides the opening of the device (its lanes)."""
+        return None if self.lane_bytes is None else self.lanes * self.lane_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +104,9 @@ class DeviceBudget:
                     f"device {row.device}: {row.processes} processes (one per instance) but "
                     f"pyACL allows {self.limits.max_processes} per device "
                     f"({PROCESSES_PER_DEVICE} on a physical machine, {PROCESSES_PER_DEVICE_VM} "
-                    "in a VM): serve fewer instances or spread the models over more devices "
-                    "(parameter device_ids)"
+                    "in a VM): serve fewer instances, spread the models over more devices "
+                    "(parameter device_ids), or serve them from the device host (parameter "
+                    "device_host on: one process per device)"
                 )
             if row.memory > self.limits.memory:
                 found.append(
@@ -141,15 +152,18 @@ def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudg
     rows = []
     for device in devices:
         here = [(m, m.processes[device]) for m in models if m.processes.get(device)]
+        hosted = any(m.device_host for m, _ in here)
+        processes = sum(count for m, count in here if not m.device_host) + int(hosted)
         rows.append(
             DeviceRow(
                 device=device,
-                processes=sum(count for _, count in here),
-                memory=sum(
-                    count * (limits.process_memory + (m.bytes_per_process or 0))
+                processes=processes,
+                memory=processes * limits.process_memory
+                + sum(count * (m.bytes_per_process or 0) for m, count in here),
+                models=tuple(
+                    f"{m.name} x{count}{' (device host)' if m.device_host else ''}"
                     for m, count in here
                 ),
-                models=tuple(f"{m.name} x{count}" for m, count in here),
                 unknown=tuple(m.name for m, _ in here if m.bytes_per_process is None),
             )
         )
@@ -174,7 +188,7 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
         except ConfigError as exc:
             logger.debug("%s opens no device here: %s", entry.directory.name, exc)
             continue  # no .om (not ours), or parameters validate explains
-        per_process = None
+        lane_bytes = None
         try:  # read here by whatever reads it: `runtime`, else its container decides
             description = describe_om(
                 om_path,
@@ -182,7 +196,7 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 params.input_shape_order,
                 params.aipp_config_path(versions[-1]),
             )
-            per_process = params.pipeline_depth * (description.load_bytes + description.lane_bytes)
+            lane_bytes = description.load_bytes + description.lane_bytes
         except GeBackendError as exc:
             logger.debug("%s: memory not known: %s", entry.directory.name, exc)
         counts = [max(group.count, 1) for group in config.instance_group] or [1]
@@ -190,7 +204,9 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
             ModelFootprint(
                 config.name or entry.directory.name,
                 params.instances_per_device(counts),
-                per_process,
+                params.pipeline_depth,
+                lane_bytes,
+                params.in_device_host,
             )
         )
     return found

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
@@ -22,6 +22,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.ascend import GearKind
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
+from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.triton_config import (
     DEFAULT_MAX_QUEUE_DELAY_US,
     ConfigError,
@@ -32,9 +33,6 @@ from ge_python_backend.repository.triton_config import (
     model_dims,
     on_every_input,
 )
-
-if TYPE_CHECKING:
-    from ge_python_backend.repository.parameters import ModelParameters
 
 # Warmup feeds random data to floating-point inputs and zeros to the others (token ids,
 # masks and indices, where random values would be out of range).

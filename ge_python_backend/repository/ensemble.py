@@ -7,7 +7,7 @@ What Triton 2.51 refuses to load, checked in one pass so that every problem is r
 * each step's model: a directory of the repository (with the version the step asks for), valid,
   and with a `max_batch_size` of 0 or at least the ensemble's;
 * each `input_map` key an input of the step's model and each `output_map` key one of its
-  outputs (their configs as Triton completes them: `validation.ModelReport.served_config`),
+  outputs (their configs as Triton completes them: `report.ModelReport.served_config`),
   every input of the model fed (unless `optional`), each tensor produced by one step only;
 * the data flow: every `input_map` value an ensemble input or another step's output, every
   ensemble input used, every ensemble output produced, every step's output read by a step or
@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-if TYPE_CHECKING:
-    from ge_python_backend.repository.validation import ModelReport
+from ge_python_backend.repository.report import ModelReport
 
 ENSEMBLE_PLATFORM = "ensemble"
 

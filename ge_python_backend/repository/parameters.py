@@ -17,11 +17,12 @@ has one rule and one message (see docs/DESIGN.md, "Triton layer").
 | `device_timing_period` | one execution in N per gear and batch is timed with ACL events | `16` |
 | `input_shape_order` | dims models: the inputs in ATC's `--input_shape` order, `b,a` | found |
 | `aipp_config` | dynamic-AIPP models: an ATC-syntax aipp.cfg in the version dir | refused |
-| `max_output_bytes` | bytes per output buffer a dynamic-shape `.om` leaves unbounded | refused |
+| `max_output_bytes` | pooled buffer per output a dynamic-shape `.om` leaves unbounded | by ACL |
 | `image_input` | the YUV420SP_U8 AIPP input that takes JPEG files (BYTES, one per row) | none |
 | `image_resize` | `stretch` or `letterbox` (aspect kept, centred) | `stretch` |
 | `image_fill` | letterbox bars: `Y,U,V` bytes, or a gray `G` (`G,128,128`) | `16,128,128` |
 | `max_jpeg_bytes` | the largest JPEG file an image input takes | `4194304` (4 MiB) |
+| `device_host` | `on`: the NPU's device host serves the model; the stub opens no device | `off` |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -56,8 +57,8 @@ from ge_python_backend.runtime.dvpp import (
     ImageInput,
 )
 
-if TYPE_CHECKING:
-    from ge_python_backend.repository.config import ModelConfig
+if TYPE_CHECKING:  # the protobuf message (the stub never imports tritonclient)
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 # Parameters Triton's Python backend reads itself from a model's config: never warned about.
 TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
@@ -243,8 +244,9 @@ def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
 
 
 def parse_max_output_bytes(value: object) -> int | None:
-    """None (a model whose outputs are all bounded needs none), or bytes in 1..MAX_OUTPUT_BYTES:
-    the buffer of each output whose size the model leaves unbounded (data-dependent shapes)."""
+    """None (ACL allocates each output whose size the model leaves unbounded at every
+    execution), or bytes in 1..MAX_OUTPUT_BYTES: the pooled buffer of each such output
+    (data-dependent shapes)."""
     if value is None:
         return None
     nbytes = _whole_number(value)
@@ -315,6 +317,19 @@ def parse_max_jpeg_bytes(value: object) -> int | None:
     return nbytes
 
 
+def parse_device_host(value: object) -> bool | None:
+    """None (off: the stub opens the device), or `on`/`off` (a bool is taken as it is)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("on", "off"):
+        return value.strip().lower() == "on"
+    raise ConfigError(
+        "parameter device_host must be 'on' (the device host of the NPU serves the model: one "
+        "process opens the device for every model placed on it) or 'off' (each instance's stub "
+        f"opens the device itself; the default), got {_shown(value)}"
+    )
+
+
 # The one parser of each parameter: it takes the config text or the typed value alike.
 _PARSERS: dict[str, Callable[[object], Any]] = {
     "om_file": parse_om_file,
@@ -332,6 +347,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "image_resize": parse_image_resize,
     "image_fill": parse_image_fill,
     "max_jpeg_bytes": parse_max_jpeg_bytes,
+    "device_host": parse_device_host,
 }
 # Parameters that mean something only with image_input.
 IMAGE_OPTIONS = ("image_resize", "image_fill", "max_jpeg_bytes")
@@ -384,6 +400,7 @@ class ModelParameters:
     image_resize: str | None = None
     image_fill: tuple[int, int, int] | None = None
     max_jpeg_bytes: int | None = None
+    device_host: bool | None = None  # None: off
 
     def __post_init__(self) -> None:
         problems = []
@@ -416,6 +433,8 @@ class ModelParameters:
             if value is None:
                 if field.name in config.parameters:
                     del config.parameters[field.name]
+            elif isinstance(value, bool):  # device_host
+                config.parameters[field.name].string_value = "on" if value else "off"
             elif isinstance(value, tuple):  # device_ids, input_shape_order
                 config.parameters[field.name].string_value = ",".join(map(str, value))
             else:
@@ -445,6 +464,11 @@ class ModelParameters:
             self.image_fill or DEFAULT_FILL,
             self.max_jpeg_bytes or DEFAULT_MAX_JPEG_BYTES,
         )
+
+    @property
+    def in_device_host(self) -> bool:
+        """Whether the device host serves the model (`device_host` on)."""
+        return bool(self.device_host)
 
     def aipp_config_path(self, version_dir: Path) -> Path | None:
         """The `aipp_config` file of a version (None without the parameter)."""

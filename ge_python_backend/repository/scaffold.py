@@ -231,6 +231,7 @@ def scaffold(
     input_shape_order: Sequence[str] | str | None = None,
     pipeline_min_device_us: int | None = None,
     max_output_bytes: int | None = None,
+    device_host: bool | None = None,
     inputs: Sequence[str] | None = None,
     outputs: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -247,10 +248,10 @@ def scaffold(
     place and renamed in, so a failure leaves nothing half-written; an existing directory is
     replaced only with `overwrite`. `dry_run` writes nothing and returns the config it would
     write. `device_ids`, `runtime`, `pipeline_depth`, `execute_timeout_ms`,
-    `input_shape_order`, `pipeline_min_device_us` and `max_output_bytes` (None: left out, its
-    default applies) become the config's parameters (`ModelParameters`: the rules and messages
-    of the model instance); `runtime` also reads the `.om`, and without it the runtime its
-    container is made for does both (`runtime.om_runtime`). `warmup=False` leaves
+    `input_shape_order`, `pipeline_min_device_us`, `max_output_bytes` and `device_host` (None:
+    left out, its default applies) become the config's parameters (`ModelParameters`: the rules
+    and messages of the model instance); `runtime` also reads the `.om`, and without it the
+    runtime its container is made for does both (`runtime.om_runtime`). `warmup=False` leaves
     out `model_warmup` (when a warmup request fails, Triton 2.51 sometimes crashes with SIGSEGV
     instead of marking the model UNAVAILABLE). `version_policy` (`latest:K`, `all`,
     `specific:1,3`) becomes Triton's `version_policy`. `image_input` (with `image_resize`) names
@@ -286,6 +287,7 @@ def scaffold(
         max_output_bytes=max_output_bytes,
         image_input=image_input,
         image_resize=image_resize,
+        device_host=device_host,
     )
     specs_in: Sequence[TensorSpec]
     specs_out: Sequence[TensorSpec]

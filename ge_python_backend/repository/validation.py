@@ -22,7 +22,6 @@ asking for `KIND_GPU` instances is refused, as Triton refuses it on a host witho
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -45,6 +44,11 @@ from ge_python_backend.repository.parameters import (
     describe_unknown_parameter,
     unknown_parameters,
 )
+from ge_python_backend.repository.report import (
+    KIND_ENSEMBLE,
+    KIND_PYTHON,
+    ModelReport,
+)
 from ge_python_backend.repository.triton_config import TritonConfig, compare_config_with_session
 from ge_python_backend.repository.versions import (
     checksum_path,
@@ -54,43 +58,9 @@ from ge_python_backend.repository.versions import (
 )
 from ge_python_backend.runtime.checksum import file_sha256
 
-# What a model directory holds: one of ours, someone else's Python model, an ensemble.
-KIND_OURS = "ge-python-backend"
-KIND_PYTHON = "python"
-KIND_ENSEMBLE = "ensemble"
-KIND_DESCRIPTIONS = {
-    KIND_OURS: "",
-    KIND_PYTHON: "python model, not ours: config checked, files not",
-    KIND_ENSEMBLE: "ensemble: steps and their tensors checked",
-}
 # The Python backend's parameter naming a packed Python environment, and its placeholder.
 EXECUTION_ENV_PATH = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_PLACEHOLDER = "$$TRITON_MODEL_DIRECTORY"
-
-
-@dataclasses.dataclass
-class ModelReport:
-    """The outcome of validating one model directory. `served_config` is its config as Triton
-    will serve it (ours: completed from the highest version's `.om`), for the ensembles that
-    use it; None when not known here, `served_config_unknown` then says why."""
-
-    name: str
-    path: Path
-    kind: str = KIND_OURS
-    versions: list[str] = dataclasses.field(default_factory=list)
-    problems: list[str] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
-    served_config: ModelConfig | None = None
-    served_config_unknown: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def description(self) -> str:
-        """What kind of model it is and how far it was checked ("" for ours)."""
-        return KIND_DESCRIPTIONS[self.kind]
 
 
 def _read_parameters(report: ModelReport, config: TritonConfig) -> ModelParameters | None:

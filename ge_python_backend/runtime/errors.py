@@ -6,7 +6,7 @@ from types import ModuleType
 from typing import Any
 
 from ge_python_backend.ascend import AclCode, describe_code
-from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.errors import GeBackendError, InputError, UserError
 
 __all__ = [
     "AclError",
@@ -67,16 +67,6 @@ class DeviceFullError(AclError):
         self.device_id = device_id
         held = f"; held by {held_by}" if held_by else ""
         self.args = (f"device {device_id} is full: {wall}{held}; {self.ADVICE} ({cause})",)
-
-
-class InputError(GeBackendError, ValueError):
-    """Caller data does not fit the model (dtype, shape, missing or unknown input, no gear).
-
-    From `Session.submit` (and `infer_many`, `infer`), `request` is the index of the first
-    request of the list that does not fit; None where no list was given (`validate`).
-    """
-
-    request: int | None = None
 
 
 class OutputTooLargeError(GeBackendError):

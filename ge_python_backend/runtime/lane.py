@@ -9,6 +9,14 @@ replaces them with the stream). An execution launched untimed records only the "
 (the pipeline's waits need it) and reads no times; one neither timed nor pipelined (its caller
 finishes it before launching again) records none.
 
+A dynamic-shape model with an unbounded output served without `max_output_bytes` runs
+synchronously instead: its lanes hold an empty data buffer for each such output, which ACL fills
+with device memory it allocates only in `acl.mdl.execute` (aclmdlGetOutputSizeByIndex.md), so
+`launch` copies in and executes at once (nothing on the stream; device times are the host's), and
+`finish` copies each such output out, frees it (`acl.rt.free`) and empties its buffer; after a
+failure `settle` frees whatever ACL allocated. Pooled buffers (`max_output_bytes`) are faster: no
+allocation per execution, and the copies and executions queue on the stream.
+
 Locks, always taken in this order: the session's, then one lane's `lock` (the lane being
 launched or finished), then the `_events_lock` of the lane launched before it (held only to
 queue the wait on its "executed" event, to record that event late, or to replace its events;
@@ -35,7 +43,7 @@ from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
 from ge_python_backend.runtime.device import Context, Event, Stream
 from ge_python_backend.runtime.dvpp import DvppBuffer
-from ge_python_backend.runtime.errors import AclError, ModelFileError, OutputTooLargeError
+from ge_python_backend.runtime.errors import AclError, OutputTooLargeError
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer, QueuedCopy
 from ge_python_backend.runtime.model import Dataset, Model
@@ -49,7 +57,8 @@ Shape = tuple[int, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
-    """An input or output with its pinned host buffer and device buffer."""
+    """An input or output with its pinned host buffer and device buffer (an output the system
+    allocates has no slot: None in `Lane.output_slots`)."""
 
     spec: TensorSpec
     host: HostBuffer
@@ -123,8 +132,9 @@ class Lane(Resource):
             self.inputs = self._keep(Dataset(context, ordered))
             if desc.aipp_inputs:
                 model.set_input_aipp(self.inputs)  # once: the parameter buffers keep it
-            self.output_slots: list[Slot] = []
+            self.output_slots: list[Slot | None] = []  # None: the system allocates it
             self.outputs: Dataset | None = None
+            self.synchronous = False  # executes with acl.mdl.execute (`open_outputs`)
         except BaseException:
             self._abandon()
             raise
@@ -135,6 +145,8 @@ class Lane(Resource):
         self.dynamic = model.description.dynamic_shape
         self._input_shapes: list[Shape] = []
         self._output_shapes: list[Shape] = []
+        self._taken: dict[int, np.ndarray] = {}  # system-allocated outputs, copied out
+        self._host_times = DeviceTimes(0.0, 0.0, 0.0)  # a synchronous execution's, measured
         self.lock = threading.Lock()  # held while staging into, or finishing, the lane
         self._events_lock = threading.Lock()  # replacing `events` vs another lane waiting on them
         self.job: Any = None  # the session's execution launched here and not yet finished
@@ -157,8 +169,9 @@ class Lane(Resource):
         this lane, every buffer sized for the largest execution of any gear (`aipp`: the fixed
         parameters of a dynamic-AIPP model, see `Model`). A dynamic-shape model's buffers take
         the sizes the model reports (range upper bounds); an output whose size is unbounded (0)
-        takes `max_output_bytes`, without which it is refused. The inputs `device_written`
-        names get DVPP memory the device writes (`dvpp.ImageStage`), never staged or copied."""
+        takes `max_output_bytes`, without which the system allocates it at each (synchronous)
+        execution. The inputs `device_written` names get DVPP memory the device writes
+        (`dvpp.ImageStage`), never staged or copied."""
         model = Model(context, path, input_shape_order, aipp)
         desc = model.description
         try:
@@ -176,6 +189,7 @@ class Lane(Resource):
             raise
         try:
             table.read_outputs(model, lane.inputs)
+            output_sizes: list[int | None]
             if desc.dynamic_shape:
                 output_sizes = _dynamic_output_sizes(desc.outputs, max_output_bytes, path)
             else:
@@ -208,17 +222,26 @@ class Lane(Resource):
             model.close()
             raise
         try:
-            lane.open_outputs([slot.host.size for slot in like.output_slots])
+            lane.open_outputs(
+                [None if slot is None else slot.host.size for slot in like.output_slots]
+            )
         except BaseException:
             lane.close()
             raise
         return lane
 
-    def open_outputs(self, sizes: Sequence[int]) -> None:
-        """The output buffers and dataset (sizes are known once the gears were read)."""
+    def open_outputs(self, sizes: Sequence[int | None]) -> None:
+        """The output buffers and dataset (sizes are known once the gears were read); a size
+        None is an output the system allocates (an empty data buffer), which makes the lane
+        execute synchronously."""
         desc = self.model.description
-        self.output_slots = [self._slot(info.spec, n) for info, n in zip(desc.outputs, sizes)]
-        self.outputs = self._keep(Dataset(self.context, [s.device for s in self.output_slots]))
+        self.output_slots = [
+            None if n is None else self._slot(info.spec, n) for info, n in zip(desc.outputs, sizes)
+        ]
+        self.synchronous = None in self.output_slots
+        self.outputs = self._keep(
+            Dataset(self.context, [None if s is None else s.device for s in self.output_slots])
+        )
 
     @property
     def device_bytes(self) -> int:
@@ -270,6 +293,9 @@ class Lane(Resource):
         stream = self.stream
         self.context.activate()
         self._launched = time.perf_counter()
+        if self.synchronous:
+            self._execute_now(layout)
+            return layout.out_bytes
         self._timed = timed
         self.executed_recorded = timed or pipelined
         if timed:
@@ -292,6 +318,21 @@ class Lane(Resource):
         if timed:
             events.end.record(stream)
         return layout.out_bytes
+
+    def _execute_now(self, layout: Layout) -> None:
+        """A lane whose outputs the system allocates: copy in, set the inputs' dims and run
+        the model with `acl.mdl.execute` (ACL allocates those outputs meanwhile); nothing is
+        queued on the stream, so nothing records an event, and the host times each part."""
+        self._timed = False
+        self.executed_recorded = False
+        started = self._launched
+        for copy in layout.copies_in:
+            copy.run()
+        copied = time.perf_counter()
+        self.model.set_input_shapes(self.inputs, self._input_shapes)
+        assert self.outputs is not None
+        self.model.execute(self.inputs, self.outputs)
+        self._host_times = DeviceTimes(copied - started, time.perf_counter() - copied, 0.0)
 
     def queue_wait_for_execution(self, stream: Stream) -> None:
         """Make work queued on `stream` (another lane's) from now on wait until this lane's
@@ -316,27 +357,56 @@ class Lane(Resource):
         when it was launched untimed and events can time).
 
         A dynamic-shape model's outputs are read here: their real shapes from the output
-        tensor descs (final once the stream is synchronized), then their bytes, copied out.
+        tensor descs (final once the stream is synchronized), then their bytes, copied out; a
+        system-allocated output into an array of its own, its memory then freed. A synchronous
+        lane has nothing on its stream: its times are the host's (the copy out's measured here).
         """
+        if self.synchronous:
+            started = time.perf_counter()
+            self._read_dynamic_outputs()
+            h2d, execute, _ = self._host_times
+            return DeviceTimes(h2d, execute, time.perf_counter() - started)
         self.stream.synchronize(timeout_ms)
         times = self._times() if self._timed or not self._events_work else None
         if self.dynamic:
-            assert self.outputs is not None
-            self._output_shapes = self.model.output_shapes(self.outputs)
-            for slot, shape in zip(self.output_slots, self._output_shapes):
+            self._read_dynamic_outputs()
+        return times
+
+    def _read_dynamic_outputs(self) -> None:
+        """Each output's real shape from the output tensor descs, and its bytes copied out:
+        into the pinned buffer, or taken from the system-allocated memory (freed); whatever
+        the system allocated is freed however this ends."""
+        assert self.outputs is not None
+        outputs = self.outputs
+        self._taken = {}
+        try:
+            self._output_shapes = self.model.output_shapes(outputs)
+            for index, (slot, shape) in enumerate(zip(self.output_slots, self._output_shapes)):
+                info = self.model.description.outputs[index]
+                if slot is None:
+                    self._taken[index] = outputs.take_output(index, shape, info.spec.dtype)
+                    continue
                 nbytes = math.prod(shape) * slot.spec.dtype.itemsize
                 if nbytes > slot.host.size:
                     raise OutputTooLargeError(slot.spec.name, shape, nbytes, slot.host.size)
                 if nbytes:
                     slot.device.copy_to_host(slot.host, nbytes)
-        return times
+        finally:
+            if self.synchronous:
+                outputs.release_outputs()
 
     def settle(self) -> None:
-        """After a failure: wait until nothing of the lane's work still runs (errors logged)."""
+        """After a failure: wait until nothing of the lane's work still runs, and free what the
+        system allocated for its outputs (errors logged)."""
         try:
             self.stream.synchronize()
         except AclError as exc:
             logger.debug("lane %d: synchronize after a failure reported %s", self.index, exc)
+        if self.synchronous and self.outputs is not None:
+            try:
+                self.outputs.release_outputs()
+            except AclError as exc:
+                logger.warning("lane %d: freeing the outputs ACL allocated: %s", self.index, exc)
 
     def replace_stream(self) -> None:
         """A stream that timed out may never finish: destroy it and its events, make new ones.
@@ -360,8 +430,8 @@ class Lane(Resource):
         """The pinned output buffers of an execution as arrays (trimmed to its real rows)."""
         if self.dynamic:
             return [
-                _view(s.host, s.spec.dtype, shape)
-                for s, shape in zip(self.output_slots, self._output_shapes)
+                self._taken[index] if s is None else _view(s.host, s.spec.dtype, shape)
+                for index, (s, shape) in enumerate(zip(self.output_slots, self._output_shapes))
             ]
         return self._layout(table, execution).outputs
 
@@ -391,8 +461,10 @@ class Lane(Resource):
             np.empty((0,), s.spec.dtype) if s.device_written else _view(s.host, s.spec.dtype, shape)
             for s, shape in zip(self.input_slots, inputs)
         ]
-        views_out = [
-            _view(s.host, s.spec.dtype, shape) for s, shape in zip(self.output_slots, outputs)
+        views_out = [  # (`outputs` is empty for a dynamic-shape model, the only kind with None)
+            _view(s.host, s.spec.dtype, shape)
+            for s, shape in zip(self.output_slots, outputs)
+            if s is not None
         ]
         copied = [
             (slot, view)
@@ -406,7 +478,7 @@ class Lane(Resource):
         copies_out = [
             slot.device.queued_copy(slot.host, view.nbytes, MemcpyKind.DEVICE_TO_HOST)
             for slot, view in zip(self.output_slots, views_out)
-            if view.nbytes
+            if slot is not None and view.nbytes
         ]
         return Layout(
             views_in,
@@ -462,21 +534,26 @@ class Lane(Resource):
 
 def _dynamic_output_sizes(
     outputs: Sequence[Any], max_output_bytes: int | None, path: Path
-) -> list[int]:
+) -> list[int | None]:
     """Output buffer sizes of a dynamic-shape model: the size the model reports (its range's
-    upper bound), else `max_output_bytes`; ModelFileError for an unbounded output without it."""
-    unbounded = [info.spec.name for info in outputs if info.size == 0 and -1 in info.spec.shape]
-    if unbounded and max_output_bytes is None:
-        raise ModelFileError(
-            f"{path}: outputs {', '.join(unbounded)} have data-dependent shapes "
-            f"({', '.join(str(list(i.spec.shape)) for i in outputs if i.spec.name in unbounded)}) "
-            "with no upper bound (acl.mdl.get_output_size_by_index is 0); set the parameter "
-            "max_output_bytes to the most bytes one answer of such an output may take"
+    upper bound), else `max_output_bytes`, else None (no upper bound: the system allocates the
+    output at each synchronous execution, aclmdlGetOutputSizeByIndex.md)."""
+    sizes: list[int | None] = []
+    for info in outputs:
+        if info.size == 0 and -1 in info.spec.shape:
+            sizes.append(max_output_bytes)
+        else:
+            sizes.append(max(info.size, 1))
+    unbounded = [info.spec.name for info, size in zip(outputs, sizes) if size is None]
+    if unbounded:
+        logger.info(
+            "%s: outputs %s have data-dependent shapes with no upper bound "
+            "(acl.mdl.get_output_size_by_index is 0): ACL allocates them at each execution "
+            "(acl.mdl.execute, synchronous); the parameter max_output_bytes would pool them",
+            path,
+            ", ".join(unbounded),
         )
-    return [
-        max(info.size if info.size or max_output_bytes is None else max_output_bytes, 1)
-        for info in outputs
-    ]
+    return sizes
 
 
 def _close_parts(parts: list[Resource]) -> None:

@@ -13,7 +13,7 @@ from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream, create_in_context
 from ge_python_backend.runtime.errors import check
 
-__all__ = ["DeviceBuffer", "HostBuffer", "QueuedCopy"]
+__all__ = ["DeviceBuffer", "HostBuffer", "QueuedCopy", "copy_to_array"]
 
 # aclrtMemMallocPolicy (acl_rt.h); pyACL exports no constants.
 ACL_MEM_MALLOC_HUGE_FIRST = 0
@@ -52,6 +52,10 @@ class QueuedCopy(NamedTuple):
     def queue(self, stream: Stream) -> None:
         """Queue the copy on `stream` (its context current); the buffers must outlive it."""
         check(self.acl.rt.memcpy_async(*self.args, stream.handle), "acl.rt.memcpy_async", self.acl)
+
+    def run(self) -> None:
+        """Copy now (`acl.rt.memcpy`, the context current)."""
+        check(self.acl.rt.memcpy(*self.args), "acl.rt.memcpy", self.acl)
 
 
 class DeviceBuffer(Resource):
@@ -126,3 +130,20 @@ class DeviceBuffer(Resource):
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""
         return f"DeviceBuffer(0x{self.ptr:x}, {self.size} bytes{state})"
+
+
+def copy_to_array(context: Context, ptr: int, array: np.ndarray) -> None:
+    """Copy `array.nbytes` bytes from device address `ptr` (memory ACL allocated, not a
+    `DeviceBuffer`) into `array`, a C-contiguous host array (synchronous `acl.rt.memcpy`;
+    device-to-device in RC mode, where host memory is device memory)."""
+    if not array.nbytes:
+        return
+    context.activate()
+    acl = context.acl
+    kind = (
+        MemcpyKind.DEVICE_TO_DEVICE
+        if context.device.shares_host_memory
+        else MemcpyKind.DEVICE_TO_HOST
+    )
+    address = array.ctypes.data
+    check(acl.rt.memcpy(address, array.nbytes, ptr, array.nbytes, kind), "acl.rt.memcpy", acl)

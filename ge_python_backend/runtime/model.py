@@ -33,7 +33,7 @@ from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
 from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
-from ge_python_backend.runtime.memory import DeviceBuffer
+from ge_python_backend.runtime.memory import DeviceBuffer, copy_to_array
 
 __all__ = [
     "GEAR_INPUT_NAME",
@@ -95,21 +95,29 @@ class ModelDescription:
 
 
 class Dataset(Resource):
-    """An `aclmdlDataset` over device buffers, one data buffer each, in the given order."""
+    """An `aclmdlDataset` over device buffers, one data buffer each, in the given order.
 
-    def __init__(self, context: Context, buffers: Sequence[DeviceBuffer]) -> None:
+    A None buffer (an output of a synchronous execute only) is an empty data buffer (data 0,
+    size 0): `acl.mdl.execute` allocates that output's device memory and leaves its address and
+    size in the data buffer (aclmdlGetOutputSizeByIndex.md); `take_output` copies it out, frees
+    it and empties the buffer again, `release_outputs` only frees.
+    """
+
+    def __init__(self, context: Context, buffers: Sequence[DeviceBuffer | None]) -> None:
         acl = context.acl
         handle = check_handle(acl.mdl.create_dataset(), "acl.mdl.create_dataset", acl)
         data_buffers: list[int] = []
         self.context = context
         self.handle = handle
         self.buffers = tuple(buffers)
-        self._own(_destroy_dataset, acl, handle, data_buffers, self.buffers)
+        self._data_buffers = data_buffers
+        self._own(_destroy_dataset, context, handle, data_buffers, self.buffers)
         context._adopt(self)
         try:
             for buffer in self.buffers:
+                ptr, size = (0, 0) if buffer is None else (buffer.ptr, buffer.size)
                 data_buffer = check_handle(
-                    acl.create_data_buffer(buffer.ptr, buffer.size), "acl.create_data_buffer", acl
+                    acl.create_data_buffer(ptr, size), "acl.create_data_buffer", acl
                 )
                 data_buffers.append(data_buffer)
                 _, ret = acl.mdl.add_dataset_buffer(handle, data_buffer)
@@ -118,15 +126,59 @@ class Dataset(Resource):
             self._abandon()
             raise
 
+    def take_output(self, index: int, shape: Shape, dtype: np.dtype[Any]) -> np.ndarray:
+        """The system-allocated output at `index` as a new array of `shape`: copied out of the
+        memory `acl.mdl.execute` allocated, which is then freed (`acl.rt.free`) and its data
+        buffer emptied (`acl.update_data_buffer(buf, 0, 0)`), ready for the next execute."""
+        array = np.empty(shape, dtype)
+        ptr = self.context.acl.get_data_buffer_addr(self._data_buffers[index])
+        if not ptr:
+            raise RuntimeError(f"output {index} holds no memory after acl.mdl.execute")
+        try:
+            copy_to_array(self.context, ptr, array)
+        finally:
+            _release_output(self.context, self._data_buffers[index])
+        return array
+
+    def release_outputs(self) -> None:
+        """Free the memory `acl.mdl.execute` allocated into the empty data buffers and still
+        held (after a failed execution, or one whose outputs were not taken); empty them."""
+        for index, buffer in enumerate(self.buffers):
+            if buffer is None:
+                _release_output(self.context, self._data_buffers[index])
+
+
+def _release_output(context: Context, data_buffer: int) -> None:
+    """Free a system-allocated output's memory, if its data buffer holds any, and empty it."""
+    acl = context.acl
+    ptr = acl.get_data_buffer_addr(data_buffer)
+    if not ptr:
+        return
+    context.activate()
+    try:
+        check(acl.rt.free(ptr), "acl.rt.free", acl)
+    finally:
+        check(acl.update_data_buffer(data_buffer, 0, 0), "acl.update_data_buffer", acl)
+
 
 def _destroy_dataset(
-    acl: ModuleType, handle: int, data_buffers: list[int], buffers: tuple[DeviceBuffer, ...]
+    context: Context,
+    handle: int,
+    data_buffers: list[int],
+    buffers: tuple[DeviceBuffer | None, ...],
 ) -> None:
-    del buffers  # held only so the memory outlives its descriptors
-    rets = [(acl.destroy_data_buffer(b), "acl.destroy_data_buffer") for b in data_buffers]
-    rets.append((acl.mdl.destroy_dataset(handle), "acl.mdl.destroy_dataset"))
-    for ret, api in rets:
-        check(ret, api, acl)
+    """Destroy the descriptors (`buffers` are held only so the memory outlives them), after
+    freeing memory ACL allocated into an empty data buffer and still held."""
+    acl = context.acl
+    try:
+        for buffer, data_buffer in zip(buffers, data_buffers):
+            if buffer is None:
+                _release_output(context, data_buffer)
+    finally:
+        rets = [(acl.destroy_data_buffer(b), "acl.destroy_data_buffer") for b in data_buffers]
+        rets.append((acl.mdl.destroy_dataset(handle), "acl.mdl.destroy_dataset"))
+        for ret, api in rets:
+            check(ret, api, acl)
 
 
 class Model(Resource):
@@ -267,14 +319,24 @@ class Model(Resource):
     def execute_async(self, inputs: Dataset, outputs: Dataset, stream: Stream) -> None:
         """Queue one run of the model on `stream` (results after `stream.synchronize()`).
 
-        The only way the runtime executes: GE refuses mixing `acl.mdl.execute` and
-        `execute_async` on one model id, and one model id must not run on several streams at
+        How the runtime executes every model but one whose outputs the system allocates
+        (`execute`): GE refuses mixing `acl.mdl.execute` and `execute_async` on one model id
+        (a model id is used one way only), and one model id must not run on several streams at
         once (a pipelined session loads the `.om` once per lane).
         """
         self.context.activate()
         acl = self.context.acl
         ret = acl.mdl.execute_async(self.model_id, inputs.handle, outputs.handle, stream.handle)
         check(ret, "acl.mdl.execute_async", acl)
+
+    def execute(self, inputs: Dataset, outputs: Dataset) -> None:
+        """Run the model now (`acl.mdl.execute`, synchronous): for a model served with
+        system-allocated outputs (empty data buffers in `outputs`, which ACL fills only in the
+        synchronous call; aclmdlGetOutputSizeByIndex.md). Its model id is never given to
+        `execute_async`."""
+        self.context.activate()
+        acl = self.context.acl
+        check(acl.mdl.execute(self.model_id, inputs.handle, outputs.handle), "acl.mdl.execute", acl)
 
     def _gear_input(self) -> int:
         if self.description.gear_input is None:

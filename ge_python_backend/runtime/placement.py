@@ -16,11 +16,10 @@ import itertools
 import json
 import logging
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 
-from ge_python_backend.processes import is_alive, this_process
+from ge_python_backend.processes import RUN_DIR_ENV, is_alive, run_directory, this_process
 from ge_python_backend.runtime._resource import Resource
 
 __all__ = [
@@ -36,8 +35,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RUN_DIR_ENV = "GE_PYTHON_BACKEND_RUN_DIR"
-
 
 @dataclass(frozen=True)
 class Holding:
@@ -46,16 +43,6 @@ class Holding:
     pid: int
     label: str
     bytes: int
-
-
-def run_directory() -> str:
-    """The records' directory (`GE_PYTHON_BACKEND_RUN_DIR`, else one per user), created 0700."""
-    directory = os.environ.get(RUN_DIR_ENV)
-    if not directory:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-        directory = os.path.join(base, f"ge-python-backend-{os.getuid()}")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    return directory
 
 
 _lock = threading.Lock()

@@ -26,7 +26,7 @@ import numpy as np
 
 from ge_python_backend.aipp import AippOp
 from ge_python_backend.ascend import AclCode
-from ge_python_backend.modelinfo import GearInfo, TensorSpec
+from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
@@ -78,34 +78,6 @@ OUT_OF_DEVICE_MEMORY = frozenset(
         AclCode.GE_DEVICE_MEMORY_ALLOCATION_FAILED,
     }
 )
-
-
-@dataclasses.dataclass
-class SessionCounters:
-    """Cumulative since the session opened, the same at every pipeline depth.
-
-    Seconds are device time, measured with ACL events recorded on each lane's stream around the
-    execution (`execute_seconds`: its rate is the share of time the device was executing for this
-    session) and around the copies (`h2d_seconds`, `d2h_seconds`), on the executions
-    `DeviceTimeSampler` times; the others add their gear's recent times. Failed executions count
-    in `failed_executions` only.
-    """
-
-    executions: int = 0
-    rows: int = 0  # real rows run (padding excluded)
-    padded_rows: int = 0
-    execute_seconds: float = 0.0
-    h2d_bytes: int = 0
-    h2d_seconds: float = 0.0
-    d2h_bytes: int = 0
-    d2h_seconds: float = 0.0
-    failed_executions: int = 0
-    device_bytes_held: int = 0
-
-    @property
-    def device_seconds(self) -> float:
-        """Device time of the executions: copy in, execute, copy out."""
-        return self.h2d_seconds + self.execute_seconds + self.d2h_seconds
 
 
 class DeviceTimeSampler:
@@ -216,8 +188,10 @@ class Session(Resource):
     dynamic-dims model whose gears do not show it. `aipp_config` is an ATC-syntax aipp.cfg
     fixing the AIPP of a dynamic-AIPP model (needed by such a model only; written once per
     lane with `set_input_aipp`). A dynamic-shape model (shape-range inputs, data-dependent
-    outputs) runs each request alone and answers with each output's real shape;
-    `max_output_bytes` sizes its outputs whose size the model leaves unbounded.
+    outputs) runs each request alone and answers with each output's real shape; its outputs
+    whose size the model leaves unbounded get pooled buffers of `max_output_bytes`, or without
+    it are allocated by ACL at each execution (synchronous `acl.mdl.execute`, each freed after
+    its copy out: slower, and `execute_timeout_ms` cannot bound such an execution).
     `device_timing_period` N times one execution in N of each gear and batch with events
     (`DeviceTimeSampler`; 1: every one). `label` names the session in the host's placement
     records (`placement.py`; default the `.om`'s file name): a device that refuses a process or a

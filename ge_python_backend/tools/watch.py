@@ -18,7 +18,7 @@ import http.server
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ge_python_backend.client import TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_RETRIES = 3
-DEFAULT_METRICS_PORT = 8003
+DEFAULT_METRICS_PORT = 8003  # `watch`'s; beside `serve`'s server: metrics_port_beside
 # Seconds before the first retry of a failed reload; each further retry waits twice as long.
 FIRST_BACKOFF_S = 1.0
 # What Triton's Python backend answers once a model's stub process is gone.
@@ -41,6 +41,15 @@ METRICS = {
     "ge_watch_failures_total": "Probes that failed (error, malformed answer or timeout), by model.",
     "ge_watch_reloads_total": "Reloads (unload, then load) the watcher made, by model.",
 }
+
+
+def metrics_port_beside(server_ports: Sequence[int]) -> int:
+    """The watcher's metrics port beside a server listening on `server_ports` (0: a free one):
+    one above the highest fixed one (8003 beside Triton's 8000-8002), so that each server's
+    watcher has a port of its own; 0 (a free port) when they are all 0 (or the highest is
+    65535)."""
+    highest = max(server_ports, default=0)
+    return highest + 1 if 0 < highest < 65535 else 0
 
 
 class WatchMetrics:

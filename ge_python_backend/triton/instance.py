@@ -27,6 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.devicehost.client import RemoteBatch, RemoteSession
+from ge_python_backend.devicehost.protocol import DeviceHostError, RemoteError
 from ge_python_backend.modelinfo import gears_text
 from ge_python_backend.repository.parameters import (
     ModelParameters,
@@ -88,8 +90,15 @@ class ModelInstance:
             sha256 = expected_sha256(om_path, params)
         except ConfigError as exc:
             raise self._load_error(str(exc)) from exc
+        if params.in_device_host and params.image is not None:
+            raise self._load_error(
+                "parameter image_input is not served through the device host yet: set "
+                "device_host off for this model (its stub then opens the device itself)"
+            )
+        opening = RemoteSession if params.in_device_host else Session
+        images = {} if params.image is None else {"image": params.image}
         try:
-            self.session = Session(
+            self.session: Session | RemoteSession = opening(
                 om_path,
                 device_id=device_id,
                 runtime=params.acl_runtime,
@@ -101,7 +110,7 @@ class ModelInstance:
                 max_output_bytes=params.max_output_bytes,
                 device_timing_period=params.effective_device_timing_period,
                 label=args["model_name"],
-                image=params.image,
+                **images,
             )
         except Exception as exc:
             raise self._load_error(f"cannot load {om_path}: {exc}") from exc
@@ -135,13 +144,16 @@ class ModelInstance:
                 "the device on average: pipeline_min_device_us)"
             )
         logger.info(
-            "model %s instance %s: %s (sha256 %s) on device %d, runtime %s, %s gears %s, "
+            "model %s instance %s: %s (sha256 %s) on device %d%s, runtime %s, %s gears %s, "
             "pipeline depth %d%s",
             self._name,
             args["model_instance_name"],
             om_path.name,
             sha256[:12] if sha256 else "not checked",
             device_id,
+            f" in the device host (pid {self.session.host_pid})"
+            if isinstance(self.session, RemoteSession)
+            else "",
             self.session.runtime,
             gears.kind,
             gears_text(gears, self.session.inputs),
@@ -217,7 +229,7 @@ class ModelInstance:
 
     def _submit(
         self, accepted: list[ParsedRequest], responses: list[Any], pipelined: bool
-    ) -> PendingBatch | None:
+    ) -> PendingBatch | RemoteBatch | None:
         """Submit the accepted requests as one batch. One that does not fit the model
         (`InputError.request`) is answered INVALID_ARG and taken out of `accepted`, and the
         others are submitted again; any other failure answers them all INTERNAL (None: nothing
@@ -273,13 +285,13 @@ class ModelInstance:
             self._long_intervals = 0
 
     def _answers(
-        self, pending: PendingBatch, accepted: list[ParsedRequest]
+        self, pending: PendingBatch | RemoteBatch, accepted: list[ParsedRequest]
     ) -> list[tuple[ParsedRequest, Any]]:
         """Each accepted request with its response: its outputs, or the batch's failure."""
         pb_utils = self._pb_utils
         try:
             results = pending.result()
-        except AclError as exc:
+        except (AclError, RemoteError) as exc:
             logger.warning(
                 "model %s: a batch of %d request(s) failed with ACL error %d %s: %s",
                 self._name,
@@ -287,6 +299,11 @@ class ModelInstance:
                 exc.code,
                 exc.name,
                 exc,
+            )
+            return [(parsed, error_response(pb_utils, str(exc), "INTERNAL")) for parsed in accepted]
+        except DeviceHostError as exc:  # the device host went away, or failed otherwise
+            logger.warning(
+                "model %s: a batch of %d request(s) failed: %s", self._name, len(accepted), exc
             )
             return [(parsed, error_response(pb_utils, str(exc), "INTERNAL")) for parsed in accepted]
         answers = []

@@ -824,11 +824,15 @@ def get_dataset_tensor_desc(dataset: int, index: int) -> int:
 
 @api("acl.mdl.execute", int, int, int)
 def execute(model_id: int, input: int, output: int) -> int:
-    """Run the model synchronously on device memory datasets (500002 after execute_async)."""
+    """Run the model synchronously on device memory datasets (500002 after execute_async).
+    An empty output data buffer (data 0, size 0) gets device memory ACL allocates, its address
+    and size in that buffer afterwards: the caller frees it (`acl.rt.free`) and resets the
+    buffer (`acl.update_data_buffer(buf, 0, 0)`) before the next execute
+    (aclmdlGetOutputSizeByIndex.md, aclmdlExecute.md)."""
     ctx = current_context()
     with LOCK:
         model = _model_in(model_id, ctx)
-        execution = prepare(model, _dataset(input), _dataset(output))
+        execution = prepare(model, _dataset(input), _dataset(output), synchronous=True)
         model.claim("execute", None)
     execution.run()
     STATE.count("execute_calls")
@@ -838,12 +842,13 @@ def execute(model_id: int, input: int, output: int) -> int:
 @api("acl.mdl.execute_async", int, int, int, int, hangable=True)
 def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
     """Validate now, run on the stream's worker; results after synchronize_stream. 500002
-    after execute, or while the model still runs on another stream."""
+    after execute, or while the model still runs on another stream; an empty output buffer
+    (data 0, size 0) is refused: ACL allocates outputs only for the synchronous execute."""
     ctx = current_context()
     target = stream_in(stream, ctx)
     with LOCK:
         model = _model_in(model_id, ctx)
-        execution = prepare(model, _dataset(input), _dataset(output))
+        execution = prepare(model, _dataset(input), _dataset(output), synchronous=False)
         execution.read_gear()
         model.claim("execute_async", target)
         model.queued = (target, target.submit("acl.mdl.execute_async", execution.run))

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import MemcpyKind as _MemcpyKind
-from ge_python_backend.ascend import malloc_reserved as _malloc_reserved
 from ge_python_backend.emulator import _events, timing
 from ge_python_backend.emulator._api import api, zero_ret
-from ge_python_backend.emulator._memory import MEMORY, DeviceAllocation, Span
+from ge_python_backend.emulator._memory import MEMORY, DeviceAllocation, Span, device_malloc
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     LOCK,
@@ -248,8 +247,8 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
     """(device pointer, ret): poisoned device memory, 64-byte aligned."""
     ctx = current_context()
     if size <= 0:
-        # UNCONFIRMED code for size 0: the stricter reading, ACL_ERROR_RT_PARAM_INVALID.
-        raise AclFailure(_AclCode.RT_PARAM_INVALID, f"size must be > 0, got {size}")
+        # hicann/runtime memory.cpp aclMallocMemInner: ACL_REQUIRES_POSITIVE_REPORT(size).
+        raise AclFailure(_AclCode.INVALID_PARAM, f"size must be > 0, got {size}")
     if not 0 <= policy <= MAX_POLICY:
         # Stricter than the runtime, which treats an unknown policy as HUGE_FIRST-like.
         raise AclFailure(
@@ -261,24 +260,10 @@ def malloc(size: int, policy: int) -> tuple[int, int]:
 def allocate_device(
     ctx: Context, size: int, allocator: str, align: int = ASYNC_ALIGN
 ) -> DeviceAllocation:
-    """Device memory of `ctx`'s device, charged to the host's ledger of it: the one allocation
-    path of `acl.rt.malloc` and `acl.media.dvpp_malloc` (`allocator` names the call)."""
+    """Device memory of `ctx`'s device for `acl.rt.malloc` or `acl.media.dvpp_malloc`
+    (`allocator` names the call): `_memory.device_malloc`, counted."""
     with LOCK:
-        device = ctx.device
-        need = _malloc_reserved(size)
-        # hicann/runtime npu_driver_mem.cc: halMemAlloc's DRV_ERROR_OUT_OF_MEMORY is 207001
-        # (errcode_manage.cc "driver error:out of memory"), reported as EL0004.
-        device.charge(
-            need, _AclCode.RT_MEMORY_ALLOCATION, f"EL0004 {allocator}({size}) ({need} reserved)"
-        )
-        try:
-            alloc = MEMORY.allocate_device(size, device.id, align, allocator)
-        except MemoryError as exc:
-            device.release(need)
-            raise AclFailure(
-                _AclCode.RT_MEMORY_ALLOCATION,
-                f"the host running the emulator cannot back {size} bytes",
-            ) from exc
+        alloc = device_malloc(ctx.device, size, f"{allocator}({size})", align, allocator)
         STATE.count("malloc_calls")
     return alloc
 

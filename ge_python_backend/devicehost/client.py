@@ -1,0 +1,568 @@
+"""The stub's side of the device host: `RemoteSession`, a `Session` that lives in the host.
+
+`RemoteSession(om_path, device_id, ...)` takes `Session`'s arguments, connects to the host of
+`device_id` (starting one when none runs: `start_host`, under a lock so that one starts per
+device) and opens the session there. It offers what `triton.ModelInstance` uses of a `Session`:
+`inputs`, `outputs`, `gears`, `runtime`, `submit(feeds_list, pipelined) -> RemoteBatch` (whose
+`result()` waits), `wait_ready`, `counters`, `device_memory`, `close`. A request's tensors are
+written once into a buffer the host gave this connection and its outputs copied once out of it
+(the host reuses the buffer for the next batch). An `InputError` raised in the host comes back
+as one, with its `request`.
+
+The host dying fails every request in flight at once (`DeviceHostGone`); the next `submit`
+starts a host again and reopens the session (`counters` keep counting across hosts). Standard
+library, numpy and the ground floor only: no `acl`, no runtime.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import fcntl
+import itertools
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import ge_python_backend
+from ge_python_backend.devicehost.buffers import Buffer, layout
+from ge_python_backend.devicehost.protocol import (
+    DeviceHostError,
+    DeviceHostGone,
+    FrameReader,
+    HostPaths,
+    RemoteError,
+    counters_from_json,
+    gears_from_json,
+    host_paths,
+    send_message,
+    specs_from_json,
+)
+from ge_python_backend.errors import InputError
+from ge_python_backend.modelinfo import SessionCounters
+
+__all__ = ["IDLE_EXIT_ENV", "RemoteBatch", "RemoteSession", "python_interpreter", "start_host"]
+
+logger = logging.getLogger(__name__)
+
+# Seconds a host started by a stub stays up after its last stub left (a model reloading, or
+# Triton restarting a stub, finds it still there).
+IDLE_EXIT_ENV = "GE_DEVICE_HOST_IDLE_EXIT_S"
+DEFAULT_IDLE_EXIT_S = 10.0
+START_TIMEOUT_S = 120.0
+MIN_BUFFER = 1 << 20
+_OPEN_ATTEMPTS = 3
+_started: list[subprocess.Popen[bytes]] = []  # hosts this process started, reaped when they end
+
+
+def python_interpreter() -> str:
+    """The Python to run the host with: this process's own. Inside Triton's stub
+    `sys.executable` is the stub binary (or empty), so the interpreter of `sys.prefix` (the
+    environment whose packages the stub imports) comes first."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [
+        os.path.join(sys.prefix, "bin", f"python{version}"),
+        os.path.join(sys.prefix, "bin", "python3"),
+        sys.executable,
+        getattr(sys, "_base_executable", ""),
+        shutil.which(f"python{version}") or "",
+        shutil.which("python3") or "",
+    ]
+    for candidate in candidates:
+        if (
+            candidate
+            and os.path.basename(candidate).startswith("python")
+            and os.access(candidate, os.X_OK)
+        ):
+            return candidate
+    raise DeviceHostError(
+        f"no Python {version} interpreter to run the device host with (looked for "
+        f"{', '.join(c for c in candidates if c)}); start it yourself: ge-python-model "
+        "device-host --device N"
+    )
+
+
+def _connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return sock
+
+
+def _log_tail(path: str, lines: int = 5) -> str:
+    try:
+        with open(path, errors="replace") as log:
+            return " | ".join(line.strip() for line in log.readlines()[-lines:])
+    except OSError as exc:
+        return f"(cannot read it: {exc})"
+
+
+def start_host(
+    device: int, paths: HostPaths, extra_env: dict[str, str] | None = None
+) -> socket.socket:
+    """A connection to the host of `device`, started here when none runs (one stub at a time
+    starts one: `paths.start_lock`), with this process's environment and `extra_env`."""
+    sock = _connect(paths.socket)
+    if sock is not None:
+        return sock
+    for process in list(_started):
+        if process.poll() is not None:
+            _started.remove(process)
+    lock = os.open(paths.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _connect(paths.socket)
+        if sock is not None:
+            return sock
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(ge_python_backend.__file__)))
+        env = {**os.environ, **(extra_env or {})}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        idle = os.environ.get(IDLE_EXIT_ENV) or str(DEFAULT_IDLE_EXIT_S)
+        command = [
+            python_interpreter(),
+            "-m",
+            "ge_python_backend.cli",
+            "device-host",
+            "--device",
+            str(device),
+            "--idle-exit",
+            idle,
+        ]
+        logger.info(
+            "starting the device host of device %d: %s (log %s)",
+            device,
+            " ".join(command),
+            paths.log,
+        )
+        with open(os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,  # Triton's signals to the stub are not the host's
+            )
+        _started.append(process)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            sock = _connect(paths.socket)
+            if sock is not None:
+                return sock
+            if process.poll() is not None:
+                raise DeviceHostError(
+                    f"the device host of device {device} exited with {process.returncode} while "
+                    f"starting; its log {paths.log} ends: {_log_tail(paths.log)}"
+                )
+            time.sleep(0.02)
+        raise DeviceHostError(
+            f"the device host of device {device} did not listen within {START_TIMEOUT_S:g} s; "
+            f"see {paths.log}"
+        )
+    finally:
+        os.close(lock)  # releases the lock
+
+
+class _Call:
+    """The replies to one message, as the reader thread hands them over."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._replies: collections.deque[tuple[dict[str, Any], list[int]]] = collections.deque()
+        self._error: BaseException | None = None
+
+    def put(self, reply: dict[str, Any], fds: list[int]) -> None:
+        with self._ready:
+            self._replies.append((reply, fds))
+            self._ready.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        with self._ready:
+            self._error = error
+            self._ready.notify_all()
+
+    def next(self, timeout_s: float | None) -> tuple[dict[str, Any], list[int]]:
+        with self._ready:
+            if not self._ready.wait_for(lambda: self._replies or self._error, timeout_s):
+                raise DeviceHostError(f"the device host did not answer within {timeout_s:g} s")
+            if self._replies:
+                return self._replies.popleft()
+            assert self._error is not None
+            raise self._error
+
+
+class _Link:
+    """One connection to the host: sends messages, a reader thread dispatches the replies; when
+    the connection ends every call still waiting fails at once."""
+
+    def __init__(self, sock: socket.socket, device: int) -> None:
+        self._sock = sock
+        self._device = device
+        self._send_lock = threading.Lock()
+        self._calls: dict[int, _Call] = {}
+        self._calls_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.host_pid = 0
+        self.lost: BaseException | None = None
+        self._reader = threading.Thread(
+            target=self._read, name="ge-device-host-reader", daemon=True
+        )
+        self._reader.start()
+
+    def call(self, message: dict[str, Any]) -> _Call:
+        call = _Call()
+        with self._calls_lock:
+            if self.lost is not None:
+                raise self.lost
+            ident = next(self._ids)
+            self._calls[ident] = call
+        try:
+            with self._send_lock:
+                send_message(self._sock, {**message, "id": ident})
+        except OSError as exc:
+            self._lose(exc)
+        return call
+
+    def tell(self, message: dict[str, Any]) -> None:
+        """A message without a reply."""
+        try:
+            with self._send_lock:
+                send_message(self._sock, message)
+        except OSError as exc:
+            self._lose(exc)
+
+    def _read(self) -> None:
+        reader = FrameReader(self._sock)
+        cause: BaseException | None = None
+        try:
+            while True:
+                item = reader.read()
+                if item is None:
+                    break
+                reply, fds = item
+                with self._calls_lock:
+                    ident = int(reply.get("id") or 0)
+                    call = (
+                        self._calls.get(ident)
+                        if reply.get("more")
+                        else self._calls.pop(ident, None)
+                    )
+                if call is None:
+                    logger.warning("the device host answered a message never sent: %s", reply)
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                call.put(reply, fds)
+        except (OSError, ValueError, DeviceHostError) as exc:
+            cause = exc
+        self._lose(cause)
+
+    def _lose(self, cause: BaseException | None) -> None:
+        with self._calls_lock:
+            if self.lost is None:
+                pid = f" (pid {self.host_pid})" if self.host_pid else ""
+                why = f": {cause}" if cause else ""
+                self.lost = DeviceHostGone(
+                    f"the device host of device {self._device}{pid} went away with this request "
+                    f"in flight{why}; the next request starts it again"
+                )
+            calls, self._calls = list(self._calls.values()), {}
+        for call in calls:
+            call.fail(self.lost)
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            logger.debug("the device host connection was already closed")
+        self._sock.close()
+        self._reader.join(10)
+
+
+def _raise_error(error: dict[str, Any]) -> None:
+    """Raise what the host reported: InputError (with `.request`), RemoteError (ACL), or
+    DeviceHostError."""
+    message = str(error.get("message", "the device host failed"))
+    kind = error.get("kind")
+    if kind == "input":
+        exc = InputError(message)
+        exc.request = error.get("request")
+        raise exc
+    if kind == "acl":
+        raise RemoteError(message, int(error.get("code", 0)), str(error.get("name", "")))
+    raise DeviceHostError(f"the device host failed: {message}")
+
+
+def _reply(call: _Call, timeout_s: float | None) -> tuple[dict[str, Any], list[int]]:
+    reply, fds = call.next(timeout_s)
+    if "error" in reply:
+        for fd in fds:
+            os.close(fd)
+        _raise_error(reply["error"])
+    return reply, fds
+
+
+@dataclasses.dataclass
+class _Slot:
+    """A buffer the host gave this connection."""
+
+    number: int
+    buffer: Buffer
+
+
+class RemoteBatch:
+    """A batch submitted to the device host; `result()` waits for it (like `PendingBatch`)."""
+
+    def __init__(self, session: RemoteSession, link: _Link, call: _Call, slot: _Slot) -> None:
+        self._session = session
+        self._link = link
+        self._call = call
+        self._slot: _Slot | None = slot
+        self._lock = threading.Lock()
+        self._results: list[dict[str, np.ndarray]] | None = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._results is not None or self._error is not None
+
+    def result(self) -> list[dict[str, np.ndarray]]:
+        with self._lock:
+            if not self.done():
+                self._receive()
+        if self._error is not None:
+            raise self._error
+        assert self._results is not None
+        return self._results
+
+    def _receive(self) -> None:
+        slot = self._slot
+        assert slot is not None
+        self._slot = None
+        try:
+            reply, fds = _reply(self._call, self._session.reply_timeout_s)
+        except BaseException as exc:
+            self._error = exc
+            self._session._give_back(self._link, slot)
+            return
+        if fds:  # the outputs needed a bigger buffer: it replaces this one
+            self._link.tell({"op": "free", "buffer": slot.number})
+            slot.buffer.close()
+            slot = _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+        # Copied out: the buffer serves the next batch while Triton still holds these.
+        self._results = [
+            {name: np.array(slot.buffer.view(place)) for name, place in outputs.items()}
+            for outputs in reply["outputs"]
+        ]
+        self._session._give_back(self._link, slot)
+
+
+class RemoteSession:
+    """A `Session` in the device host of `device_id` (see the module docstring)."""
+
+    def __init__(
+        self, om_path: str | os.PathLike[str], device_id: int = 0, **arguments: Any
+    ) -> None:
+        self.device_id = device_id
+        self._arguments = {
+            "om_path": os.fspath(om_path),
+            "device_id": device_id,
+            **{
+                name: os.fspath(value) if isinstance(value, os.PathLike) else value
+                for name, value in arguments.items()
+            },
+        }
+        if self._arguments.get("input_shape_order") is not None:
+            self._arguments["input_shape_order"] = list(self._arguments["input_shape_order"])
+        timeout_ms = int(arguments.get("execute_timeout_ms") or 0)
+        depth = int(arguments.get("pipeline_depth") or 1)
+        # The host bounds every execution by execute_timeout_ms; a reply later than every lane's
+        # timeout and a margin means the host itself is stuck.
+        self.reply_timeout_s = timeout_ms / 1000 * (depth + 1) + 30 if timeout_ms else None
+        self._paths = host_paths(device_id)
+        self._lock = threading.Lock()  # (re)connecting
+        self._free: list[_Slot] = []
+        self._free_lock = threading.Lock()
+        self._base = SessionCounters()  # what earlier hosts counted
+        self._last = SessionCounters()
+        self._memory = (0, 0)
+        self._closed = False
+        self._link: _Link | None = None
+        reply = self._open()
+        self.inputs = specs_from_json(reply["inputs"])
+        self.outputs = specs_from_json(reply["outputs"])
+        self.gears = gears_from_json(reply["gears"])
+        self.runtime = str(reply["runtime"])
+        self.host_pid = int(reply["pid"])
+
+    def _open(self) -> dict[str, Any]:
+        """Connect (starting the host if needed) and open the session: the host's answer."""
+        for _attempt in range(_OPEN_ATTEMPTS):
+            link = _Link(start_host(self.device_id, self._paths), self.device_id)
+            try:
+                reply, _ = _reply(link.call({"op": "open", "session": self._arguments}), None)
+            except DeviceHostGone:  # it was stopping as we connected: start another
+                link.close()
+                continue
+            except BaseException:
+                link.close()
+                raise
+            link.host_pid = int(reply["pid"])
+            self._link = link
+            return reply
+        raise DeviceHostError(
+            f"the device host of device {self.device_id} went away {_OPEN_ATTEMPTS} times while "
+            f"opening {self._arguments['om_path']}; see {self._paths.log}"
+        )
+
+    def _current(self) -> _Link:
+        """The live connection; after the host went away, a new host and the session reopened."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is closed")
+            link = self._link
+            if link is not None and link.lost is None:
+                return link
+            if link is not None:
+                logger.warning("%s; reconnecting", link.lost)
+                link.close()
+                self._link = None
+                with self._free_lock:
+                    slots, self._free = self._free, []
+                for slot in slots:
+                    slot.buffer.close()
+                self._base = _add(self._base, self._last)
+                self._last = SessionCounters()
+            self._open()
+            logger.info(
+                "the session of %s is open again in the device host of device %d",
+                self._arguments.get("label") or self._arguments["om_path"],
+                self.device_id,
+            )
+            assert self._link is not None
+            return self._link
+
+    def _take(self, link: _Link, nbytes: int) -> _Slot:
+        with self._free_lock:
+            for index, slot in enumerate(self._free):
+                if slot.buffer.nbytes >= nbytes:
+                    return self._free.pop(index)
+        size = MIN_BUFFER
+        while size < nbytes:
+            size *= 2
+        reply, fds = _reply(link.call({"op": "buffer", "bytes": size}), self.reply_timeout_s)
+        return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+
+    def _give_back(self, link: _Link, slot: _Slot) -> None:
+        if link is self._link and link.lost is None:
+            with self._free_lock:
+                self._free.append(slot)
+        else:
+            slot.buffer.close()
+
+    def submit(
+        self, feeds_list: Sequence[Mapping[str, Any]], pipelined: bool = True
+    ) -> RemoteBatch:
+        """Send a batch to the host's session; InputError (with `request`) if one does not fit,
+        raised before any work as `Session.submit` raises it."""
+        arrays = []
+        for number, feeds in enumerate(feeds_list):
+            tensors = {}
+            for name, value in feeds.items():
+                array = np.asarray(value)
+                if array.dtype.hasobject:
+                    error = InputError(
+                        f"input {name!r} holds Python objects ({array.dtype}); the model takes "
+                        "numeric tensors"
+                    )
+                    error.request = number
+                    raise error
+                tensors[name] = array
+            arrays.append(tensors)
+        places, nbytes = layout(arrays)
+        link = self._current()
+        slot = self._take(link, nbytes)
+        slot.buffer.write(places, arrays)
+        call = link.call(
+            {"op": "submit", "buffer": slot.number, "pipelined": pipelined, "feeds": places}
+        )
+        batch = RemoteBatch(self, link, call, slot)
+        if pipelined:
+            try:
+                _reply(call, self.reply_timeout_s)  # accepted (or refused before any work)
+            except BaseException:
+                self._give_back(link, slot)
+                raise
+        else:
+            try:
+                batch.result()
+            except InputError:
+                raise
+            except Exception:  # the batch's own failure: result() raises it again
+                logger.debug("a batch failed in the device host", exc_info=True)
+        return batch
+
+    def wait_ready(self) -> None:
+        """Wait until the host's session could launch the next batch (`Session.wait_ready`)."""
+        link = self._link
+        if link is not None and link.lost is None:
+            _reply(link.call({"op": "wait_ready"}), self.reply_timeout_s)
+
+    def _stats(self) -> None:
+        link = self._link
+        if link is None or link.lost is not None:
+            return
+        try:
+            reply, _ = _reply(link.call({"op": "stats"}), self.reply_timeout_s)
+        except DeviceHostGone:
+            return  # the counts so far stand; the next request reconnects
+        self._last = counters_from_json(reply["counters"])
+        free, total = reply["memory"]
+        self._memory = (int(free), int(total))
+
+    @property
+    def counters(self) -> SessionCounters:
+        """The session's counters, across every host it was open in."""
+        self._stats()
+        return _add(self._base, self._last)
+
+    def device_memory(self) -> tuple[int, int]:
+        """(free, total) bytes of the device, as the host's session reads them."""
+        self._stats()
+        return self._memory
+
+    def close(self) -> None:
+        """Leave the host: it closes the session (idempotent)."""
+        with self._lock:
+            self._closed = True
+            link, self._link = self._link, None
+        if link is not None:
+            link.close()
+        with self._free_lock:
+            slots, self._free = self._free, []
+        for slot in slots:
+            slot.buffer.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteSession({self._arguments['om_path']!r}, device {self.device_id})"
+
+
+def _add(before: SessionCounters, now: SessionCounters) -> SessionCounters:
+    """Cumulative counters of two hosts; `device_bytes_held` (held now) is the newer one's."""
+    summed = {
+        field.name: getattr(before, field.name) + getattr(now, field.name)
+        for field in dataclasses.fields(SessionCounters)
+    }
+    summed["device_bytes_held"] = now.device_bytes_held
+    return SessionCounters(**summed)

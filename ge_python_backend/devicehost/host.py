@@ -1,0 +1,343 @@
+"""The device host: one process per NPU that owns the device and serves every stub placed on it.
+
+`serve(device, idle_exit_s)` (`ge-python-model device-host --device N`) holds
+`device-host-<N>.lock` for its whole life (a second host of the device exits at once), listens
+on `device-host-<N>.sock` (mode 0600) in the user's private run directory, and accepts stubs
+whose peer credentials (`SO_PEERCRED`) are this user's. Each connection is one Triton instance:
+a thread reads its messages (`protocol`), its `open` loads one runtime `Session` in this process
+(the runtime's one data path: every model of the device shares this process's device opening),
+its requests are served from buffers this host created for it and no other, and when the stub
+goes away (finalize, or its death) the session is closed and its buffers unmapped. A session
+that fails to load answers its stub with the error (a `DeviceFullError`'s one line included);
+the others keep serving. With `idle_exit_s` > 0 the host stops that long after its last stub
+left (the copy path's hosts, started by the first stub that needs one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import inspect
+import itertools
+import logging
+import os
+import queue
+import signal
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from ge_python_backend.devicehost.buffers import Buffer, layout
+from ge_python_backend.devicehost.protocol import (
+    DeviceHostError,
+    FrameReader,
+    gears_to_json,
+    host_paths,
+    send_message,
+    specs_to_json,
+)
+from ge_python_backend.errors import InputError
+from ge_python_backend.runtime import AclError, PendingBatch, Session
+
+__all__ = ["serve"]
+
+logger = logging.getLogger(__name__)
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# What a stub may pass to `Session`: its keyword arguments, nothing else.
+SESSION_ARGUMENTS = frozenset(inspect.signature(Session).parameters)
+
+
+class Refused(DeviceHostError):
+    """A message this connection may not send (a buffer it was not given, no session yet)."""
+
+
+class _Connection:
+    """One stub: its session, the buffers given to it, its reader and completion threads."""
+
+    def __init__(self, sock: socket.socket, peer_pid: int) -> None:
+        self.sock = sock
+        self.peer_pid = peer_pid
+        self.session: Session | None = None
+        self.label = "(no model yet)"
+        self._send_lock = threading.Lock()
+        self._buffers: dict[int, Buffer] = {}
+        self._buffers_lock = threading.Lock()
+        self._buffer_ids = itertools.count(1)
+        self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
+        self._completer: threading.Thread | None = None
+
+    def run(self) -> None:
+        reader = FrameReader(self.sock)
+        try:
+            while True:
+                item = reader.read()
+                if item is None:
+                    break
+                message, fds = item
+                for fd in fds:  # a stub hands over nothing
+                    os.close(fd)
+                self._handle(message)
+        except (OSError, ValueError, DeviceHostError) as exc:
+            logger.warning("stub pid %d (%s): connection ended: %s", self.peer_pid, self.label, exc)
+        finally:
+            self.close()
+
+    def _send(self, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+        with self._send_lock:
+            try:
+                send_message(self.sock, message, fds)
+            except OSError as exc:  # the stub went away; its reader thread will see it
+                logger.info("stub pid %d (%s): cannot answer: %s", self.peer_pid, self.label, exc)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        ident = message.get("id")
+        op = message.get("op")
+        try:
+            if op == "open":
+                self._open(ident, message.get("session"))
+            elif self.session is None:
+                raise Refused(f"{op!r} before a session was opened on this connection")
+            elif op == "buffer":
+                self._give_buffer(ident, int(message["bytes"]))
+            elif op == "submit":
+                self._submit(ident, message)
+            elif op == "wait_ready":
+                self.session.wait_ready()
+                self._send({"id": ident})
+            elif op == "stats":
+                counters = dataclasses.asdict(self.session.counters)
+                self._send(
+                    {"id": ident, "counters": counters, "memory": self.session.device_memory()}
+                )
+            elif op == "free":
+                with self._buffers_lock:
+                    buffer = self._buffers.pop(self._buffer_id(message.get("buffer")))
+                buffer.close()
+            else:
+                raise Refused(f"unknown message {op!r}")
+        except Exception as exc:  # answered to the stub, which fails that request with it
+            self._send_error(ident, exc)
+
+    def _send_error(self, ident: Any, exc: BaseException) -> None:
+        error: dict[str, Any] = {"kind": "other", "message": str(exc)}
+        if isinstance(exc, InputError):
+            error.update(kind="input", request=exc.request)
+        elif isinstance(exc, AclError):
+            error.update(kind="acl", code=exc.code, name=exc.name)
+        elif not isinstance(exc, (Refused, ValueError, KeyError, TypeError)):
+            logger.exception("stub pid %d (%s): serving a request", self.peer_pid, self.label)
+        if isinstance(exc, Refused):
+            logger.warning("stub pid %d (%s): refused: %s", self.peer_pid, self.label, exc)
+        self._send({"id": ident, "error": error})
+
+    def _open(self, ident: Any, arguments: Any) -> None:
+        if self.session is not None:
+            raise Refused("this connection already holds a session")
+        if not isinstance(arguments, dict) or not set(arguments) <= SESSION_ARGUMENTS:
+            raise Refused(
+                f"open takes Session's arguments ({', '.join(sorted(SESSION_ARGUMENTS))})"
+            )
+        self.label = str(arguments.get("label") or arguments.get("om_path"))
+        try:
+            session = Session(**arguments)
+        except Exception as exc:
+            logger.error("stub pid %d: %s does not load: %s", self.peer_pid, self.label, exc)
+            raise
+        self.session = session
+        logger.info(
+            "stub pid %d: %s loaded (%s, %d lane(s))",
+            self.peer_pid,
+            self.label,
+            session.path.name,
+            session.pipeline_depth,
+        )
+        self._send(
+            {
+                "id": ident,
+                "inputs": specs_to_json(session.inputs),
+                "outputs": specs_to_json(session.outputs),
+                "gears": gears_to_json(session.gears),
+                "runtime": session.runtime,
+                "pid": os.getpid(),
+            }
+        )
+
+    def _buffer_id(self, value: Any) -> int:
+        if not isinstance(value, int) or value not in self._buffers:
+            raise Refused(f"buffer {value!r} was not given to this connection")
+        return value
+
+    def _new_buffer(self, nbytes: int) -> tuple[int, Buffer]:
+        buffer = Buffer.create(nbytes, f"ge-device-host-{self.peer_pid}")
+        with self._buffers_lock:
+            ident = next(self._buffer_ids)
+            self._buffers[ident] = buffer
+        return ident, buffer
+
+    def _give_buffer(self, ident: Any, nbytes: int) -> None:
+        if not 0 < nbytes <= 1 << 40:
+            raise Refused(f"a buffer of {nbytes} bytes")
+        number, buffer = self._new_buffer(nbytes)
+        self._send({"id": ident, "buffer": number, "bytes": buffer.nbytes}, (buffer.fd,))
+
+    def _submit(self, ident: Any, message: dict[str, Any]) -> None:
+        assert self.session is not None
+        with self._buffers_lock:
+            number = self._buffer_id(message.get("buffer"))
+            buffer = self._buffers[number]
+        feeds_list = [
+            {str(name): buffer.view(place) for name, place in feeds.items()}
+            for feeds in message["feeds"]
+        ]
+        pipelined = bool(message.get("pipelined"))
+        pending = self.session.submit(feeds_list, pipelined=pipelined)
+        if not pipelined:
+            self._complete(ident, number, pending)
+            return
+        self._send({"id": ident, "more": True})  # accepted: the stub may take its next batch
+        if self._completer is None:
+            self._completer = threading.Thread(
+                target=self._completing, name=f"ge-host-completions-{self.peer_pid}", daemon=True
+            )
+            self._completer.start()
+        self._completions.put((ident, number, pending))
+
+    def _completing(self) -> None:
+        while True:
+            item = self._completions.get()
+            if item is None:
+                return
+            self._complete(*item)
+
+    def _complete(self, ident: Any, number: int, pending: PendingBatch) -> None:
+        """Write a batch's outputs into its buffer (a bigger one, given with the answer, when
+        they do not fit) and answer."""
+        try:
+            results = pending.result()
+            places, needed = layout(results)
+            with self._buffers_lock:
+                buffer = self._buffers[number]
+            fds: tuple[int, ...] = ()
+            answer: dict[str, Any] = {"id": ident, "outputs": places, "buffer": number}
+            if needed > buffer.nbytes:
+                number, buffer = self._new_buffer(needed)
+                answer.update(buffer=number, bytes=buffer.nbytes)
+                fds = (buffer.fd,)
+            buffer.write(places, results)
+        except Exception as exc:
+            self._send_error(ident, exc)
+            return
+        self._send(answer, fds)
+
+    def close(self) -> None:
+        """The stub left: answer what is in flight, close the session, free the buffers."""
+        if self._completer is not None:
+            self._completions.put(None)
+            self._completer.join()
+        if self.session is not None:
+            self.session.close()
+            logger.info("stub pid %d left: %s closed", self.peer_pid, self.label)
+        with self._buffers_lock:
+            buffers, self._buffers = list(self._buffers.values()), {}
+        for buffer in buffers:
+            buffer.close()
+        self.sock.close()
+
+
+def _peer(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket."""
+    pid, uid, _gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid
+
+
+def serve(device: int, idle_exit_s: float = 0.0) -> int:
+    """Run the device host of `device` until SIGTERM/SIGINT (or, with `idle_exit_s` > 0, that
+    long after the last stub left); 0 also when another host of the device already runs."""
+    paths = host_paths(device)
+    lock = os.open(paths.host_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        logger.info(
+            "a device host of device %d already runs (%s is locked)", device, paths.host_lock
+        )
+        os.close(lock)
+        return 0
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    if os.path.exists(paths.socket):
+        os.unlink(paths.socket)  # a dead host's: we hold the lock
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(paths.socket)
+    os.chmod(paths.socket, 0o600)
+    listener.listen(128)
+    listener.settimeout(0.2)
+    logger.info(
+        "device host of device %d listening on %s (pid %d%s)",
+        device,
+        paths.socket,
+        os.getpid(),
+        f", stops {idle_exit_s:g} s after its last stub left" if idle_exit_s > 0 else "",
+    )
+    connections: set[_Connection] = set()
+    changed = threading.Lock()
+    idle_since = time.monotonic()
+
+    def run(connection: _Connection) -> None:
+        nonlocal idle_since
+        try:
+            connection.run()
+        finally:
+            with changed:
+                connections.discard(connection)
+                idle_since = time.monotonic()
+
+    try:
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except socket.timeout:
+                with changed:
+                    idle = not connections and time.monotonic() - idle_since >= idle_exit_s
+                if idle_exit_s > 0 and idle:
+                    logger.info(
+                        "no stub for %g s: the device host of device %d stops", idle_exit_s, device
+                    )
+                    break
+                continue
+            pid, uid = _peer(sock)
+            if uid != os.getuid():
+                logger.warning("refused a connection from pid %d of uid %d (not ours)", pid, uid)
+                sock.close()
+                continue
+            sock.settimeout(None)
+            connection = _Connection(sock, pid)
+            with changed:
+                connections.add(connection)
+            threading.Thread(
+                target=run, args=(connection,), name=f"ge-host-stub-{pid}", daemon=True
+            ).start()
+    finally:
+        os.unlink(paths.socket)
+        listener.close()
+        with changed:
+            remaining = list(connections)
+        for connection in remaining:  # their threads close their sessions
+            try:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                logger.debug("stub pid %d already gone", connection.peer_pid)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with changed:
+                if not connections:
+                    break
+            time.sleep(0.05)
+        os.close(lock)
+    return 0

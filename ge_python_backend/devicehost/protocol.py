@@ -1,0 +1,190 @@
+"""The device host's wire: length-prefixed JSON messages over a Unix stream socket, file
+descriptors (the shared-memory buffers) passed with `SCM_RIGHTS`, and the records they carry.
+
+A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (an object). A message
+that hands over descriptors says how many in its `"fds"` field; they travel in the ancillary
+data of the frame's first bytes, so a reader that keeps them in arrival order gives each message
+its own. Standard library, numpy and the ground floor only: the stub imports it.
+
+Messages (stub -> host, each with an `id` the replies repeat):
+  open {session: Session's keyword arguments}   -> {inputs, outputs, gears, runtime, pid}
+  buffer {bytes}                                -> {buffer, bytes, fds: 1}
+  submit {buffer, pipelined, feeds: [{name: [offset, dtype, shape]}]}
+        -> pipelined: {accepted} then {outputs: [...], buffer[, fds: 1 with a bigger buffer]}
+        -> inline: the outputs only
+  wait_ready {}                                 -> {}
+  stats {}                                      -> {counters, device_memory}
+  free {buffer}                                 (no reply)
+A failure is `{id, error: {kind: input|acl|other, message, request?, code?, name?}}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import struct
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ge_python_backend.ascend import GearKind
+from ge_python_backend.errors import GeBackendError
+from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
+from ge_python_backend.processes import run_directory
+
+__all__ = [
+    "DeviceHostError",
+    "DeviceHostGone",
+    "FrameReader",
+    "RemoteError",
+    "check_private_directory",
+    "counters_from_json",
+    "gears_from_json",
+    "gears_to_json",
+    "host_paths",
+    "send_message",
+    "specs_from_json",
+    "specs_to_json",
+]
+
+_LENGTH = struct.Struct(">I")
+MAX_FRAME = 64 << 20  # control messages only: tensors go through shared memory
+MAX_FDS = 4
+
+
+class DeviceHostError(GeBackendError):
+    """The device host could not be reached, started or understood."""
+
+
+class DeviceHostGone(DeviceHostError):
+    """The device host went away with this request in flight (it died or was stopped)."""
+
+
+class RemoteError(GeBackendError):
+    """The device host's session failed this request with an ACL error (`code`, `name`) or
+    another error (`code` 0)."""
+
+    def __init__(self, message: str, code: int = 0, name: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = name
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPaths:
+    """The files of device `device`'s host in the user's run directory."""
+
+    socket: str
+    start_lock: str  # held by the stub that starts a host
+    host_lock: str  # held by the running host, its whole life
+    log: str
+
+
+def host_paths(device: int) -> HostPaths:
+    """The socket, locks and log of device `device`'s host (the run directory, checked private)."""
+    directory = run_directory()
+    check_private_directory(directory)
+    base = os.path.join(directory, f"device-host-{device}")
+    return HostPaths(f"{base}.sock", f"{base}.start.lock", f"{base}.lock", f"{base}.log")
+
+
+def check_private_directory(directory: str) -> None:
+    """Refuse a directory another user owns or may enter: the socket and buffers live there."""
+    info = os.stat(directory)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise DeviceHostError(
+            f"{directory} must belong to this user (uid {os.getuid()}) with mode 0700 for the "
+            f"device host's socket (it has uid {info.st_uid}, mode {info.st_mode & 0o777:o}); "
+            "fix its permissions or set GE_PYTHON_BACKEND_RUN_DIR to a private directory"
+        )
+
+
+def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+    """Send one frame (the caller serializes senders); `fds` travel with it."""
+    if fds:
+        message = {**message, "fds": len(fds)}
+    body = json.dumps(message, separators=(",", ":")).encode()
+    frame = _LENGTH.pack(len(body)) + body
+    if fds:
+        sent = socket.send_fds(sock, [frame], list(fds))
+        frame = frame[sent:]
+    if frame:
+        sock.sendall(frame)
+
+
+class FrameReader:
+    """Reads frames (and the descriptors they carry) from one socket, one reader thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._data = bytearray()
+        self._fds: deque[int] = deque()
+
+    def read(self) -> tuple[dict[str, Any], list[int]] | None:
+        """The next message and its descriptors; None at the end of the stream."""
+        while True:
+            if len(self._data) >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(self._data)
+                if length > MAX_FRAME:
+                    raise DeviceHostError(f"a frame of {length} bytes is over {MAX_FRAME}")
+                if len(self._data) >= _LENGTH.size + length:
+                    body = bytes(self._data[_LENGTH.size : _LENGTH.size + length])
+                    del self._data[: _LENGTH.size + length]
+                    message = json.loads(body)
+                    if not isinstance(message, dict):
+                        raise DeviceHostError("a message that is not a JSON object")
+                    count = int(message.get("fds", 0))
+                    if count > len(self._fds):
+                        raise DeviceHostError("a message announces descriptors it did not bring")
+                    return message, [self._fds.popleft() for _ in range(count)]
+            data, fds, _flags, _address = socket.recv_fds(self._sock, 1 << 16, MAX_FDS)
+            self._fds.extend(fds)
+            if not data:
+                for fd in self._fds:
+                    os.close(fd)
+                self._fds.clear()
+                return None
+            self._data += data
+
+
+def specs_to_json(specs: tuple[TensorSpec, ...]) -> list[list[Any]]:
+    return [[s.name, s.dtype.str, s.triton_dtype, list(s.shape), s.format] for s in specs]
+
+
+def specs_from_json(items: list[list[Any]]) -> tuple[TensorSpec, ...]:
+    return tuple(
+        TensorSpec(name, np.dtype(dtype), triton, tuple(shape), fmt)
+        for name, dtype, triton, shape, fmt in items
+    )
+
+
+def gears_to_json(gears: GearInfo) -> dict[str, Any]:
+    return {
+        "kind": gears.kind.value,
+        "batched": gears.batched,
+        "batch_gears": list(gears.batch_gears),
+        "hw_gears": [list(hw) for hw in gears.hw_gears],
+        "dims_gears": [[list(shape) for shape in gear] for gear in gears.dims_gears],
+        "max_batch": gears.max_batch,
+        "side_inputs": list(gears.side_inputs),
+    }
+
+
+def gears_from_json(data: dict[str, Any]) -> GearInfo:
+    return GearInfo(
+        kind=GearKind(data["kind"]),
+        batched=bool(data["batched"]),
+        batch_gears=tuple(data["batch_gears"]),
+        hw_gears=tuple((int(h), int(w)) for h, w in data["hw_gears"]),
+        dims_gears=tuple(tuple(tuple(shape) for shape in gear) for gear in data["dims_gears"]),
+        max_batch=int(data["max_batch"]),
+        side_inputs=tuple(data["side_inputs"]),
+    )
+
+
+def counters_from_json(data: dict[str, Any]) -> SessionCounters:
+    names = {field.name for field in dataclasses.fields(SessionCounters)}
+    return SessionCounters(**{name: value for name, value in data.items() if name in names})

@@ -1,0 +1,127 @@
+"""The device host without Triton: a `ModelInstance` with `device_host` on in a process of its
+own imports no `acl` and opens no device, the host refuses what a connection was not given, its
+socket and directory are the user's alone, and the parameter has one rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import json_format
+from onnx_models import reference
+
+from ge_python_backend.devicehost.client import RemoteSession, _reply
+from ge_python_backend.devicehost.protocol import (
+    DeviceHostError,
+    check_private_directory,
+    host_paths,
+)
+from ge_python_backend.processes import RUN_DIR_ENV
+from ge_python_backend.repository.config import load_model_config
+from ge_python_backend.repository.parameters import ConfigError, ModelParameters
+from ge_python_backend.repository.scaffold import scaffold
+
+STUB = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from ge_python_backend.triton import testing
+    from ge_python_backend.triton.instance import ModelInstance
+
+    pb_utils = testing.StandInUtils()
+    instance = ModelInstance(json.loads(sys.argv[1]), pb_utils)
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    good = testing.InferenceRequest([pb_utils.Tensor("x", x)], ["y"])
+    bad = testing.InferenceRequest([pb_utils.Tensor("x", x[:, :3].copy())], ["y"])
+    responses = instance.execute([good, bad])
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] == "acl" or ".emulator" in m)
+    print(json.dumps({
+        "y": responses[0].output_tensors()[0].as_numpy().tolist(),
+        "bad": responses[1].error().message(),
+        "loaded": loaded,
+        "host_pid": instance.session.host_pid,
+        "executions": instance.session.counters.executions,
+    }))
+    instance.close()
+    """
+)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "run"
+    monkeypatch.setenv(RUN_DIR_ENV, str(directory))
+    monkeypatch.setenv("GE_DEVICE_HOST_IDLE_EXIT_S", "0.5")
+    return directory
+
+
+def test_a_stub_under_the_device_host_imports_no_acl_and_answers_as_the_session(
+    tmp_path: Path, run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    result = scaffold(om_dynamic_batch, tmp_path / "models", name="m", runtime="emulator")
+    config = load_model_config(result.config_path)
+    config.parameters["device_host"].string_value = "on"
+    args = {
+        "model_config": json.dumps(json_format.MessageToDict(config)),
+        "model_instance_kind": "CPU",
+        "model_instance_name": "m_0_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(result.model_dir),
+        "model_version": "1",
+        "model_name": "m",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", STUB, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    report = json.loads(out.splitlines()[-1])
+    assert report["loaded"] == []  # neither pyACL nor the emulator in the stub
+    assert report["host_pid"] != os.getpid() and report["executions"] == 1
+    assert "expected shape (rows, 16), got (2, 3)" in report["bad"]
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    np.testing.assert_allclose(
+        report["y"], reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5, atol=1e-6
+    )
+
+
+def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
+    run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", label="m")
+    try:
+        link = session._current()
+        message = {"op": "submit", "buffer": 99, "pipelined": False, "feeds": []}
+        with pytest.raises(DeviceHostError, match="buffer 99 was not given to this connection"):
+            _reply(link.call(message), 30)
+        with pytest.raises(DeviceHostError, match="this connection already holds a session"):
+            _reply(link.call({"op": "open", "session": {"om_path": str(om_dynamic_batch)}}), 30)
+        x = np.ones((3, 16), np.float32)
+        assert session.submit([{"x": x}], pipelined=False).result()[0]["y"].shape == (3, 8)
+        paths = host_paths(0)
+        assert stat.S_IMODE(os.stat(paths.socket).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+    finally:
+        session.close()
+    open_dir = run_dir.parent / "shared"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    with pytest.raises(DeviceHostError, match="mode 0700"):
+        check_private_directory(str(open_dir))
+
+
+def test_device_host_is_on_or_off() -> None:
+    assert ModelParameters(device_host="on").in_device_host
+    assert not ModelParameters(device_host="off").in_device_host
+    assert not ModelParameters().in_device_host
+    with pytest.raises(ConfigError, match="parameter device_host must be 'on'"):
+        ModelParameters(device_host="yes")
