@@ -1237,8 +1237,9 @@ def many_models_words(modes: dict[str, analysis.ManyModels]) -> list[str]:
     """What each mode of the repository did, in words chosen by its figures."""
     lines = []
     for mode, m in modes.items():
+        words = MANY_MODE_WORDS[mode]
         text = (
-            f"{MANY_MODE_WORDS[mode]}: {m.ready} of {m.models} models READY after "
+            f"{words[0].upper()}{words[1:]}: {m.ready} of {m.models} models READY after "
             f"{m.loaded_s:.0f} s, {m.answered} of them answering correctly, "
             f"{m.device_processes} process{'es' * (m.device_processes != 1)} holding device 0"
         )

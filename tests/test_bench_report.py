@@ -678,7 +678,7 @@ def test_the_device_host_section_follows_its_numbers() -> None:
         "| in-stub (device_host off) | 32 of 60 | 32 | 64 | 8,000 MiB of 21,525 MiB (37.2%) | "
         "8,000 MiB | 4,000 MiB | 120 | 100 s | 28 |"
     )
-    assert "device host (on): 60 of 60 models READY after 100 s, 60 of them answering " in text
+    assert "Device host (on): 60 of 60 models READY after 100 s, 60 of them answering " in text
     assert "1 process holding device 0." in text
     assert "28 instances refused with the shared-device line, the first: `device 0 is full" in text
     assert "With the device host the whole repository was served; it used 0.12x the device " in (
