@@ -1226,6 +1226,7 @@ def system_allocation_lines(data: dict[str, Any], alloc: analysis.SystemAllocati
     ]
 
 
+REFUSAL_SHOWN = 300  # characters of the first shared-device refusal the report shows
 MANY_MODE_WORDS = {"in_stub": "in-stub (device_host off)", "device_host": "device host (on)"}
 
 
@@ -1244,9 +1245,11 @@ def many_models_words(modes: dict[str, analysis.ManyModels]) -> list[str]:
             f"{m.device_processes} process{'es' * (m.device_processes != 1)} holding device 0"
         )
         if m.refusals:
+            shown = m.first_refusal[:REFUSAL_SHOWN] + "..." * (len(m.first_refusal) > REFUSAL_SHOWN)
             text += (
                 f"; {m.refusals} instance{'s' * (m.refusals != 1)} refused with the "
-                f"shared-device line, the first: `{m.first_refusal}`"
+                f"shared-device line, the first (up to {REFUSAL_SHOWN} characters): "
+                f"`{shown}`"
             )
         lines.append(text + ".")
     stub, host = modes.get("in_stub"), modes.get("device_host")

@@ -957,7 +957,8 @@ def serve_many(
         "stub_processes": stubs,
         **memory,
         "refusals": len(ours),
-        "first_refusal": ours[0].split('"', 2)[-1].strip() if ours else "",
+        # the message of the first: `E... pb_stub.cc:...] "ge_python_backend....: text"`
+        "first_refusal": ours[0].split('] "', 1)[-1].removesuffix('"') if ours else "",
     }
 
 

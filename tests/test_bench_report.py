@@ -680,7 +680,10 @@ def test_the_device_host_section_follows_its_numbers() -> None:
     )
     assert "Device host (on): 60 of 60 models READY after 100 s, 60 of them answering " in text
     assert "1 process holding device 0." in text
-    assert "28 instances refused with the shared-device line, the first: `device 0 is full" in text
+    assert (
+        "28 instances refused with the shared-device line, the first (up to 300 characters): "
+        "`device 0 is full: pyACL's limit of processes per device is reached`." in text
+    )
     assert "With the device host the whole repository was served; it used 0.12x the device " in (
         text
     )
