@@ -14,6 +14,7 @@ from scenarios import (
     CLASSIFIER_BATCH,
     COUNTER_REQUESTS,
     CPU_CONCURRENCY,
+    DEVICE_HOST_LEVELS,
     EXPERT_MODELS,
     PIPELINE_LEVELS,
     PIPELINE_TIMING,
@@ -38,6 +39,10 @@ DEFAULTS_LATENCY_TARGET = 1.05  # p50 at concurrency 1, depth 2 / depth 1, at mo
 PIPELINE_LEVEL, PIPELINE_TARGET = 16, 1.4  # depth 2 / depth 1 throughput
 PIPELINE_LATENCY_TARGET = 1.10  # p50 at concurrency 1, depth 2 / depth 1, at most
 # Ours / the hand-written pyACL model.py (section 7): (setting, concurrency) -> (figure, target).
+# Section 10: device host / in-stub throughput at this many clients, at least; p50 at one client,
+# device host - in-stub, at most (microseconds).
+DEVICE_HOST_THROUGHPUT_LEVEL, DEVICE_HOST_THROUGHPUT_TARGET = DEVICE_HOST_LEVELS[-1], 0.95
+DEVICE_HOST_P50_TARGET_US = 60.0
 EXPERT_TARGETS = {
     ("plain", 1): ("throughput_rps", 0.95),
     ("plain", CPU_CONCURRENCY): ("throughput_rps", 0.95),
@@ -745,3 +750,71 @@ def tune(data: dict[str, Any]) -> list[TuneLevel]:
             )
         )
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceHost:
+    """Section 10, one model: served by the device host against in-stub, alternating rounds."""
+
+    throughput: Target  # host / stub throughput at DEVICE_HOST_THROUGHPUT_LEVEL clients
+    p50_delta_us: Target  # host - stub p50 at one client, microseconds, per round
+    p50_us: dict[str, float]  # median p50 at one client by model
+    throughput_rps: dict[str, float]  # median throughput at the top level by model
+
+
+def device_host(data: dict[str, Any]) -> DeviceHost:
+    runs = data["device_host"]["runs"]
+    host, stub = runs["host"], runs["stub"]
+    level = DEVICE_HOST_THROUGHPUT_LEVEL
+    return DeviceHost(
+        throughput=Target(paired(host, stub, level), DEVICE_HOST_THROUGHPUT_TARGET),
+        p50_delta_us=Target(
+            [
+                (at_level(a, 1)["p50_ms"] - at_level(b, 1)["p50_ms"]) * 1e3
+                for a, b in zip(host, stub)
+            ],
+            DEVICE_HOST_P50_TARGET_US,
+            at_most=True,
+        ),
+        p50_us={model: median_at(rounds, 1, "p50_ms") * 1e3 for model, rounds in runs.items()},
+        throughput_rps={
+            model: median_at(rounds, level, "throughput_rps") for model, rounds in runs.items()
+        },
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ManyModels:
+    """Section 10, the repository of many models in one mode (`scenarios.serve_many`)."""
+
+    models: int
+    instances: int
+    ready: int
+    answered: int  # READY models whose one request was answered correctly
+    loaded_s: float  # tritonserver's start to the end of loading (every model READY or failed)
+    device_processes: int  # processes the emulator's ledger of device 0 counts
+    device_bytes: int  # what they hold there
+    device_capacity: int
+    stub_processes: int
+    rss_bytes: int  # tritonserver, its stubs and the device host
+    pss_bytes: int
+    refusals: int  # our shared-device ERROR lines in Triton's log
+    first_refusal: str
+
+    @property
+    def all_served(self) -> bool:
+        """Every model READY and answering correctly."""
+        return self.ready == self.answered == self.models
+
+    @property
+    def device_share(self) -> float:
+        return self.device_bytes / self.device_capacity
+
+
+def many_models(data: dict[str, Any]) -> dict[str, ManyModels]:
+    """By mode (`scenarios.MANY_MODES`)."""
+    fields = [f.name for f in dataclasses.fields(ManyModels)]
+    return {
+        mode: ManyModels(**{name: figures[name] for name in fields})
+        for mode, figures in data["many_models"]["modes"].items()
+    }

@@ -20,6 +20,7 @@ from scenarios import (
     CPU_CONCURRENCY,
     DEVICE_TIMING,
     EXPERT_MODELS,
+    MANY_PER_KIND,
     SATURATION_DELAYS_US,
     SATURATION_ROWS,
     SMALL_GEARS,
@@ -209,6 +210,7 @@ def summary_lines(
     eff: analysis.Efficiency,
     sat: analysis.Saturation | None,
     exp: analysis.Expert | None,
+    host: analysis.DeviceHost | None = None,
 ) -> list[str]:
     low, high = sorted(over.senders)
     lines = [
@@ -271,6 +273,22 @@ def summary_lines(
                     unit="" if setting == "plain" else "x",
                 )
             )
+    if host is not None:
+        lines += [
+            summary_row(
+                "device host / in-stub (section 10), throughput at concurrency "
+                f"{analysis.DEVICE_HOST_THROUGHPUT_LEVEL}",
+                host.throughput,
+                3,
+                per_round=2,
+            ),
+            summary_row(
+                "device host - in-stub (section 10), p50 at concurrency 1",
+                host.p50_delta_us,
+                0,
+                unit=" us",
+            ),
+        ]
     return lines
 
 
@@ -1208,6 +1226,137 @@ def system_allocation_lines(data: dict[str, Any], alloc: analysis.SystemAllocati
     ]
 
 
+REFUSAL_SHOWN = 300  # characters of the first shared-device refusal the report shows
+MANY_MODE_WORDS = {"in_stub": "in-stub (device_host off)", "device_host": "device host (on)"}
+
+
+def mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:,.0f} MiB"
+
+
+def many_models_words(modes: dict[str, analysis.ManyModels]) -> list[str]:
+    """What each mode of the repository did, in words chosen by its figures."""
+    lines = []
+    for mode, m in modes.items():
+        words = MANY_MODE_WORDS[mode]
+        text = (
+            f"{words[0].upper()}{words[1:]}: {m.ready} of {m.models} models READY after "
+            f"{m.loaded_s:.0f} s, {m.answered} of them answering correctly, "
+            f"{m.device_processes} process{'es' * (m.device_processes != 1)} holding device 0"
+        )
+        if m.refusals:
+            shown = m.first_refusal[:REFUSAL_SHOWN] + "..." * (len(m.first_refusal) > REFUSAL_SHOWN)
+            text += (
+                f"; {m.refusals} instance{'s' * (m.refusals != 1)} refused with the "
+                f"shared-device line, the first (up to {REFUSAL_SHOWN} characters): "
+                f"`{shown}`"
+            )
+        lines.append(text + ".")
+    stub, host = modes.get("in_stub"), modes.get("device_host")
+    if stub is not None and host is not None:
+        lines.append(
+            (
+                "With the device host the whole repository was served"
+                if host.all_served
+                else "Even with the device host not every model was served"
+            )
+            + f"; it used {host.device_bytes / max(stub.device_bytes, 1):.2f}x the device "
+            f"memory and {host.pss_bytes / max(stub.pss_bytes, 1):.2f}x the host memory (PSS) "
+            f"of in-stub serving, which served {stub.ready} models."
+        )
+    return lines
+
+
+def device_host_lines(data: dict[str, Any]) -> list[str]:
+    lines = [
+        "## 10. One device, many models: the device host",
+        "",
+    ]
+    if "many_models" in data:
+        raw = data["many_models"]
+        modes = analysis.many_models(data)
+        some = next(iter(modes.values()))
+        lines += [
+            f"A repository of {some.models} models (`benchmarks/scenarios.py` "
+            "`build_many_models`, from the small builders of `tests/onnx_models.py`: "
+            f"{MANY_PER_KIND} classifiers with batch gears 1, 2, 4, 8, {MANY_PER_KIND} sequence "
+            f"models with dims gears S = 8, 16, 32, {MANY_PER_KIND} static MLPs; "
+            f"{some.instances} instances each, {some.models * some.instances} Triton instances), "
+            "scaffolded for one emulated Ascend310P3 device, served by the real tritonserver "
+            "once per mode, each start on a host of its own (emulator ledger, placement "
+            "records, device host socket). Measured when loading ended: processes holding "
+            "device 0 and the device memory they hold (the emulator's ledger rows: each "
+            "process's opening of the device, contexts, weights and work memory), host memory "
+            "summed over tritonserver, its stubs and the device host (RSS counts shared pages "
+            "once per process; PSS shares them out), then one request to each READY model, "
+            f"checked against onnxruntime. Both modes took {raw['elapsed_s'] / 60:.1f} min "
+            "(starts, checks and stops).",
+            "",
+            "| mode | models READY | answered correctly | processes on device 0 | device memory "
+            "used | host RSS | host PSS | stub processes | start to end of loading | "
+            "shared-device refusals |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *[
+                f"| {MANY_MODE_WORDS[mode]} | {m.ready} of {m.models} | {m.answered} | "
+                f"{m.device_processes} | {mib(m.device_bytes)} of {mib(m.device_capacity)} "
+                f"({m.device_share:.1%}) | {mib(m.rss_bytes)} | {mib(m.pss_bytes)} | "
+                f"{m.stub_processes} | {m.loaded_s:.0f} s | {m.refusals} |"
+                for mode, m in modes.items()
+            ],
+            "",
+            *(line + "\n" for line in many_models_words(modes)),
+        ]
+    if "device_host" in data:
+        raw = data["device_host"]
+        figures = analysis.device_host(data)
+        top = analysis.DEVICE_HOST_THROUGHPUT_LEVEL
+        lines += [
+            f"One model, the small `y = 2x + 1` (FP32[N, {WIDTH}], gears {SMALL_GEARS}), "
+            "scaffolded twice on one server, no timing model, alternating rounds "
+            f"({len(raw['runs']['stub'])} of {data['plan']['seconds']:g} s): `stub` (its stub "
+            "opens the device) and `host` (`device_host` on: its stub hands each batch to the "
+            "device host through a memfd and a Unix socket); both checked for correct answers "
+            "first.",
+            "",
+            "| comparison | median | per round | target | |",
+            "|---|---|---|---|---|",
+            summary_row(
+                f"device host / in-stub, throughput at concurrency {top}",
+                figures.throughput,
+                3,
+                per_round=2,
+            ),
+            summary_row(
+                "device host - in-stub, p50 at concurrency 1", figures.p50_delta_us, 0, unit=" us"
+            ),
+            "",
+            f"At {top} clients the device host served {fmt(figures.throughput_rps['host'])} "
+            f"requests/s against {fmt(figures.throughput_rps['stub'])} in-stub; at one client "
+            f"its p50 was {fmt(figures.p50_us['host'])} us against "
+            f"{fmt(figures.p50_us['stub'])} us.",
+            "",
+            "Raw results:",
+            "",
+            *level_table(raw["runs"]),
+            "",
+        ]
+    lines += ["Commands (section-only re-runs):", "", "```"]
+    if "many_models" in data:
+        lines.append("python benchmarks/run.py --only many_models")
+    if "device_host" in data:
+        lines += ["python benchmarks/run.py --only device_host", *data["device_host"]["commands"]]
+    lines += ["```", ""]
+    for name in ("many_models", "device_host"):
+        if "machine" in data.get(name, {}):
+            measured = dict(data[name]["machine"])
+            lines.append(
+                f"`--only {name}` was measured on {measured['date']} at commit "
+                f"{measured['commit']} ({data[name]['section_elapsed_s'] / 60:.1f} min; Python "
+                f"speed: {measured['Python speed']})."
+            )
+    return [*lines, ""]
+
+
 def profile_lines() -> list[str]:
     return [
         "## Device profiles",
@@ -1247,7 +1396,14 @@ def render(data: dict[str, Any]) -> str:
         targets += exp.ratios.values()
     lines = [
         *header_lines(data, targets),
-        *summary_lines(over, naive, eff, sat, exp),
+        *summary_lines(
+            over,
+            naive,
+            eff,
+            sat,
+            exp,
+            analysis.device_host(data) if "device_host" in data else None,
+        ),
         "",
         *machine_lines(data),
         *overhead_lines(data, over),
@@ -1265,6 +1421,8 @@ def render(data: dict[str, Any]) -> str:
         lines += tune_lines(data, analysis.tune(data))
     if "sysalloc" in data:
         lines += system_allocation_lines(data, analysis.system_allocation(data))
+    if "device_host" in data or "many_models" in data:
+        lines += device_host_lines(data)
     lines += profile_lines()
     return "\n".join(lines)
 

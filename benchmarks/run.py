@@ -40,7 +40,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=list(scenarios.SMALL_MODEL_SCENARIOS),
+        choices=scenarios.ONLY_SCENARIOS,
         help="measure only this section; the others are kept from benchmarks/results/all.json",
     )
     args = parser.parse_args()

@@ -39,10 +39,16 @@ sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from build_model import build_classifier  # noqa: E402
-from onnx_models import build_nms  # noqa: E402
+from onnx_models import build_classifier as build_small_classifier  # noqa: E402
+from onnx_models import build_dims_model, build_mlp, build_nms, reference  # noqa: E402
 
-from ge_python_backend.client import TritonClient  # noqa: E402
+from ge_python_backend.ascend import SOC_DEVICES  # noqa: E402
+from ge_python_backend.client import TritonClient, typed  # noqa: E402
+from ge_python_backend.devicehost.client import IDLE_EXIT_ENV  # noqa: E402
+from ge_python_backend.emulator import device_holders as ledger_holders  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
+from ge_python_backend.emulator.timing import HOST_DIR_ENV  # noqa: E402
+from ge_python_backend.processes import RUN_DIR_ENV  # noqa: E402
 from ge_python_backend.repository.config import (  # noqa: E402
     config_view,
     load_model_config,
@@ -123,6 +129,18 @@ LONE_SHAPE = f"x:1,{WIDTH}"
 NMS_BOXES, NMS_CLASSES = 20, 3
 SYSALLOC_LEVELS = [1, 8]
 SYSALLOC_MAX_OUTPUT_BYTES = NMS_BOXES * NMS_CLASSES * 3 * 8  # every box of every class kept
+# Section 10: one model served in-stub (`stub`, device_host off) and by the device host (`host`),
+# same server, alternating rounds, at these levels; then a repository of MANY_KINDS x
+# MANY_PER_KIND models (tests/onnx_models.py's small builders), MANY_INSTANCES instances each, on
+# one emulated Ascend310P3 device, started once per mode (device_host off, on), each on a host of
+# its own (emulator ledger, placement records, device host socket).
+DEVICE_HOST_MODELS = {"stub": None, "host": True}  # name -> device_host
+DEVICE_HOST_LEVELS = [1, 8]
+MANY_KINDS = ("classifier", "sequence", "mlp")
+MANY_PER_KIND = 20
+MANY_INSTANCES = 2
+MANY_MODES = {"in_stub": None, "device_host": True}  # mode -> device_host
+MANY_READY_TIMEOUT_S = 3600.0
 # The correctness check: requests of these many rows sent at once (Triton batches them together).
 ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
 
@@ -768,6 +786,190 @@ def scenario_sysalloc(
     }
 
 
+def scenario_device_host(
+    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
+) -> dict[str, Any]:
+    """The small model scaffolded twice, same server, alternating rounds: `stub` (its stub opens
+    the device) and `host` (device_host on: the device host serves it), both checked for correct
+    answers first."""
+    repository = work / "device-host"
+    for name, device_host in DEVICE_HOST_MODELS.items():
+        scaffold(om, repository, name=name, runtime="emulator", device_host=device_host)
+    first = len(recorder.commands)
+    env = {
+        HOST_DIR_ENV: str(work / "device-host-emulator"),
+        RUN_DIR_ENV: str(work / "device-host-run"),
+        IDLE_EXIT_ENV: "1",
+    }
+    with serving(repository, logs, env=env) as server:
+        for name in DEVICE_HOST_MODELS:
+            check_answers(server, name)
+        runs = alternate(
+            recorder, server, list(DEVICE_HOST_MODELS), DEVICE_HOST_LEVELS, plan, "devicehost"
+        )
+    return {"runs": runs, "levels": DEVICE_HOST_LEVELS, "commands": recorder.commands[first:]}
+
+
+def build_many_models(work: Path) -> dict[str, tuple[Path, dict[str, np.ndarray]]]:
+    """Section 10's repository models: {name: (.om, a request's inputs)}. Classifiers with batch
+    gears (`image` FP32[N,3,16,16], 10 + i classes), sequence models with dims gears
+    (`input_ids`, `attention_mask` INT64[1,S], S 8, 16 or 32) and static MLPs (`x` FP32[4,16],
+    weights of seed i): every classifier and MLP computes something of its own, so an answer
+    from another model would not match."""
+    rng = np.random.default_rng(10)
+    sources = work / "many-onnx"
+    sources.mkdir(parents=True)
+    sequence = compile_onnx(
+        build_dims_model(sources / "sequence.onnx"),
+        sources / "sequence",
+        input_shape="input_ids:1,-1;attention_mask:1,-1",
+        dynamic_dims="8,8;16,16;32,32",
+        precision_mode="must_keep_origin_dtype",
+    )
+    models: dict[str, tuple[Path, dict[str, np.ndarray]]] = {}
+    for i in range(MANY_PER_KIND):
+        classifier = compile_onnx(
+            build_small_classifier(sources / f"classifier{i}.onnx", classes=10 + i),
+            sources / f"classifier{i}",
+            input_shape="image:-1,3,16,16",
+            dynamic_batch_size="1,2,4,8",
+            precision_mode="must_keep_origin_dtype",
+        )
+        image = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+        models[f"classifier{i:02d}"] = (classifier, {"image": image})
+        ids = rng.integers(0, 32, (1, 16)).astype(np.int64)
+        mask = (rng.random((1, 16)) < 0.8).astype(np.int64)
+        models[f"sequence{i:02d}"] = (sequence, {"input_ids": ids, "attention_mask": mask})
+        mlp = compile_onnx(
+            build_mlp(sources / f"mlp{i}.onnx", seed=100 + i),
+            sources / f"mlp{i}",
+            input_shape="x:4,16",
+            precision_mode="must_keep_origin_dtype",
+        )
+        models[f"mlp{i:02d}"] = (mlp, {"x": rng.standard_normal((4, 16)).astype(np.float32)})
+    return models
+
+
+def device_holders(host_dir: Path, device: int = 0) -> list[dict[str, int]]:
+    """The live processes the emulator's ledger of `device` counts, with the bytes each holds."""
+    return [
+        {"pid": h.pid, "contexts": h.contexts, "bytes": h.bytes}
+        for h in ledger_holders(str(host_dir), device)
+        if h.contexts
+    ]
+
+
+def host_memory(pids: set[int]) -> dict[str, float]:
+    """Resident and proportional set sizes (bytes) summed over the live processes of `pids`."""
+    rss = pss = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            info = psutil.Process(pid).memory_full_info()
+            rss, pss = rss + info.rss, pss + info.pss
+    return {"rss_bytes": rss, "pss_bytes": pss, "processes": len(pids)}
+
+
+def answers_correctly(
+    server: TritonServer, model: str, om: Path, inputs: dict[str, np.ndarray]
+) -> str:
+    """One request to `model`: "" when every output matches onnxruntime on the `.om`'s ONNX,
+    else what was wrong."""
+    try:
+        with TritonClient(server.urls.grpc, "grpc", timeout_s=60) as client:
+            answer = client.infer(model, typed(inputs))
+    except Exception as error:  # tritonclient's InferenceServerException
+        return f"failed: {error}"
+    expected = reference(om, inputs)
+    wrong = [
+        name
+        for name, value in expected.items()
+        if not np.allclose(answer[name], value, rtol=1e-5, atol=1e-6)
+    ]
+    return f"wrong {', '.join(wrong)}" if wrong else ""
+
+
+def serve_many(
+    work: Path, models: dict[str, tuple[Path, dict[str, np.ndarray]]], mode: str, logs: Path
+) -> dict[str, Any]:
+    """Section 10's repository in one mode on a host of its own: started, timed to the end of
+    loading, then device 0's holders (the emulator's ledger), host memory of tritonserver, its
+    stubs and the device host, each READY model's answer checked, the shared-device lines of
+    Triton's log."""
+    repository = work / f"many-{mode}"
+    for name, (om, _) in models.items():
+        scaffold(
+            om,
+            repository,
+            name=name,
+            runtime="emulator",
+            instances=MANY_INSTANCES,
+            device_host=MANY_MODES[mode],
+        )
+    host_dir = work / f"many-{mode}-emulator"
+    env = {
+        HOST_DIR_ENV: str(host_dir),
+        RUN_DIR_ENV: str(work / f"many-{mode}-run"),
+        IDLE_EXIT_ENV: "1",
+        "GE_EMULATOR_SOC": "Ascend310P3",
+    }
+    log = logs / f"many-{mode}.log"
+    server = TritonServer(repository, env=env, log_path=log)
+    say(f"many models, {mode}: {len(models)} models x {MANY_INSTANCES} instances, starting")
+    started = time.monotonic()
+    server.start()
+    try:
+        server.wait_ready(timeout=MANY_READY_TIMEOUT_S)
+        loaded_s = time.monotonic() - started
+        states = {e["name"]: e.get("state", "") for e in server.repository_index()}
+        ready = sorted(name for name, state in states.items() if state == "READY")
+        say(f"many models, {mode}: {len(ready)} READY after {loaded_s:.0f} s")
+        holders = device_holders(host_dir)
+        tritonserver = psutil.Process(server.pid)
+        children = tritonserver.children(recursive=True)
+        pids = {tritonserver.pid, *(c.pid for c in children), *(h["pid"] for h in holders)}
+        memory = host_memory(pids)  # the device host is a stub's child, and holds device 0
+        stubs = sum(1 for c in children if c.name().startswith("triton_python_"))  # the stubs
+        wrong = {
+            name: problem
+            for name in ready
+            if (problem := answers_correctly(server, name, *models[name]))
+        }
+    finally:
+        server.stop()
+    ours = [
+        line
+        for line in log.read_text(errors="replace").splitlines()
+        if "device 0 is full" in line and '] "ge_python_backend.' in line
+    ]
+    return {
+        "models": len(models),
+        "instances": MANY_INSTANCES,
+        "loaded_s": loaded_s,
+        "ready": len(ready),
+        "answered": len(ready) - len(wrong),
+        "wrong": wrong,
+        "not_ready": sorted(set(states) - set(ready)),
+        "device_processes": len(holders),
+        "device_bytes": sum(h["bytes"] for h in holders),
+        "device_capacity": SOC_DEVICES["Ascend310P3"].memory,
+        "stub_processes": stubs,
+        **memory,
+        "refusals": len(ours),
+        # the message of the first: `E... pb_stub.cc:...] "ge_python_backend....: text"`
+        "first_refusal": ours[0].split('] "', 1)[-1].removesuffix('"') if ours else "",
+    }
+
+
+def scenario_many_models(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str, Any]:
+    """Section 10's repository on one emulated 310P3 device, in-stub and under the device host,
+    one mode after the other (`plan` does not apply: each mode is one start)."""
+    say(f"building {len(MANY_KINDS) * MANY_PER_KIND} models in {work}")
+    models = build_many_models(work)
+    started = time.monotonic()
+    modes = {mode: serve_many(work, models, mode, logs) for mode in MANY_MODES}
+    return {"modes": modes, "elapsed_s": time.monotonic() - started}
+
+
 PYTHON_SPEED_SNIPPET = "sum(range(50))"
 
 
@@ -853,6 +1055,8 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
             "expert": scenario_expert(recorder, work, small, plan, logs),
             "tune": scenario_tune(recorder, work, small, plan, logs),
             "sysalloc": scenario_sysalloc(recorder, work, nms, plan, logs),
+            "device_host": scenario_device_host(recorder, work, small, plan, logs),
+            "many_models": scenario_many_models(recorder, work, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
@@ -868,14 +1072,28 @@ SMALL_MODEL_SCENARIOS = {
     "saturation": scenario_saturation,
     "expert": scenario_expert,
     "tune": scenario_tune,
+    "device_host": scenario_device_host,
 }
+# Sections that build models of their own.
+OWN_MODEL_SCENARIOS = {"many_models": scenario_many_models}
+ONLY_SCENARIOS = [*SMALL_MODEL_SCENARIOS, *OWN_MODEL_SCENARIOS]
 
 
 def measure_only(name: str, plan: Plan, results: Path) -> dict[str, Any]:
-    """Only one section on the small model (raw JSON next to the others)."""
+    """Only one section of `ONLY_SCENARIOS` (raw JSON next to the others); it also records
+    when it was measured, from which commit, and for how long."""
     recorder = Recorder(results)
+    started = time.monotonic()
+    speed_at_start = python_speed_ns()
     with tempfile.TemporaryDirectory(prefix="ge-bench-") as temp:
         work = Path(temp)
-        say(f"building the small model in {work}")
-        scenario = SMALL_MODEL_SCENARIOS[name]
-        return scenario(recorder, work, build_small_model(work), plan, work / "logs")
+        logs = work / "logs"
+        if name in OWN_MODEL_SCENARIOS:
+            section = OWN_MODEL_SCENARIOS[name](recorder, work, plan, logs)
+        else:
+            say(f"building the small model in {work}")
+            scenario = SMALL_MODEL_SCENARIOS[name]
+            section = scenario(recorder, work, build_small_model(work), plan, logs)
+    section["machine"] = machine((speed_at_start, python_speed_ns()))
+    section["section_elapsed_s"] = time.monotonic() - started
+    return section

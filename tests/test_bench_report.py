@@ -614,3 +614,102 @@ def test_benchmarks_md_is_what_its_saved_run_renders_to() -> None:
     # from the saved data after a change to the report's code.
     data = json.loads((ROOT / "benchmarks" / "results" / "all.json").read_text())
     assert report.render(data) == (ROOT / "BENCHMARKS.md").read_text()
+
+
+def many_mode(ready: int, processes: int, device_mib: int, pss_mib: int, refusals: int) -> Any:
+    """One mode of section 10's repository (`scenarios.serve_many`): 60 models, 2 instances."""
+    return {
+        "models": 60,
+        "instances": 2,
+        "loaded_s": 100.0,
+        "ready": ready,
+        "answered": ready,
+        "wrong": {},
+        "not_ready": [],
+        "device_processes": processes,
+        "device_bytes": device_mib << 20,
+        "device_capacity": 21525 << 20,
+        "stub_processes": 120,
+        "rss_bytes": 2 * pss_mib << 20,
+        "pss_bytes": pss_mib << 20,
+        "processes": 121,
+        "refusals": refusals,
+        "first_refusal": "device 0 is full: pyACL's limit of processes per device is reached",
+    }
+
+
+def with_device_host(data: dict[str, Any]) -> dict[str, Any]:
+    """Section 10 added: one model in the device host at 0.98x the stub's throughput at 8
+    clients and +40 us p50 at one client; the repository in-stub (32 READY, 64 processes, 28
+    refusals) and under the device host (60 READY, one process)."""
+    data["device_host"] = {
+        "runs": {
+            "stub": rounds({1: 800.0, 8: 2000.0}, p50_ms=1.20),
+            "host": rounds({1: 780.0, 8: 1960.0}, p50_ms=1.24),
+        },
+        "levels": [1, 8],
+        "commands": ["ge-python-model bench --model host"],
+    }
+    data["many_models"] = {
+        "modes": {
+            "in_stub": many_mode(32, 64, 8000, 4000, 28),
+            "device_host": many_mode(60, 1, 1000, 3000, 0),
+        },
+        "elapsed_s": 300.0,
+        "machine": [["date", "2025-01-01 00:00"], ["commit", "abc"], ["Python speed", "fast"]],
+        "section_elapsed_s": 310.0,
+    }
+    return data
+
+
+def test_the_device_host_section_follows_its_numbers() -> None:
+    data = with_device_host(run_data())
+    text = report.render(data)
+    assert "## 10. One device, many models: the device host" in text
+    assert row(text, "| device host / in-stub (section 10), throughput at concurrency 8 |") == (
+        "| device host / in-stub (section 10), throughput at concurrency 8 | 0.980 | "
+        "0.98, 0.98, 0.98 | >= 0.95 | met |"
+    )
+    assert row(text, "| device host - in-stub (section 10), p50 at concurrency 1 |") == (
+        "| device host - in-stub (section 10), p50 at concurrency 1 | 40 us | 40, 40, 40 | "
+        "<= 60 us | met |"
+    )
+    assert row(text, "| in-stub (device_host off) |") == (
+        "| in-stub (device_host off) | 32 of 60 | 32 | 64 | 8,000 MiB of 21,525 MiB (37.2%) | "
+        "8,000 MiB | 4,000 MiB | 120 | 100 s | 28 |"
+    )
+    assert "Device host (on): 60 of 60 models READY after 100 s, 60 of them answering " in text
+    assert "1 process holding device 0." in text
+    assert (
+        "28 instances refused with the shared-device line, the first (up to 300 characters): "
+        "`device 0 is full: pyACL's limit of processes per device is reached`." in text
+    )
+    assert "With the device host the whole repository was served; it used 0.12x the device " in (
+        text
+    )
+    assert "0.75x the host memory (PSS) of in-stub serving, which served 32 models." in text
+    assert "python benchmarks/run.py --only many_models" in text
+    assert "`--only many_models` was measured on 2025-01-01 00:00 at commit abc (5.2 min;" in text
+
+    scale(data["device_host"]["runs"]["host"], 8, 0.9 / 0.98, "throughput_rps")
+    scale(data["device_host"]["runs"]["host"], 1, 1.3 / 1.24, "p50_ms")
+    data["many_models"]["modes"]["device_host"]["answered"] = 59
+    text = report.render(data)
+    assert row(text, "| device host / in-stub (section 10), throughput").endswith(
+        "| 0.900 | 0.90, 0.90, 0.90 | >= 0.95 | **not met** |"
+    )
+    assert row(text, "| device host - in-stub (section 10), p50").endswith(
+        "| 100 us | 100, 100, 100 | <= 60 us | **not met** |"
+    )
+    assert "Even with the device host not every model was served" in text
+    assert "59 of them answering correctly" in text
+
+
+def test_without_section_10_the_report_has_none_of_it() -> None:
+    data = with_device_host(run_data())
+    del data["device_host"]
+    text = report.render(data)
+    assert "## 10." in text and "section 10), throughput" not in text
+    assert "--only device_host" not in text
+    del data["many_models"]
+    assert "## 10." not in report.render(data)
