@@ -27,17 +27,20 @@ format: setup ## Apply ruff's formatting and import order
 	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples benchmarks
 	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples benchmarks
 
-# pytest-xdist workers. The end-to-end tests mostly wait on tritonserver and its stubs, so 4
-# workers beat 2 on a 2-core machine; --dist loadfile keeps each file's module fixtures (servers,
-# stub environments) in one worker. The tests without a server are CPU-bound: 2 workers.
+# pytest-xdist workers, measured on 2 cores: the end-to-end tests mostly wait on tritonserver and
+# its stubs, and even the tests without a server wait on subprocesses, so 4 workers beat 2 for
+# both; --dist loadfile keeps each file's module fixtures (servers, stub environments) in one
+# worker. PYTHONDONTWRITEBYTECODE is cleared for pytest alone: each worker would otherwise
+# rewrite the assertions of every test module again (seconds per worker), not cache them.
 TEST_WORKERS ?= 4
-CHECK_WORKERS ?= 2
+CHECK_WORKERS ?= 4
+PYTEST := PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest
 
 test: setup lint ## Lint, type-check and run every test, end-to-end tests on the real tritonserver included
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile
 
 check: setup lint ## Lint, type-check and run the tests that start no server (-m "not e2e"): the inner loop
-	$(VENV)/bin/pytest -q -n $(CHECK_WORKERS) -m "not e2e"
+	$(PYTEST) -q -n $(CHECK_WORKERS) -m "not e2e"
 
 .PHONY: help setup lint format test check
 
