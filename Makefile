@@ -27,10 +27,22 @@ format: setup ## Apply ruff's formatting and import order
 	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples benchmarks
 	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples benchmarks
 
-test: setup lint ## Lint, type-check and run every test, end-to-end tests on the real tritonserver included
-	$(VENV)/bin/pytest -q
+# pytest-xdist workers, measured on 2 cores: the end-to-end tests mostly wait on tritonserver and
+# its stubs, and even the tests without a server wait on subprocesses, so 4 workers beat 2 for
+# both; --dist loadfile keeps each file's module fixtures (servers, stub environments) in one
+# worker. PYTHONDONTWRITEBYTECODE is cleared for pytest alone: each worker would otherwise
+# rewrite the assertions of every test module again (seconds per worker), not cache them.
+TEST_WORKERS ?= 4
+CHECK_WORKERS ?= 4
+PYTEST := PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest
 
-.PHONY: help setup lint format test
+test: setup lint ## Lint, type-check and run every test, end-to-end tests on the real tritonserver included
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile
+
+check: setup lint ## Lint, type-check and run the tests that start no server (-m "not e2e"): the inner loop
+	$(PYTEST) -q -n $(CHECK_WORKERS) -m "not e2e"
+
+.PHONY: help setup lint format test check
 
 soak: setup ## Longer soak (200,000 requests at concurrency 16) and 100 reload cycles; prints figures
 	GE_SOAK_REQUESTS=200000 GE_RELOAD_CYCLES=100 $(VENV)/bin/pytest -q -s tests/test_soak.py tests/test_reliability_reload.py

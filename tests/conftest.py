@@ -22,7 +22,13 @@ Every test session models a host of its own (`GE_EMULATOR_HOST_DIR` in a session
 inherited by the servers and processes it starts): its emulated devices (process slots, memory,
 engines under a timing model) are shared only by this session's processes, not with another test
 run or a benchmark on the same machine; so are the runtime's placement records
-(`GE_PYTHON_BACKEND_RUN_DIR`).
+(`GE_PYTHON_BACKEND_RUN_DIR`). Under pytest-xdist (`make test`, `make check`) each worker is a
+session of its own with its own base temporary directory (`.../popen-gw<N>/`), so one worker's
+devices, engine files and timing are never another's.
+
+A test that starts tritonserver, itself or through a process it runs (`serve`, an example), is
+marked `e2e`: `make check` runs the others (`-m "not e2e"`), which must start none. The autouse
+fixture `e2e_marked_if_it_starts_a_server` fails an unmarked test that does.
 
 And two fixtures of the emulated pyACL's process-wide state, for the tests that call `acl`
 directly (helpers for them are in `tests/emulator_helpers.py`):
@@ -37,10 +43,13 @@ directly (helpers for them are in `tests/emulator_helpers.py`):
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -181,6 +190,41 @@ def emulator_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         patch.setenv(HOST_DIR_ENV, str(directory))
         patch.setenv(RUN_DIR_ENV, str(tmp_path_factory.mktemp("placements")))
         yield directory
+
+
+SERVER_PROCESS = "tritonserver"
+
+
+def _started_servers(stop: threading.Event, found: list[str]) -> None:
+    """Until `stop` is set, look every 0.1 s for a tritonserver among this process's
+    descendants; the first one's command line goes to `found`."""
+    me = psutil.Process()
+    while True:
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # it may have ended meanwhile
+                if child.name() == SERVER_PROCESS:
+                    found.append(" ".join(child.cmdline()[:2]))
+                    return
+        if stop.wait(0.1):
+            return
+
+
+@pytest.fixture(autouse=True)
+def e2e_marked_if_it_starts_a_server(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test not marked `e2e` fails if a tritonserver ran under it (`make check` selects the
+    tests that are not, to answer in a minute without starting any server)."""
+    if request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    stop = threading.Event()
+    found: list[str] = []
+    watcher = threading.Thread(target=_started_servers, args=(stop, found), daemon=True)
+    watcher.start()
+    yield
+    stop.set()
+    watcher.join()
+    if found:
+        pytest.fail(f"this test started {found[0]}: mark it @pytest.mark.e2e", pytrace=False)
 
 
 @pytest.fixture

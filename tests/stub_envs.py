@@ -10,6 +10,7 @@ An interpreter that is not found is an error saying where it was looked for (nev
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import os
@@ -106,7 +107,15 @@ def build_wheel() -> Path:
 
 
 def stub_environment(spec: StubEnvSpec) -> Path:
-    """The virtualenv of `spec` with the current package installed; built when missing."""
+    """The virtualenv of `spec` with the current package installed; built when missing (one
+    process at a time: parallel test workers share the cache)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _stub_environment(spec)
+
+
+def _stub_environment(spec: StubEnvSpec) -> Path:
     interpreter = find_interpreter(spec.python_version)
     key = hashlib.sha256("\n".join([str(interpreter), *spec.requirements]).encode()).hexdigest()
     env = CACHE / f"{spec.name}-{key[:12]}"

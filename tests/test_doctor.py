@@ -60,6 +60,7 @@ def test_this_host_reports_honestly_that_no_npu_is_present() -> None:
     assert emulated["npu"].status == FAIL and not emulated["npu"].required
 
 
+@pytest.mark.e2e  # doctor without --no-server starts the bundled tritonserver
 @no_pyacl_here
 def test_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--runtime", "pyacl", "--no-server"]) == 1

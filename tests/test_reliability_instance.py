@@ -181,13 +181,16 @@ def test_a_failed_execution_fails_its_batch_only(
         assert stats[key] == before[key], key
 
 
-def inline_answers(instance: ModelInstance, seconds: float) -> list[bool]:
-    """Execute one-row requests for `seconds`; per `execute`, whether it returned the response
-    itself (else it came through the response sender), each answer checked."""
+def inline_answers(
+    instance: ModelInstance, seconds: float, until: bool | None = None
+) -> list[bool]:
+    """Execute one-row requests for `seconds` (with `until`: until one is answered inline if
+    True, through its sender if False, or `seconds` passed); per `execute`, whether it returned
+    the response itself (else it came through the response sender), each answer checked."""
     deadline = time.monotonic() + seconds
     feeds = {"a": np.full((1, 4), 2, np.float32), "b": np.ones((1, 4), np.float32)}
-    inline = []
-    while time.monotonic() < deadline:
+    inline: list[bool] = []
+    while time.monotonic() < deadline and (until is None or until not in inline):
         request = request_of(feeds)
         returned = instance.execute([request])
         response = returned[0] if returned is not None else sent_response(request)
@@ -197,12 +200,20 @@ def inline_answers(instance: ModelInstance, seconds: float) -> list[bool]:
     return inline
 
 
+# The pipelining threshold of these tests: an execution's device time is the timing model's plus
+# the emulator's own work (copies, onnxruntime), which is well under a millisecond on an idle host
+# but reached 0.8 ms on a busy one (tests running in parallel), enough to cross the default 1 ms.
+THRESHOLD_US = 5000
+
+
 def test_depth_2_answers_executions_shorter_than_its_threshold_inline(
     tmp_path: Path, om_add_mul: Path
 ) -> None:
     # Without a timing model an execution takes microseconds on the emulated device: depth 2
     # answers inline from the start and never pays for response senders.
-    instance = open_instance(om_add_mul, tmp_path, "add_mul", 2)
+    instance = open_instance(
+        om_add_mul, tmp_path, "add_mul", 2, pipeline_min_device_us=str(THRESHOLD_US)
+    )
     try:
         assert all(inline_answers(instance, 0.5))
     finally:
@@ -223,19 +234,24 @@ def test_depth_2_pipelines_from_its_threshold_and_stops_below_half_of_it(
     tmp_path: Path, om_add_mul: Path
 ) -> None:
     # Decided once per metrics interval (0.1 s) from the executions' mean device time (the
-    # timing model's execute_us plus 0.1-0.2 ms of copies and emulator work): 0.5 ms executions
-    # stay inline, 2 ms ones are pipelined, and pipelining then goes on down to half the limit
-    # (0.8 ms: no flapping around it), not below (0.1 ms).
-    emulator.set_timing("execute_us=300")
-    instance = open_instance(om_add_mul, tmp_path, "add_mul", 2, pipeline_min_device_us="1000")
+    # timing model's execute_us plus the emulator's work): 0.5 ms executions stay inline, 10 ms
+    # ones are pipelined (after two long intervals, however long the host takes for them), and
+    # pipelining then goes on down to half the limit (3 ms: no flapping around it), not below
+    # (the emulator's work alone).
+    emulator.set_timing("execute_us=500")
+    instance = open_instance(
+        om_add_mul, tmp_path, "add_mul", 2, pipeline_min_device_us=str(THRESHOLD_US)
+    )
     try:
         assert all(inline_answers(instance, 0.5))
-        emulator.set_timing("execute_us=2000")
-        assert not any(inline_answers(instance, 0.6)[-20:])
-        emulator.set_timing("execute_us=600")
+        emulator.set_timing("execute_us=10000")
+        assert inline_answers(instance, 30, until=False)[-1] is False  # it starts pipelining
+        assert not any(inline_answers(instance, 0.3))  # and goes on
+        emulator.set_timing("execute_us=3000")
         assert not any(inline_answers(instance, 0.5))
         emulator.set_timing("execute_us=0")
-        assert all(inline_answers(instance, 0.5)[-20:])
+        assert inline_answers(instance, 30, until=True)[-1] is True  # it stops
+        assert all(inline_answers(instance, 0.3))
     finally:
         instance.close()
         emulator.set_timing(None)

@@ -90,7 +90,7 @@ def test_a_hung_execution_fails_one_request_and_the_instance_serves_on(
     tmp_path: Path, om_dynamic_batch: Path, depth: int
 ) -> None:
     """The 3rd execution never completes on the device: with execute_timeout_ms 1000 its request
-    fails within a few seconds with an error naming the timeout, and every later one succeeds."""
+    fails after that timeout with an error naming it, and every later one succeeds."""
     repository = tmp_path / "models"
     # No warmup: the n-th execution is the n-th request.
     scaffold(
@@ -120,8 +120,9 @@ def test_a_hung_execution_fails_one_request_and_the_instance_serves_on(
     failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, tuple)]
     assert failed == [2], [str(outcomes[i][0]) for i in failed]
     error, waited = outcomes[2]
+    # failed by the instance's 1 s timeout (waited for it), not by the client's 30 s one
     assert "did not finish within execute_timeout_ms=1000" in str(error), str(error)
-    assert 1.0 <= waited < 5, waited
+    assert waited >= 1.0, waited
     for i, (x, outcome) in enumerate(zip(rows, outcomes)):
         if i != 2:
             want = reference(om_dynamic_batch, {"x": x})
@@ -143,31 +144,25 @@ def test_sigterm_drains_requests_in_flight_and_serve_exits_0(
     rows = [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(6)]
     done = threading.Semaphore(0)
     results: list[object] = [None] * 6
-    answered = [0.0] * 6
 
     def callback(index: int, result: object, error: object) -> None:
         results[index] = error if error is not None else result
-        answered[index] = time.monotonic()
         done.release()
 
     with serving(repository, tmp_path / "triton.log", SLOW_DEVICE) as (process, client):
-        start = time.monotonic()
         for index, x in enumerate(rows):
             send(client, x, functools.partial(callback, index))
             time.sleep(0.02)  # apart, so that they form several batches, two on the device
-        time.sleep(0.02)  # the last one has reached Triton
+        time.sleep(0.1)  # the last one has reached Triton
+        in_flight = [index for index, result in enumerate(results) if result is None]
         process.send_signal(signal.SIGTERM)
-        sigterm = time.monotonic()
         for _ in rows:
             assert done.acquire(timeout=30), "a request was never answered"
         _, err = process.communicate(timeout=60)
-    # All 6 were in flight at SIGTERM (on the device at depth 2 or queued in Triton): each was
-    # answered after it, the last ones more than a 300 ms execution's length after it. How they
-    # split into executions depends on the machine: on a slow VM all 6 were answered together
-    # about 0.45 s after SIGTERM (with the code before this bound was lowered from 0.5 s too).
-    assert sigterm - start < 0.3
-    assert min(answered) > sigterm
-    assert max(answered) - sigterm > 0.3
+    # Six rows take at least two 300 ms executions, so some were still in flight at SIGTERM (on
+    # the device at depth 2 or queued in Triton); every request, those among them, was answered,
+    # none refused.
+    assert in_flight, "every request was answered before SIGTERM: there was nothing to drain"
     failures = [r for r in results if isinstance(r, InferenceServerException)]
     assert not failures, [str(f) for f in failures]
     for x, result in zip(rows, results):
@@ -245,7 +240,8 @@ def test_a_full_queue_refuses_at_once_and_the_server_serves_on(
     tmp_path: Path, om_dynamic_batch: Path
 ) -> None:
     """24 concurrent requests, a queue of 2 and a 100 ms device: some are answered (correctly),
-    the others are refused at once with Triton's queue error; then the server serves on."""
+    the others are refused with Triton's queue error, never run on the device (the model ran
+    exactly the answered ones); then the server serves on."""
     repository = tmp_path / "models"
     scaffold(om_dynamic_batch, repository, name="mlp", runtime="emulator", max_queue_size=2)
     rng = np.random.default_rng(1)
@@ -258,23 +254,24 @@ def test_a_full_queue_refuses_at_once_and_the_server_serves_on(
         client = TritonClient(grpc_address(server), "grpc")
         done = threading.Semaphore(0)
         results: list[object] = [None] * len(rows)
-        latency = [0.0] * len(rows)
 
-        def callback(index: int, sent: float, result: object, error: object) -> None:
+        def callback(index: int, result: object, error: object) -> None:
             results[index] = error if error is not None else result
-            latency[index] = time.monotonic() - sent
             done.release()
 
+        before = client.inference_statistics("mlp")["model_stats"][0]
         for index, x in enumerate(rows):
-            send(client, x, functools.partial(callback, index, time.monotonic()))
+            send(client, x, functools.partial(callback, index))
         for _ in rows:
             assert done.acquire(timeout=60), "a request was never answered"
+        after = client.inference_statistics("mlp")["model_stats"][0]
         answered = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
         refused = [i for i, r in enumerate(results) if isinstance(r, Exception)]
         assert answered and refused, (len(answered), len(refused))
         for i in refused:
             assert "Exceeds maximum queue size" in str(results[i]), str(results[i])
-            assert latency[i] < 0.1  # refused at once, not after a device execution
+        # refused on arrival, not after a device execution: the model ran the answered ones only
+        assert int(after["inference_count"]) - int(before["inference_count"]) == len(answered)
         for i in answered:
             want = reference(om_dynamic_batch, {"x": rows[i]})
             for name in ("y", "z"):

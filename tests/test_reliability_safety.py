@@ -225,7 +225,8 @@ def test_paths_a_shell_would_interpret_are_refused_before_the_server_starts(
     with pytest.raises(UserError, match=rf"{where} .* contains .*\$.*shell command line"):
         server.start()
     assert server.pid is None
-    assert main(["serve", str(repository), "--emulator"]) == 2
+    free_ports = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    assert main(["serve", str(repository), "--emulator", *free_ports]) == 2
     assert "Python backend starts each model through a shell" in capsys.readouterr().err
     # validate refuses what serve refuses: the repository outright, the model as INVALID
     validate = main(["validate", str(repository), "--runtime", "emulator"])

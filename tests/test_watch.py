@@ -157,7 +157,7 @@ def test_failed_reloads_are_retried_with_backoff_then_given_up(
     start = time.monotonic()
     with caplog.at_level("INFO", logger="ge_python_backend.tools.watch"):
         assert not watcher.heal("conv", dead)
-    assert 1.0 <= time.monotonic() - start < 5
+    assert time.monotonic() - start >= 1.0  # it waited the backoff between the two
     assert watcher.metrics.value("ge_watch_reloads_total", "conv") == 2
     assert "retrying the reload of 'conv' in 1 s" in caplog.text
     assert "still fails after 2 reloads; giving up" in caplog.text
