@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -416,7 +417,10 @@ def test_the_concurrency_search_finds_the_level_the_next_one_breaks(
     server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Closed loop on `slow`: at concurrency c each request waits behind c - 1 others, p99 about
-    # c x SLOW_MS. A threshold of 3.5 x SLOW_MS allows 3 and no more.
+    # c x SLOW_MS. A threshold of 3.5 x SLOW_MS allows 3 and no more on an idle host (levels 1,
+    # 2, 4, then 3); beside other tests a slow request can break a lower level (p99 of 12 is
+    # their slowest), so the levels measured and the one chosen are checked against what the
+    # search's rule gives for the p99s measured (the rule itself: the threshold search's tests).
     json_path = tmp_path / "out.json"
     threshold = 3.5 * SLOW_MS
     args = ["--model", "slow", "--concurrency", "16", "--requests", "12", "--warmup", "2"]
@@ -424,10 +428,22 @@ def test_the_concurrency_search_finds_the_level_the_next_one_breaks(
     assert bench(server, "grpc", *args) == 0
     document = json.loads(json_path.read_text())
     levels = document["results"]
-    assert [e["concurrency"] for e in levels] == [1, 2, 4, 3]  # doubling, then bisection
-    assert document["latency_threshold"] == {"p99_ms": threshold, "chosen": 3}
-    assert levels[3]["p99_ms"] <= threshold < levels[2]["p99_ms"]
-    assert "highest concurrency with p99 <= 140 ms: 3" in capsys.readouterr().out
+    measured = {entry["concurrency"]: entry for entry in levels}
+    assert len(measured) == len(levels) >= 2, levels  # no level twice; doubled at least once
+    replay = search_latency_threshold(
+        lambda level: SimpleNamespace(**measured[int(level)]),  # as bench measured it
+        threshold,
+        start=1,
+        maximum=16,
+        integer=True,
+    )
+    assert [e.concurrency for e in replay.tried] == [e["concurrency"] for e in levels]
+    assert replay.chosen is not None, levels  # one request at a time meets 3.5 x SLOW_MS
+    chosen = levels[document["latency_threshold"]["chosen"]]
+    assert chosen["concurrency"] == replay.chosen.concurrency
+    assert chosen["p99_ms"] <= threshold < measured[chosen["concurrency"] + 1]["p99_ms"]
+    printed = f"highest concurrency with p99 <= 140 ms: {chosen['concurrency']}"
+    assert printed in capsys.readouterr().out
 
 
 @pytest.mark.e2e
