@@ -188,8 +188,7 @@ def test_finalize_kills_contexts_and_streams_of_every_thread(ctx: int) -> None:
 
 
 def test_the_stream_worker_runs_under_the_streams_context(ctx: int) -> None:
-    from ge_python_backend.emulator._state import current_context
-    from ge_python_backend.emulator._streams import stream_in
+    from ge_python_backend.emulator._streams import current_context, stream_in
 
     stream, _ = acl.rt.create_stream()
     seen: list[Any] = []

@@ -46,13 +46,12 @@ from ge_python_backend.emulator._state import (
     POISON,
     STATE,
     AclFailure,
-    Context,
     DataBuffer,
     Dataset,
     device_mode,
 )
-from ge_python_backend.emulator._streams import Stream
-from ge_python_backend.emulator.acl._tensor import desc_dims, fill_desc, renew_descs
+from ge_python_backend.emulator._streams import Context, Stream
+from ge_python_backend.emulator._tensors import desc_dims, fill_desc, renew_descs
 from ge_python_backend.emulator.omfile import OmModel, OmTensor, in_ranges, ranges_text
 
 MBATCH_NAME = "ascend_mbatch_shape_data"
@@ -323,6 +322,12 @@ class ModelDesc:
 
     handle: int
     model: DescribedModel | None = None
+
+
+# The process's live model descriptions (by handle) and loaded models (by model id); callers
+# hold LOCK.
+MODEL_DESCS: dict[int, ModelDesc] = {}
+MODELS: dict[int, LoadedModel] = {}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
-"""Process state of the emulated runtime: init flag, devices, contexts, handles, counters.
+"""Process state of the emulated runtime, below every module that holds a resource: the init flag,
+the devices, data buffers and datasets, handles, counters, `LOCK` and `AclFailure`.
 
-Every registry lives here; the `acl` modules mutate it under `LOCK`. The current context and the
-recent error message are per OS thread (`threading.local`), as in the real runtime.
+Each other registry lives next to its type, above this module: contexts, streams and the
+calling thread's current context in `_streams.py`, tensor descriptors in `_tensors.py`, model
+descriptions and loaded models in `_models.py`. The `acl` modules mutate them under `LOCK`. The
+recent error message is per OS thread (`threading.local`), as in the real runtime.
 """
 
 from __future__ import annotations
@@ -10,16 +13,10 @@ import collections
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from ge_python_backend.aipp import DynamicAippParams
 from ge_python_backend.ascend import AclCode, RunMode, describe_code
 from ge_python_backend.emulator._ledger import DeviceLedger, Refusal
-
-if TYPE_CHECKING:
-    from ge_python_backend.aipp import DynamicAippParams
-    from ge_python_backend.emulator._models import LoadedModel, ModelDesc
-    from ge_python_backend.emulator._streams import Stream
-    from ge_python_backend.emulator.acl._tensor import TensorDesc
 
 DEVICE_ADDRESS_BASE = 0xD000_0000_0000_0000
 # Handles (contexts, streams, datasets, data buffers, descs) live above the user-space address
@@ -48,13 +45,12 @@ def describe(code: int) -> str:
 @dataclass(eq=False)
 class Device:
     """One emulated NPU: this process's row in the host's ledger of it (`_ledger.py`: the
-    processes that opened it, the memory each holds) and the reference-counted default context.
-    Callers hold `LOCK`."""
+    processes that opened it, the memory each holds) and the count of `set_device` calls its
+    default context (`_streams.DEFAULT_CONTEXTS`) serves. Callers hold `LOCK`."""
 
     id: int
     ledger: DeviceLedger
     refcount: int = 0
-    default_context: Context | None = None
 
     @property
     def capacity(self) -> int:
@@ -119,16 +115,6 @@ class Handled:
 
 
 @dataclass(eq=False)
-class Context(Handled):
-    """A runtime context; `streams` are the ones created in it (not its default stream)."""
-
-    device: Device
-    explicit: bool
-    streams: dict[int, Stream] = field(default_factory=dict)
-    default_stream: Stream | None = None
-
-
-@dataclass(eq=False)
 class DataBuffer(Handled):
     """`aclDataBuffer`: an address and a size; owns no memory."""
 
@@ -148,13 +134,13 @@ class Dataset(Handled):
 
 
 class _Tls(threading.local):
-    context: Context | None = None
     recent_error: str = ""
     api: str = "acl"
 
 
 class State:
-    """Every registry of the process (one instance: `STATE`)."""
+    """The process's init flag, devices, data buffers, datasets, dynamic AIPP parameters,
+    handles and counters (one instance: `STATE`)."""
 
     def __init__(self) -> None:
         self.initialized = False
@@ -162,15 +148,9 @@ class State:
         self.soc = ""
         self.device_count = DEFAULT_DEVICE_COUNT
         self.devices: dict[int, Device] = {}
-        self.contexts: dict[int, Context] = {}
-        self.streams: dict[int, Stream] = {}
         self.data_buffers: dict[int, DataBuffer] = {}
         self.datasets: dict[int, Dataset] = {}
-        self.descs: dict[int, ModelDesc] = {}
-        self.tensor_descs: dict[int, TensorDesc] = {}
-        self.dataset_tensor_descs: dict[int, TensorDesc] = {}  # copies datasets own
         self.aipps: dict[int, DynamicAippParams] = {}  # aclmdlAIPP handles of create_aipp
-        self.models: dict[int, LoadedModel] = {}
         self.next_model_id = 1
         self.counters: collections.Counter[str] = collections.Counter()
         self._next_handle = HANDLE_BASE
@@ -226,30 +206,3 @@ def require_init() -> None:
         raise AclFailure(
             AclCode.UNINITIALIZE, "acl.init has not been called (or acl.finalize already was)"
         )
-
-
-def current_context() -> Context:
-    """The calling thread's live current context, else 107002 (after the init check)."""
-    require_init()
-    ctx = TLS.context
-    if ctx is None:
-        raise AclFailure(
-            AclCode.RT_CONTEXT_NULL,
-            f"no current context in thread {threading.current_thread().name!r}: every thread "
-            "must call acl.rt.set_context(context) (or acl.rt.set_device) before runtime calls",
-        )
-    if not ctx.live:
-        raise AclFailure(
-            AclCode.RT_CONTEXT_NULL,
-            f"the current context 0x{ctx.handle:x} of thread {threading.current_thread().name!r} "
-            "was destroyed (destroy_context, reset_device or finalize); set a live context",
-        )
-    return ctx
-
-
-def live_context(handle: int) -> Context:
-    """A live context by handle, else 107017."""
-    ctx = STATE.contexts.get(handle)
-    if ctx is None or not ctx.live:
-        raise AclFailure(AclCode.RT_INVALID_HANDLE, f"0x{handle:x} is not a live context handle")
-    return ctx

@@ -11,7 +11,10 @@ import warnings
 from pathlib import Path
 
 from ge_python_backend.emulator._memory import MEMORY
+from ge_python_backend.emulator._models import MODEL_DESCS, MODELS
 from ge_python_backend.emulator._state import LOCK, STATE
+from ge_python_backend.emulator._streams import CONTEXTS, STREAMS
+from ge_python_backend.emulator._tensors import TENSOR_DESCS
 
 ENV = "GE_EMULATOR_STATS_DIR"
 
@@ -68,11 +71,11 @@ def stats() -> dict[str, int]:
             "host_bytes_in_use": MEMORY.host_bytes,
             "live_data_buffers": len(STATE.data_buffers),
             "live_datasets": len(STATE.datasets),
-            "live_model_descs": len(STATE.descs),
-            "live_tensor_descs": len(STATE.tensor_descs),
-            "loaded_models": len(STATE.models),
-            "live_streams": len(STATE.streams),
-            "live_contexts": len(STATE.contexts),
+            "live_model_descs": len(MODEL_DESCS),
+            "live_tensor_descs": len(TENSOR_DESCS),
+            "loaded_models": len(MODELS),
+            "live_streams": len(STREAMS),
+            "live_contexts": len(CONTEXTS),
         }
         result.update({name: STATE.counters[name] for name in COUNTERS})
     return result

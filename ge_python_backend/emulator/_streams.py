@@ -1,4 +1,8 @@
-"""Streams: queued work runs in submission order, lazily or on a worker thread.
+"""Contexts and their streams: queued work runs in submission order, lazily or on a worker thread.
+
+A context and its streams name each other, so both live here with their registries (`CONTEXTS`,
+`STREAMS`, `DEFAULT_CONTEXTS`) and the calling thread's current context (`CURRENT`, per OS thread
+as in the real runtime); callers of the registries hold `LOCK`.
 
 Without a timing model (nothing sleeps) a stream is lazy: its work runs when somebody waits for
 it (`wait`, `wait_for`), in the waiting thread. That is at least as strict as a device that runs
@@ -17,12 +21,43 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ge_python_backend.ascend import AclCode
 from ge_python_backend.emulator import faults, timing
-from ge_python_backend.emulator._state import LOCK, STATE, TLS, AclFailure, Context
+from ge_python_backend.emulator._state import (
+    LOCK,
+    STATE,
+    TLS,
+    AclFailure,
+    Device,
+    Handled,
+    require_init,
+)
 
 Work = Callable[[], None]  # raises AclFailure when the queued operation fails
+
+
+@dataclass(eq=False)
+class Context(Handled):
+    """A runtime context; `streams` are the ones created in it (not its default stream)."""
+
+    device: Device
+    explicit: bool
+    streams: dict[int, Stream] = field(default_factory=dict)
+    default_stream: Stream | None = None
+
+
+class _Current(threading.local):
+    context: Context | None = None
+
+
+CURRENT = _Current()  # the calling thread's current context
+# The process's live contexts (default and explicit) and streams (not the default ones) by
+# handle, and each opened device's default context by device id.
+CONTEXTS: dict[int, Context] = {}
+STREAMS: dict[int, Stream] = {}
+DEFAULT_CONTEXTS: dict[int, Context] = {}
 
 
 class Mark:
@@ -140,7 +175,7 @@ class Stream:
 
     def _run(self) -> None:
         """The worker thread (streams under a timing model)."""
-        TLS.context = self.context
+        CURRENT.context = self.context
         while True:
             with self._lock:
                 while not self._queue and not self._stopping:
@@ -178,13 +213,13 @@ class Stream:
                     if isinstance(work, Mark):  # stamped at once, no work to run
                         self._complete_mark(work, submitted)
                         continue
-                saved = getattr(TLS, "context", None), getattr(TLS, "api", "acl")
-                TLS.context = self.context
+                saved = CURRENT.context, TLS.api
+                CURRENT.context = self.context
                 try:
                     if not self._execute(api, work, submitted):
                         return
                 finally:
-                    TLS.context, TLS.api = saved
+                    CURRENT.context, TLS.api = saved
 
     def _take(self) -> bool:
         """Pop the next work into `_taken` (lock held); False if it hangs (it never completes:
@@ -248,7 +283,7 @@ def stream_in(handle: int, ctx: Context) -> Stream:
             if ctx.default_stream is None:
                 ctx.default_stream = Stream(STATE.new_handle(), ctx)
             return ctx.default_stream
-        stream = STATE.streams.get(handle)
+        stream = STREAMS.get(handle)
         if stream is None:
             raise AclFailure(AclCode.RT_INVALID_HANDLE, f"0x{handle:x} is not a live stream handle")
         if stream.context is not ctx:
@@ -258,3 +293,30 @@ def stream_in(handle: int, ctx: Context) -> Stream:
                 f"current context of this thread is 0x{ctx.handle:x}",
             )
         return stream
+
+
+def current_context() -> Context:
+    """The calling thread's live current context, else 107002 (after the init check)."""
+    require_init()
+    ctx = CURRENT.context
+    if ctx is None:
+        raise AclFailure(
+            AclCode.RT_CONTEXT_NULL,
+            f"no current context in thread {threading.current_thread().name!r}: every thread "
+            "must call acl.rt.set_context(context) (or acl.rt.set_device) before runtime calls",
+        )
+    if not ctx.live:
+        raise AclFailure(
+            AclCode.RT_CONTEXT_NULL,
+            f"the current context 0x{ctx.handle:x} of thread {threading.current_thread().name!r} "
+            "was destroyed (destroy_context, reset_device or finalize); set a live context",
+        )
+    return ctx
+
+
+def live_context(handle: int) -> Context:
+    """A live context by handle, else 107017."""
+    ctx = CONTEXTS.get(handle)
+    if ctx is None or not ctx.live:
+        raise AclFailure(AclCode.RT_INVALID_HANDLE, f"0x{handle:x} is not a live context handle")
+    return ctx

@@ -22,6 +22,7 @@ from ge_python_backend.emulator import _stats, timing
 from ge_python_backend.emulator._api import api, value
 from ge_python_backend.emulator._ledger import DeviceLedger
 from ge_python_backend.emulator._memory import MEMORY
+from ge_python_backend.emulator._models import MODEL_DESCS, MODELS
 from ge_python_backend.emulator._state import (
     DEFAULT_DEVICE_COUNT,
     LOCK,
@@ -34,6 +35,8 @@ from ge_python_backend.emulator._state import (
     env_run_mode,
     require_init,
 )
+from ge_python_backend.emulator._streams import CONTEXTS, CURRENT, DEFAULT_CONTEXTS, STREAMS
+from ge_python_backend.emulator._tensors import TENSOR_DESCS
 
 # The CANN version the emulator reports (the calling conventions it follows are 8.x's).
 VERSION = (8, 0, 0)
@@ -81,8 +84,8 @@ def finalize() -> int:
         if not STATE.initialized:
             raise AclFailure(_AclCode.REPEAT_FINALIZE, "acl.finalize without a matching acl.init")
         STATE.initialized = False
-        streams = list(STATE.streams.values())
-        for ctx in STATE.contexts.values():
+        streams = list(STREAMS.values())
+        for ctx in CONTEXTS.values():
             ctx.live = False
             if ctx.default_stream is not None:
                 streams.append(ctx.default_stream)
@@ -91,7 +94,7 @@ def finalize() -> int:
     _stats.write_file()
     with LOCK:
         _release_everything()
-    TLS.context = None
+    CURRENT.context = None
     return 0
 
 
@@ -196,11 +199,11 @@ def _release_everything() -> None:
         "leaked_host_allocations": hosts,
         "leaked_data_buffers": len(STATE.data_buffers),
         "leaked_datasets": len(STATE.datasets),
-        "leaked_model_descs": len(STATE.descs),
-        "leaked_tensor_descs": len(STATE.tensor_descs),
-        "leaked_models": len(STATE.models),
-        "leaked_streams": len(STATE.streams),
-        "leaked_contexts": len(STATE.contexts),
+        "leaked_model_descs": len(MODEL_DESCS),
+        "leaked_tensor_descs": len(TENSOR_DESCS),
+        "leaked_models": len(MODELS),
+        "leaked_streams": len(STREAMS),
+        "leaked_contexts": len(CONTEXTS),
     }
     for name, count in leaks.items():
         STATE.count(name, count)
@@ -208,16 +211,17 @@ def _release_everything() -> None:
         buf.live = False
     for dataset in STATE.datasets.values():
         dataset.live = False
-    for model in STATE.models.values():
+    for model in MODELS.values():
         model.live = False
     for registry in (
         STATE.data_buffers,
         STATE.datasets,
-        STATE.descs,
-        STATE.tensor_descs,
-        STATE.models,
-        STATE.streams,
-        STATE.contexts,
+        MODEL_DESCS,
+        TENSOR_DESCS,
+        MODELS,
+        STREAMS,
+        CONTEXTS,
+        DEFAULT_CONTEXTS,
     ):
         registry.clear()
     STATE.devices = {}

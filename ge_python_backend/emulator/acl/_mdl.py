@@ -15,6 +15,8 @@ from ge_python_backend.emulator._api import api, value, zero_ret
 from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._models import (
     MBATCH_NAME,
+    MODEL_DESCS,
+    MODELS,
     NOT_A_GEAR,
     DescribedModel,
     IoTensor,
@@ -28,13 +30,11 @@ from ge_python_backend.emulator._state import (
     LOCK,
     STATE,
     AclFailure,
-    Context,
     Dataset,
-    current_context,
     require_init,
 )
-from ge_python_backend.emulator._streams import stream_in
-from ge_python_backend.emulator.acl import _tensor as tensor_descs
+from ge_python_backend.emulator._streams import Context, current_context, stream_in
+from ge_python_backend.emulator._tensors import attach, detach_all
 from ge_python_backend.emulator.omfile import OmFormatError, OmModel
 
 MAX_GEAR_QUERY = 4096
@@ -139,7 +139,7 @@ def unload(model_id: int) -> int:
     with LOCK:
         model = _model_in(model_id, ctx)
         model.live = False
-        del STATE.models[model_id]
+        del MODELS[model_id]
         ctx.device.release(model.device_bytes)
         STATE.count("model_unloads")
     return 0
@@ -154,7 +154,7 @@ def create_desc() -> int:
     require_init()
     desc = ModelDesc(STATE.new_handle())
     with LOCK:
-        STATE.descs[desc.handle] = desc
+        MODEL_DESCS[desc.handle] = desc
     return desc.handle
 
 
@@ -189,7 +189,7 @@ def destroy_desc(desc: int) -> int:
     require_init()
     with LOCK:
         _desc(desc)
-        del STATE.descs[desc]
+        del MODEL_DESCS[desc]
     return 0
 
 
@@ -790,7 +790,7 @@ def destroy_dataset(dataset: int) -> int:
     with LOCK:
         target = _dataset(dataset)
         target.live = False
-        tensor_descs.detach_all(target.tensor_descs)
+        detach_all(target.tensor_descs)
         del STATE.datasets[dataset]
     return 0
 
@@ -803,7 +803,7 @@ def set_dataset_tensor_desc(dataset: int, desc: int, index: int) -> tuple[int, i
     require_init()
     with LOCK:
         target = _dataset_with_buffer(dataset, index)
-        tensor_descs.attach(target.tensor_descs, desc, index)
+        attach(target.tensor_descs, desc, index)
     return dataset, 0
 
 
@@ -911,13 +911,13 @@ def _register(om: OmModel, ctx: Context, allocate: tuple[int, int]) -> int:
             ctx.device.release(weight)
             raise
         STATE.next_model_id += 1
-        STATE.models[model_id] = LoadedModel(model_id, om, ctx, work + weight)
+        MODELS[model_id] = LoadedModel(model_id, om, ctx, work + weight)
         STATE.count("model_loads")
     return model_id
 
 
 def _model(model_id: int) -> LoadedModel:
-    model = STATE.models.get(model_id)
+    model = MODELS.get(model_id)
     if model is None:
         raise AclFailure(_AclCode.INVALID_MODEL_ID, f"model id {model_id} is not loaded")
     model.check_live()
@@ -937,7 +937,7 @@ def _model_in(model_id: int, ctx: Context) -> LoadedModel:
 
 
 def _desc(handle: int) -> ModelDesc:
-    desc = STATE.descs.get(handle)
+    desc = MODEL_DESCS.get(handle)
     if desc is None:
         raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live model desc handle")
     return desc

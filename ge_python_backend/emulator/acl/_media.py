@@ -30,12 +30,10 @@ from ge_python_backend.emulator._state import (
     LOCK,
     STATE,
     AclFailure,
-    Context,
     Handled,
-    current_context,
     device_mode,
 )
-from ge_python_backend.emulator._streams import Stream, stream_in
+from ge_python_backend.emulator._streams import Context, Stream, current_context, stream_in
 from ge_python_backend.emulator.acl._rt import allocate_device, free_device
 
 DVPP_MALLOC = "acl.media.dvpp_malloc"

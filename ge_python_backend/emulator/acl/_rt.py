@@ -15,17 +15,23 @@ from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     LOCK,
     STATE,
-    TLS,
     AclFailure,
-    Context,
     Device,
-    current_context,
     device_mode,
     env_run_mode,
-    live_context,
     require_init,
 )
-from ge_python_backend.emulator._streams import Stream, stream_in
+from ge_python_backend.emulator._streams import (
+    CONTEXTS,
+    CURRENT,
+    DEFAULT_CONTEXTS,
+    STREAMS,
+    Context,
+    Stream,
+    current_context,
+    live_context,
+    stream_in,
+)
 
 MAX_STREAMS_PER_DEVICE = 1024
 MAX_POLICY = 5  # ACL_MEM_MALLOC_NORMAL_ONLY_P2P
@@ -42,13 +48,14 @@ def set_device(device_id: int) -> int:
     require_init()
     with LOCK:
         device = _device(device_id)
-        if device.default_context is None:
+        ctx = DEFAULT_CONTEXTS.get(device_id)
+        if ctx is None:
             device.open_context()
             ctx = Context(STATE.new_handle(), device, explicit=False)
-            STATE.contexts[ctx.handle] = ctx
-            device.default_context = ctx
+            CONTEXTS[ctx.handle] = ctx
+            DEFAULT_CONTEXTS[device_id] = ctx
         device.refcount += 1
-        TLS.context = device.default_context
+        CURRENT.context = ctx
     return 0
 
 
@@ -66,7 +73,7 @@ def reset_device(device_id: int) -> int:
             )
         streams: list[Stream] = []
         if device.refcount == 1:
-            explicit = [c for c in STATE.contexts.values() if c.device is device and c.explicit]
+            explicit = [c for c in CONTEXTS.values() if c.device is device and c.explicit]
             if explicit:
                 # Stricter reading: the docs require destroying explicit contexts first.
                 raise AclFailure(
@@ -74,11 +81,10 @@ def reset_device(device_id: int) -> int:
                     f"device {device_id} still has {len(explicit)} context(s) from "
                     "create_context; destroy them before the last reset_device",
                 )
-            ctx = device.default_context
+            ctx = DEFAULT_CONTEXTS.pop(device_id, None)
             if ctx is not None:
                 streams = _kill_context(ctx)
                 device.close_context()
-            device.default_context = None
         device.refcount -= 1
     for stream in streams:
         stream.stop()
@@ -110,7 +116,7 @@ def synchronize_device() -> int:
     """Wait for every stream of the current device; the first failure among them."""
     ctx = current_context()
     with LOCK:
-        contexts = [c for c in STATE.contexts.values() if c.device is ctx.device]
+        contexts = [c for c in CONTEXTS.values() if c.device is ctx.device]
         streams = [s for c in contexts for s in c.streams.values()]
         streams += [c.default_stream for c in contexts if c.default_stream is not None]
     failures = [f for f in (s.wait() for s in streams) if f is not None]
@@ -130,9 +136,9 @@ def create_context(device_id: int) -> tuple[int, int]:
         device = _device(device_id)
         device.open_context()
         ctx = Context(STATE.new_handle(), device, explicit=True)
-        STATE.contexts[ctx.handle] = ctx
+        CONTEXTS[ctx.handle] = ctx
         STATE.count("context_creations")
-    TLS.context = ctx
+    CURRENT.context = ctx
     return ctx.handle, 0
 
 
@@ -140,7 +146,7 @@ def create_context(device_id: int) -> tuple[int, int]:
 def set_context(context: int) -> int:
     """Make `context` current for the calling thread."""
     require_init()
-    TLS.context = live_context(context)
+    CURRENT.context = live_context(context)
     return 0
 
 
@@ -184,14 +190,14 @@ def create_stream() -> tuple[int, int]:
     """(stream, ret): a new stream in the current context."""
     ctx = current_context()
     with LOCK:
-        on_device = sum(1 for s in STATE.streams.values() if s.context.device is ctx.device)
+        on_device = sum(1 for s in STREAMS.values() if s.context.device is ctx.device)
         if on_device >= MAX_STREAMS_PER_DEVICE:
             raise AclFailure(
                 _AclCode.RT_NO_STREAM_RESOURCE,
                 f"device {ctx.device.id} already has {on_device} streams (the maximum)",
             )
         stream = Stream(STATE.new_handle(), ctx)
-        STATE.streams[stream.handle] = stream
+        STREAMS[stream.handle] = stream
         ctx.streams[stream.handle] = stream
         STATE.count("stream_creations")
     return stream.handle, 0
@@ -205,7 +211,7 @@ def destroy_stream(stream: int) -> int:
         raise AclFailure(_AclCode.RT_PARAM_INVALID, "the default stream (0) cannot be destroyed")
     target = stream_in(stream, ctx)
     with LOCK:
-        STATE.streams.pop(stream, None)
+        STREAMS.pop(stream, None)
         ctx.streams.pop(stream, None)
     target.stop()
     return 0
@@ -454,12 +460,12 @@ def _device(device_id: int) -> Device:
 def _kill_context(ctx: Context) -> list[Stream]:
     """Mark `ctx` and its streams dead (caller holds LOCK); returns the streams to stop."""
     ctx.live = False
-    STATE.contexts.pop(ctx.handle, None)
+    CONTEXTS.pop(ctx.handle, None)
     streams = list(ctx.streams.values())
     if ctx.default_stream is not None:
         streams.append(ctx.default_stream)
     for stream in streams:
-        STATE.streams.pop(stream.handle, None)
+        STREAMS.pop(stream.handle, None)
     ctx.streams.clear()
     return streams
 

@@ -5,32 +5,26 @@ only for dynamic-shape models (shape-range inputs, data-dependent outputs): thei
 take each input's dims from it, and every execute gives the output dataset new descriptors that
 hold each output's real dims once the execution has run. Signatures and return shapes follow pyACL's
 `py_init_acl.cpp` (hicann/runtime python/pyACL): bare values for the getters, `(dim, ret)` for
-`get_tensor_desc_dim_v2`, None from `destroy_tensor_desc`.
+`get_tensor_desc_dim_v2`, None from `destroy_tensor_desc`. The descriptors and their registries
+are `_tensors.py`'s.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.emulator._api import api, value
 from ge_python_backend.emulator._state import LOCK, STATE, AclFailure, require_init
-
-ACL_DT_UNDEFINED = -1
-ACL_FORMAT_UNDEFINED = -1
-
-
-@dataclass(frozen=True)
-class TensorDesc:
-    """What `acl.create_tensor_desc` recorded."""
-
-    handle: int
-    dtype: int
-    dims: tuple[int, ...]
-    format: int
+from ge_python_backend.emulator._tensors import (
+    ACL_DT_UNDEFINED,
+    ACL_FORMAT_UNDEFINED,
+    TENSOR_DESCS,
+    TensorDesc,
+    tensor_desc,
+)
 
 
 def _dims_list(dims: Any) -> tuple[int, ...]:
@@ -42,13 +36,6 @@ def _dims_list(dims: Any) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _desc(handle: int) -> TensorDesc:
-    desc = STATE.tensor_descs.get(handle) or STATE.dataset_tensor_descs.get(handle)
-    if desc is None:
-        raise AclFailure(_AclCode.INVALID_PARAM, f"0x{handle:x} is not a live tensor desc handle")
-    return desc
-
-
 @api("acl.create_tensor_desc", int, object, int, fail=value(0), fault="none")
 def create_tensor_desc(dtype: int, dims: Any, acl_format: int) -> int:
     """A descriptor of `dtype`, `dims` (a list; -1 allowed) and `acl_format` (0 on failure)."""
@@ -56,7 +43,7 @@ def create_tensor_desc(dtype: int, dims: Any, acl_format: int) -> int:
     require_init()
     desc = TensorDesc(STATE.new_handle(), dtype, shape, acl_format)
     with LOCK:
-        STATE.tensor_descs[desc.handle] = desc
+        TENSOR_DESCS[desc.handle] = desc
     return desc.handle
 
 
@@ -65,50 +52,50 @@ def destroy_tensor_desc(desc: int) -> None:
     """Destroy a descriptor (None, as pyACL returns; a bad handle is recorded as an error)."""
     require_init()
     with LOCK:
-        _desc(desc)
-        del STATE.tensor_descs[desc]
+        tensor_desc(desc)
+        del TENSOR_DESCS[desc]
 
 
 @api("acl.get_tensor_desc_num_dims", int, fail=value(0), fault="none")
 def get_tensor_desc_num_dims(desc: int) -> int:
     """Number of dims (0 for a bad handle)."""
     require_init()
-    return len(_desc(desc).dims)
+    return len(tensor_desc(desc).dims)
 
 
 @api("acl.get_tensor_desc_dim_v2", int, int, fail=lambda code, args: (-1, code), fault="none")
 def get_tensor_desc_dim_v2(desc: int, index: int) -> tuple[int, int]:
     """(dim `index`, ret)."""
     require_init()
-    return _dim(_desc(desc), index), 0
+    return _dim(tensor_desc(desc), index), 0
 
 
 @api("acl.get_tensor_desc_dim", int, int, fail=value(-1), fault="none")
 def get_tensor_desc_dim(desc: int, index: int) -> int:
     """Deprecated: dim `index` (-1 on failure)."""
     require_init()
-    return _dim(_desc(desc), index)
+    return _dim(tensor_desc(desc), index)
 
 
 @api("acl.get_tensor_desc_type", int, fail=value(ACL_DT_UNDEFINED), fault="none")
 def get_tensor_desc_type(desc: int) -> int:
     """aclDataType recorded (-1 for a bad handle)."""
     require_init()
-    return _desc(desc).dtype
+    return tensor_desc(desc).dtype
 
 
 @api("acl.get_tensor_desc_format", int, fail=value(ACL_FORMAT_UNDEFINED), fault="none")
 def get_tensor_desc_format(desc: int) -> int:
     """aclFormat recorded (-1 for a bad handle)."""
     require_init()
-    return _desc(desc).format
+    return tensor_desc(desc).format
 
 
 @api("acl.get_tensor_desc_element_count", int, fail=value(0), fault="none")
 def get_tensor_desc_element_count(desc: int) -> int:
     """Product of the dims (0 for a bad handle or a -1 dim)."""
     require_init()
-    dims = _desc(desc).dims
+    dims = tensor_desc(desc).dims
     return 0 if any(d < 0 for d in dims) else math.prod(dims)
 
 
@@ -116,56 +103,11 @@ def get_tensor_desc_element_count(desc: int) -> int:
 def get_tensor_desc_size(desc: int) -> int:
     """Bytes: element count times the dtype size (0 if either is unknown)."""
     require_init()
-    tensor = _desc(desc)
+    tensor = tensor_desc(desc)
     dtype = _NUMPY_BY_ACL.get(tensor.dtype)
     if dtype is None or any(d < 0 for d in tensor.dims):
         return 0
     return math.prod(tensor.dims) * dtype.itemsize
-
-
-def attach(dataset_descs: dict[int, int], desc: int, index: int) -> None:
-    """set_dataset_tensor_desc: the dataset keeps a copy of `desc` at `index` (GE copies it, so
-    the caller may destroy its own); 0 drops the copy. Caller holds LOCK."""
-    old = dataset_descs.pop(index, None)
-    if old is not None:
-        del STATE.dataset_tensor_descs[old]
-    if desc:
-        source = _desc(desc)
-        copy = TensorDesc(STATE.new_handle(), source.dtype, source.dims, source.format)
-        STATE.dataset_tensor_descs[copy.handle] = copy
-        dataset_descs[index] = copy.handle
-
-
-def renew_descs(dataset_descs: dict[int, int], count: int) -> tuple[int, ...]:
-    """An execute: replace the output dataset's tensor descs by `count` new, undefined ones
-    (GE recreates them at every execute; a handle read before is stale). Caller holds LOCK."""
-    handles = []
-    for index in range(count):
-        attach(dataset_descs, 0, index)
-        desc = TensorDesc(STATE.new_handle(), ACL_DT_UNDEFINED, (), ACL_FORMAT_UNDEFINED)
-        STATE.dataset_tensor_descs[desc.handle] = desc
-        dataset_descs[index] = desc.handle
-        handles.append(desc.handle)
-    return tuple(handles)
-
-
-def fill_desc(handle: int, dtype: int, dims: tuple[int, ...], acl_format: int) -> None:
-    """An execution finished: its output desc `handle` gets the output's real dims, unless the
-    dataset was destroyed or executed again meanwhile. Caller holds LOCK."""
-    if handle in STATE.dataset_tensor_descs:
-        STATE.dataset_tensor_descs[handle] = TensorDesc(handle, dtype, tuple(dims), acl_format)
-
-
-def desc_dims(handle: int) -> tuple[int, ...]:
-    """The dims of a live tensor desc. Caller holds LOCK."""
-    return _desc(handle).dims
-
-
-def detach_all(dataset_descs: dict[int, int]) -> None:
-    """destroy_dataset: free the dataset's copies (caller holds LOCK)."""
-    for handle in dataset_descs.values():
-        STATE.dataset_tensor_descs.pop(handle, None)
-    dataset_descs.clear()
 
 
 def _dim(desc: TensorDesc, index: int) -> int:
