@@ -45,8 +45,9 @@ MESSAGES = {
     "number; 0: no timeout), got ",
     "pipeline_min_device_us": "parameter pipeline_min_device_us must be 0..2147483647 "
     "microseconds (a whole number; 0: pipeline every execution), got ",
-    "device_timing_period": "parameter device_timing_period must be 1..2147483647 (time one "
-    "execution in that many of each gear and batch with ACL events; 1: every one), got ",
+    "device_timing_period": "parameter device_timing_period must be 1..2147483647 (a whole "
+    "number; time one execution in that many of each gear and batch with ACL events; 1: every "
+    "one), got ",
     "input_shape_order": "parameter input_shape_order must be the model's input names in ATC's "
     "--input_shape order, comma-separated and each once, such as 'b,a' (or be left out: found "
     "from the gears), got ",

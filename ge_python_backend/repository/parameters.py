@@ -94,6 +94,18 @@ def _whole_number(value: object) -> int | None:
     return None
 
 
+def _bounded_whole(name: str, value: object, low: int, high: int, unit: str, meaning: str) -> int:
+    """`value` as a whole number in `low`..`high`, else the ConfigError saying parameter `name`
+    must be one (in `unit`, "" for none), what the number means, and what it got."""
+    number = _whole_number(value)
+    if number is None or not low <= number <= high:
+        bounds = f"{low}..{high} {unit}".rstrip()
+        raise ConfigError(
+            f"parameter {name} must be {bounds} (a whole number; {meaning}), got {_shown(value)}"
+        )
+    return number
+
+
 def _is_plain_file_name(value: str) -> bool:
     """A file name inside the version directory: no path, no surrounding blanks, not . or .."""
     return (
@@ -187,13 +199,7 @@ def parse_pipeline_depth(value: object) -> int:
 
 def parse_execute_timeout_ms(value: object) -> int:
     """Milliseconds 0..`ACL_INT_MAX` (pyACL's C int); 0 means no timeout."""
-    timeout = _whole_number(value)
-    if timeout is None:
-        raise ConfigError(
-            f"parameter execute_timeout_ms must be 0..{ACL_INT_MAX} ms (a whole number; "
-            f"0: no timeout), got {_shown(value)}"
-        )
-    return timeout
+    return _bounded_whole("execute_timeout_ms", value, 0, ACL_INT_MAX, "ms", "0: no timeout")
 
 
 def parse_pipeline_min_device_us(value: object) -> int | None:
@@ -201,26 +207,28 @@ def parse_pipeline_min_device_us(value: object) -> int | None:
     0 pipelines every execution."""
     if value is None:
         return None
-    microseconds = _whole_number(value)
-    if microseconds is None:
-        raise ConfigError(
-            f"parameter pipeline_min_device_us must be 0..{ACL_INT_MAX} microseconds (a whole "
-            f"number; 0: pipeline every execution), got {_shown(value)}"
-        )
-    return microseconds
+    return _bounded_whole(
+        "pipeline_min_device_us",
+        value,
+        0,
+        ACL_INT_MAX,
+        "microseconds",
+        "0: pipeline every execution",
+    )
 
 
 def parse_device_timing_period(value: object) -> int | None:
     """None (the default, `DEVICE_TIMING_PERIOD`) or 1..`ACL_INT_MAX`; 1 times every execution."""
     if value is None:
         return None
-    period = _whole_number(value)
-    if period is None or period < 1:
-        raise ConfigError(
-            f"parameter device_timing_period must be 1..{ACL_INT_MAX} (time one execution in "
-            f"that many of each gear and batch with ACL events; 1: every one), got {_shown(value)}"
-        )
-    return period
+    return _bounded_whole(
+        "device_timing_period",
+        value,
+        1,
+        ACL_INT_MAX,
+        "",
+        "time one execution in that many of each gear and batch with ACL events; 1: every one",
+    )
 
 
 def parse_input_shape_order(value: object) -> tuple[str, ...] | None:
@@ -249,14 +257,14 @@ def parse_max_output_bytes(value: object) -> int | None:
     (data-dependent shapes)."""
     if value is None:
         return None
-    nbytes = _whole_number(value)
-    if nbytes is None or not 1 <= nbytes <= MAX_OUTPUT_BYTES:
-        raise ConfigError(
-            "parameter max_output_bytes must be a whole number of bytes from 1 to "
-            f"{MAX_OUTPUT_BYTES} (the buffer of each output whose shape depends on the data), "
-            f"got {_shown(value)}"
-        )
-    return nbytes
+    return _bounded_whole(
+        "max_output_bytes",
+        value,
+        1,
+        MAX_OUTPUT_BYTES,
+        "bytes",
+        "the buffer of each output whose shape depends on the data",
+    )
 
 
 def parse_image_input(value: object) -> str | None:
@@ -308,13 +316,14 @@ def parse_max_jpeg_bytes(value: object) -> int | None:
     """None (`DEFAULT_MAX_JPEG_BYTES`), or bytes 1..`ACL_INT_MAX`."""
     if value is None:
         return None
-    nbytes = _whole_number(value)
-    if nbytes is None or nbytes < 1:
-        raise ConfigError(
-            f"parameter max_jpeg_bytes must be 1..{ACL_INT_MAX} bytes (the largest JPEG file an "
-            f"image input takes), got {_shown(value)}"
-        )
-    return nbytes
+    return _bounded_whole(
+        "max_jpeg_bytes",
+        value,
+        1,
+        ACL_INT_MAX,
+        "bytes",
+        "the largest JPEG file an image input takes",
+    )
 
 
 def parse_device_host(value: object) -> bool | None:
