@@ -6,6 +6,8 @@ compiled with `--precision_mode must_keep_origin_dtype` (float32, as their ONNX 
 
 * `om_static`: mlp (`x` FLOAT[4,16] -> `y` FLOAT[4,8], `z` FLOAT[4,1]), static batch 4.
 * `om_dynamic_batch`: mlp with `x:-1,16`, batch gears 1,2,4,8.
+* `om_wide`: wide_mlp (`x` FLOAT[-1,16] -> `y` FLOAT[-1,8], 15.4 MB of weights: a load that
+  fills a small device), batch gears 1,2,4,8.
 * `om_add_mul`: add_mul (`a`, `b` FLOAT[-1,4] -> `sum`, `product`), batch gears 1,2,4,8.
 * `om_mixed_types`: mixed_types (`x` INT32, `h` FLOAT16 [-1,4] -> `doubled` INT32,
   `positive` BOOL, `squared` FLOAT16), batch gears 1,4.
@@ -123,6 +125,17 @@ def om_dynamic_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
         tmp_path_factory,
         onnx_models.build_mlp,
         "mlp_batch",
+        input_shape="x:-1,16",
+        dynamic_batch_size="1,2,4,8",
+    )
+
+
+@pytest.fixture(scope="session")
+def om_wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_wide_mlp,
+        "wide",
         input_shape="x:-1,16",
         dynamic_batch_size="1,2,4,8",
     )

@@ -72,6 +72,28 @@ def build_mlp(path: Path, seed: int = 16) -> Path:
     )
 
 
+def build_wide_mlp(path: Path, hidden: int = 160_000) -> Path:
+    """`x` FLOAT[N,16] -> `y` FLOAT[N,8] through a hidden layer of `hidden` (weights of 96 bytes
+    per unit: a model whose weights are large, 15.4 MB by default)."""
+    rng = np.random.default_rng(7)
+    weights = [
+        _tensor("W1", rng.standard_normal((16, hidden), np.float32)),
+        _tensor("W2", rng.standard_normal((hidden, 8), np.float32)),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"]),
+        helper.make_node("MatMul", ["h", "W2"], ["y"]),
+    ]
+    return _save(
+        path,
+        "wide",
+        nodes,
+        [_value("x", TensorProto.FLOAT, ["N", 16])],
+        [_value("y", TensorProto.FLOAT, ["N", 8])],
+        weights,
+    )
+
+
 def build_add_mul(path: Path) -> Path:
     """`a`, `b` FLOAT[N,4] -> `sum` = a + b, `product` = a * b (no weights)."""
     nodes = [

@@ -23,12 +23,11 @@ import numpy as np
 import pytest
 from e2e_helpers import grpc_address, model_states, running_server
 from onnx_models import reference
-from test_shared_device_e2e import _gauge, _wide_mlp
+from test_shared_device_e2e import _gauge
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator import device_holders
-from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.processes import RUN_DIR_ENV, is_alive
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import placement
@@ -137,19 +136,12 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
 
 
 def test_a_stub_leaving_frees_its_session_and_a_model_that_does_not_fit_fails_alone(
-    tmp_path: Path, host: dict[str, str], om_dynamic_batch: Path
+    tmp_path: Path, host: dict[str, str], om_dynamic_batch: Path, om_wide: Path
 ) -> None:
-    wide = compile_onnx(
-        _wide_mlp(tmp_path / "wide.onnx", 160_000),  # 15.4 MB of weights
-        tmp_path / "wide",
-        input_shape="x:-1,16",
-        dynamic_batch_size="1,2,4,8",
-        precision_mode="must_keep_origin_dtype",
-    )
     repository = tmp_path / "models"
     for name in ("first", "second"):
         _scaffold(om_dynamic_batch, repository, name, device_host=True)
-    _scaffold(wide, repository, "wide", device_host=True)
+    _scaffold(om_wide, repository, "wide", device_host=True)
     env = {**host, "GE_EMULATOR_DEVICE_MEMORY": str(PROCESS_DEVICE_MEMORY + (8 << 20))}
     x = np.ones((2, 16), np.float32)
     with (

@@ -17,16 +17,13 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from device_holders import DeviceHolders
 from e2e_helpers import grpc_address, model_states, running_server
-from onnx import TensorProto, helper, numpy_helper
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, PROCESSES_PER_DEVICE
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator import acl
-from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
@@ -98,26 +95,6 @@ def test_the_65th_process_on_a_device_fails_to_load_with_one_line_and_the_others
             assert _answers(server, "third")
 
 
-def _wide_mlp(path: Path, hidden: int) -> Path:
-    """`x` FLOAT[N,16] -> `y` FLOAT[N,8] through a hidden layer of `hidden` (weights of 96 bytes
-    per unit: a model whose weights are large)."""
-    rng = np.random.default_rng(7)
-    first = numpy_helper.from_array(rng.standard_normal((16, hidden), np.float32), "W1")
-    second = numpy_helper.from_array(rng.standard_normal((hidden, 8), np.float32), "W2")
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "W1"], ["h"]),
-            helper.make_node("MatMul", ["h", "W2"], ["y"]),
-        ],
-        "wide",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
-        [first, second],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
-
-
 def _gauge(server: TritonServer, name: str, model: str) -> float:
     """The newest value of gauge `name` of `model` (after two executions a flush apart)."""
     for _ in range(2):
@@ -139,17 +116,10 @@ def _load_bytes(om: Path) -> int:
 
 
 def test_device_memory_is_the_devices_and_a_load_that_does_not_fit_names_who_holds_it(
-    tmp_path: Path, host: dict[str, str], om_dynamic_batch: Path
+    tmp_path: Path, host: dict[str, str], om_dynamic_batch: Path, om_wide: Path
 ) -> None:
-    wide = compile_onnx(
-        _wide_mlp(tmp_path / "wide.onnx", 160_000),  # 15.4 MB of weights
-        tmp_path / "wide",
-        input_shape="x:-1,16",
-        dynamic_batch_size="1,2,4,8",
-        precision_mode="must_keep_origin_dtype",
-    )
     repository = _repository(tmp_path, om_dynamic_batch, ["small", "other"])
-    scaffold(wide, repository, name="wide", runtime="emulator")
+    scaffold(om_wide, repository, name="wide", runtime="emulator")
     capacity = 3 * PROCESS_DEVICE_MEMORY + (8 << 20)  # three processes and 8 MiB more
     env = {**host, "GE_EMULATOR_DEVICE_MEMORY": str(capacity)}
     log = tmp_path / "triton.log"
