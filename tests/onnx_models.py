@@ -244,19 +244,21 @@ def build_concat(path: Path) -> Path:
     return _save(path, "concat", [node], inputs, [_value("c", TensorProto.FLOAT, [1, "C"])])
 
 
-# ATC aipp.cfg texts for `build_conv` compiled with --input_shape "image:2,3,8,8" (NCHW): the
-# AIPP output must be 8x8. Crop, CSC and normalisation in each (config_file_template.md).
-AIPP_YUV420SP = """
-aipp_op {
+def aipp_yuv420sp(width: int, height: int, left: int, top: int, size: int) -> str:
+    """The ATC aipp.cfg text of a static YUV420SP_U8 AIPP (config_file_template.md): a `width` x
+    `height` source cropped to `size` x `size` at (`left`, `top`), BT.601 video-range YUV to RGB
+    (CSC) and ImageNet's mean and variance."""
+    return f"""
+aipp_op {{
     aipp_mode: static
     input_format: YUV420SP_U8
-    src_image_size_w: 12
-    src_image_size_h: 10
+    src_image_size_w: {width}
+    src_image_size_h: {height}
     crop: true
-    load_start_pos_w: 2
-    load_start_pos_h: 2
-    crop_size_w: 8
-    crop_size_h: 8
+    load_start_pos_w: {left}
+    load_start_pos_h: {top}
+    crop_size_w: {size}
+    crop_size_h: {size}
     csc_switch: true
     rbuv_swap_switch: false
     matrix_r0c0: 298
@@ -277,8 +279,13 @@ aipp_op {
     var_reci_chn_0: 0.0171247538
     var_reci_chn_1: 0.0175070028
     var_reci_chn_2: 0.0174291938
-}
+}}
 """
+
+
+# ATC aipp.cfg texts for `build_conv` compiled with --input_shape "image:2,3,8,8" (NCHW): the
+# AIPP output must be 8x8. Crop, CSC and normalisation in each (config_file_template.md).
+AIPP_YUV420SP = aipp_yuv420sp(12, 10, 2, 2, 8)
 AIPP_RGB888 = """
 aipp_op {
     aipp_mode: static

@@ -37,38 +37,7 @@ Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's"
 
 W, H = 32, 32  # the AIPP source: NV12 rows of 32 x 32 (1,536 bytes: VPC writes them in place)
 MAX_JPEG_BYTES = 60_000
-AIPP = f"""
-aipp_op {{
-    aipp_mode: static
-    input_format: YUV420SP_U8
-    src_image_size_w: {W}
-    src_image_size_h: {H}
-    crop: true
-    load_start_pos_w: 8
-    load_start_pos_h: 8
-    crop_size_w: 16
-    crop_size_h: 16
-    csc_switch: true
-    matrix_r0c0: 298
-    matrix_r0c1: 0
-    matrix_r0c2: 409
-    matrix_r1c0: 298
-    matrix_r1c1: -100
-    matrix_r1c2: -208
-    matrix_r2c0: 298
-    matrix_r2c1: 516
-    matrix_r2c2: 0
-    input_bias_0: 16
-    input_bias_1: 128
-    input_bias_2: 128
-    mean_chn_0: 124
-    mean_chn_1: 117
-    mean_chn_2: 104
-    var_reci_chn_0: 0.0171247538
-    var_reci_chn_1: 0.0175070028
-    var_reci_chn_2: 0.0174291938
-}}
-"""
+AIPP = onnx_models.aipp_yuv420sp(W, H, 8, 8, 16)  # cropped to the classifier's 16 x 16
 FILL = (16, 128, 128)
 
 
