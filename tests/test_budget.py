@@ -14,6 +14,7 @@ from ge_python_backend.emulator import acl
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.budget import DeviceLimits, ModelFootprint, budget, footprints
 from ge_python_backend.repository.config import write_model_config
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.tools.k8s import K8sOptions, build_manifests
@@ -39,6 +40,21 @@ def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids
     (model,) = footprints(repository_entries(tmp_path / "models"))
     assert model == ModelFootprint("m", {0: 2, 1: 1}, 2, work + weight + lane)
     assert model.bytes_per_process == 2 * (work + weight + lane)
+
+
+def test_a_copy_path_om_is_read_once_for_its_config_and_its_footprint(
+    tmp_path: Path, om_dynamic_batch: Path
+) -> None:
+    result = scaffold(om_dynamic_batch, tmp_path / "models", name="m")
+    assert acl.init() in (0, 100002)
+    work, weight, ret = acl.mdl.query_size(str(result.om_path))
+    assert ret == 0
+    result.config_path.unlink()  # the copy path: auto-complete builds the config from the .om
+    entries = repository_entries(tmp_path / "models")
+    result.om_path.write_bytes(b"no .om any more")  # a second read would not know its memory
+    (model,) = footprints(entries)
+    lane = sum(map(malloc_reserved, (512, 8, 256, 32)))
+    assert model == ModelFootprint("m", {0: 1}, DEFAULT_PIPELINE_DEPTH, work + weight + lane)
 
 
 def test_the_budget_refuses_a_device_over_the_process_cap_or_its_memory() -> None:

@@ -188,17 +188,20 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
         except ConfigError as exc:
             logger.debug("%s opens no device here: %s", entry.directory.name, exc)
             continue  # no .om (not ours), or parameters validate explains
-        lane_bytes = None
-        try:  # read here by whatever reads it: `runtime`, else its container decides
-            description = describe_om(
-                om_path,
-                runtime,
-                params.input_shape_order,
-                params.aipp_config_path(versions[-1]),
-            )
-            lane_bytes = description.load_bytes + description.lane_bytes
-        except GeBackendError as exc:
-            logger.debug("%s: memory not known: %s", entry.directory.name, exc)
+        description = entry.description  # the copy path: read by repository_entries
+        if description is None:
+            try:  # read here by whatever reads it: `runtime`, else its container decides
+                description = describe_om(
+                    om_path,
+                    runtime,
+                    params.input_shape_order,
+                    params.aipp_config_path(versions[-1]),
+                )
+            except GeBackendError as exc:
+                logger.debug("%s: memory not known: %s", entry.directory.name, exc)
+        lane_bytes = (
+            None if description is None else description.load_bytes + description.lane_bytes
+        )
         counts = [max(group.count, 1) for group in config.instance_group] or [1]
         found.append(
             ModelFootprint(

@@ -29,6 +29,7 @@ from ge_python_backend.repository.config import (
 )
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.versions import version_dirs
+from ge_python_backend.runtime.describe import ModelFileDescription
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +90,14 @@ def _round_up(value: int, step: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ModelEntry:
-    """A model directory of a repository and its config, or why there is none."""
+    """A model directory of a repository and its config, or why there is none; on the copy path
+    also the newest version's `.om` as auto-complete described it (read once: `footprints`
+    takes it from here)."""
 
     directory: Path
     config: ModelConfig | None
     error: str = ""
+    description: ModelFileDescription | None = None
 
     @property
     def copy_path(self) -> bool:
@@ -101,25 +105,27 @@ class ModelEntry:
         return not (self.directory / "config.pbtxt").exists()
 
 
-def read_model_config(model_dir: Path, runtime: str | None = None) -> ModelConfig:
-    """The config of `model_dir`: its `config.pbtxt`, else (the copy path) the one auto-complete
-    builds from the newest version's `.om`, read with `runtime` (`complete_version`'s rules).
-    ConfigError, or the runtime's GeBackendError when the `.om` cannot be read."""
+def read_model_entry(model_dir: Path, runtime: str | None = None) -> ModelEntry:
+    """`model_dir` with its config: its `config.pbtxt`, else (the copy path) the one
+    auto-complete builds from the newest version's `.om`, read with `runtime`
+    (`complete_version`'s rules), and that `.om`'s description. ConfigError, or the runtime's
+    GeBackendError when the `.om` cannot be read."""
     path = model_dir / "config.pbtxt"
     if path.exists():
-        return load_model_config(path)
+        return ModelEntry(model_dir, load_model_config(path))
     versions = version_dirs(model_dir)
     if not versions:
         raise ConfigError(f"{model_dir.name}: no config.pbtxt and no version directory (e.g. 1/)")
     empty = config_view(ModelConfig(name=model_dir.name, backend="python"))
-    return config_from_view(complete_version(empty, versions[-1], runtime).config)
+    completion = complete_version(empty, versions[-1], runtime)
+    return ModelEntry(model_dir, config_from_view(completion.config), "", completion.description)
 
 
 def repository_entries(
     repository: str | os.PathLike[str], runtime: str | None = None
 ) -> list[ModelEntry]:
     """Every model directory of `repository` (one with `config.pbtxt` or a numbered version
-    directory), in name order, with its config (`read_model_config`) or the error reading it."""
+    directory), in name order, with its config (`read_model_entry`) or the error reading it."""
     entries = []
     for directory in sorted(Path(repository).iterdir()):
         if not directory.is_dir():
@@ -127,7 +133,7 @@ def repository_entries(
         if not (directory / "config.pbtxt").exists() and not version_dirs(directory):
             continue
         try:
-            entries.append(ModelEntry(directory, read_model_config(directory, runtime)))
+            entries.append(read_model_entry(directory, runtime))
         except (ConfigError, GeBackendError) as exc:
             logger.debug("no config for %s: %s", directory.name, exc)
             entries.append(ModelEntry(directory, None, str(exc)))
