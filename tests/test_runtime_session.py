@@ -15,6 +15,7 @@ from emulator_helpers import LIVE_KEYS, delta, live
 from onnx_models import KEEP_FP32, build_dims_model, reference
 
 from ge_python_backend import emulator
+from ge_python_backend.ascend import malloc_reserved
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import (
     AclError,
@@ -264,7 +265,10 @@ def test_counters_report_device_bytes_held(om_dynamic_batch: Path) -> None:
         # x, ascend_mbatch_shape_data (one int64), y and z, each for the largest gear (8 rows),
         # as the runtime reserves them (a multiple of 32, plus 32): 544 + 64 + 288 + 64
         assert session.counters.device_bytes_held == 960
-        assert emulator.stats()["device_bytes_in_use"] - before == 960
+        # ... and the model's work space and weights, which the runtime allocates for the load
+        work, weight, _ = emulator.acl.mdl.query_size(str(om_dynamic_batch))
+        model_bytes = malloc_reserved(work) + malloc_reserved(weight)
+        assert emulator.stats()["device_bytes_in_use"] - before == 960 + model_bytes
 
 
 # -- teardown -------------------------------------------------------------------------------
@@ -309,10 +313,11 @@ def test_teardown_order_is_model_buffers_stream_context_device(
             monkeypatch.setattr(module, name, recording(name, getattr(module, name)))
     Session(om_dynamic_batch, runtime="emulator").close()
     assert calls[:2] in (["destroy_desc", "unload"], ["unload", "destroy_desc"])
-    middle = set(calls[2:-3])
-    assert middle == {"destroy_data_buffer", "destroy_dataset", "free", "free_host"}
+    assert calls[2:4] == ["free", "free"]  # the load's work space and weights, once unloaded
+    middle = calls[4:-3]
+    assert set(middle) == {"destroy_data_buffer", "destroy_dataset", "free", "free_host"}
     # each dataset's descriptors go before the memory they describe
-    assert calls.index("destroy_dataset") < calls.index("free")
+    assert middle.index("destroy_dataset") < middle.index("free")
     assert calls[-3:] == ["destroy_stream", "destroy_context", "reset_device"]
 
 
@@ -331,6 +336,42 @@ def test_two_sessions_share_the_device(om_dynamic_batch: Path, om_static: Path) 
         first.close()  # must not reset the device under the second session
         assert second.infer(mlp_rows(2))["y"].shape == (2, 8)
     assert live(emulator.stats()) == before
+
+
+def test_sessions_of_a_device_share_one_context_and_each_models_weights(
+    om_dynamic_batch: Path, om_static: Path
+) -> None:
+    """Every lane of every session of one `.om` in a process (a device host's instances) loads
+    with one weight buffer (aclmdlLoadFromFileWithMem, weightPtr) and a work space of its own,
+    all in the process's one context of the device."""
+    before = emulator.stats()
+    first = Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2)
+    opened = emulator.stats()
+    work, weight, ret = emulator.acl.mdl.query_size(str(om_dynamic_batch))
+    assert ret == 0 and work > 0 and weight > 0
+    # the device opened (its default context) and one context created; 2 lanes' work spaces and
+    # one copy of the weights, with the lanes' buffers
+    assert opened["live_contexts"] - before["live_contexts"] == 2
+    lanes = first.counters.device_bytes_held
+    model_bytes = 2 * malloc_reserved(work) + malloc_reserved(weight)
+    assert opened["device_bytes_in_use"] - before["device_bytes_in_use"] == lanes + model_bytes
+    with Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2) as second:
+        grown = delta(opened, emulator.stats())
+        assert "live_contexts" not in grown  # the same context
+        assert grown["device_bytes_in_use"] == lanes + 2 * malloc_reserved(work)  # no weights
+        with Session(om_static, runtime="emulator") as other:  # another model: its own weights
+            own_work, own_weight, _ = emulator.acl.mdl.query_size(str(om_static))
+            assert delta(opened, emulator.stats())["device_bytes_in_use"] == (
+                grown["device_bytes_in_use"]
+                + other.counters.device_bytes_held
+                + malloc_reserved(own_work)
+                + malloc_reserved(own_weight)
+            )
+            first.close()  # the weights stay while the second session uses them
+            assert_outputs_equal(
+                second.infer(mlp_rows(3)), reference(om_dynamic_batch, mlp_rows(3))
+            )
+    assert live(emulator.stats()) == live(before)
 
 
 # -- threads --------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ Standard library and numpy only: the stub imports it.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import mmap
 import os
 from collections.abc import Mapping, Sequence
@@ -29,6 +31,15 @@ ALIGN = 64  # every tensor starts on a 64-byte boundary
 
 def _aligned(offset: int) -> int:
     return (offset + ALIGN - 1) // ALIGN * ALIGN
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(text: str) -> np.dtype[Any]:
+    """The numeric dtype `text` names (ValueError for object or structured ones)."""
+    dtype = np.dtype(text)
+    if dtype.hasobject or dtype.fields is not None:
+        raise ValueError(f"not a tensor dtype: {text!r}")
+    return dtype
 
 
 def layout(arrays: Sequence[Mapping[str, np.ndarray]]) -> tuple[list[dict[str, list[Any]]], int]:
@@ -68,18 +79,15 @@ class Buffer:
         """The tensor at `place` ([offset, dtype, shape]); ValueError when it is not inside the
         buffer or not a plain numeric type."""
         offset, dtype_text, shape = place
-        dtype = np.dtype(dtype_text)
-        if dtype.hasobject or not isinstance(offset, int) or offset < 0:
+        dtype = _dtype(dtype_text)
+        if type(offset) is not int or offset < 0 or not all(type(n) is int for n in shape):
             raise ValueError(f"not a tensor this buffer can hold: {place!r}")
-        if not all(isinstance(n, int) and n >= 0 for n in shape):
-            raise ValueError(f"not a tensor shape: {shape!r}")
-        count = int(np.prod(shape, dtype=np.int64))
-        if offset + count * dtype.itemsize > self.nbytes:
+        if offset + math.prod(shape) * dtype.itemsize > self.nbytes or min(shape, default=0) < 0:
             raise ValueError(
-                f"a tensor of {count * dtype.itemsize} bytes at {offset} is outside the buffer "
-                f"of {self.nbytes} bytes"
+                f"a tensor {dtype} {list(shape)} at {offset} is not inside the buffer of "
+                f"{self.nbytes} bytes"
             )
-        return np.frombuffer(self._map, dtype, count, offset).reshape(shape)
+        return np.ndarray(shape, dtype, self._map, offset)
 
     def write(
         self,

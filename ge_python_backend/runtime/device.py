@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import weakref
@@ -10,11 +11,11 @@ from types import ModuleType
 
 from ge_python_backend.ascend import PROCESSES_PER_DEVICE, PROCESSES_PER_DEVICE_VM, AclCode, RunMode
 from ge_python_backend.runtime._acl import ensure_initialized
-from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.errors import AclError, DeviceFullError, check
 from ge_python_backend.runtime.placement import describe_holders
 
-__all__ = ["Context", "Device", "Event", "Stream"]
+__all__ = ["Context", "Device", "DeviceContext", "Event", "Stream"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +157,57 @@ def _destroy_context(acl: ModuleType, handle: int, device: Device) -> None:
     del device  # held only so the device outlives the context
     forget_current()
     check(acl.rt.destroy_context(handle), "acl.rt.destroy_context", acl)
+
+
+class DeviceContext(Resource):
+    """A lease on this process's one context of a device (`context`), shared by every `Session`
+    on it: the first lease opens the device and creates the context, the last one's `close()`
+    destroys the context and releases the device.
+
+    One context per device and process, as a device host needs: threads of a process may share
+    a context (aclrtCreateContext), and each context holds device memory of its own. Whatever is
+    created in `context` must be closed before the lease that made it (a `Session` closes its
+    lanes first); what its models share (`model.py`'s weights) lives while any of them does.
+    """
+
+    def __init__(self, acl: ModuleType, device_id: int = 0) -> None:
+        key = (id(acl), device_id)
+        with _shared_lock:
+            shared = _shared_contexts.get(key)
+            if shared is None:
+                device = Device(acl, device_id)
+                try:
+                    shared = _SharedContext(Context(device), device)
+                except BaseException:
+                    device._abandon()
+                    raise
+                _shared_contexts[key] = shared
+            shared.users += 1
+        self.context = shared.context
+        self._own(_leave_context, key, shared)
+
+    def __repr__(self) -> str:
+        return f"DeviceContext({self.context!r}{', closed' if self.closed else ''})"
+
+
+@dataclasses.dataclass
+class _SharedContext:
+    context: Context
+    device: Device
+    users: int = 0
+
+
+_shared_lock = threading.Lock()
+_shared_contexts: dict[tuple[int, int], _SharedContext] = {}
+
+
+def _leave_context(key: tuple[int, int], shared: _SharedContext) -> None:
+    with _shared_lock:
+        shared.users -= 1
+        if shared.users:
+            return
+        del _shared_contexts[key]
+    close_all([shared.context, shared.device])
 
 
 def create_in_context(

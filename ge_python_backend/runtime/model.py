@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import math
+import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -30,7 +33,7 @@ from ge_python_backend.ascend import (
     tensor_name_of_output,
 )
 from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
-from ge_python_backend.runtime._resource import Resource
+from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
 from ge_python_backend.runtime.memory import DeviceBuffer, copy_to_array
@@ -182,7 +185,8 @@ def _destroy_dataset(
 
 
 class Model(Resource):
-    """A model loaded with `acl.mdl.load_from_file`, with its description.
+    """A model loaded with its description: `acl.mdl.load_from_file_with_mem` into a work space
+    of its own and the weights every load of the same `.om` in its context shares (`_load`).
 
     `input_shape_order` (input names in ATC's `--input_shape` order) is needed only for a
     dynamic-dims model whose gears do not reveal that order (see `_split_dims_gears`).
@@ -202,11 +206,10 @@ class Model(Resource):
         self.context = context
         self.path = Path(path)
         self.aipp = {op.related_input_rank: op for op in aipp}
-        model_id, ret = acl.mdl.load_from_file(str(path))
-        check(ret, "acl.mdl.load_from_file", acl)
+        model_id, memory = _load(context, self.path)
         self.model_id: int = model_id
         desc_holder: list[int] = []
-        self._own(_unload, context, model_id, desc_holder)
+        self._own(_unload, context, model_id, desc_holder, memory)
         context._adopt(self)
         try:
             desc = check_handle(acl.mdl.create_desc(), "acl.mdl.create_desc", acl)
@@ -402,11 +405,84 @@ def _aipp_calls(op: AippOp, batch: int) -> list[tuple[str, tuple[Any, ...]]]:
     return calls
 
 
-def _unload(context: Context, model_id: int, desc_holder: list[int]) -> None:
+@dataclasses.dataclass
+class _Weights:
+    """The weights of one `.om` in one context, shared by its loads."""
+
+    buffer: DeviceBuffer
+    users: int = 0
+
+
+_weights_lock = threading.Lock()
+_weights: dict[tuple[int, str, int, int, int], _Weights] = {}
+
+
+@dataclasses.dataclass
+class _LoadMemory:
+    """The device memory a load was given: its work space and its share of the weights."""
+
+    work: DeviceBuffer | None = None
+    weights_key: tuple[int, str, int, int, int] | None = None
+
+    def release(self) -> None:
+        """Free the work space and leave the weights (freed with their last load)."""
+        buffers = [] if self.work is None else [self.work]
+        key, self.weights_key, self.work = self.weights_key, None, None
+        if key is not None:
+            with _weights_lock:
+                weights = _weights[key]
+                weights.users -= 1
+                if not weights.users:
+                    del _weights[key]
+                    buffers.append(weights.buffer)
+        close_all(buffers)
+
+
+def _load(context: Context, path: Path) -> tuple[int, _LoadMemory]:
+    """Load `path` in `context`: (model id, the memory given to it).
+
+    Two loads of the same model may share one weight buffer, which the model only reads during
+    inference (aclmdlLoadFromFileWithMem, weightPtr): so the lanes of a `Session`, and in a
+    device host every instance of a model, hold one copy of its weights per device. Each load
+    gets a work space of its own (ACL's samples allocate both with aclrtMalloc). A model
+    `acl.mdl.query_size` cannot size (an error, or 0 work or weight bytes: dynamic-shape models
+    compiled with --input_shape_range report no work size) is loaded with `load_from_file`, ACL
+    allocating its memory."""
+    acl = context.acl
+    work_size, weight_size, ret = acl.mdl.query_size(str(path))
+    if ret != 0 or work_size <= 0 or weight_size <= 0:
+        model_id, ret = acl.mdl.load_from_file(str(path))
+        check(ret, "acl.mdl.load_from_file", acl)
+        return model_id, _LoadMemory()
+    info = os.stat(path)
+    key = (id(context), os.path.realpath(path), info.st_size, info.st_mtime_ns, weight_size)
+    memory = _LoadMemory()
+    try:
+        with _weights_lock:
+            weights = _weights.get(key)
+            if weights is None:
+                weights = _weights[key] = _Weights(DeviceBuffer(context, weight_size))
+            weights.users += 1
+            memory.weights_key = key
+        memory.work = DeviceBuffer(context, work_size)
+        context.activate()
+        model_id, ret = acl.mdl.load_from_file_with_mem(
+            str(path), memory.work.ptr, work_size, weights.buffer.ptr, weight_size
+        )
+        check(ret, "acl.mdl.load_from_file_with_mem", acl)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the load's own error is the one to report
+            memory.release()
+        raise
+    return model_id, memory
+
+
+def _unload(context: Context, model_id: int, desc_holder: list[int], memory: _LoadMemory) -> None:
     acl = context.acl
     context.activate()
     rets = [(acl.mdl.destroy_desc(desc), "acl.mdl.destroy_desc") for desc in desc_holder]
     rets.append((acl.mdl.unload(model_id), "acl.mdl.unload"))
+    memory.release()  # after the unload: the model no longer uses it
     for ret, api in rets:
         check(ret, api, acl)
 

@@ -31,7 +31,7 @@ from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.checksum import verify_sha256
-from ge_python_backend.runtime.device import Context, Device
+from ge_python_backend.runtime.device import DeviceContext
 from ge_python_backend.runtime.dvpp import (
     YUV420SP_ROWS,
     DecodedBatch,
@@ -420,10 +420,9 @@ class Session(Resource):
         input_shape_order: Sequence[str] | None,
         aipp: Sequence[AippOp],
     ) -> None:
-        device = Device(acl, self.device_id)
-        self._parts.append(device)
-        self._context = Context(device)
-        self._parts.append(self._context)
+        lease = DeviceContext(acl, self.device_id)  # the process's one context of the device
+        self._parts.append(lease)
+        self._context = lease.context
         work, weight, ret = acl.mdl.query_size(str(self.path))
         load_bytes = work + weight if ret == 0 else 0  # what ACL allocates for one load
         try:
