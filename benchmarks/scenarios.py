@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import queue
+import re
 import shlex
 import shutil
 import subprocess
@@ -162,7 +163,8 @@ JPEG_LEVELS = [1, CPU_CONCURRENCY]
 JPEG_CPU_ROUNDS = 3
 JPEG_FILES, JPEG_SEED, JPEG_TOP1_TARGET = 100, 36, 99
 JPEG_CHECK_THREADS = 8  # the correctness pass: this many requests in flight (Triton batches them)
-JPEG_BENCH_FILE = (640, 480, 85)  # the closed-loop runs' one file: width, height, quality
+# The closed-loop runs' one file: width, height, quality, noise (a camera's: +-8 levels).
+JPEG_BENCH_FILE = (640, 480, 85, 8)
 JPEG_AIPP = f"""\
 aipp_op {{
     aipp_mode: static
@@ -469,9 +471,8 @@ def cpu_per_request(
     inputs: Sequence[str] = (),
 ) -> dict[str, float]:
     """CPU microseconds per request of the load generator, tritonserver and the model's stub,
-    Triton's own time per request in the model's `execute` (`compute_infer`), and the bytes
-    tritonserver read and wrote per request (`wire_in`, `wire_out`: its sockets' payload, gRPC
-    and HTTP/2 framing included; `inputs`: `--input` values of the requests)."""
+    and Triton's own time per request in the model's `execute` (`compute_infer`); `inputs`:
+    the requests' `--input` values."""
     process = psutil.Process(server.pid)
     stub = next(c for c in process.children() if f"/{model}/" in " ".join(c.cmdline()))
 
@@ -479,10 +480,10 @@ def cpu_per_request(
         times = p.cpu_times()
         return times.user + times.system
 
-    before = used(process), used(stub), triton_counts(server, model), process.io_counters()
+    before = used(process), used(stub), triton_counts(server, model)
     children = psutil.Process().cpu_times()
     entry = recorder.bench(server, model, [level], plan, label, inputs=inputs)[0]
-    after = used(process), used(stub), triton_counts(server, model), process.io_counters()
+    after = used(process), used(stub), triton_counts(server, model)
     client = psutil.Process().cpu_times()
     requests = entry["requests"]
     spent = (client.children_user + client.children_system) - (
@@ -495,8 +496,6 @@ def cpu_per_request(
         "stub": (after[1] - before[1]) / requests * 1e6,
         "per_execution": (after[2][0] - before[2][0]) / max(after[2][1] - before[2][1], 1),
         "compute_infer": (after[2][2] - before[2][2]) / max(after[2][0] - before[2][0], 1) / 1e3,
-        "wire_in": (after[3].read_chars - before[3].read_chars) / requests,
-        "wire_out": (after[3].write_chars - before[3].write_chars) / requests,
     }
 
 
@@ -1125,22 +1124,36 @@ def host_logits(om: Path, rows: list[np.ndarray]) -> np.ndarray:
     return logits
 
 
+def received_bytes(port: int) -> int:
+    """TCP payload bytes received so far on the open connections to local `port` (`ss`'s
+    `bytes_received` of each: what clients sent, gRPC and HTTP/2 framing included)."""
+    listing = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{port} )"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return sum(int(n) for n in re.findall(r"bytes_received:(\d+)", listing))
+
+
 def served_top1(
     server: TritonServer, model: str, requests: list[tuple[np.ndarray, str]]
 ) -> tuple[np.ndarray, float]:
-    """Each request (one row: a JPEG file or an NV12 row) sent `JPEG_CHECK_THREADS` at a time:
-    the top-1 of each answer, and the bytes tritonserver read per request."""
+    """Each request (one row: a JPEG file or an NV12 row) sent `JPEG_CHECK_THREADS` at a time
+    over one gRPC connection: the top-1 of each answer, and the bytes the server received per
+    request."""
     from concurrent.futures import ThreadPoolExecutor
 
-    process = psutil.Process(server.pid)
+    port = int(server.urls.grpc.rsplit(":", 1)[1])
     with TritonClient(server.urls.grpc, "grpc", timeout_s=60) as client:
+        client.is_model_ready(model)  # connected: the connection is counted from here
         prepared = [client.prepare({"image": request}, ["logits"]) for request in requests]
-        before = process.io_counters().read_chars
+        before = received_bytes(port)
         with ThreadPoolExecutor(JPEG_CHECK_THREADS) as pool:
             answers = list(pool.map(lambda request: client.send(model, request), prepared))
-        read = process.io_counters().read_chars - before
+        received = received_bytes(port) - before
     top1 = np.array([int(answer.as_numpy("logits")[0].argmax()) for answer in answers])
-    return top1, read / len(requests)
+    return top1, received / len(requests)
 
 
 def host_work_us(files: list[bytes]) -> dict[str, float]:
@@ -1170,7 +1183,7 @@ def scenario_jpeg(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dic
 
     say(f"jpeg: building the classifier and {JPEG_FILES} JPEGs in {work}")
     om = build_jpeg_classifier(work)
-    repository = work / "jpeg"
+    repository = work / "jpeg-inputs"  # not a model's name: cpu_per_request finds stubs by it
     for name in JPEG_MODELS:
         image_input = "image" if name == "jpeg" else None
         scaffold(om, repository, name=name, runtime="emulator", image_input=image_input)
@@ -1178,8 +1191,8 @@ def scenario_jpeg(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dic
     rows = {resize: [host_nv12(data, resize) for data in files] for resize in JPEG_RESIZES}
     logits = {resize: host_logits(om, rows[resize]) for resize in JPEG_RESIZES}
     ranked = np.sort(logits["vpc"], axis=1)
-    width, height, quality = JPEG_BENCH_FILE
-    bench_file = jpeg(width, height, JPEG_SEED, quality=quality, shapes=6)
+    width, height, quality, noise = JPEG_BENCH_FILE
+    bench_file = jpeg(width, height, JPEG_SEED, noise=noise, quality=quality, shapes=6)
     (work / "bench.jpg").write_bytes(bench_file)
     np.save(work / "bench-nv12.npy", host_nv12(bench_file, "vpc")[None, :, :, None])
     inputs = {"jpeg": [f"image={work / 'bench.jpg'}"], "raw": [f"image={work / 'bench-nv12.npy'}"]}
@@ -1216,12 +1229,18 @@ def scenario_jpeg(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dic
         "cpu": cpu,
         "timing": JPEG_TIMING,
         "files": len(files),
-        "file_bytes": {"min": min(sizes), "median": float(np.median(sizes)), "max": max(sizes)},
+        "file_bytes": {
+            "min": min(sizes),
+            "median": float(np.median(sizes)),
+            "mean": float(np.mean(sizes)),
+            "max": max(sizes),
+        },
         "raw_row_bytes": rows["vpc"][0].nbytes,
         "bench_file": {
             "width": width,
             "height": height,
             "quality": quality,
+            "noise": noise,
             "bytes": len(bench_file),
         },
         "top1": {
@@ -1233,7 +1252,10 @@ def scenario_jpeg(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dic
             "executions": executions,
         },
         "wire_in": {"jpeg": jpeg_read, "raw": raw_read},
-        "host_work_us": host_work_us(files),
+        "host_work_us": {
+            "files": host_work_us(files),
+            "bench_file": host_work_us([bench_file] * 20),
+        },
         "commands": recorder.commands[first:],
     }
 
