@@ -59,9 +59,7 @@ def jpeg(
             draw.line((x0, y0, x1, y1), fill=colour, width=int(rng.integers(1, 12)))
     pixels = np.asarray(image, np.int16) + rng.integers(-noise, noise + 1, (height, width, 3))
     out = io.BytesIO()
-    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(
-        out, "JPEG", quality=quality, **save
-    )
+    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(out, "JPEG", quality=quality, **save)
     return out.getvalue()
 
 
