@@ -16,6 +16,7 @@ from scenarios import (
     CPU_CONCURRENCY,
     DEVICE_HOST_LEVELS,
     EXPERT_MODELS,
+    JPEG_LEVELS,
     PIPELINE_LEVELS,
     PIPELINE_TIMING,
     SATURATION_LEVELS,
@@ -818,3 +819,38 @@ def many_models(data: dict[str, Any]) -> dict[str, ManyModels]:
         mode: ManyModels(**{name: figures[name] for name in fields})
         for mode, figures in data["many_models"]["modes"].items()
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class JpegInputs:
+    """Section 11: JPEG files in (`jpeg`) against NV12 rows in (`raw`), one classifier."""
+
+    top1: Target  # served JPEG answers equal to the host reference (VPC's resize), of the files
+    top1_other: dict[str, int]  # the same answers against the other host resizes
+    images_per_s: dict[int, list[float]]  # jpeg / raw images/s, round by round, by level
+    rates: dict[str, dict[int, float]]  # median images/s by model and level
+    server_cpu_us: dict[str, list[float]]  # tritonserver + stub CPU per image, by model, per round
+    cpu_ratio: list[float]  # jpeg / raw of that, round by round
+
+    @staticmethod
+    def server_cpu(entry: Entry) -> float:
+        return float(entry["tritonserver"] + entry["stub"])
+
+
+def jpeg_inputs(data: dict[str, Any]) -> JpegInputs:
+    raw = data["jpeg"]
+    runs, top1 = raw["runs"], raw["top1"]
+    cpu = {
+        model: [JpegInputs.server_cpu(e) for e in rounds] for model, rounds in raw["cpu"].items()
+    }
+    return JpegInputs(
+        top1=Target([float(top1["jpeg"]["vpc"])], float(top1["target"])),
+        top1_other={k: v for k, v in top1["jpeg"].items() if k != "vpc"},
+        images_per_s={c: paired(runs["jpeg"], runs["raw"], c, "rows_per_s") for c in JPEG_LEVELS},
+        rates={
+            model: {c: median_at(rounds, c, "rows_per_s") for c in JPEG_LEVELS}
+            for model, rounds in runs.items()
+        },
+        server_cpu_us=cpu,
+        cpu_ratio=[a / b for a, b in zip(cpu["jpeg"], cpu["raw"])],
+    )

@@ -20,6 +20,10 @@ from scenarios import (
     CPU_CONCURRENCY,
     DEVICE_TIMING,
     EXPERT_MODELS,
+    JPEG_CHECK_THREADS,
+    JPEG_GEARS,
+    JPEG_RESIZES,
+    JPEG_SIDE,
     MANY_PER_KIND,
     SATURATION_DELAYS_US,
     SATURATION_ROWS,
@@ -79,6 +83,7 @@ PLOTS = (
     ("pipeline", "Pipeline depth 1 vs 2 (device timing)"),
     ("saturation", "Defaults that keep the device busy (ResNet-50 / 310P3 profile)"),
     ("sysalloc", "Data-dependent outputs: allocated by ACL vs pooled (max_output_bytes)"),
+    ("jpeg", "JPEG files in (DVPP) vs NV12 rows in, images/s (dvpp-310p3 profile)"),
 )
 FIGURE_WORDS = {"throughput_rps": "throughput", "rows_per_s": "rows/s"}
 # Section 7's settings in words (tables, plot titles).
@@ -211,6 +216,7 @@ def summary_lines(
     sat: analysis.Saturation | None,
     exp: analysis.Expert | None,
     host: analysis.DeviceHost | None = None,
+    jpeg: analysis.JpegInputs | None = None,
 ) -> list[str]:
     low, high = sorted(over.senders)
     lines = [
@@ -289,6 +295,15 @@ def summary_lines(
                 unit=" us",
             ),
         ]
+    if jpeg is not None:
+        lines.append(
+            summary_row(
+                "JPEG files in (section 11): top-1 equal to the host reference",
+                jpeg.top1,
+                0,
+                unit=" of 100",
+            )
+        )
     return lines
 
 
@@ -1357,6 +1372,165 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def median(values: list[float]) -> float:
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+def ratio_cell(ratios: list[float]) -> str:
+    """`1.23 (1.20-1.25)`: the median of per-round ratios and their range."""
+    return f"{median(ratios):.2f} ({span(ratios)})"
+
+
+def jpeg_bytes_words(raw: dict[str, Any]) -> str:
+    """What the bytes per request say, chosen by them."""
+    jpeg, nv12 = raw["wire_in"]["jpeg"], raw["wire_in"]["raw"]
+    fp32 = 3 * JPEG_SIDE * JPEG_SIDE * 4
+    sizes = raw["file_bytes"]
+    more = "more" if jpeg > nv12 else "fewer"
+    return (
+        f"Bytes: the {raw['files']} files are {sizes['min']:,} to {sizes['max']:,} bytes (median "
+        f"{sizes['median']:,.0f}, mean {sizes['mean']:,.0f}); the server received "
+        f"{jpeg:,.0f} bytes per JPEG request and {nv12:,.0f} per NV12 request "
+        f"({raw['raw_row_bytes']:,} bytes of pixels): JPEG in moved {jpeg / nv12:.2f}x the "
+        f"bytes of raw NV12 in ({more}), because a client sending raw rows has already decoded "
+        f"and shrunk each picture to {JPEG_SIDE}x{JPEG_SIDE}. Against the FP32 tensor a model "
+        f"without AIPP takes ({fp32:,} bytes per image) JPEG in moved {fp32 / jpeg:.1f}x fewer. "
+        f"The closed-loop runs' file is {raw['bench_file']['bytes']:,} bytes."
+    )
+
+
+def jpeg_cpu_words(raw: dict[str, Any], figures: analysis.JpegInputs) -> str:
+    """Server CPU per image, with the emulator's stand-ins for DVPP's work set apart."""
+    jpeg, nv12 = median(figures.server_cpu_us["jpeg"]), median(figures.server_cpu_us["raw"])
+    emulated = raw["host_work_us"]["bench_file"]["emulated_dvpp"]
+    client = raw["host_work_us"]["bench_file"]["host_decode"]
+    rest = jpeg - emulated
+    return (
+        f"Host CPU: the JPEG model's server processes used {jpeg:,.0f} us per image against "
+        f"{nv12:,.0f} for raw rows ({median(figures.cpu_ratio):.2f}x). On the emulator the "
+        "decode and resize run on the host, in the stub: the emulator's JPEGD and VPC "
+        f"stand-ins (`_jpeg`, Pillow and NumPy) took {emulated:,.0f} us per decode and resize "
+        "of the same file in the bench process, work DVPP does on an NPU; without it the JPEG "
+        f"model's server CPU would be about {rest:,.0f} us per image ({rest / nv12:.2f}x raw's; "
+        "an estimate: two measurements subtracted). A client sending raw rows spends about "
+        f"{client:,.0f} us per file decoding and resizing it (Pillow, the same machine) before "
+        "it sends."
+    )
+
+
+def jpeg_rate_words(raw: dict[str, Any], figures: analysis.JpegInputs) -> str:
+    """Images/s, and what bounds them here."""
+    bench = raw["bench_file"]
+    channel, chip = parse_timing(raw["timing"]).dvpp_seconds(
+        "jpegd", bench["width"] * bench["height"]
+    )
+    emulated = raw["host_work_us"]["bench_file"]["emulated_dvpp"] / 1e6
+    top = max(figures.images_per_s)
+    bound = (
+        "the host's emulation of the decode, not the profile, bounds the JPEG model here"
+        if emulated > channel
+        else "the profile's JPEGD channel time is longer than the host's emulation of it"
+    )
+    return (
+        f"Images/s: at {clients(top)} JPEG in served {median(figures.images_per_s[top]):.2f}x "
+        f"the images/s of raw in (per round {each(figures.images_per_s[top])}). The profile "
+        f"gives one {bench['width']}x{bench['height']} decode {channel * 1e3:.2f} ms of a JPEGD "
+        f"channel ({chip * 1e3:.3f} ms of the chip); the emulator took {emulated * 1e3:.1f} ms "
+        f"of host CPU for it: {bound}. These are ratios of one run on this host, not a "
+        "device's rates."
+    )
+
+
+def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[str]:
+    raw = data["jpeg"]
+    top1 = raw["top1"]
+    rounds = len(raw["runs"]["jpeg"])
+    cpu_rounds = len(raw["cpu"]["jpeg"])
+    bench = raw["bench_file"]
+    levels = sorted(figures.images_per_s)
+    others = "; ".join(
+        f"{JPEG_RESIZES[name]}: {count} of {raw['files']}"
+        for name, count in figures.top1_other.items()
+    )
+    lines = [
+        "## 11. JPEG files in, decoded by DVPP, against raw NV12 rows in",
+        "",
+        "One classifier (`benchmarks/scenarios.py` `build_jpeg_classifier`: a static AIPP "
+        f"taking YUV420SP_U8 {JPEG_SIDE}x{JPEG_SIDE}, JPEG's full-range YCbCr to RGB and "
+        "ImageNet's mean and deviation, then a stride-8 convolution, pooling and a 1000-way "
+        f"linear layer with random weights; batch gears {JPEG_GEARS}; cheap on purpose, so "
+        "that the host figures are the serving's and not onnxruntime's) scaffolded twice on one "
+        "server: `jpeg` with `image_input` (each request one JPEG file, decoded by the "
+        "emulator's JPEGD and resized by its VPC into its row of the batch) and `raw` without "
+        "it (each request one NV12 row of 224x224 made by the client). The server ran under "
+        f"`GE_EMULATOR_TIMING={raw['timing']}` (JPEGD and VPC device time of an Ascend 310P3, "
+        'docs/CONFORMANCE.md "DVPP"; model execution untimed). First '
+        f"{raw['files']} generated photo-like JPEGs (`tests/jpeg_files.py` `photo_like`: "
+        "gradients, a blob, up to 12 shapes, noise, quality 40-94, subsampling 4:4:4, 4:2:2 "
+        f"or 4:2:0, sides 48-1279) were sent {JPEG_CHECK_THREADS} at a time over one gRPC "
+        "connection to `jpeg`, and the host's NV12 rows of the same files to `raw`; then both "
+        f"models in alternating closed-loop rounds ({rounds} of {data['plan']['seconds']:g} "
+        f"s) of one file, {bench['width']}x{bench['height']} quality {bench['quality']} "
+        f"({bench['bytes']:,} bytes), or its NV12 row, and server CPU per image at "
+        f"{clients(CPU_CONCURRENCY)} ({cpu_rounds} rounds).",
+        "",
+        "| | JPEG in (`jpeg`) | raw NV12 in (`raw`) | jpeg / raw, median (per-round range) |",
+        "|---|---|---|---|",
+        f"| bytes the server received per request ({raw['files']} files) | "
+        f"{fmt(raw['wire_in']['jpeg'])} | {fmt(raw['wire_in']['raw'])} | "
+        f"{raw['wire_in']['jpeg'] / raw['wire_in']['raw']:.2f} |",
+        f"| server CPU per image (tritonserver + stub), {clients(CPU_CONCURRENCY)} | "
+        f"{fmt(median(figures.server_cpu_us['jpeg']))} us | "
+        f"{fmt(median(figures.server_cpu_us['raw']))} us | {ratio_cell(figures.cpu_ratio)} |",
+        *[
+            f"| images/s at {clients(c)} | {fmt(figures.rates['jpeg'][c], 1)} | "
+            f"{fmt(figures.rates['raw'][c], 1)} | {ratio_cell(figures.images_per_s[c])} |"
+            for c in levels
+        ],
+        "",
+        f"Top-1 of the {raw['files']} files through `jpeg` equal to the host reference's "
+        f"(Pillow decodes the file's YCbCr to NV12 as JPEGD writes it, resized "
+        f"{JPEG_RESIZES['vpc']}; NumPy AIPP; onnxruntime): **{top1['jpeg']['vpc']} of "
+        f"{raw['files']}** (target >= {top1['target']}: {verdict(figures.top1)}); "
+        f"{top1['classes']} different classes among the "
+        f"reference's answers; the {raw['files']} requests ran as {top1['executions']} "
+        f"executions. The NV12 rows through `raw`: {top1['raw']} of {raw['files']}. Against "
+        f"host references resizing otherwise, the same answers agree less ({others}): this "
+        "classifier's 1000 random classes are close (median top-2 margin "
+        f"{top1['margin_median']:.2f} logits), so a resize that differs by one level flips "
+        "some.",
+        "",
+        jpeg_bytes_words(raw),
+        "",
+        jpeg_cpu_words(raw, figures),
+        "",
+        jpeg_rate_words(raw, figures),
+        "",
+        "![JPEG in vs NV12 in](benchmarks/results/jpeg.png)",
+        "",
+        "Raw results:",
+        "",
+        *level_table(raw["runs"]),
+        "",
+        "Commands (section-only re-run):",
+        "",
+        "```",
+        "python benchmarks/run.py --only jpeg --output BENCHMARKS.md",
+        *raw["commands"],
+        "```",
+        "",
+    ]
+    if "machine" in raw:
+        measured = dict(raw["machine"])
+        lines += [
+            f"`--only jpeg` was measured on {measured['date']} at commit {measured['commit']} "
+            f"({raw['section_elapsed_s'] / 60:.1f} min; Python speed: "
+            f"{measured['Python speed']}).",
+            "",
+        ]
+    return lines
+
+
 def profile_lines() -> list[str]:
     return [
         "## Device profiles",
@@ -1403,6 +1577,7 @@ def render(data: dict[str, Any]) -> str:
             sat,
             exp,
             analysis.device_host(data) if "device_host" in data else None,
+            analysis.jpeg_inputs(data) if "jpeg" in data else None,
         ),
         "",
         *machine_lines(data),
@@ -1423,6 +1598,8 @@ def render(data: dict[str, Any]) -> str:
         lines += system_allocation_lines(data, analysis.system_allocation(data))
     if "device_host" in data or "many_models" in data:
         lines += device_host_lines(data)
+    if "jpeg" in data:
+        lines += jpeg_lines(data, analysis.jpeg_inputs(data))
     lines += profile_lines()
     return "\n".join(lines)
 

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import queue
+import re
 import shlex
 import shutil
 import subprocess
@@ -40,11 +41,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from build_model import build_classifier  # noqa: E402
 from onnx_models import build_classifier as build_small_classifier  # noqa: E402
-from onnx_models import build_dims_model, build_mlp, build_nms, reference  # noqa: E402
+from onnx_models import build_dims_model, build_mlp, build_nms, onnx_path_of, reference  # noqa: E402
 
-from ge_python_backend.ascend import SOC_DEVICES  # noqa: E402
+from ge_python_backend.aipp import bind_static, parse_aipp_config  # noqa: E402
+from ge_python_backend.ascend import DTYPES_BY_NUMPY, SOC_DEVICES, Format  # noqa: E402
 from ge_python_backend.client import TritonClient, typed  # noqa: E402
 from ge_python_backend.devicehost.client import IDLE_EXIT_ENV  # noqa: E402
+from ge_python_backend.emulator import _jpeg  # noqa: E402
 from ge_python_backend.emulator import device_holders as ledger_holders  # noqa: E402
 from ge_python_backend.emulator.omfile import compile_onnx  # noqa: E402
 from ge_python_backend.emulator.timing import HOST_DIR_ENV  # noqa: E402
@@ -143,6 +146,52 @@ MANY_MODES = {"in_stub": None, "device_host": True}  # mode -> device_host
 MANY_READY_TIMEOUT_S = 3600.0
 # The correctness check: requests of these many rows sent at once (Triton batches them together).
 ANSWER_ROWS = (1, 3, 2, 5, 4, 1)
+# Section 11: JPEG files in (`image_input`: the emulator's JPEGD decodes each, its VPC resizes it
+# into its row of the batch) against the raw tensor in (the same `.om` scaffolded without
+# image_input: NV12 rows from the client), one server under the emulator's DVPP profile of the
+# 310P3 (model execution untimed: onnxruntime's host time). The classifier
+# (`build_jpeg_classifier`) takes YUV420SP_U8 224x224 through a static AIPP (JPEG's full-range
+# YCbCr to RGB, ImageNet mean/std) with batch gears; it is cheap (a strided conv, pooling, a
+# linear layer) so that the host figures are the serving's, not onnxruntime's, and its top-1
+# follows the image's content (a random ResNet answers the same few classes for any image).
+JPEG_SIDE = 224
+JPEG_GEARS = "1,2,4,8"
+JPEG_CLASSES = 1000
+JPEG_TIMING = "profile=dvpp-310p3"
+JPEG_MODELS = ("jpeg", "raw")
+JPEG_LEVELS = [1, CPU_CONCURRENCY]
+JPEG_CPU_ROUNDS = 3
+JPEG_FILES, JPEG_SEED, JPEG_TOP1_TARGET = 100, 36, 99
+JPEG_CHECK_THREADS = 8  # the correctness pass: this many requests in flight (Triton batches them)
+# The closed-loop runs' one file: width, height, quality, noise (a camera's: +-8 levels).
+JPEG_BENCH_FILE = (640, 480, 85, 8)
+JPEG_AIPP = f"""\
+aipp_op {{
+    aipp_mode: static
+    input_format: YUV420SP_U8
+    src_image_size_w: {JPEG_SIDE}
+    src_image_size_h: {JPEG_SIDE}
+    csc_switch: true
+    matrix_r0c0: 256
+    matrix_r0c1: 0
+    matrix_r0c2: 359
+    matrix_r1c0: 256
+    matrix_r1c1: -88
+    matrix_r1c2: -183
+    matrix_r2c0: 256
+    matrix_r2c1: 454
+    matrix_r2c2: 0
+    input_bias_0: 0
+    input_bias_1: 128
+    input_bias_2: 128
+    mean_chn_0: 124
+    mean_chn_1: 117
+    mean_chn_2: 104
+    var_reci_chn_0: 0.0171247538
+    var_reci_chn_1: 0.0175070028
+    var_reci_chn_2: 0.0174291938
+}}
+"""
 
 
 @dataclasses.dataclass
@@ -178,9 +227,10 @@ class Recorder:
         label: str,
         shape: str | None = None,
         metrics: bool = False,
+        inputs: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """One closed-loop run per level (with the device counters from the server's metrics
-        endpoint when `metrics`); the JSON results."""
+        endpoint when `metrics`; `inputs`: `--input NAME=FILE` values); the JSON results."""
         path = self.results / f"{label}.json"
         command = [
             CLI,
@@ -202,6 +252,8 @@ class Recorder:
         ]
         if shape:
             command += ["--shape", shape]
+        for given in inputs:
+            command += ["--input", given]
         if metrics:
             command += ["--metrics-url", server.urls.metrics]
         self.commands.append(command_line(command, path))
@@ -379,9 +431,11 @@ def alternate(
     label: str,
     shape: str | None = None,
     metrics: bool = False,
+    inputs: dict[str, Sequence[str]] | None = None,
 ) -> dict[str, list[list[dict[str, Any]]]]:
     """`plan.rounds` rounds; in each, at each level, every model runs in turn (one run per model
-    and level, so the runs compared are next to each other). Odd rounds take the even rounds'
+    and level, so the runs compared are next to each other; `inputs`: each model's `--input`
+    values). Odd rounds take the even rounds'
     order backwards, so each level's runs pair up as A B B A over two rounds: no model always
     runs first, and a drift of the machine's speed cancels over the pair. {model: [round
     results, one entry per level in `levels` order]}."""
@@ -393,7 +447,14 @@ def alternate(
             say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {level}")
             run_label = f"{label}-{model}-c{level}-{number + 1}"
             [measured[model, level]] = recorder.bench(
-                server, model, [level], plan, run_label, shape, metrics
+                server,
+                model,
+                [level],
+                plan,
+                run_label,
+                shape,
+                metrics,
+                (inputs or {}).get(model, ()),
             )
         for model in models:
             runs[model].append([measured[model, level] for level in levels])
@@ -401,10 +462,17 @@ def alternate(
 
 
 def cpu_per_request(
-    recorder: Recorder, server: TritonServer, model: str, level: int, plan: Plan, label: str
+    recorder: Recorder,
+    server: TritonServer,
+    model: str,
+    level: int,
+    plan: Plan,
+    label: str,
+    inputs: Sequence[str] = (),
 ) -> dict[str, float]:
     """CPU microseconds per request of the load generator, tritonserver and the model's stub,
-    and Triton's own time per request in the model's `execute` (`compute_infer`)."""
+    and Triton's own time per request in the model's `execute` (`compute_infer`); `inputs`:
+    the requests' `--input` values."""
     process = psutil.Process(server.pid)
     stub = next(c for c in process.children() if f"/{model}/" in " ".join(c.cmdline()))
 
@@ -414,7 +482,7 @@ def cpu_per_request(
 
     before = used(process), used(stub), triton_counts(server, model)
     children = psutil.Process().cpu_times()
-    entry = recorder.bench(server, model, [level], plan, label)[0]
+    entry = recorder.bench(server, model, [level], plan, label, inputs=inputs)[0]
     after = used(process), used(stub), triton_counts(server, model)
     client = psutil.Process().cpu_times()
     requests = entry["requests"]
@@ -970,6 +1038,228 @@ def scenario_many_models(recorder: Recorder, work: Path, plan: Plan, logs: Path)
     return {"modes": modes, "elapsed_s": time.monotonic() - started}
 
 
+def build_jpeg_classifier(work: Path) -> Path:
+    """Section 11's classifier as an emulator `.om`: `image` YUV420SP_U8 224x224 through
+    `JPEG_AIPP` -> conv 8x8 stride 8 (16 channels) -> relu -> average pool 4x4 -> linear ->
+    `logits` FP32[N, JPEG_CLASSES]; batch gears `JPEG_GEARS`."""
+    rng = np.random.default_rng(JPEG_SEED)
+    features = 16 * (JPEG_SIDE // 32) ** 2
+    weights = {
+        "conv_w": rng.standard_normal((16, 3, 8, 8)) / 14,
+        "conv_b": rng.standard_normal(16) / 4,
+        "fc_w": rng.standard_normal((features, JPEG_CLASSES)) / np.sqrt(features),
+        "fc_b": np.zeros(JPEG_CLASSES),
+    }
+    nodes = [
+        helper.make_node("Conv", ["image", "conv_w", "conv_b"], ["conv"], strides=[8, 8]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("AveragePool", ["relu"], ["pooled"], kernel_shape=[4, 4], strides=[4, 4]),
+        helper.make_node("Flatten", ["pooled"], ["features"], axis=1),
+        helper.make_node("Gemm", ["features", "fc_w", "fc_b"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "jpeg_classifier",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, JPEG_SIDE, JPEG_SIDE])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", JPEG_CLASSES])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(work / "jpeg_classifier.onnx"))
+    (work / "jpeg_aipp.cfg").write_text(JPEG_AIPP)
+    return compile_onnx(
+        work / "jpeg_classifier.onnx",
+        work / "jpeg_classifier",
+        input_shape=f"image:-1,3,{JPEG_SIDE},{JPEG_SIDE}",
+        dynamic_batch_size=JPEG_GEARS,
+        insert_op_conf=work / "jpeg_aipp.cfg",
+        precision_mode="must_keep_origin_dtype",
+    )
+
+
+# Section 11's host references: how each resizes the decoded NV12 picture to the model's size.
+JPEG_RESIZES = {
+    "vpc": "bilinear, half-pixel centres, rounded half up (`_jpeg.resize_nv12`: VPC's resize as "
+    "the emulator defines it, OpenCV's INTER_LINEAR)",
+    "affine": "Pillow's bilinear affine transform (the same sampling, truncated)",
+    "filtered": "Pillow's `resize` with its antialiased bilinear filter",
+}
+
+
+def host_nv12(data: bytes, resize: str) -> np.ndarray:
+    """The host's NV12 row of one JPEG (`[JPEG_SIDE * 3 // 2, JPEG_SIDE]` uint8): Pillow decodes
+    the file's YCbCr to NV12 (`_jpeg.decode_nv12`, JPEGD's output) and each plane is resized by
+    `resize` (`JPEG_RESIZES`)."""
+    from PIL import Image
+
+    nv12 = _jpeg.decode_nv12(data, _jpeg.read_header(data))
+    if resize == "vpc":
+        return _jpeg.resize_nv12(nv12, JPEG_SIDE, JPEG_SIDE)
+    h, half = nv12.shape[0] * 2 // 3, JPEG_SIDE // 2
+
+    def sample(plane: np.ndarray, side: int) -> np.ndarray:
+        image, bilinear = Image.fromarray(plane), Image.Resampling.BILINEAR
+        if resize == "filtered":
+            return np.asarray(image.resize((side, side), bilinear))
+        scale = (image.width / side, 0, 0, 0, image.height / side, 0)
+        return np.asarray(image.transform((side, side), Image.Transform.AFFINE, scale, bilinear))
+
+    uv = nv12[h:].reshape(h // 2, -1, 2)
+    chroma = np.stack([sample(uv[:, :, 0].copy(), half), sample(uv[:, :, 1].copy(), half)], -1)
+    return np.concatenate([sample(nv12[:h], JPEG_SIDE), chroma.reshape(half, JPEG_SIDE)])
+
+
+def host_logits(om: Path, rows: list[np.ndarray]) -> np.ndarray:
+    """The host reference's logits of NV12 rows: NumPy AIPP (`JPEG_AIPP`) and onnxruntime on the
+    classifier's ONNX."""
+    bound = bind_static(
+        parse_aipp_config(JPEG_AIPP)[0],
+        (1, 3, JPEG_SIDE, JPEG_SIDE),
+        Format.NCHW,
+        DTYPES_BY_NUMPY[np.dtype("f4")],
+    )
+    images = np.concatenate([bound.apply(row.reshape(1, *row.shape, 1)) for row in rows])
+    logits: np.ndarray = reference(onnx_path_of(om), [images])["logits"]
+    return logits
+
+
+def received_bytes(port: int) -> int:
+    """TCP payload bytes received so far on the open connections to local `port` (`ss`'s
+    `bytes_received` of each: what clients sent, gRPC and HTTP/2 framing included)."""
+    listing = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{port} )"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return sum(int(n) for n in re.findall(r"bytes_received:(\d+)", listing))
+
+
+def served_top1(
+    server: TritonServer, model: str, requests: list[tuple[np.ndarray, str]]
+) -> tuple[np.ndarray, float]:
+    """Each request (one row: a JPEG file or an NV12 row) sent `JPEG_CHECK_THREADS` at a time
+    over one gRPC connection: the top-1 of each answer, and the bytes the server received per
+    request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = int(server.urls.grpc.rsplit(":", 1)[1])
+    with TritonClient(server.urls.grpc, "grpc", timeout_s=60) as client:
+        client.is_model_ready(model)  # connected: the connection is counted from here
+        prepared = [client.prepare({"image": request}, ["logits"]) for request in requests]
+        before = received_bytes(port)
+        with ThreadPoolExecutor(JPEG_CHECK_THREADS) as pool:
+            answers = list(pool.map(lambda request: client.send(model, request), prepared))
+        received = received_bytes(port) - before
+    top1 = np.array([int(answer.as_numpy("logits")[0].argmax()) for answer in answers])
+    return top1, received / len(requests)
+
+
+def host_work_us(files: list[bytes]) -> dict[str, float]:
+    """CPU microseconds per file of this process: what a client of the raw model does before it
+    sends (Pillow decodes and resizes: `host_nv12` "filtered"), and the emulator's stand-ins for
+    JPEGD and VPC (`_jpeg`: host work here, DVPP's on an NPU)."""
+
+    def per_file(work: Any) -> float:
+        started = time.process_time()
+        for data in files:
+            work(data)
+        return (time.process_time() - started) / len(files) * 1e6
+
+    return {
+        "host_decode": per_file(lambda data: host_nv12(data, "filtered")),
+        "emulated_dvpp": per_file(lambda data: host_nv12(data, "vpc")),
+    }
+
+
+def scenario_jpeg(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str, Any]:
+    """Section 11: `build_jpeg_classifier` scaffolded as `jpeg` (image_input) and `raw` (NV12
+    rows) on one server under `JPEG_TIMING`. First `JPEG_FILES` generated photo-like JPEGs
+    through `jpeg`, and their host NV12 rows through `raw`, each top-1 against the host
+    reference; then both models in alternating closed-loop rounds of one `JPEG_BENCH_FILE` file
+    (its NV12 row for `raw`) per request, and CPU per request at `CPU_CONCURRENCY` clients."""
+    from jpeg_files import jpeg, photo_like
+
+    say(f"jpeg: building the classifier and {JPEG_FILES} JPEGs in {work}")
+    om = build_jpeg_classifier(work)
+    repository = work / "jpeg-inputs"  # not a model's name: cpu_per_request finds stubs by it
+    for name in JPEG_MODELS:
+        image_input = "image" if name == "jpeg" else None
+        scaffold(om, repository, name=name, runtime="emulator", image_input=image_input)
+    files = photo_like(JPEG_FILES, JPEG_SEED)
+    rows = {resize: [host_nv12(data, resize) for data in files] for resize in JPEG_RESIZES}
+    logits = {resize: host_logits(om, rows[resize]) for resize in JPEG_RESIZES}
+    ranked = np.sort(logits["vpc"], axis=1)
+    width, height, quality, noise = JPEG_BENCH_FILE
+    bench_file = jpeg(width, height, JPEG_SEED, noise=noise, quality=quality, shapes=6)
+    (work / "bench.jpg").write_bytes(bench_file)
+    np.save(work / "bench-nv12.npy", host_nv12(bench_file, "vpc")[None, :, :, None])
+    inputs = {"jpeg": [f"image={work / 'bench.jpg'}"], "raw": [f"image={work / 'bench-nv12.npy'}"]}
+    first = len(recorder.commands)
+    with serving(repository, logs, env={"GE_EMULATOR_TIMING": JPEG_TIMING}) as server:
+        say(f"jpeg: {JPEG_FILES} files through jpeg, their host NV12 rows through raw")
+        before = triton_counts(server, "jpeg")
+        served_jpeg, jpeg_read = served_top1(
+            server, "jpeg", [(np.array([[data]], dtype=object), "BYTES") for data in files]
+        )
+        served_raw, raw_read = served_top1(
+            server, "raw", [(row[None, :, :, None], "UINT8") for row in rows["vpc"]]
+        )
+        # read after the raw pass: Triton counts a pipelined batch when its execute call returns
+        executions = triton_counts(server, "jpeg")[1] - before[1]
+        runs = alternate(
+            recorder, server, list(JPEG_MODELS), JPEG_LEVELS, plan, "jpeg", None, False, inputs
+        )
+        count = min(plan.rounds, JPEG_CPU_ROUNDS)
+        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in JPEG_MODELS}
+        for number in range(count):
+            say(f"jpeg: CPU per request, round {number + 1}/{count}")
+            for name in JPEG_MODELS if number % 2 == 0 else JPEG_MODELS[::-1]:
+                label = f"jpeg-cpu-{name}-c{CPU_CONCURRENCY}-{number + 1}"
+                cpu[name].append(
+                    cpu_per_request(
+                        recorder, server, name, CPU_CONCURRENCY, plan, label, inputs[name]
+                    )
+                )
+    sizes = [len(data) for data in files]
+    return {
+        "runs": runs,
+        "levels": JPEG_LEVELS,
+        "cpu": cpu,
+        "timing": JPEG_TIMING,
+        "files": len(files),
+        "file_bytes": {
+            "min": min(sizes),
+            "median": float(np.median(sizes)),
+            "mean": float(np.mean(sizes)),
+            "max": max(sizes),
+        },
+        "raw_row_bytes": rows["vpc"][0].nbytes,
+        "bench_file": {
+            "width": width,
+            "height": height,
+            "quality": quality,
+            "noise": noise,
+            "bytes": len(bench_file),
+        },
+        "top1": {
+            "jpeg": {r: int((served_jpeg == v.argmax(axis=1)).sum()) for r, v in logits.items()},
+            "raw": int((served_raw == logits["vpc"].argmax(axis=1)).sum()),
+            "classes": len(set(logits["vpc"].argmax(axis=1).tolist())),
+            "margin_median": float(np.median(ranked[:, -1] - ranked[:, -2])),
+            "target": JPEG_TOP1_TARGET,
+            "executions": executions,
+        },
+        "wire_in": {"jpeg": jpeg_read, "raw": raw_read},
+        "host_work_us": {
+            "files": host_work_us(files),
+            "bench_file": host_work_us([bench_file] * 20),
+        },
+        "commands": recorder.commands[first:],
+    }
+
+
 PYTHON_SPEED_SNIPPET = "sum(range(50))"
 
 
@@ -1057,6 +1347,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
             "sysalloc": scenario_sysalloc(recorder, work, nms, plan, logs),
             "device_host": scenario_device_host(recorder, work, small, plan, logs),
             "many_models": scenario_many_models(recorder, work, plan, logs),
+            "jpeg": scenario_jpeg(recorder, work, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
@@ -1075,7 +1366,7 @@ SMALL_MODEL_SCENARIOS = {
     "device_host": scenario_device_host,
 }
 # Sections that build models of their own.
-OWN_MODEL_SCENARIOS = {"many_models": scenario_many_models}
+OWN_MODEL_SCENARIOS = {"many_models": scenario_many_models, "jpeg": scenario_jpeg}
 ONLY_SCENARIOS = [*SMALL_MODEL_SCENARIOS, *OWN_MODEL_SCENARIOS]
 
 

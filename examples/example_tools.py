@@ -42,7 +42,10 @@ def build_parser(description: str, name: str) -> argparse.ArgumentParser:
     parser.add_argument("repository", type=Path, help="Triton model repository to write into")
     parser.add_argument("--name", default=name, help=f"model name (default: {name})")
     parser.add_argument(
-        "--workdir", type=Path, default=Path(f"build/{name}"), help="where the .onnx/.om go"
+        "--workdir",
+        type=Path,
+        default=Path(f"build/{name}"),
+        help="where the .onnx/.om go",
     )
     return parser
 
@@ -97,9 +100,11 @@ def scaffold(
     version: int | None = None,
     runtime: str = "emulator",
     max_output_bytes: int | None = None,
+    image_input: str | None = None,
 ) -> None:
     """`ge-python-model scaffold` `om` into `<repository>/<name>/`, replacing an existing one
-    (`max_output_bytes`: for data-dependent outputs)."""
+    (`max_output_bytes`: for data-dependent outputs; `image_input`: the YUV420SP AIPP input
+    that takes JPEG files)."""
     run(
         cli(),
         "scaffold",
@@ -110,6 +115,7 @@ def scaffold(
         name,
         *(["--version", str(version)] if version is not None else []),
         *(["--max-output-bytes", str(max_output_bytes)] if max_output_bytes else []),
+        *(["--image-input", image_input] if image_input else []),
         "--runtime",
         runtime,
         "--overwrite",

@@ -713,3 +713,79 @@ def test_without_section_10_the_report_has_none_of_it() -> None:
     assert "--only device_host" not in text
     del data["many_models"]
     assert "## 10." not in report.render(data)
+
+
+def with_jpeg(data: dict[str, Any]) -> dict[str, Any]:
+    """Section 11 added: JPEG in at a quarter of raw's images/s and 4x its server CPU per image,
+    its 100 answers all equal to the host reference's."""
+    cpu = {"client": 300.0, "tritonserver": 500.0, "per_execution": 3.0, "compute_infer": 1.0}
+    work = {"host_decode": 12000.0, "emulated_dvpp": 12000.0}
+    data["jpeg"] = {
+        "runs": {
+            "jpeg": rounds({1: 45.0, 8: 60.0}, p50_ms=20.0),
+            "raw": rounds({1: 180.0, 8: 240.0}, p50_ms=5.0),
+        },
+        "levels": [1, 8],
+        "cpu": {
+            "jpeg": [{**cpu, "stub": 19500.0}] * ROUNDS,
+            "raw": [{**cpu, "stub": 4500.0}] * ROUNDS,
+        },
+        "timing": "profile=dvpp-310p3",
+        "files": 100,
+        "file_bytes": {"min": 4000, "median": 60000.0, "mean": 80000.0, "max": 500000},
+        "raw_row_bytes": 75264,
+        "bench_file": {"width": 640, "height": 480, "quality": 85, "noise": 8, "bytes": 45000},
+        "top1": {
+            "jpeg": {"vpc": 100, "affine": 94, "filtered": 97},
+            "raw": 100,
+            "classes": 54,
+            "margin_median": 0.17,
+            "target": 99,
+            "executions": 28,
+        },
+        "wire_in": {"jpeg": 80100.0, "raw": 75370.0},
+        "host_work_us": {"files": work, "bench_file": work},
+        "commands": ["ge-python-model bench --model jpeg"],
+        "machine": [["date", "2025-01-01 00:00"], ["commit", "abc"], ["Python speed", "fast"]],
+        "section_elapsed_s": 120.0,
+    }
+    return data
+
+
+def test_the_jpeg_section_follows_its_numbers() -> None:
+    data = with_jpeg(run_data())
+    text = report.render(data)
+    assert "## 11. JPEG files in, decoded by DVPP, against raw NV12 rows in" in text
+    assert row(text, "| JPEG files in (section 11): top-1") == (
+        "| JPEG files in (section 11): top-1 equal to the host reference | 100 of 100 | 100 | "
+        ">= 99 of 100 | met |"
+    )
+    assert row(text, "| server CPU per image") == (
+        "| server CPU per image (tritonserver + stub), 8 clients | 20,000 us | 5,000 us | "
+        "4.00 (4.00) |"
+    )
+    assert row(text, "| images/s at 8 clients |") == (
+        "| images/s at 8 clients | 60.0 | 240.0 | 0.25 (0.25) |"
+    )
+    assert "JPEG in moved 1.06x the bytes of raw NV12 in (more)" in text
+    assert "7.5x fewer" in text  # than FP32's 602,112 bytes
+    assert "about 8,000 us per image (1.60x raw's" in text
+    assert "the host's emulation of the decode, not the profile, bounds the JPEG model" in text
+    assert "python benchmarks/run.py --only jpeg --output BENCHMARKS.md" in text
+    assert "`--only jpeg` was measured on 2025-01-01 00:00 at commit abc (2.0 min;" in text
+
+    data["jpeg"]["top1"]["jpeg"]["vpc"] = 98
+    data["jpeg"]["wire_in"]["jpeg"] = 40000.0
+    work = {"host_decode": 500.0, "emulated_dvpp": 500.0}
+    data["jpeg"]["host_work_us"]["bench_file"] = work
+    text = report.render(data)
+    assert row(text, "| JPEG files in (section 11): top-1").endswith(
+        "| 98 of 100 | 98 | >= 99 of 100 | **not met** |"
+    )
+    assert "JPEG in moved 0.53x the bytes of raw NV12 in (fewer)" in text
+    assert "the profile's JPEGD channel time is longer than the host's emulation of it" in text
+
+
+def test_without_section_11_the_report_has_none_of_it() -> None:
+    text = report.render(run_data())
+    assert "## 11." not in text and "section 11" not in text

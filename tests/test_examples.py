@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 from ge_python_backend.aipp import bind_static, parse_aipp_config
 from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format
 from ge_python_backend.client import TritonClient
+from ge_python_backend.emulator import _jpeg
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.shm import MIB, ShmSizes
 from ge_python_backend.server import TritonServer
@@ -194,6 +195,47 @@ def test_resnet50_aipp_takes_uint8_images_and_crops_and_normalises_them(
     assert len(rows) == 3, printed
     for row, logits in zip(rows, expected):
         assert re.findall(r"class (\d+)", row) == [str(c) for c, _ in client.top5(logits)], row
+
+
+def test_resnet50_jpeg_takes_jpeg_files_decoded_and_resized_on_the_device(
+    served: Served, tmp_path: Path
+) -> None:
+    output = build(served, "resnet50", "--width", "8", "--jpeg", "--gears", "1,2,4")
+    assert "--insert_op_conf=" in atc_line(output)
+    config = load_model_config(served.repository / "resnet50_jpeg" / "config.pbtxt")
+    assert config.parameters["image_input"].string_value == "input"
+    assert [(t.data_type, list(t.dims)) for t in config.input] == [(13, [1])]  # TYPE_STRING
+    load(served, "resnet50_jpeg")
+    client = example_module("resnet50", "client.py")
+    workdir = served.workdir / "resnet50"
+    printed = run_script("resnet50", "client.py", "--url", served.url, "--jpeg", "--synthetic", "3")
+    files = client.synthetic_jpegs(3)
+    carried = sum(len(data) for data in files[:, 0])
+    assert f"request: {carried} bytes of JPEG files (FP32 [N,3,224,224]: 1806336 bytes" in printed
+    # the reference: JPEGD's NV12 of each file and VPC's resize to 256x256 as the emulator
+    # defines them (tests/test_jpeg_e2e.py compares those with the served rows), the
+    # jpeg_aipp.cfg's steps in NumPy, onnxruntime on the ONNX
+    op = parse_aipp_config((workdir / "jpeg_aipp.cfg").read_text())[0]
+    bound = bind_static(op, (1, 3, 224, 224), Format.NCHW, DTYPES_BY_NUMPY[np.dtype(np.float32)])
+    rows = [
+        _jpeg.resize_nv12(_jpeg.decode_nv12(data, _jpeg.read_header(data)), 256, 256)
+        for data in files[:, 0]
+    ]
+    pixels = np.concatenate([bound.apply(row.reshape(1, 384, 256, 1)) for row in rows])
+    expected = reference(workdir / "resnet50.onnx", {"input": pixels})["logits"]
+    np.testing.assert_allclose(
+        client.classify(served.url, "resnet50_jpeg", files), expected, rtol=1e-4, atol=1e-4
+    )
+    top = [line for line in printed.splitlines() if "top-5" in line]
+    assert len(top) == 3, printed
+    for row, logits in zip(top, expected):
+        assert re.findall(r"class (\d+)", row) == [str(c) for c, _ in client.top5(logits)], row
+    # a file on disk is sent as it is
+    picture = tmp_path / "picture.jpg"
+    picture.write_bytes(files[0, 0])
+    printed = run_script("resnet50", "client.py", "--url", served.url, "--jpeg", str(picture))
+    best = client.top5(expected[0])[0][0]
+    assert f"{picture}: top-5 class {best} " in printed, printed
 
 
 # ----------------------------------------------------------------------------------- yolov8n

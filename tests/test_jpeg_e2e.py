@@ -34,31 +34,12 @@ from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
 Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
+from jpeg_files import jpeg  # noqa: E402  (Pillow's)
 
 W, H = 32, 32  # the AIPP source: NV12 rows of 32 x 32 (1,536 bytes: VPC writes them in place)
 MAX_JPEG_BYTES = 60_000
 AIPP = onnx_models.aipp_yuv420sp(W, H, 8, 8, 16)  # cropped to the classifier's 16 x 16
 FILL = (16, 128, 128)
-
-
-def jpeg(width: int, height: int, seed: int, noise: int = 24, **save: object) -> bytes:
-    """A baseline JPEG of colour gradients and blobs (each seed its own), quality 90."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width] / max(width, height)
-    centre = rng.random(2)
-    phase = rng.random(3) * 6
-    rgb = np.stack(
-        [
-            128 + 110 * np.sin(6 * x + phase[0]),
-            128 + 110 * np.cos(5 * y + phase[1]),
-            255 * np.exp(-8 * ((x - centre[0]) ** 2 + (y - centre[1]) ** 2)) + phase[2] * 10,
-        ],
-        axis=-1,
-    )
-    rgb += rng.integers(-noise, noise + 1, rgb.shape)
-    out = io.BytesIO()
-    Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).save(out, "JPEG", quality=90, **save)
-    return out.getvalue()
 
 
 def host_nv12(data: bytes, resize: str) -> np.ndarray:

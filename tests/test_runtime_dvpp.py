@@ -103,3 +103,20 @@ def test_letterbox_keeps_the_aspect_on_even_bounds(
     size: tuple[int, int], expected: tuple[int, int, int, int]
 ) -> None:
     assert letterbox(*size, 32, 32) == expected
+
+
+def test_a_picture_grown_while_the_last_batch_still_reads_it_waits_for_that_batch(
+    tmp_path: Path,
+) -> None:
+    # depth 2: batch 2's decode may run before batch 1's VPC jobs; a larger file grows (frees
+    # and re-allocates) the picture batch 1's VPC job still reads, which must wait for it
+    om = classifier(tmp_path / "m", 32, 32)
+    with Session(om, runtime="emulator", image=ImageInput("image"), pipeline_depth=2) as session:
+        single = {v: session.infer({"image": files(jpeg(40, 40, v))})["logits"] for v in (0, 200)}
+        pending = [
+            session.submit([{"image": files(jpeg(side, side, v))}])
+            for side, v in ((48, 0), (400, 200), (800, 0))
+        ]
+        for (_, v), batch in zip(((48, 0), (400, 200), (800, 0)), pending):
+            logits = batch.result()[0]["logits"]
+            np.testing.assert_allclose(logits[0], single[v][0], rtol=1e-3, atol=1e-3)

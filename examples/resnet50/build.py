@@ -13,6 +13,12 @@ Steps (each command is printed as it runs):
 compiled with ATC's `--insert_op_conf aipp.cfg` (written beside the `.om`): RGB888_U8 256x256
 sources cropped to 224x224 at (16, 16), mean/var normalisation in the AIPP, each image of a
 batch through the same AIPP; clients send uint8 HWC images.
+
+`--jpeg` builds the DVPP layout (model `resnet50_jpeg`): the AIPP takes YUV420SP_U8 256x256
+(JPEG's full-range YCbCr converted to RGB, then the same crop and normalisation), and the
+scaffold sets `image_input`, so clients send JPEG files: each is decoded by DVPP's JPEGD and
+resized by its VPC to 256x256 straight into its row of the batch (docs/CONFIGURATION.md, "Image
+inputs").
 """
 
 from __future__ import annotations
@@ -52,10 +58,26 @@ aipp_op {{
 """
 
 
+# --jpeg: what JPEGD writes (YUV420SP: NV12) through the same crop and normalisation; the CSC
+# matrix is JPEG's full-range BT.601 YCbCr to RGB in AIPP's fixed point (x 256), as Ascend's
+# samples write it for JPEGD output.
+JPEG_AIPP_CONFIG = AIPP_CONFIG.replace("RGB888_U8", "YUV420SP_U8").replace(
+    "    csc_switch: false\n",
+    "    csc_switch: true\n"
+    "    matrix_r0c0: 256\n    matrix_r0c1: 0\n    matrix_r0c2: 359\n"
+    "    matrix_r1c0: 256\n    matrix_r1c1: -88\n    matrix_r1c2: -183\n"
+    "    matrix_r2c0: 256\n    matrix_r2c1: 454\n    matrix_r2c2: 0\n"
+    "    input_bias_0: 0\n    input_bias_1: 128\n    input_bias_2: 128\n",
+)
+
+
 def main() -> None:
     parser = build_parser(__doc__.splitlines()[0], "resnet50")
     parser.add_argument(
-        "--width", type=int, default=16, help="stem channels; 64 is the real ResNet-50 (default 16)"
+        "--width",
+        type=int,
+        default=16,
+        help="stem channels; 64 is the real ResNet-50 (default 16)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random weights seed")
     parser.add_argument("--gears", default=BATCH_GEARS, help=f"batch gears (default {BATCH_GEARS})")
@@ -65,8 +87,17 @@ def main() -> None:
         help="the ModelZoo layout: static AIPP (uint8 RGB 256x256 in, crop and normalise on the "
         "device), model resnet50_aipp",
     )
+    parser.add_argument(
+        "--jpeg",
+        action="store_true",
+        help="the DVPP layout: JPEG files in, decoded and resized on the device into a "
+        "YUV420SP AIPP (image_input), model resnet50_jpeg",
+    )
     args = parser.parse_args()
-    name = "resnet50_aipp" if args.aipp and args.name == "resnet50" else args.name
+    if args.aipp and args.jpeg:
+        parser.error("--aipp and --jpeg are two layouts: give one")
+    layout = "aipp" if args.aipp else "jpeg" if args.jpeg else None
+    name = f"resnet50_{layout}" if layout and args.name == "resnet50" else args.name
 
     onnx_path = build_resnet50(args.workdir / f"{args.name}.onnx", args.width, args.seed)
     print(f"wrote {onnx_path} (ResNet-50 topology, width {args.width}, random weights)")
@@ -74,13 +105,14 @@ def main() -> None:
         "input_shape": f"{INPUT_NAME}:-1,3,{IMAGE_SIZE},{IMAGE_SIZE}",
         "dynamic_batch_size": args.gears,
     }
-    if args.aipp:
-        config = args.workdir / "aipp.cfg"
-        config.write_text(AIPP_CONFIG)
-        print(f"wrote {config} (RGB888_U8 {SOURCE_SIZE}x{SOURCE_SIZE} -> crop 224, mean/var)")
+    if layout:
+        config = args.workdir / ("jpeg_aipp.cfg" if args.jpeg else "aipp.cfg")
+        config.write_text(JPEG_AIPP_CONFIG if args.jpeg else AIPP_CONFIG)
+        source = "YUV420SP_U8" if args.jpeg else "RGB888_U8"
+        print(f"wrote {config} ({source} {SOURCE_SIZE}x{SOURCE_SIZE} -> crop 224, mean/var)")
         flags["insert_op_conf"] = str(config)
     om = compile_om(onnx_path, args.workdir / name, **flags)
-    scaffold(om, args.repository, name)
+    scaffold(om, args.repository, name, image_input=INPUT_NAME if args.jpeg else None)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,12 @@ one padded row). The weights are random, so the classes are only indices.
 `--aipp` sends the images as they are decoded, uint8 RGB HWC [N,256,256,3], to `resnet50_aipp`,
 whose AIPP crops them to 224x224 and normalises them on the device: 196,608 bytes per image
 instead of FP32's 602,112 (405,504 bytes, 67%, less per image; a 224x224 source would be 4x less).
+
+    python examples/resnet50/client.py --jpeg cat.jpg        # the DVPP layout (build --jpeg)
+
+`--jpeg` sends the files themselves, a BYTES [N,1] tensor of JPEG files, to `resnet50_jpeg`:
+the server's DVPP decodes and resizes each on the device; nothing is decoded here. Without
+files it sends synthetic images encoded as JPEG.
 """
 
 from __future__ import annotations
@@ -59,13 +65,38 @@ def synthetic_sources(count: int, seed: int = 0) -> np.ndarray:
     return coarse.repeat(SOURCE_SIZE // 8, axis=1).repeat(SOURCE_SIZE // 8, axis=2)
 
 
+def load_jpeg(path: str | Path) -> bytes:
+    """A JPEG file as resnet50_jpeg takes it: its bytes, nothing decoded."""
+    return Path(path).read_bytes()
+
+
+def synthetic_jpegs(count: int, seed: int = 0) -> np.ndarray:
+    """`synthetic_sources` encoded as JPEG (quality 90): a BYTES [count, 1] array."""
+    import io
+
+    from PIL import Image
+
+    files = []
+    for image in synthetic_sources(count, seed):
+        out = io.BytesIO()
+        Image.fromarray(image).save(out, "JPEG", quality=90)
+        files.append(out.getvalue())
+    return jpeg_batch(files)
+
+
+def jpeg_batch(files: Sequence[bytes]) -> np.ndarray:
+    """JPEG files as one request's BYTES tensor: [N, 1], one file per row."""
+    batch = np.empty((len(files), 1), dtype=object)
+    batch[:, 0] = list(files)
+    return batch
+
+
 def request_bytes(images: np.ndarray) -> str:
     """What the request carries, and what FP32 [N,3,224,224] would have carried."""
     fp32 = len(images) * 3 * IMAGE_SIZE * IMAGE_SIZE * 4
-    return (
-        f"{images.nbytes} bytes of {images.dtype} (FP32 [N,3,224,224]: {fp32} bytes, "
-        f"{fp32 - images.nbytes} more)"
-    )
+    carried = sum(len(item) for item in images[:, 0]) if images.dtype == object else images.nbytes
+    what = "JPEG files" if images.dtype == object else str(images.dtype)
+    return f"{carried} bytes of {what} (FP32 [N,3,224,224]: {fp32} bytes, {fp32 - carried} more)"
 
 
 def synthetic_images(count: int, seed: int = 0) -> np.ndarray:
@@ -77,9 +108,9 @@ def synthetic_images(count: int, seed: int = 0) -> np.ndarray:
 
 
 def classify(url: str, model: str, images: np.ndarray) -> np.ndarray:
-    """One request with every image (FP32 NCHW, or uint8 HWC for an AIPP model); the logits,
-    FP32 [N, 1000]."""
-    datatype = "UINT8" if images.dtype == np.uint8 else "FP32"
+    """One request with every image (FP32 NCHW, uint8 HWC for an AIPP model, or JPEG files
+    [N, 1] for resnet50_jpeg); the logits, FP32 [N, 1000]."""
+    datatype = {np.dtype(np.uint8): "UINT8", np.dtype(object): "BYTES"}.get(images.dtype, "FP32")
     return infer(url, model, "input", images, datatype).as_numpy("logits")
 
 
@@ -89,18 +120,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP address")
     parser.add_argument("--model", help="default: resnet50, resnet50_aipp with --aipp")
     parser.add_argument(
-        "--synthetic", type=int, default=4, help="synthetic images when no file is given"
+        "--synthetic",
+        type=int,
+        default=4,
+        help="synthetic images when no file is given",
     )
-    parser.add_argument(
-        "--aipp", action="store_true", help="send uint8 RGB 256x256 images to resnet50_aipp"
+    layouts = parser.add_mutually_exclusive_group()
+    layouts.add_argument(
+        "--aipp",
+        action="store_true",
+        help="send uint8 RGB 256x256 images to resnet50_aipp",
+    )
+    layouts.add_argument(
+        "--jpeg",
+        action="store_true",
+        help="send the JPEG files themselves to resnet50_jpeg",
     )
     args = parser.parse_args(argv)
-    model = args.model or ("resnet50_aipp" if args.aipp else "resnet50")
+    layout = "aipp" if args.aipp else "jpeg" if args.jpeg else None
+    model = args.model or (f"resnet50_{layout}" if layout else "resnet50")
 
     load, synthetic = (
         (load_source, synthetic_sources) if args.aipp else (load_image, synthetic_images)
     )
-    if args.images:
+    if args.jpeg:
+        synthetic = synthetic_jpegs
+    if args.images and args.jpeg:
+        names = list(args.images)
+        images = jpeg_batch([load_jpeg(path) for path in names])
+    elif args.images:
         names = list(args.images)
         images = np.stack([load(path) for path in names])
     else:

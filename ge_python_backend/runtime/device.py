@@ -285,6 +285,12 @@ class Event(Resource):
         acl = self.context.acl
         check(acl.rt.record_event(self.handle, stream.handle), "acl.rt.record_event", acl)
 
+    def synchronize(self) -> None:
+        """Block until the event's last record has completed (`acl.rt.synchronize_event`)."""
+        acl = self.context.acl
+        self.context.activate()
+        check(acl.rt.synchronize_event(self.handle), "acl.rt.synchronize_event", acl)
+
     def reached(self, timeout_ms: int) -> bool | None:
         """Wait until the event's last record has completed, at most `timeout_ms` (-1: no
         limit; `acl.rt.synchronize_event_with_timeout`): True if it has, False if not by then,

@@ -22,7 +22,8 @@ packed rows on the device takes copies at addresses `acl.rt.memcpy_async` refuse
 64-byte aligned addresses), and a host copy is what this path exists to avoid.
 
 The stage's pictures are reused by the next batch: its decodes wait on the device (an event
-per lane) until the previous batch's VPC jobs have read them, and `Session` holds
+per lane) until the previous batch's VPC jobs have read them, a picture grown for a larger file
+waits for those events on the host before its old memory is freed, and `Session` holds
 `ImageStage.lock` from a batch's decode until its VPC jobs are queued.
 """
 
@@ -294,6 +295,9 @@ class ImageStage(Resource):
                 self._write_fill(self._fill)
             self._pool: list[_Picture] = []
             self._lanes = [self._lane_targets() for _ in range(lanes)]
+            # the lanes' events this batch's decodes wait for on the device: a picture freed to
+            # grow it waits for them on the host first (its last VPC jobs may not have run)
+            self._readers: list[Event] = []
         except BaseException:
             self._abandon()
             raise
@@ -325,7 +329,10 @@ class ImageStage(Resource):
         ImageError (with `request` and `file`) for the first file DVPP refused."""
         acl = self._acl
         self.context.activate()
-        for lane in self._lanes:  # the previous batch's VPC jobs read the pool first
+        # the previous batch's VPC jobs read the pool first (the device waits; a picture
+        # grown for this batch waits on the host: `_grown`)
+        self._readers = [lane.event for lane in self._lanes if lane.used]
+        for lane in self._lanes:
             if lane.used:
                 self.stream.wait(lane.event)
                 lane.used = False
@@ -570,6 +577,9 @@ class ImageStage(Resource):
         if buffer is not None and buffer.size >= size:
             return buffer
         if buffer is not None:
+            for event in self._readers:  # a VPC job queued before may still read it
+                event.synchronize()
+            self._readers.clear()
             self._parts.remove(buffer)
             buffer.close()
         return self._keep(DvppBuffer(self.context, size))
