@@ -426,7 +426,7 @@ class _LoadMemory:
 
     def release(self) -> None:
         """Free the work space and leave the weights (freed with their last load)."""
-        buffers = [] if self.work is None else [self.work]
+        buffers: list[Resource] = [] if self.work is None else [self.work]
         key, self.weights_key, self.work = self.weights_key, None, None
         if key is not None:
             with _weights_lock:
