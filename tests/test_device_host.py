@@ -17,6 +17,7 @@ import pytest
 from google.protobuf import json_format
 from onnx_models import reference
 
+from ge_python_backend.devicehost.buffers import BYTES, Buffer, is_bytes_tensor, layout
 from ge_python_backend.devicehost.client import RemoteSession, _reply
 from ge_python_backend.devicehost.protocol import (
     DeviceHostError,
@@ -125,3 +126,29 @@ def test_device_host_is_on_or_off() -> None:
     assert not ModelParameters().in_device_host
     with pytest.raises(ConfigError, match="parameter device_host must be 'on'"):
         ModelParameters(device_host="yes")
+
+
+def test_a_buffer_carries_numeric_and_bytes_tensors_and_refuses_places_outside_it() -> None:
+    files = np.array([[b"\xff\xd8first"], [b""], [b"third file"]], dtype=object)
+    requests = [{"x": np.arange(6, dtype=np.float16).reshape(2, 3), "image": files}]
+    places, nbytes = layout(requests)
+    assert places[0]["image"][1:] == [BYTES, [3, 1], [7, 0, 10]]
+    buffer = Buffer.create(nbytes)
+    try:
+        buffer.write(places, requests)
+        np.testing.assert_array_equal(buffer.view(places[0]["x"]), requests[0]["x"])
+        got = buffer.view(places[0]["image"])
+        assert got.dtype == object and got.shape == (3, 1) and got.tolist() == files.tolist()
+        offset = places[0]["x"][0]
+        for place, words in (
+            ([buffer.nbytes - 2, "<f4", [1]], "not inside the buffer"),
+            ([offset, "<f4", [-1]], "not inside the buffer"),
+            ([offset, "|O", [1]], "not a tensor dtype"),
+            ([offset, BYTES, [2], [1]], "item lengths"),
+            ([offset, BYTES, [1], [buffer.nbytes + 1]], "not inside the buffer"),
+        ):
+            with pytest.raises(ValueError, match=words):
+                buffer.view(place)
+    finally:
+        buffer.close()
+    assert is_bytes_tensor(files) and not is_bytes_tensor(np.array(["text"], dtype=object))

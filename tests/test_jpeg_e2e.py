@@ -29,6 +29,7 @@ from ge_python_backend.emulator import _jpeg
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.runtime import placement
 from ge_python_backend.runtime.dvpp import letterbox
 from ge_python_backend.server import TritonServer
 
@@ -40,6 +41,7 @@ W, H = 32, 32  # the AIPP source: NV12 rows of 32 x 32 (1,536 bytes: VPC writes 
 MAX_JPEG_BYTES = 60_000
 AIPP = onnx_models.aipp_yuv420sp(W, H, 8, 8, 16)  # cropped to the classifier's 16 x 16
 FILL = (16, 128, 128)
+RESIZE = {"stretch": "stretch", "letterbox": "letterbox", "hosted": "stretch"}  # model -> resize
 
 
 def host_nv12(data: bytes, resize: str) -> np.ndarray:
@@ -81,9 +83,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
         **onnx_models.KEEP_FP32,
     )
     repository = root / "models"
-    for name, resize in (("stretch", None), ("letterbox", "letterbox")):
+    for name, resize, device_host in (
+        ("stretch", None, None),
+        ("letterbox", "letterbox", None),
+        ("hosted", None, True),  # stretch, served by the device host
+    ):
         result = scaffold(
-            om, repository, name=name, runtime="emulator", image_input="image", image_resize=resize
+            om,
+            repository,
+            name=name,
+            runtime="emulator",
+            image_input="image",
+            image_resize=resize,
+            device_host=device_host,
         )
         config = load_model_config(result.config_path)
         config.parameters["max_jpeg_bytes"].string_value = str(MAX_JPEG_BYTES)
@@ -106,8 +118,9 @@ def send(server: TritonServer, model: str, files: list[bytes]) -> np.ndarray | s
     return logits
 
 
+@pytest.mark.parametrize("model", ["stretch", "hosted"])
 def test_sixteen_concurrent_requests_of_jpeg_files_batch_and_match_the_host(
-    served: tuple[TritonServer, Path],
+    served: tuple[TritonServer, Path], model: str
 ) -> None:
     server, om = served
     rng = np.random.default_rng(36)
@@ -119,25 +132,25 @@ def test_sixteen_concurrent_requests_of_jpeg_files_batch_and_match_the_host(
         for i in range(16)
     ]
     with TritonClient(http_address(server), "http") as client:
-        config = client.model_config("stretch")
+        config = client.model_config(model)
         assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
             ("image", 13, [1])  # TYPE_STRING, one file per row
         ]
         assert config.max_batch_size == 8 and not config.model_warmup
-        before = client.inference_statistics("stretch")["model_stats"][0]
+        before = client.inference_statistics(model)["model_stats"][0]
         with ThreadPoolExecutor(len(requests)) as pool:
-            answers = list(pool.map(lambda files: send(server, "stretch", files), requests))
+            answers = list(pool.map(lambda files: send(server, model, files), requests))
         rows = sum(len(files) for files in requests)
         # a pipelined batch is answered through response senders before its execute call
         # returns, and Triton counts it then: wait (bounded) for the count, not for a time
         for _ in range(100):
-            after = client.inference_statistics("stretch")["model_stats"][0]
+            after = client.inference_statistics(model)["model_stats"][0]
             if int(after["inference_count"]) - int(before["inference_count"]) >= rows:
                 break
             time.sleep(0.1)
     for files, answer in zip(requests, answers):
         assert not isinstance(answer, str), answer
-        expected = host_logits(om, files, "stretch")
+        expected = host_logits(om, files, RESIZE[model])
         assert answer.shape == (len(files), 10)
         assert (answer.argmax(axis=1) == expected.argmax(axis=1)).all()
         np.testing.assert_allclose(answer, expected, rtol=1e-4, atol=1e-4)
@@ -164,7 +177,7 @@ def bad_files() -> dict[str, tuple[bytes, str]]:
     }
 
 
-@pytest.mark.parametrize("model", ["stretch", "letterbox"])
+@pytest.mark.parametrize("model", ["stretch", "letterbox", "hosted"])
 def test_a_bad_file_fails_its_request_alone(served: tuple[TritonServer, Path], model: str) -> None:
     server, om = served
     bad = bad_files()
@@ -176,9 +189,21 @@ def test_a_bad_file_fails_its_request_alone(served: tuple[TritonServer, Path], m
         answers = list(pool.map(lambda files: send(server, model, files), requests))
     for files, answer in zip(good, answers[0::2]):
         assert not isinstance(answer, str), answer
-        expected = host_logits(om, files, model)
+        expected = host_logits(om, files, RESIZE[model])
         np.testing.assert_allclose(answer, expected, rtol=1e-4, atol=1e-4)
     for (kind, (_, words)), answer in zip(bad.items(), answers[1::2]):
         assert isinstance(answer, str), kind
         assert "input 'image' file 1 (of 2 in this request)" in answer, (kind, answer)
         assert words in answer, (kind, answer)
+
+
+def test_the_hosted_model_is_served_by_the_device_host(served: tuple[TritonServer, Path]) -> None:
+    """`hosted`'s session (files decoded and resized there) is in the device host, the others'
+    in their stubs: the processes the placement records name."""
+    send(served[0], "hosted", [jpeg(64, 64, 1)])
+    commands = {
+        holding.label: Path(f"/proc/{holding.pid}/cmdline").read_bytes().split(b"\0")
+        for holding in placement.holders(0)
+    }
+    assert b"device-host" in commands["hosted"], commands["hosted"]
+    assert b"device-host" not in commands["stretch"], commands["stretch"]

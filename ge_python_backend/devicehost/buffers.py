@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "Buffer", "layout"]
+__all__ = ["ALIGN", "BYTES", "Buffer", "is_bytes_tensor", "layout"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,17 +42,32 @@ def _dtype(text: str) -> np.dtype[Any]:
     return dtype
 
 
+BYTES = "bytes"  # the dtype field of a BYTES tensor's place: its items one after another
+
+
 def layout(arrays: Sequence[Mapping[str, np.ndarray]]) -> tuple[list[dict[str, list[Any]]], int]:
-    """Where each tensor of each request goes in a buffer, and the bytes it needs."""
+    """Where each tensor of each request goes in a buffer, and the bytes it needs. A numeric
+    tensor's place is [offset, dtype, shape]; a BYTES tensor's (an object array of `bytes`, as
+    Triton gives them: an image input's JPEG files) is [offset, "bytes", shape, item lengths]."""
     places: list[dict[str, list[Any]]] = []
     offset = 0
     for tensors in arrays:
         here: dict[str, list[Any]] = {}
         for name, array in tensors.items():
-            here[name] = [offset, array.dtype.str, list(array.shape)]
-            offset = _aligned(offset + array.nbytes)
+            if array.dtype.hasobject:
+                lengths = [len(item) for item in array.flat]
+                here[name] = [offset, BYTES, list(array.shape), lengths]
+                offset = _aligned(offset + sum(lengths))
+            else:
+                here[name] = [offset, array.dtype.str, list(array.shape)]
+                offset = _aligned(offset + array.nbytes)
         places.append(here)
     return places, offset
+
+
+def is_bytes_tensor(array: np.ndarray) -> bool:
+    """An object array holding only `bytes` (what `layout` can place as a BYTES tensor)."""
+    return array.dtype.hasobject and all(isinstance(item, bytes) for item in array.flat)
 
 
 class Buffer:
@@ -76,18 +91,33 @@ class Buffer:
             raise
 
     def view(self, place: Sequence[Any]) -> np.ndarray:
-        """The tensor at `place` ([offset, dtype, shape]); ValueError when it is not inside the
-        buffer or not a plain numeric type."""
+        """The tensor at `place` (from `layout`): a view of a numeric one, a BYTES one's items
+        copied out; ValueError when it is not inside the buffer or not a tensor."""
+        if len(place) == 4 and place[1] == BYTES:
+            return self._bytes_tensor(*place)
         offset, dtype_text, shape = place
         dtype = _dtype(dtype_text)
-        if type(offset) is not int or offset < 0 or not all(type(n) is int for n in shape):
-            raise ValueError(f"not a tensor this buffer can hold: {place!r}")
-        if offset + math.prod(shape) * dtype.itemsize > self.nbytes or min(shape, default=0) < 0:
-            raise ValueError(
-                f"a tensor {dtype} {list(shape)} at {offset} is not inside the buffer of "
-                f"{self.nbytes} bytes"
-            )
+        self._check_inside(offset, shape, math.prod(shape) * dtype.itemsize)
         return np.ndarray(shape, dtype, self._map, offset)
+
+    def _bytes_tensor(self, offset: int, _kind: str, shape: list[int], lengths: list[int]) -> Any:
+        if not all(type(n) is int and n >= 0 for n in lengths) or len(lengths) != math.prod(shape):
+            raise ValueError(f"not the item lengths of a BYTES tensor {shape}: {lengths!r}")
+        self._check_inside(offset, shape, sum(lengths))
+        items = np.empty(len(lengths), dtype=object)
+        for index, length in enumerate(lengths):
+            items[index] = self._map[offset : offset + length]
+            offset += length
+        return items.reshape(shape)
+
+    def _check_inside(self, offset: Any, shape: Any, nbytes: int) -> None:
+        if type(offset) is not int or offset < 0 or not all(type(n) is int for n in shape):
+            raise ValueError(f"not a tensor this buffer can hold: offset {offset!r}, {shape!r}")
+        if offset + nbytes > self.nbytes or min(shape, default=0) < 0:
+            raise ValueError(
+                f"a tensor {list(shape)} of {nbytes} bytes at {offset} is not inside the buffer "
+                f"of {self.nbytes} bytes"
+            )
 
     def write(
         self,
@@ -97,7 +127,11 @@ class Buffer:
         """Write each tensor to its place (from `layout`)."""
         for here, tensors in zip(places, arrays):
             for name, array in tensors.items():
-                self.view(here[name])[...] = array
+                place = here[name]
+                if place[1] == BYTES:
+                    self._map[place[0] : place[0] + sum(place[3])] = b"".join(array.flat)
+                else:
+                    self.view(place)[...] = array
 
     def close(self) -> None:
         try:

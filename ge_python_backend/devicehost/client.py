@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import ge_python_backend
-from ge_python_backend.devicehost.buffers import Buffer, layout
+from ge_python_backend.devicehost.buffers import Buffer, is_bytes_tensor, layout
 from ge_python_backend.devicehost.protocol import (
     DeviceHostError,
     DeviceHostGone,
@@ -378,10 +378,7 @@ class RemoteSession:
         self._arguments = {
             "om_path": os.fspath(om_path),
             "device_id": device_id,
-            **{
-                name: os.fspath(value) if isinstance(value, os.PathLike) else value
-                for name, value in arguments.items()
-            },
+            **{name: _plain(value) for name, value in arguments.items()},
         }
         if self._arguments.get("input_shape_order") is not None:
             self._arguments["input_shape_order"] = list(self._arguments["input_shape_order"])
@@ -481,10 +478,10 @@ class RemoteSession:
             tensors = {}
             for name, value in feeds.items():
                 array = np.asarray(value)
-                if array.dtype.hasobject:
+                if array.dtype.hasobject and not is_bytes_tensor(array):
                     error = InputError(
-                        f"input {name!r} holds Python objects ({array.dtype}); the model takes "
-                        "numeric tensors"
+                        f"input {name!r} holds Python objects other than bytes; the model takes "
+                        "numeric tensors (and BYTES ones for an image input)"
                     )
                     error.request = number
                     raise error
@@ -556,6 +553,16 @@ class RemoteSession:
 
     def __repr__(self) -> str:
         return f"RemoteSession({self._arguments['om_path']!r}, device {self.device_id})"
+
+
+def _plain(value: Any) -> Any:
+    """A `Session` argument as the host's `open` message carries it: paths as text, a
+    dataclass (the image input's settings) as its fields."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 def _add(before: SessionCounters, now: SessionCounters) -> SessionCounters:

@@ -40,6 +40,7 @@ from ge_python_backend.devicehost.protocol import (
 )
 from ge_python_backend.errors import InputError
 from ge_python_backend.runtime import AclError, PendingBatch, Session
+from ge_python_backend.runtime.dvpp import ImageInput
 
 __all__ = ["serve"]
 
@@ -141,6 +142,12 @@ class _Connection:
                 f"open takes Session's arguments ({', '.join(sorted(SESSION_ARGUMENTS))})"
             )
         self.label = str(arguments.get("label") or arguments.get("om_path"))
+        if isinstance(arguments.get("image"), dict):  # the image input's settings, as fields
+            image = arguments["image"]
+            arguments = {
+                **arguments,
+                "image": ImageInput(**{**image, "fill": tuple(image["fill"])}),
+            }
         try:
             session = Session(**arguments)
         except Exception as exc:

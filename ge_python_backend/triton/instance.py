@@ -90,11 +90,6 @@ class ModelInstance:
             sha256 = expected_sha256(om_path, params)
         except ConfigError as exc:
             raise self._load_error(str(exc)) from exc
-        if params.in_device_host and params.image is not None:
-            raise self._load_error(
-                "parameter image_input is not served through the device host yet: set "
-                "device_host off for this model (its stub then opens the device itself)"
-            )
         opening = RemoteSession if params.in_device_host else Session
         images = {} if params.image is None else {"image": params.image}
         try:
