@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient
 from ge_python_backend.errors import UserError
+from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import (
     MIB,
@@ -37,6 +38,7 @@ from ge_python_backend.repository.shm import (
     SHM_GROWTH_CAP_BYTES,
     shm_sizes_for_repository,
 )
+from ge_python_backend.runtime import placement
 from ge_python_backend.server import (
     ServerError,
     TritonServer,
@@ -447,11 +449,21 @@ def test_infer_command_output(
 
 @pytest.mark.e2e
 def test_scaffolded_model_serves_from_its_vendored_runtime(
-    om_dynamic_batch: Path, tmp_path: Path
+    om_dynamic_batch: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))  # a device host of this test's own
     repo = tmp_path / "models"
     result = scaffold(om_dynamic_batch, repo, name="mlp", runtime="emulator", vendor_runtime=True)
     assert result.vendor_dir is not None
+    hosted = scaffold(
+        om_dynamic_batch,
+        repo,
+        name="hosted",
+        runtime="emulator",
+        vendor_runtime=True,
+        device_host=True,
+    )
+    assert hosted.vendor_dir is not None
     marker = tmp_path / "vendored.txt"
     vendored_init = result.vendor_dir / "ge_python_backend" / "__init__.py"
     with vendored_init.open("a") as handle:  # prove the stub imports this copy, not the venv's
@@ -464,6 +476,15 @@ def test_scaffolded_model_serves_from_its_vendored_runtime(
         assert model_states(server)["mlp"][0] == "READY"
         with TritonClient(http_address(server), "http") as client:
             response = client.infer("mlp", {"x": (np.ones((5, 16), np.float32), "FP32")})
-        assert response["y"].shape == (5, 8)
-        assert response["z"].shape == (5, 1)
+            assert response["y"].shape == (5, 8)
+            assert response["z"].shape == (5, 1)
+            # the device host its stub started runs from that model's vendored copy
+            served = client.infer("hosted", {"x": (np.ones((5, 16), np.float32), "FP32")})
+            np.testing.assert_array_equal(served["y"], response["y"])
+        (holding,) = [h for h in placement.holders(0) if h.label == "hosted"]
+        command = Path(f"/proc/{holding.pid}/cmdline").read_bytes().split(b"\0")
+        assert command[1:3] == [b"-m", b"ge_python_backend.devicehost"], command
+        environ = Path(f"/proc/{holding.pid}/environ").read_bytes().split(b"\0")
+        (path,) = [v for v in environ if v.startswith(b"PYTHONPATH=")]
+        assert path.split(b"=", 1)[1].split(b":")[0] == str(hosted.vendor_dir).encode()
     assert marker.read_text() == str(vendored_init)

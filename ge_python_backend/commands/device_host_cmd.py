@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
 from typing import Any
 
 from ge_python_backend.commands import add_command
-from ge_python_backend.devicehost.host import serve
+from ge_python_backend.devicehost.host import add_arguments, main
 
 HELP = "own one NPU for every model with device_host on (Triton's stubs become proxies)"
 DESCRIPTION = """\
@@ -27,20 +25,5 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the `device-host` subcommand."""
-    parser = add_command(subparsers, "device-host", run, HELP, DESCRIPTION)
-    parser.add_argument("--device", type=int, default=0, help="NPU id (default 0)")
-    parser.add_argument(
-        "--idle-exit",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="stop S seconds after the last model left (default 0: never)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s device-host[{args.device}] %(levelname)s %(name)s: %(message)s",
-    )
-    return serve(args.device, args.idle_exit)
+    parser = add_command(subparsers, "device-host", main, HELP, DESCRIPTION)
+    add_arguments(parser)

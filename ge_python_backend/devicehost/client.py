@@ -133,8 +133,7 @@ def start_host(
         command = [
             python_interpreter(),
             "-m",
-            "ge_python_backend.cli",
-            "device-host",
+            "ge_python_backend.devicehost",
             "--device",
             str(device),
             "--idle-exit",

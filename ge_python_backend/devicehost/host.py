@@ -1,6 +1,7 @@
 """The device host: one process per NPU that owns the device and serves every stub placed on it.
 
-`serve(device, idle_exit_s)` (`ge-python-model device-host --device N`) holds
+`serve(device, idle_exit_s)` (`ge-python-model device-host --device N`, or `python -m
+ge_python_backend.devicehost --device N` where only the stub's files are installed) holds
 `device-host-<N>.lock` for its whole life (a second host of the device exits at once), listens
 on `device-host-<N>.sock` (mode 0600) in the user's private run directory, and accepts stubs
 whose peer credentials (`SO_PEERCRED`) are this user's. Each connection is one Triton instance:
@@ -15,6 +16,7 @@ left (the copy path's hosts, started by the first stub that needs one).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import fcntl
 import inspect
@@ -42,7 +44,7 @@ from ge_python_backend.errors import InputError
 from ge_python_backend.runtime import AclError, PendingBatch, Session
 from ge_python_backend.runtime.dvpp import ImageInput
 
-__all__ = ["serve"]
+__all__ = ["add_arguments", "main", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -348,3 +350,25 @@ def serve(device: int, idle_exit_s: float = 0.0) -> int:
             time.sleep(0.05)
         os.close(lock)
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The device host's options (`ge-python-model device-host`, `python -m
+    ge_python_backend.devicehost`)."""
+    parser.add_argument("--device", type=int, default=0, help="NPU id (default 0)")
+    parser.add_argument(
+        "--idle-exit",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="stop S seconds after the last model left (default 0: never)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Log to stderr and serve the device `args` name until told to stop."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s device-host[{args.device}] %(levelname)s %(name)s: %(message)s",
+    )
+    return serve(args.device, args.idle_exit)
