@@ -10,11 +10,13 @@ Teardown order holds on every path:
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 _R = TypeVar("_R", bound="Resource")
+_adopting = threading.Lock()  # every `_adopt` (rare: objects are made once)
 
 
 class Resource:
@@ -32,9 +34,11 @@ class Resource:
         self._children = []
 
     def _adopt(self, child: Resource) -> None:
-        """Make `close()` close `child` first (a child already collected was released then)."""
-        self._children = [ref for ref in self._children if ref() is not None]
-        self._children.append(weakref.ref(child))
+        """Make `close()` close `child` first (a child already collected was released then).
+        Thread-safe: the sessions of a device host adopt into their one shared context."""
+        with _adopting:
+            self._children = [ref for ref in self._children if ref() is not None]
+            self._children.append(weakref.ref(child))
 
     @property
     def closed(self) -> bool:
