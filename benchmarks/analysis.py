@@ -761,10 +761,12 @@ class DeviceHost:
     p50_delta_us: Target  # host - stub p50 at one client, microseconds, per round
     p50_us: dict[str, float]  # median p50 at one client by model
     throughput_rps: dict[str, float]  # median throughput at the top level by model
+    hop_us: dict[str, float]  # `hop.py`'s median p50 by variant (local, same_cpu, other_cpu)
 
 
 def device_host(data: dict[str, Any]) -> DeviceHost:
     runs = data["device_host"]["runs"]
+    hop = data["device_host"].get("hop", {})  # runs before the hop was measured have none
     host, stub = runs["host"], runs["stub"]
     level = DEVICE_HOST_THROUGHPUT_LEVEL
     return DeviceHost(
@@ -780,6 +782,9 @@ def device_host(data: dict[str, Any]) -> DeviceHost:
         p50_us={model: median_at(rounds, 1, "p50_ms") * 1e3 for model, rounds in runs.items()},
         throughput_rps={
             model: median_at(rounds, level, "throughput_rps") for model, rounds in runs.items()
+        },
+        hop_us={
+            name: statistics.median(r["p50_us"] for r in rounds) for name, rounds in hop.items()
         },
     )
 

@@ -1282,6 +1282,28 @@ def many_models_words(modes: dict[str, analysis.ManyModels]) -> list[str]:
     return lines
 
 
+def hop_lines(hop_us: dict[str, float], rounds: int) -> list[str]:
+    """What the hop itself costs, without Triton (`benchmarks/hop.py`)."""
+    if not hop_us:
+        return []
+    local, same = hop_us["local"], hop_us["same_cpu"]
+    words = (
+        "The hop itself, without Triton (`benchmarks/hop.py`: one client on CPU 0 submitting one "
+        f"row at a time and waiting for it, p50, median of {rounds} alternating rounds): the "
+        f"session in the client's process took {fmt(local)} us, through a device host on the "
+        f"client's own CPU {fmt(same)} us (+{fmt(same - local)} us: the messages, the copies "
+        "through the memfd and the host's Python)"
+    )
+    if "other_cpu" in hop_us:
+        other = hop_us["other_cpu"]
+        words += (
+            f", through a device host on the other CPU {fmt(other)} us (+{fmt(other - local)} "
+            f"us): on this machine a request's two wake-ups of a process on another CPU cost "
+            f"{fmt(other - same)} us of that"
+        )
+    return [words + ".", ""]
+
+
 def device_host_lines(data: dict[str, Any]) -> list[str]:
     lines = [
         "## 10. One device, many models: the device host",
@@ -1350,6 +1372,7 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
             f"its p50 was {fmt(figures.p50_us['host'])} us against "
             f"{fmt(figures.p50_us['stub'])} us.",
             "",
+            *hop_lines(figures.hop_us, len(raw.get("hop", {}).get("local", []))),
             "Raw results:",
             "",
             *level_table(raw["runs"]),

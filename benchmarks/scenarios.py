@@ -875,7 +875,36 @@ def scenario_device_host(
         runs = alternate(
             recorder, server, list(DEVICE_HOST_MODELS), DEVICE_HOST_LEVELS, plan, "devicehost"
         )
-    return {"runs": runs, "levels": DEVICE_HOST_LEVELS, "commands": recorder.commands[first:]}
+    return {
+        "runs": runs,
+        "levels": DEVICE_HOST_LEVELS,
+        "hop": hop_rounds(recorder, work, om, plan),
+        "commands": recorder.commands[first:],
+    }
+
+
+# The hop without Triton (`benchmarks/hop.py`): the session in the client's process, then the
+# device host on the client's CPU, then on the other CPU (left out on a one-CPU machine).
+HOP_VARIANTS = {"local": ["local"], "same_cpu": ["remote", "--host-cpu", "0"]}
+HOP_OTHER_CPU = {"other_cpu": ["remote", "--host-cpu", "1"]}
+
+
+def hop_rounds(
+    recorder: Recorder, work: Path, om: Path, plan: Plan
+) -> dict[str, list[dict[str, float]]]:
+    """p50/p90 of one batch at a time, each variant once per round, rounds alternating."""
+    variants = {**HOP_VARIANTS, **(HOP_OTHER_CPU if len(os.sched_getaffinity(0)) > 1 else {})}
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    shown = str(om).replace(str(work), "WORK")
+    for args in variants.values():
+        recorder.commands.append(shlex.join(["python", "benchmarks/hop.py", shown, *args]))
+    for _ in range(plan.rounds):
+        for name, args in variants.items():
+            command = [sys.executable, str(HERE / "hop.py"), str(om), *args]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            rounds[name].append(json.loads(output.strip().splitlines()[-1]))
+    say("device host hop: " + ", ".join(f"{n} {r[-1]['p50_us']:.0f} us" for n, r in rounds.items()))
+    return rounds
 
 
 def build_many_models(work: Path) -> dict[str, tuple[Path, dict[str, np.ndarray]]]:
