@@ -5,8 +5,9 @@ device 0 (`device_holders.py`), the instance over pyACL's 64 processes fails to 
 in Triton's log naming the device, the cap and what to do, while the server and the other models
 keep serving; a holder killed with SIGKILL gives its slot back and the model then loads. Device
 memory is the device's, not the process's: what a second model's stub holds is gone from the
-first one's `ge_device_memory_free_bytes`, and a load that does not fit fails with 245000 and
-names the models holding the device.
+first one's `ge_device_memory_free_bytes` (its opening of the device, its weights once and a work
+space and buffers per lane), and a model whose weights do not fit fails with 207001 and names the
+models holding the device.
 """
 
 from __future__ import annotations
