@@ -163,7 +163,5 @@ def test_under_the_device_host_a_device_holds_one_process_and_each_models_weight
     )
     (row,) = budget(found, DeviceLimits()).rows
     assert row.memory == (
-        PROCESS_DEVICE_MEMORY
-        + 60 * malloc_reserved(weight)
-        + 120 * DEFAULT_PIPELINE_DEPTH * lane
+        PROCESS_DEVICE_MEMORY + 60 * malloc_reserved(weight) + 120 * DEFAULT_PIPELINE_DEPTH * lane
     )
