@@ -134,7 +134,8 @@ def test_an_allocation_failure_at_load_is_a_clear_load_error(served: Served) -> 
 def test_a_model_load_failure_is_a_clear_load_error(served: Served) -> None:
     state, reason = model_states(served.server)["load_fail"]
     assert state == "UNAVAILABLE"
-    for fragment in ("load_fail", "acl.mdl.load_from_file_with_mem", "545001 ACL_ERROR_GE_LOAD_MODEL"):
+    fragments = ("load_fail", "acl.mdl.load_from_file_with_mem", "545001 ACL_ERROR_GE_LOAD_MODEL")
+    for fragment in fragments:
         assert fragment in reason, reason
 
 
