@@ -20,7 +20,7 @@ from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.tools.k8s import K8sOptions, build_manifests
 
 
-def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids(
+def test_a_footprint_is_the_weights_per_process_and_work_and_buffers_per_lane_by_device_ids(
     tmp_path: Path, om_dynamic_batch: Path
 ) -> None:
     result = scaffold(
@@ -36,10 +36,13 @@ def test_a_footprint_is_a_load_and_the_buffers_per_lane_and_placed_by_device_ids
     work, weight, ret = acl.mdl.query_size(str(result.om_path))
     assert ret == 0
     # x [8,16] f32, ascend_mbatch_shape_data (one int64), y [8,8] f32, z [8,1] f32
-    lane = sum(map(malloc_reserved, (512, 8, 256, 32)))
+    lane = malloc_reserved(work) + sum(map(malloc_reserved, (512, 8, 256, 32)))
     (model,) = footprints(repository_entries(tmp_path / "models"))
-    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2, work + weight + lane)
-    assert model.bytes_per_process == 2 * (work + weight + lane)
+    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2, lane, malloc_reserved(weight))
+    # each of the two stubs on device 0 holds the weights once, its two lanes a work space each
+    assert model.device_bytes(2) == 2 * (malloc_reserved(weight) + 2 * lane)
+    (row, _) = budget([model], DeviceLimits()).rows
+    assert row.memory == 2 * PROCESS_DEVICE_MEMORY + 2 * malloc_reserved(weight) + 4 * lane
 
 
 def test_a_copy_path_om_is_read_once_for_its_config_and_its_footprint(
@@ -53,8 +56,9 @@ def test_a_copy_path_om_is_read_once_for_its_config_and_its_footprint(
     entries = repository_entries(tmp_path / "models")
     result.om_path.write_bytes(b"no .om any more")  # a second read would not know its memory
     (model,) = footprints(entries)
-    lane = sum(map(malloc_reserved, (512, 8, 256, 32)))
-    assert model == ModelFootprint("m", {0: 1}, DEFAULT_PIPELINE_DEPTH, work + weight + lane)
+    lane = malloc_reserved(work) + sum(map(malloc_reserved, (512, 8, 256, 32)))
+    weights = malloc_reserved(weight)
+    assert model == ModelFootprint("m", {0: 1}, DEFAULT_PIPELINE_DEPTH, lane, weights)
 
 
 def test_the_budget_refuses_a_device_over_the_process_cap_or_its_memory() -> None:
@@ -119,19 +123,21 @@ def test_k8s_refuses_a_repository_the_pods_npus_cannot_hold(
     assert build_manifests(tmp_path / "models", K8sOptions(name="classifier")).documents
 
 
-def test_under_the_device_host_a_device_holds_one_process_and_every_instances_lanes(
+def test_under_the_device_host_a_device_holds_one_process_and_each_models_weights_once(
     tmp_path: Path, om_dynamic_batch: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     limits = DeviceLimits(max_processes=4, memory=100 * PROCESS_DEVICE_MEMORY)
+    mib = 2**20
     models = [
-        ModelFootprint("a", {0: 3}, 1, PROCESS_DEVICE_MEMORY, device_host=True),
-        ModelFootprint("b", {0: 2, 1: 1}, 1, PROCESS_DEVICE_MEMORY, device_host=True),
-        ModelFootprint("c", {0: 2}, 1, PROCESS_DEVICE_MEMORY),  # its stubs open device 0 themselves
+        ModelFootprint("a", {0: 3}, 1, PROCESS_DEVICE_MEMORY, 10 * mib, device_host=True),
+        ModelFootprint("b", {0: 2, 1: 1}, 1, PROCESS_DEVICE_MEMORY, 20 * mib, device_host=True),
+        ModelFootprint("c", {0: 2}, 1, PROCESS_DEVICE_MEMORY, 40 * mib),  # stubs of their own
     ]
     devices = budget(models, limits)
     assert [(r.device, r.processes, r.memory) for r in devices.rows] == [
-        (0, 3, 3 * PROCESS_DEVICE_MEMORY + 7 * PROCESS_DEVICE_MEMORY),
-        (1, 1, PROCESS_DEVICE_MEMORY + PROCESS_DEVICE_MEMORY),
+        # the device host and c's two stubs; 7 lanes; a's and b's weights once, c's twice
+        (0, 3, 3 * PROCESS_DEVICE_MEMORY + 7 * PROCESS_DEVICE_MEMORY + (10 + 20 + 2 * 40) * mib),
+        (1, 1, PROCESS_DEVICE_MEMORY + PROCESS_DEVICE_MEMORY + 20 * mib),
     ]
     assert not devices.problems()
     assert "a x3 (device host), b x2 (device host), c x2" in devices.table()
@@ -147,3 +153,15 @@ def test_under_the_device_host_a_device_holds_one_process_and_every_instances_la
     assert cli.main(["validate", str(repository), "--runtime", "emulator"]) == 0
     table = capsys.readouterr().out.split("device budget (")[1]
     assert table.splitlines()[2].split()[:4] == ["0", "1", "/", "64"]
+    # ... holding each model's weights once and a work space and buffers for each of 120 x depth
+    work, weight, ret = acl.mdl.query_size(str(first.om_path))
+    assert ret == 0
+    lane = malloc_reserved(work) + sum(map(malloc_reserved, (512, 8, 256, 32)))
+    found = footprints(repository_entries(repository, "emulator"), "emulator")
+    assert found[0] == ModelFootprint(
+        "m00", {0: 2}, DEFAULT_PIPELINE_DEPTH, lane, malloc_reserved(weight), device_host=True
+    )
+    (row,) = budget(found, DeviceLimits()).rows
+    assert row.memory == (
+        PROCESS_DEVICE_MEMORY + 60 * malloc_reserved(weight) + 120 * DEFAULT_PIPELINE_DEPTH * lane
+    )

@@ -23,12 +23,13 @@ import numpy as np
 import pytest
 from e2e_helpers import grpc_address, model_states, running_server
 from onnx_models import reference
-from test_shared_device_e2e import _gauge
+from test_shared_device_e2e import _gauge, _model_bytes
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator import device_holders
 from ge_python_backend.processes import RUN_DIR_ENV, is_alive
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import placement
 from ge_python_backend.server import TritonServer
@@ -110,6 +111,17 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         assert _gauge(server, "ge_executions_total", "first") >= 2
         assert _gauge(server, "ge_device_memory_free_bytes", "first") > 0
         assert _gauge(server, "ge_device_memory_bytes", "first") > 0  # its lanes' buffers
+        # the placement records: in its stub, a model holds its weights once and a work space
+        # and buffers per lane; in the host, its two instances hold one copy of the weights
+        recorded = {name: 0 for name in ("first", "in_stub")}
+        for holding in placement.holders(0):
+            if holding.label in recorded:
+                recorded[holding.label] += holding.bytes
+        weights, work = _model_bytes(om_dynamic_batch, 0), _model_bytes(om_dynamic_batch, 1)
+        work -= weights
+        buffers = _gauge(server, "ge_device_memory_bytes", "in_stub")
+        assert recorded["in_stub"] == weights + DEFAULT_PIPELINE_DEPTH * work + buffers
+        assert recorded["first"] == 2 * recorded["in_stub"] - weights
         a, b = (rng.standard_normal((2, 4), dtype=np.float32) for _ in range(2))
         answer = infer(server, "add_mul", {"a": a, "b": b})
         np.testing.assert_allclose(answer["sum"], a + b, rtol=1e-6)
@@ -154,8 +166,8 @@ def test_a_stub_leaving_frees_its_session_and_a_model_that_does_not_fit_fails_al
         client.load_model("second")
         with pytest.raises(Exception) as refused:
             client.load_model("wide")
-        assert "device 0 is full: wide.om needs" in str(refused.value)
-        assert "245000 ACL_ERROR_GE_MEMORY_ALLOCATION" in str(refused.value)
+        assert "device 0 is full: wide.om needs weights of" in str(refused.value)
+        assert "207001 ACL_ERROR_RT_MEMORY_ALLOCATION" in str(refused.value)
         assert "'first' (1 process" in str(refused.value)
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         assert infer(server, "second", {"x": x})["y"].shape == (2, 8)

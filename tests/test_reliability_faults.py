@@ -73,7 +73,7 @@ def served(
     assert allocations_to_open(om_mixed_types) > healthy_allocations
     copies = copies_per_request(om_dynamic_batch)
     faults = {
-        "load_fail": "mdl.load_from_file:545001:1",
+        "load_fail": "mdl.load_from_file_with_mem:545001:1",
         "exec_fail": "mdl.execute_async:507011:3",  # the 3rd request
         "copy_fail": f"rt.memcpy_async:507013:{copies + 1}",  # the first copy of the 2nd request
         # the 2nd request's wait (bounded by the default execute_timeout_ms)
@@ -134,7 +134,8 @@ def test_an_allocation_failure_at_load_is_a_clear_load_error(served: Served) -> 
 def test_a_model_load_failure_is_a_clear_load_error(served: Served) -> None:
     state, reason = model_states(served.server)["load_fail"]
     assert state == "UNAVAILABLE"
-    for fragment in ("load_fail", "acl.mdl.load_from_file", "545001 ACL_ERROR_GE_LOAD_MODEL"):
+    fragments = ("load_fail", "acl.mdl.load_from_file_with_mem", "545001 ACL_ERROR_GE_LOAD_MODEL")
+    for fragment in fragments:
         assert fragment in reason, reason
 
 

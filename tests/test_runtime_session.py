@@ -25,6 +25,7 @@ from ge_python_backend.runtime import (
     Session,
     TensorSpec,
     load_acl,
+    placement,
 )
 
 pytestmark = [
@@ -372,6 +373,32 @@ def test_sessions_of_a_device_share_one_context_and_each_models_weights(
                 second.infer(mlp_rows(3)), reference(om_dynamic_batch, mlp_rows(3))
             )
     assert live(emulator.stats()) == live(before)
+
+
+def test_the_placement_records_hold_the_weights_once_and_a_work_space_per_lane(
+    om_dynamic_batch: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the sessions of one `.om` in a process record on the device (`Placement`) is what
+    they hold there: the first one's lanes, work spaces and the weights, the second one's lanes
+    and work spaces (it shares the weights)."""
+    monkeypatch.setenv(placement.RUN_DIR_ENV, str(tmp_path / "run"))
+    before = emulator.stats()["device_bytes_in_use"]
+    with (
+        Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2, label="a") as first,
+        Session(om_dynamic_batch, runtime="emulator", pipeline_depth=2, label="b") as second,
+    ):
+        work, weight, ret = emulator.acl.mdl.query_size(str(om_dynamic_batch))
+        assert ret == 0
+        recorded = {h.label: h.bytes for h in placement.holders(0)}
+        held = emulator.stats()["device_bytes_in_use"] - before
+        lanes = first.counters.device_bytes_held
+        assert lanes == second.counters.device_bytes_held
+        assert recorded == {
+            "a": lanes + 2 * malloc_reserved(work) + malloc_reserved(weight),
+            "b": lanes + 2 * malloc_reserved(work),
+        }
+        assert sum(recorded.values()) == held
+    assert placement.holders(0) == []
 
 
 # -- threads --------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ device 0 (`device_holders.py`), the instance over pyACL's 64 processes fails to 
 in Triton's log naming the device, the cap and what to do, while the server and the other models
 keep serving; a holder killed with SIGKILL gives its slot back and the model then loads. Device
 memory is the device's, not the process's: what a second model's stub holds is gone from the
-first one's `ge_device_memory_free_bytes`, and a load that does not fit fails with 245000 and
-names the models holding the device.
+first one's `ge_device_memory_free_bytes` (its opening of the device, its weights once and a work
+space and buffers per lane), and a model whose weights do not fit fails with 207001 and names the
+models holding the device.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from device_holders import DeviceHolders
 from e2e_helpers import grpc_address, model_states, running_server
 
-from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, PROCESSES_PER_DEVICE
+from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, PROCESSES_PER_DEVICE, malloc_reserved
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator import acl
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
@@ -107,12 +108,13 @@ def _gauge(server: TritonServer, name: str, model: str) -> float:
     return float(match.group(1))
 
 
-def _load_bytes(om: Path) -> int:
-    """What ACL allocates to load `om` (work + weight, acl.mdl.query_size)."""
+def _model_bytes(om: Path, lanes: int) -> int:
+    """What `lanes` loads of `om` in one process hold: its weights once and a work space per
+    load (acl.mdl.query_size's sizes, as acl.rt.malloc reserves them)."""
     assert acl.init() in (0, 100002)  # (scaffold may have initialised this process's acl)
     work, weight, ret = acl.mdl.query_size(str(om))  # needs no device
     assert ret == 0
-    return int(work + weight)
+    return malloc_reserved(weight) + lanes * malloc_reserved(work)
 
 
 def test_device_memory_is_the_devices_and_a_load_that_does_not_fit_names_who_holds_it(
@@ -127,15 +129,17 @@ def test_device_memory_is_the_devices_and_a_load_that_does_not_fit_names_who_hol
         assert _load(server, "small") == ""
         free_alone = _gauge(server, "ge_device_memory_free_bytes", "small")
         small_holds = _gauge(server, "ge_device_memory_bytes", "small")  # its pooled buffers
-        loads = DEFAULT_PIPELINE_DEPTH * _load_bytes(om_dynamic_batch)  # one load per lane
+        loads = _model_bytes(om_dynamic_batch, DEFAULT_PIPELINE_DEPTH)
         assert free_alone == capacity - PROCESS_DEVICE_MEMORY - small_holds - loads
         assert _load(server, "other") == ""  # the same model again, in its own stub process
         free_with_other = _gauge(server, "ge_device_memory_free_bytes", "small")
         other_holds = _gauge(server, "ge_device_memory_bytes", "other")
         assert free_alone - free_with_other == PROCESS_DEVICE_MEMORY + other_holds + loads
         error = _load(server, "wide")
-        assert f"device 0 is full: wide.om needs {DEFAULT_PIPELINE_DEPTH} load(s) of" in error
-        assert "245000 ACL_ERROR_GE_MEMORY_ALLOCATION" in error
+        weights = _model_bytes(om_wide, 0)  # its weights, the first allocation that fails
+        assert f"device 0 is full: wide.om needs weights of {weights} bytes" in error
+        assert f"and {DEFAULT_PIPELINE_DEPTH} work space(s) of" in error
+        assert "acl.rt.malloc failed with 207001 ACL_ERROR_RT_MEMORY_ALLOCATION" in error
         assert "'small' (1 process" in error and "'other' (1 process" in error
         assert server.poll() is None
         assert _answers(server, "small") and _answers(server, "other")

@@ -439,9 +439,13 @@ def test_memory_and_process_limits_skip_what_the_device_cannot_hold() -> None:
     assert refusal is not None and "4400 bytes" in refusal and "3600" in refusal
     assert limits.refusal(dataclasses.replace(DEFAULT, instances=6, pipeline_depth=1)) is None
     assert limits.refusal(dataclasses.replace(DEFAULT, instances=7, pipeline_depth=1))
-    # a lane's cost from the .om (the budget's figure) wins over the measured buffers
-    from_om = Limits.measured(DEFAULT, measurement, device, lane_bytes=700)
-    assert (from_om.lane_bytes, dict(from_om.device_bytes)) == (700, {0: 2500 + 1500})
+    # a lane's cost from the .om (the budget's figure) wins over the measured buffers, and an
+    # instance's weights count once: 4300 bytes, 3 instances at depth 2 (100 + 300 + 2 x 700)
+    from_om = Limits.measured(DEFAULT, measurement, device, lane_bytes=700, weight_bytes=300)
+    assert (from_om.lane_bytes, dict(from_om.device_bytes)) == (700, {0: 2500 + 1800})
+    assert from_om.refusal(dataclasses.replace(DEFAULT, instances=2)) is None
+    refusal = from_om.refusal(dataclasses.replace(DEFAULT, instances=3))
+    assert refusal is not None and "5400 bytes" in refusal
 
     processes = Limits(DeviceLimits(max_processes=2))
     crowded = dataclasses.replace(DEFAULT, instances=3)

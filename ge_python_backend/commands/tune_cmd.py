@@ -168,14 +168,15 @@ def register(subparsers: Any) -> None:
     )
 
 
-def _lane_bytes(repository: Path | None, model: str) -> int:
-    """What one pipeline lane of `model` holds on its device, as the device budget counts it
-    (one load of the `.om` and its buffers; 0 without --repository or where it cannot be read
-    here: tune then measures the buffers)."""
+def _memory(repository: Path | None, model: str) -> tuple[int, int]:
+    """What one pipeline lane of `model` and what its weights hold on the device, as the device
+    budget counts them (a load's work space and the lane's buffers; the weights once per
+    instance); 0 without --repository or where the `.om` cannot be read here: tune then
+    measures the buffers."""
     if repository is None:
-        return 0
+        return 0, 0
     entries = [e for e in repository_entries(repository) if e.directory.name == model]
-    return next((f.lane_bytes or 0 for f in footprints(entries)), 0)
+    return next(((f.lane_bytes or 0, f.weight_bytes) for f in footprints(entries)), (0, 0))
 
 
 def parse_gears(text: str) -> tuple[int, ...]:
@@ -225,13 +226,15 @@ def run(args: argparse.Namespace) -> int:
             max_instances=args.max_instances,
             device_ids=parse_device_ids(args.device_ids) if args.device_ids else (),
         )
+        lane_bytes, weight_bytes = _memory(args.repository, args.model)
         search = Search(
             served,
             space,
             p99_ms=args.p99_ms,
             budget_s=args.budget_s,
             device=device_limits(args),
-            lane_bytes=_lane_bytes(args.repository, args.model),
+            lane_bytes=lane_bytes,
+            weight_bytes=weight_bytes,
             confirm_rounds=args.confirm_rounds,
             progress=sys.stderr,
         )

@@ -45,7 +45,8 @@ inputs/outputs were not checked) do not fail.
 Then the device budget of the whole repository: per device, the processes its instances open
 (each Triton instance is a stub process; device_ids places them) against pyACL's limit
 (--processes-per-device: 64, 32 in a VM), and the device memory they hold (per process the
-opening of the device, and per pipeline lane one load of the .om and its buffers) against the
+opening of the device and the model's weights, once per device for the instances of a model
+under the device host, and per pipeline lane a work space and its buffers) against the
 memory of a --soc-version device. A device that cannot hold its share fails the check.
 
 --serve then starts a throwaway tritonserver on the repository (free ports, every model loaded),

@@ -5,12 +5,13 @@ and `tune` before anything loads.
 Each Triton instance of one of our models is a stub process that opens its device (placed by the
 `device_ids` parameter: `ModelParameters.instances_per_device`). pyACL allows
 `ascend.PROCESSES_PER_DEVICE` processes per device (`PROCESSES_PER_DEVICE_VM` in a VM); each
-holds the device memory of opening the device (`ascend.PROCESS_DEVICE_MEMORY`) and, per pipeline
-lane, one load of the model (work + weight, `acl.mdl.query_size`) and the lane's pooled buffers
-(`describe.ModelFileDescription`). Models with the parameter `device_host` on open no device
+holds the device memory of opening the device (`ascend.PROCESS_DEVICE_MEMORY`), the model's
+weights once (its lanes' loads share them) and, per pipeline lane, a load's work space and the
+lane's pooled buffers (`acl.mdl.query_size` as `model.LoadSizes` counts it, and
+`describe.ModelFileDescription`). Models with the parameter `device_host` on open no device
 in their stubs: the device host of each device they use is one process there (one opening of
-the device) holding every such instance's lanes. Models that open no device (ensembles, other
-Python models) are not counted.
+the device) holding every such instance's lanes and one copy of each model's weights. Models
+that open no device (ensembles, other Python models) are not counted.
 """
 
 from __future__ import annotations
@@ -61,20 +62,25 @@ class DeviceLimits:
 
 @dataclasses.dataclass(frozen=True)
 class ModelFootprint:
-    """One model's share of the devices: its stub processes per device, each with `lanes`
-    pipeline lanes of `lane_bytes` (one load of the `.om` and its buffers; None when the `.om`
-    could not be read) besides the opening of the device."""
+    """One model's share of the devices: its instances per device, each with `lanes` pipeline
+    lanes of `lane_bytes` (a load's work space and the lane's buffers; None when the `.om` could
+    not be read), and `weight_bytes` (its weights) once per process holding the model: each
+    instance's stub, or under the device host its one process per device."""
 
     name: str
     processes: dict[int, int]  # instances per device
     lanes: int
     lane_bytes: int | None
+    weight_bytes: int = 0
     device_host: bool = False  # the instances live in the device host's one process
 
-    @property
-    def bytes_per_process(self) -> int | None:
-        """What each instance holds besides the opening of the device (its lanes)."""
-        return None if self.lane_bytes is None else self.lanes * self.lane_bytes
+    def device_bytes(self, instances: int) -> int | None:
+        """What `instances` of its instances on one device hold besides the openings of the
+        device (None: not known)."""
+        if self.lane_bytes is None:
+            return None
+        holders = min(instances, 1) if self.device_host else instances
+        return instances * self.lanes * self.lane_bytes + holders * self.weight_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,12 +165,12 @@ def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudg
                 device=device,
                 processes=processes,
                 memory=processes * limits.process_memory
-                + sum(count * (m.bytes_per_process or 0) for m, count in here),
+                + sum(m.device_bytes(count) or 0 for m, count in here),
                 models=tuple(
                     f"{m.name} x{count}{' (device host)' if m.device_host else ''}"
                     for m, count in here
                 ),
-                unknown=tuple(m.name for m, _ in here if m.bytes_per_process is None),
+                unknown=tuple(m.name for m, _ in here if m.lane_bytes is None),
             )
         )
     return DeviceBudget(tuple(rows), limits)
@@ -199,9 +205,11 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 )
             except GeBackendError as exc:
                 logger.debug("%s: memory not known: %s", entry.directory.name, exc)
-        lane_bytes = (
-            None if description is None else description.load_bytes + description.lane_bytes
-        )
+        lane_bytes: int | None = None
+        weight_bytes = 0
+        if description is not None:
+            lane_bytes = description.load.load_bytes + description.lane_bytes
+            weight_bytes = description.load.shared_bytes
         counts = [max(group.count, 1) for group in config.instance_group] or [1]
         found.append(
             ModelFootprint(
@@ -209,7 +217,8 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 params.instances_per_device(counts),
                 params.pipeline_depth,
                 lane_bytes,
-                params.in_device_host,
+                weight_bytes,
+                device_host=params.in_device_host,
             )
         )
     return found

@@ -19,7 +19,7 @@ from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import ensure_initialized, load_acl
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
 from ge_python_backend.runtime.gears import GearTable
-from ge_python_backend.runtime.model import _describe, read_aipp_config
+from ge_python_backend.runtime.model import LoadSizes, _describe, read_aipp_config
 
 __all__ = ["ModelFileDescription", "describe_om"]
 
@@ -41,8 +41,8 @@ class ModelFileDescription:
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
     outputs: tuple[TensorSpec, ...]
     gears: GearInfo
-    # device memory ACL allocates for one load (work + weight, acl.mdl.query_size; 0 unknown)
-    load_bytes: int = 0
+    # device memory its loads hold: weights once per context, work per load (query_size)
+    load: LoadSizes = LoadSizes()
     # device memory one session lane pools: a buffer per input (the gear input and dynamic-AIPP
     # parameters included) and output at its described size, as malloc reserves it
     lane_bytes: int = 0
@@ -83,7 +83,6 @@ def describe_om(
         raise
     check(acl.mdl.destroy_desc(desc), "acl.mdl.destroy_desc", acl)
     gears, output_shapes = GearTable(description, path).described_outputs()
-    work, weight, ret = acl.mdl.query_size(str(path))
     buffers = [info.size for info in (*description.inputs, *description.outputs)]
     buffers += [size for _, size in description.aipp_inputs]
     if description.gear_input is not None:
@@ -96,6 +95,6 @@ def describe_om(
             for info, shape in zip(description.outputs, output_shapes)
         ),
         gears=gears,
-        load_bytes=work + weight if ret == 0 else 0,
+        load=LoadSizes.query(acl, path),
         lane_bytes=sum(map(malloc_reserved, buffers)),
     )

@@ -30,6 +30,7 @@ from ge_python_backend.ascend import (
     Format,
     GearKind,
     format_name,
+    malloc_reserved,
     tensor_name_of_output,
 )
 from ge_python_backend.modelinfo import GearInfo, Shape, TensorSpec
@@ -42,6 +43,7 @@ __all__ = [
     "GEAR_INPUT_NAME",
     "read_aipp_config",
     "Dataset",
+    "LoadSizes",
     "Model",
     "ModelDescription",
     "TensorInfo",
@@ -208,6 +210,8 @@ class Model(Resource):
         self.aipp = {op.related_input_rank: op for op in aipp}
         model_id, memory = _load(context, self.path)
         self.model_id: int = model_id
+        # its load allocated the weights the loads of the `.om` in `context` share (`_load`)
+        self.made_weights = memory.made_weights
         desc_holder: list[int] = []
         self._own(_unload, context, model_id, desc_holder, memory)
         context._adopt(self)
@@ -423,6 +427,7 @@ class _LoadMemory:
 
     work: DeviceBuffer | None = None
     weights_key: tuple[int, str, int, int, int] | None = None
+    made_weights: bool = False  # this load allocated the weights (the first load in its context)
 
     def release(self) -> None:
         """Free the work space and leave the weights (freed with their last load)."""
@@ -438,6 +443,43 @@ class _LoadMemory:
         close_all(buffers)
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadSizes:
+    """What loading one `.om` costs the device, as `_load` loads it: `acl.mdl.query_size`'s
+    work and weight sizes (0 when it cannot tell).
+
+    A model query_size sizes (`with_mem`) holds its weights once per context, every load of it
+    there sharing them (`shared_bytes`), and a work space per load (`load_bytes`), both from
+    `acl.rt.malloc` (as it reserves them); any other is loaded with `load_from_file`, ACL
+    allocating work and weights for each load (`load_bytes`; 0 when query_size failed).
+    `Session`'s placement record and out-of-memory error and the device budget count with it."""
+
+    work: int = 0
+    weight: int = 0
+
+    @classmethod
+    def query(cls, acl: ModuleType, path: Path) -> LoadSizes:
+        """The sizes of the `.om` at `path` (0 and 0 when query_size fails)."""
+        work, weight, ret = acl.mdl.query_size(str(path))
+        return cls(work, weight) if ret == 0 else cls()
+
+    @property
+    def with_mem(self) -> bool:
+        """Loaded into memory of ours (`load_from_file_with_mem`), the weights shared.
+        Dynamic-shape models compiled with --input_shape_range report no work size."""
+        return self.work > 0 and self.weight > 0
+
+    @property
+    def shared_bytes(self) -> int:
+        """Device bytes held once per context by all loads of the model there: the weights."""
+        return malloc_reserved(self.weight) if self.with_mem else 0
+
+    @property
+    def load_bytes(self) -> int:
+        """Device bytes each load holds of its own."""
+        return malloc_reserved(self.work) if self.with_mem else self.work + self.weight
+
+
 def _load(context: Context, path: Path) -> tuple[int, _LoadMemory]:
     """Load `path` in `context`: (model id, the memory given to it).
 
@@ -445,29 +487,29 @@ def _load(context: Context, path: Path) -> tuple[int, _LoadMemory]:
     inference (aclmdlLoadFromFileWithMem, weightPtr): so the lanes of a `Session`, and in a
     device host every instance of a model, hold one copy of its weights per device. Each load
     gets a work space of its own (ACL's samples allocate both with aclrtMalloc). A model
-    `acl.mdl.query_size` cannot size (an error, or 0 work or weight bytes: dynamic-shape models
-    compiled with --input_shape_range report no work size) is loaded with `load_from_file`, ACL
-    allocating its memory."""
+    `acl.mdl.query_size` cannot size (`LoadSizes.with_mem`) is loaded with `load_from_file`,
+    ACL allocating its memory."""
     acl = context.acl
-    work_size, weight_size, ret = acl.mdl.query_size(str(path))
-    if ret != 0 or work_size <= 0 or weight_size <= 0:
+    sizes = LoadSizes.query(acl, path)
+    if not sizes.with_mem:
         model_id, ret = acl.mdl.load_from_file(str(path))
         check(ret, "acl.mdl.load_from_file", acl)
         return model_id, _LoadMemory()
     info = os.stat(path)
-    key = (id(context), os.path.realpath(path), info.st_size, info.st_mtime_ns, weight_size)
+    key = (id(context), os.path.realpath(path), info.st_size, info.st_mtime_ns, sizes.weight)
     memory = _LoadMemory()
     try:
         with _weights_lock:
             weights = _weights.get(key)
             if weights is None:
-                weights = _weights[key] = _Weights(DeviceBuffer(context, weight_size))
+                weights = _weights[key] = _Weights(DeviceBuffer(context, sizes.weight))
+                memory.made_weights = True
             weights.users += 1
             memory.weights_key = key
-        memory.work = DeviceBuffer(context, work_size)
+        memory.work = DeviceBuffer(context, sizes.work)
         context.activate()
         model_id, ret = acl.mdl.load_from_file_with_mem(
-            str(path), memory.work.ptr, work_size, weights.buffer.ptr, weight_size
+            str(path), memory.work.ptr, sizes.work, weights.buffer.ptr, sizes.weight
         )
         check(ret, "acl.mdl.load_from_file_with_mem", acl)
     except BaseException:

@@ -48,7 +48,7 @@ from ge_python_backend.runtime.errors import (
 )
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import DeviceTimes, Lane
-from ge_python_backend.runtime.model import TensorInfo, read_aipp_config
+from ge_python_backend.runtime.model import LoadSizes, TensorInfo, read_aipp_config
 from ge_python_backend.runtime.placement import Placement, describe_holders
 
 __all__ = [
@@ -423,24 +423,37 @@ class Session(Resource):
         lease = DeviceContext(acl, self.device_id)  # the process's one context of the device
         self._parts.append(lease)
         self._context = lease.context
-        work, weight, ret = acl.mdl.query_size(str(self.path))
-        load_bytes = work + weight if ret == 0 else 0  # what ACL allocates for one load
+        sizes = LoadSizes.query(acl, self.path)
         try:
             self._open_lanes(input_shape_order, aipp)
         except AclError as exc:
             if exc.code not in OUT_OF_DEVICE_MEMORY:
                 raise
-            raise self._memory_wall(exc, load_bytes) from exc
-        held = self._counters.device_bytes_held + load_bytes * len(self._lanes)
+            raise self._memory_wall(exc, sizes) from exc
+        # the weights count with the session whose load allocated them (in a device host, the
+        # first of the model's sessions on the device): the others share them
+        weights = any(lane.model.made_weights for lane in self._lanes)
+        held = (
+            self._counters.device_bytes_held
+            + len(self._lanes) * sizes.load_bytes
+            + (sizes.shared_bytes if weights else 0)
+        )
         self._parts.append(Placement(self.device_id, self.label, held))
 
-    def _memory_wall(self, exc: AclError, load_bytes: int) -> DeviceFullError:
+    def _memory_wall(self, exc: AclError, sizes: LoadSizes) -> DeviceFullError:
         """The one-line error for a load or allocation the device has no memory for."""
         try:
             free, total = self._context.device.memory()
         except AclError:
             free = total = 0
-        asked = f"{self.pipeline_depth} load(s) of {load_bytes} bytes (acl.mdl.query_size)"
+        depth = self.pipeline_depth
+        if sizes.with_mem:
+            asked = (
+                f"weights of {sizes.shared_bytes} bytes (one copy for its loads) and {depth} "
+                f"work space(s) of {sizes.load_bytes} bytes (acl.mdl.query_size)"
+            )
+        else:
+            asked = f"{depth} load(s) of {sizes.load_bytes} bytes (acl.mdl.query_size)"
         wall = f"{self.path.name} needs {asked} plus its buffers, {free} of {total} bytes are free"
         return DeviceFullError(exc, self.device_id, wall, describe_holders(self.device_id))
 

@@ -39,34 +39,45 @@ CONFIRM_SPARE_ROUNDS = 0.5
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What the devices can hold of the model, counted as the repository's device budget counts
-    it (`repository.budget`: each instance a process holding the opening of its device and one
-    load of the model and its buffers per lane): pyACL's processes per device always, device
-    memory once measured."""
+    it (`repository.budget`: each instance a process holding the opening of its device, the
+    model's weights once and a load's work space and its buffers per lane): pyACL's processes
+    per device always, device memory once measured."""
 
     device: DeviceLimits = DeviceLimits()
-    lane_bytes: int = 0  # one pipeline lane of one instance: its buffers and one load (0: unknown)
+    lane_bytes: int = 0  # one pipeline lane of one instance: its buffers and work (0: unknown)
+    weight_bytes: int = 0  # the weights, once per instance (0: unknown)
     device_bytes: Mapping[int, int] = dataclasses.field(default_factory=dict)  # for the model
 
     @classmethod
     def measured(
-        cls, default: Candidate, measurement: Measurement, device: DeviceLimits, lane_bytes: int = 0
+        cls,
+        default: Candidate,
+        measurement: Measurement,
+        device: DeviceLimits,
+        lane_bytes: int = 0,
+        weight_bytes: int = 0,
     ) -> Limits:
         """From the original config's trial: what a lane costs (`lane_bytes`, the budget's
-        figure from the `.om`: one load and its buffers; else the instances' measured pooled
-        bytes, a lane's share) and the device's free memory give what the model may hold on
-        each device (free, plus what its instances hold)."""
+        figure from the `.om`: a load's work space and its buffers; else the instances'
+        measured pooled bytes, a lane's share), what an instance's weights cost (`weight_bytes`,
+        from the `.om`) and the device's free memory give what the model may hold on each
+        device (free, plus what its instances hold)."""
         per_device = default.instances_per_device()
         held = {int(d): b for d, b in measurement.device_memory_bytes.items() if d.isdigit()}
         free = {int(d): b for d, b in measurement.device_memory_free_bytes.items() if d.isdigit()}
         lane = lane_bytes or max(held.values(), default=0) // default.pipeline_depth
-        instance = device.process_memory + default.pipeline_depth * lane
+        instance = device.process_memory + weight_bytes + default.pipeline_depth * lane
         available = {d: free[d] + instance * per_device.get(d, 0) for d in free}
-        return cls(device, lane, available)
+        return cls(device, lane, weight_bytes, available)
 
     def refusal(self, candidate: Candidate) -> str | None:
         """Why the devices cannot hold the candidate (None: they can, as far as known)."""
         footprint = ModelFootprint(
-            "", candidate.instances_per_device(), candidate.pipeline_depth, self.lane_bytes
+            "",
+            candidate.instances_per_device(),
+            candidate.pipeline_depth,
+            self.lane_bytes,
+            self.weight_bytes,
         )
         for row in budget([footprint], self.device).rows:
             if row.processes > self.device.max_processes:
@@ -78,7 +89,7 @@ class Limits:
             if available is not None and self.lane_bytes and row.memory > available:
                 return (
                     f"needs {row.memory} bytes of device {row.device}'s memory (its processes, "
-                    f"loads and buffers), {available} are free for this model"
+                    f"weights, work spaces and buffers), {available} are free for this model"
                 )
         return None
 
@@ -191,6 +202,7 @@ class Search:
         budget_s: float,
         device: DeviceLimits | None = None,
         lane_bytes: int = 0,
+        weight_bytes: int = 0,
         confirm_rounds: int = CONFIRM_ROUNDS,
         clock: Callable[[], float] = time.monotonic,
         progress: TextIO | None = None,
@@ -206,6 +218,7 @@ class Search:
         self.budget = Budget(budget_s, clock, space.default.instances)
         self.device = device or DeviceLimits()
         self.lane_bytes = lane_bytes
+        self.weight_bytes = weight_bytes
         self.limits = Limits(self.device)
         self.progress = progress
         self.trials: list[Trial] = []
@@ -218,7 +231,9 @@ class Search:
         self._seen.add(default)
         first = self._trial(default, default=True, phase="original config", planned=None)
         if first.measurement is not None:
-            self.limits = Limits.measured(default, first.measurement, self.device, self.lane_bytes)
+            self.limits = Limits.measured(
+                default, first.measurement, self.device, self.lane_bytes, self.weight_bytes
+            )
         grid = self.space.grid()
         if self._run_all(grid, "grid", len(grid) + 1):
             self._climb()
