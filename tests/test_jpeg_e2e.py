@@ -205,5 +205,5 @@ def test_the_hosted_model_is_served_by_the_device_host(served: tuple[TritonServe
         holding.label: Path(f"/proc/{holding.pid}/cmdline").read_bytes().split(b"\0")
         for holding in placement.holders(0)
     }
-    assert b"device-host" in commands["hosted"], commands["hosted"]
-    assert b"device-host" not in commands["stretch"], commands["stretch"]
+    assert b"ge_python_backend.devicehost" in commands["hosted"], commands["hosted"]
+    assert b"ge_python_backend.devicehost" not in commands["stretch"], commands["stretch"]
