@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from ge_python_backend.ascend import GearKind
+from ge_python_backend.ascend import GearKind, malloc_reserved
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
@@ -34,6 +34,7 @@ from ge_python_backend.repository.scaffold import (
 )
 from ge_python_backend.repository.triton_config import compare_config_with_session
 from ge_python_backend.repository.validation import validate_repository
+from ge_python_backend.runtime.describe import describe_om
 
 
 @pytest.fixture(autouse=True)
@@ -445,9 +446,17 @@ def test_inspect_json(om_dims: Path, capsys: pytest.CaptureFixture[str]) -> None
     ]
     assert info["gears"]["kind"] == "dims"
     assert info["gears"]["dims_gears"][0] == [[1, 8], [1, 8]]
+    sizes = describe_om(om_dims, "emulator")
+    assert info["device_memory"] == {
+        "weight_bytes": malloc_reserved(sizes.load.weight),
+        "work_bytes_per_load": malloc_reserved(sizes.load.work),
+        "buffer_bytes_per_lane": sizes.lane_bytes,
+        "weights_shared": True,
+    }
     assert main(["inspect", str(om_dims), "--runtime", "emulator"]) == 0
     table = capsys.readouterr().out
     assert "input_ids       INT64  int64  [1, -1]" in table
+    assert "device_host on: the device host's one process opens the device" in table
 
 
 # --- CLI: user mistakes are one line on stderr, exit 2 --------------------------------------

@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.ascend import GearKind
+from ge_python_backend.ascend import (
+    PROCESS_DEVICE_MEMORY,
+    PROCESSES_PER_DEVICE,
+    PROCESSES_PER_DEVICE_VM,
+    GearKind,
+)
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     RUNTIME_BY_CONTAINER,
@@ -31,7 +36,9 @@ DESCRIPTION = """\
 Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) and the gears of an
 .om, read through pyACL or the CPU emulator (without --runtime, the .om's container decides: an
 emulator .om is read by the emulator, any other by pyACL). Shapes are the full .om shapes: axis 0
-is included and -1 marks a dynamic axis.
+is included and -1 marks a dynamic axis. Then what it holds on a device (its weights, shared by
+the loads of one process; a work space per load; the buffers of a lane) and which processes open
+the device for it with device_host off (each instance's stub) and on (the device host's one).
 
 --config prints instead the config.pbtxt Triton's auto-complete will produce for the .om in a
 model directory without config.pbtxt (inputs, outputs, max_batch_size, dynamic batching; read
@@ -154,6 +161,13 @@ def run(args: argparse.Namespace) -> int:
     inputs, outputs, gears, aipp = _read(args.om, args.runtime, args.input_shape_order)
     info = _as_json(args.om, inputs, outputs, gears)
     info["aipp"] = aipp
+    described = describe_om(args.om, args.runtime, parse_input_shape_order(args.input_shape_order))
+    info["device_memory"] = {
+        "weight_bytes": described.load.shared_bytes,
+        "work_bytes_per_load": described.load.load_bytes,
+        "buffer_bytes_per_lane": described.lane_bytes,
+        "weights_shared": described.load.with_mem,
+    }
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -165,4 +179,33 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(_table(info["outputs"])))
     for name, text in aipp.items():
         print(f"AIPP of {name}: {text}")
+    print("\n".join(_device_lines(info["device_memory"])))
     return 0
+
+
+def _device_lines(memory: dict[str, Any]) -> list[str]:
+    """What the model holds on its device, and which processes open it, in either mode."""
+    work, buffers = _size(memory["work_bytes_per_load"]), _size(memory["buffer_bytes_per_lane"])
+    load = (
+        f"weights {_size(memory['weight_bytes'])} shared by its loads in a process, work space "
+        f"{work}"
+        if memory["weights_shared"]
+        else f"{work} of work space and weights (ACL allocates them)"
+    )
+    return [
+        f"device memory: {load} per load (acl.mdl.query_size); buffers {buffers} per lane (the "
+        "largest gear); a lane per pipeline_depth",
+        f"  device_host off: each instance's stub opens the device: a process of the "
+        f"{PROCESSES_PER_DEVICE} a device allows ({PROCESSES_PER_DEVICE_VM} in a VM), "
+        f"~{_size(PROCESS_DEVICE_MEMORY)} for opening it, the weights, its lanes",
+        "  device_host on: the device host's one process opens the device for every instance: "
+        "the weights once per device, each instance's lanes",
+    ]
+
+
+def _size(nbytes: int) -> str:
+    """`nbytes` in bytes, KiB or MiB."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} bytes"
