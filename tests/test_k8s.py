@@ -35,6 +35,7 @@ from e2e_helpers import free_port
 from onnx_models import KEEP_FP32, build_mlp
 
 from ge_python_backend.cli import main
+from ge_python_backend.devicehost.buffers import buffer_bytes
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
@@ -46,6 +47,7 @@ from ge_python_backend.repository.shm import (
     shm_sizes_for_repository,
 )
 from ge_python_backend.runtime import ENV_VAR
+from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.server import find_server, server_environment
 from ge_python_backend.tools.k8s import (
     DEVICE_METRIC,
@@ -680,3 +682,26 @@ def ready(url: str) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+def test_device_host_buffers_are_sized_in_the_header(
+    tmp_path: Path, om_dynamic_batch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each instance under the device host: a buffer per batch in flight (pipeline_depth + 2),
+    sized as its stub asks for its lane's tensors; memfd memory, not /dev/shm."""
+    repository = tmp_path / "models"
+    scaffold(
+        om_dynamic_batch,
+        repository,
+        name="hosted",
+        runtime="emulator",
+        device_host=True,
+        instances=2,
+        pipeline_depth=2,
+    )
+    scaffold(om_dynamic_batch, repository, name="stub", runtime="emulator", instances=3)
+    lane = describe_om(om_dynamic_batch, "emulator").lane_bytes
+    assert main(["k8s", str(repository), "--name", "mix", "--runtime", "emulator"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    expected = 2 * (2 + 2) * buffer_bytes(lane)  # 2 hosted instances at depth 2; stubs none
+    assert f"device host buffers up to {expected // 2**20} MiB (memfd" in header, header

@@ -45,7 +45,7 @@ LAYERS = {
     "template": ("triton",),
     "client": (),
     "server": ("repository",),
-    "tools": ("client", "repository", "runtime", "server"),
+    "tools": ("client", "devicehost", "repository", "runtime", "server"),
     "commands": ("client", "devicehost", "emulator", "repository", "runtime", "server", "tools"),
     "cli": ("commands",),
 }

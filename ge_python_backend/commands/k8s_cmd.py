@@ -244,10 +244,16 @@ def run(args: argparse.Namespace) -> int:
     )
     manifests = build_manifests(args.repository, options)
     sizes = manifests.shm_sizes
+    hosts = (
+        f"; device host buffers up to {-(-manifests.device_host_bytes // MIB)} MiB (memfd: "
+        "counted in the container's memory, not in /dev/shm)"
+        if manifests.device_host_bytes
+        else ""
+    )
     print(
         f"# ge-python-model k8s {args.repository} --name {args.name}: /dev/shm "
         f"{manifests.shm_limit_bytes // MIB} MiB; Python backend shm-default-byte-size "
-        f"{sizes.default_bytes}, shm-growth-byte-size {sizes.growth_bytes}"
+        f"{sizes.default_bytes}, shm-growth-byte-size {sizes.growth_bytes}{hosts}"
     )
     print(to_yaml(manifests.documents), end="")
     for warning in manifests.warnings:

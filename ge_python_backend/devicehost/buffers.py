@@ -22,11 +22,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "BYTES", "Buffer", "is_bytes_tensor", "layout"]
+__all__ = ["ALIGN", "BYTES", "Buffer", "buffer_bytes", "is_bytes_tensor", "layout"]
 
 logger = logging.getLogger(__name__)
 
 ALIGN = 64  # every tensor starts on a 64-byte boundary
+MIN_BUFFER = 1 << 20
+
+
+def buffer_bytes(nbytes: int) -> int:
+    """The size of the buffer a stub asks for a batch of `nbytes`: a power of two, at least
+    1 MiB (so that a few sizes serve every batch)."""
+    size = MIN_BUFFER
+    while size < nbytes:
+        size *= 2
+    return size
 
 
 def _aligned(offset: int) -> int:

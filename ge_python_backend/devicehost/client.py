@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import ge_python_backend
-from ge_python_backend.devicehost.buffers import Buffer, is_bytes_tensor, layout
+from ge_python_backend.devicehost.buffers import Buffer, buffer_bytes, is_bytes_tensor, layout
 from ge_python_backend.devicehost.protocol import (
     DeviceHostError,
     DeviceHostGone,
@@ -59,7 +59,6 @@ logger = logging.getLogger(__name__)
 IDLE_EXIT_ENV = "GE_DEVICE_HOST_IDLE_EXIT_S"
 DEFAULT_IDLE_EXIT_S = 10.0
 START_TIMEOUT_S = 120.0
-MIN_BUFFER = 1 << 20
 _OPEN_ATTEMPTS = 3
 _started: list[subprocess.Popen[bytes]] = []  # hosts this process started, reaped when they end
 
@@ -454,9 +453,7 @@ class RemoteSession:
             for index, slot in enumerate(self._free):
                 if slot.buffer.nbytes >= nbytes:
                     return self._free.pop(index)
-        size = MIN_BUFFER
-        while size < nbytes:
-            size *= 2
+        size = buffer_bytes(nbytes)
         reply, fds = _reply(link.call({"op": "buffer", "bytes": size}), self.reply_timeout_s)
         return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
 

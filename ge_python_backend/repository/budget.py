@@ -73,6 +73,7 @@ class ModelFootprint:
     lane_bytes: int | None
     weight_bytes: int = 0
     device_host: bool = False  # the instances live in the device host's one process
+    buffer_bytes: int | None = None  # of `lane_bytes`, the lane's buffers (a batch's tensors)
 
     def device_bytes(self, instances: int) -> int | None:
         """What `instances` of its instances on one device hold besides the openings of the
@@ -206,9 +207,11 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
             except GeBackendError as exc:
                 logger.debug("%s: memory not known: %s", entry.directory.name, exc)
         lane_bytes: int | None = None
+        buffer_bytes: int | None = None
         weight_bytes = 0
         if description is not None:
-            lane_bytes = description.load.load_bytes + description.lane_bytes
+            buffer_bytes = description.lane_bytes
+            lane_bytes = description.load.load_bytes + buffer_bytes
             weight_bytes = description.load.shared_bytes
         counts = [max(group.count, 1) for group in config.instance_group] or [1]
         found.append(
@@ -219,6 +222,7 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 lane_bytes,
                 weight_bytes,
                 device_host=params.in_device_host,
+                buffer_bytes=buffer_bytes,
             )
         )
     return found

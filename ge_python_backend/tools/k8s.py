@@ -42,8 +42,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.devicehost.buffers import buffer_bytes
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
+from ge_python_backend.repository.budget import (
+    DeviceLimits,
+    ModelFootprint,
+    budget,
+    footprints,
+)
 from ge_python_backend.repository.config import check_model_directory_names
 from ge_python_backend.repository.shm import (
     MIB,
@@ -142,6 +148,7 @@ class Manifests:
     warnings: list[str]
     shm_sizes: ShmSizes
     shm_limit_bytes: int
+    device_host_bytes: int = 0  # the device hosts' buffers at most (`device_host_memory`)
 
 
 def tritonserver_args(
@@ -399,7 +406,8 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
             "scaffold a model into it first"
         )
     _check_options(options, models)
-    devices = budget(footprints(entries, options.runtime), options.limits)
+    models_on_devices = footprints(entries, options.runtime)
+    devices = budget(models_on_devices, options.limits)
     if devices.problems():
         raise UserError(
             "the pod's NPUs cannot hold the repository: "
@@ -414,7 +422,11 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     warnings = repository_warnings(models, options.npus) + devices.warnings()
     if options.kserve:
         return Manifests(
-            kserve_manifests(options, sizes, shm_bytes, live), warnings, sizes, shm_bytes
+            kserve_manifests(options, sizes, shm_bytes, live),
+            warnings,
+            sizes,
+            shm_bytes,
+            device_host_memory(models_on_devices),
         )
     labels = {"app.kubernetes.io/name": options.name, "app.kubernetes.io/component": "triton"}
 
@@ -468,7 +480,25 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
     documents = [deployment, service, monitor]
     if options.replicas:
         documents.append(autoscaler(options, metadata({})))
-    return Manifests(documents, warnings, sizes, shm_bytes)
+    return Manifests(documents, warnings, sizes, shm_bytes, device_host_memory(models_on_devices))
+
+
+# Batches one instance may have in the device host at once: pipeline_depth waiting in its
+# completion queue, the one being answered and the one being submitted (`triton.instance`).
+BATCHES_IN_FLIGHT_BEYOND_DEPTH = 2
+
+
+def device_host_memory(models: Sequence[ModelFootprint]) -> int:
+    """The most memory the device hosts' buffers take: per instance with `device_host` on, a
+    buffer per batch in flight, sized as the stub asks for its lane's tensors
+    (`buffers.buffer_bytes`). memfd memory: the container's memory counts it, /dev/shm does
+    not."""
+    total = 0
+    for model in models:
+        if model.device_host and model.buffer_bytes is not None:
+            batches = model.lanes + BATCHES_IN_FLIGHT_BEYOND_DEPTH
+            total += sum(model.processes.values()) * batches * buffer_bytes(model.buffer_bytes)
+    return total
 
 
 def runtime_name(options: K8sOptions) -> str:
