@@ -36,9 +36,12 @@ def test_a_footprint_is_the_weights_per_process_and_work_and_buffers_per_lane_by
     work, weight, ret = acl.mdl.query_size(str(result.om_path))
     assert ret == 0
     # x [8,16] f32, ascend_mbatch_shape_data (one int64), y [8,8] f32, z [8,1] f32
-    lane = malloc_reserved(work) + sum(map(malloc_reserved, (512, 8, 256, 32)))
+    buffers = sum(map(malloc_reserved, (512, 8, 256, 32)))
+    lane = malloc_reserved(work) + buffers
     (model,) = footprints(repository_entries(tmp_path / "models"))
-    assert model == ModelFootprint("m", {0: 2, 1: 1}, 2, lane, malloc_reserved(weight))
+    assert model == ModelFootprint(
+        "m", {0: 2, 1: 1}, 2, lane, malloc_reserved(weight), buffer_bytes=buffers
+    )
     # each of the two stubs on device 0 holds the weights once, its two lanes a work space each
     assert model.device_bytes(2) == 2 * (malloc_reserved(weight) + 2 * lane)
     (row, _) = budget([model], DeviceLimits()).rows
@@ -56,9 +59,12 @@ def test_a_copy_path_om_is_read_once_for_its_config_and_its_footprint(
     entries = repository_entries(tmp_path / "models")
     result.om_path.write_bytes(b"no .om any more")  # a second read would not know its memory
     (model,) = footprints(entries)
-    lane = malloc_reserved(work) + sum(map(malloc_reserved, (512, 8, 256, 32)))
+    buffers = sum(map(malloc_reserved, (512, 8, 256, 32)))
+    lane = malloc_reserved(work) + buffers
     weights = malloc_reserved(weight)
-    assert model == ModelFootprint("m", {0: 1}, DEFAULT_PIPELINE_DEPTH, lane, weights)
+    assert model == ModelFootprint(
+        "m", {0: 1}, DEFAULT_PIPELINE_DEPTH, lane, weights, buffer_bytes=buffers
+    )
 
 
 def test_the_budget_refuses_a_device_over_the_process_cap_or_its_memory() -> None:
@@ -156,10 +162,17 @@ def test_under_the_device_host_a_device_holds_one_process_and_each_models_weight
     # ... holding each model's weights once and a work space and buffers for each of 120 x depth
     work, weight, ret = acl.mdl.query_size(str(first.om_path))
     assert ret == 0
-    lane = malloc_reserved(work) + sum(map(malloc_reserved, (512, 8, 256, 32)))
+    buffers = sum(map(malloc_reserved, (512, 8, 256, 32)))
+    lane = malloc_reserved(work) + buffers
     found = footprints(repository_entries(repository, "emulator"), "emulator")
     assert found[0] == ModelFootprint(
-        "m00", {0: 2}, DEFAULT_PIPELINE_DEPTH, lane, malloc_reserved(weight), device_host=True
+        "m00",
+        {0: 2},
+        DEFAULT_PIPELINE_DEPTH,
+        lane,
+        malloc_reserved(weight),
+        device_host=True,
+        buffer_bytes=buffers,
     )
     (row,) = budget(found, DeviceLimits()).rows
     assert row.memory == (
