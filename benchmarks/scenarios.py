@@ -40,8 +40,15 @@ sys.path.insert(0, str(ROOT / "examples" / "image_classifier"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from build_model import build_classifier  # noqa: E402
+from onnx_models import (  # noqa: E402
+    aipp_yuv420sp,
+    build_dims_model,
+    build_mlp,
+    build_nms,
+    onnx_path_of,
+    reference,
+)
 from onnx_models import build_classifier as build_small_classifier  # noqa: E402
-from onnx_models import build_dims_model, build_mlp, build_nms, onnx_path_of, reference  # noqa: E402
 
 from ge_python_backend.aipp import bind_static, parse_aipp_config  # noqa: E402
 from ge_python_backend.ascend import DTYPES_BY_NUMPY, SOC_DEVICES, Format  # noqa: E402
@@ -165,33 +172,7 @@ JPEG_FILES, JPEG_SEED, JPEG_TOP1_TARGET = 100, 36, 99
 JPEG_CHECK_THREADS = 8  # the correctness pass: this many requests in flight (Triton batches them)
 # The closed-loop runs' one file: width, height, quality, noise (a camera's: +-8 levels).
 JPEG_BENCH_FILE = (640, 480, 85, 8)
-JPEG_AIPP = f"""\
-aipp_op {{
-    aipp_mode: static
-    input_format: YUV420SP_U8
-    src_image_size_w: {JPEG_SIDE}
-    src_image_size_h: {JPEG_SIDE}
-    csc_switch: true
-    matrix_r0c0: 256
-    matrix_r0c1: 0
-    matrix_r0c2: 359
-    matrix_r1c0: 256
-    matrix_r1c1: -88
-    matrix_r1c2: -183
-    matrix_r2c0: 256
-    matrix_r2c1: 454
-    matrix_r2c2: 0
-    input_bias_0: 0
-    input_bias_1: 128
-    input_bias_2: 128
-    mean_chn_0: 124
-    mean_chn_1: 117
-    mean_chn_2: 104
-    var_reci_chn_0: 0.0171247538
-    var_reci_chn_1: 0.0175070028
-    var_reci_chn_2: 0.0174291938
-}}
-"""
+JPEG_AIPP = aipp_yuv420sp(JPEG_SIDE, JPEG_SIDE, csc="full")  # a JPEG's full-range YCbCr
 
 
 @dataclasses.dataclass

@@ -244,36 +244,51 @@ def build_concat(path: Path) -> Path:
     return _save(path, "concat", [node], inputs, [_value("c", TensorProto.FLOAT, [1, "C"])])
 
 
-def aipp_yuv420sp(width: int, height: int, left: int, top: int, size: int) -> str:
+# YUV to RGB (CSC) of a YUV420SP_U8 AIPP: BT.601 video range (ATC's template), or the full range
+# a JPEG's YCbCr uses (Ascend's DVPP samples); rows of (matrix rows, input biases).
+CSC_MATRICES = {
+    "video": (((298, 0, 409), (298, -100, -208), (298, 516, 0)), (16, 128, 128)),
+    "full": (((256, 0, 359), (256, -88, -183), (256, 454, 0)), (0, 128, 128)),
+}
+
+
+def aipp_yuv420sp(
+    width: int,
+    height: int,
+    left: int = 0,
+    top: int = 0,
+    size: int | None = None,
+    csc: str = "video",
+) -> str:
     """The ATC aipp.cfg text of a static YUV420SP_U8 AIPP (config_file_template.md): a `width` x
-    `height` source cropped to `size` x `size` at (`left`, `top`), BT.601 video-range YUV to RGB
-    (CSC) and ImageNet's mean and variance."""
+    `height` source, cropped to `size` x `size` at (`left`, `top`) when `size` is given, YUV to
+    RGB by `CSC_MATRICES[csc]` and ImageNet's mean and variance."""
+    crop = (
+        ""
+        if size is None
+        else f"""    crop: true
+    load_start_pos_w: {left}
+    load_start_pos_h: {top}
+    crop_size_w: {size}
+    crop_size_h: {size}
+"""
+    )
+    matrix, bias = CSC_MATRICES[csc]
+    rows = "".join(
+        f"    matrix_r{r}c{c}: {value}\n"
+        for r, row in enumerate(matrix)
+        for c, value in enumerate(row)
+    )
+    biases = "".join(f"    input_bias_{i}: {value}\n" for i, value in enumerate(bias))
     return f"""
 aipp_op {{
     aipp_mode: static
     input_format: YUV420SP_U8
     src_image_size_w: {width}
     src_image_size_h: {height}
-    crop: true
-    load_start_pos_w: {left}
-    load_start_pos_h: {top}
-    crop_size_w: {size}
-    crop_size_h: {size}
-    csc_switch: true
+{crop}    csc_switch: true
     rbuv_swap_switch: false
-    matrix_r0c0: 298
-    matrix_r0c1: 0
-    matrix_r0c2: 409
-    matrix_r1c0: 298
-    matrix_r1c1: -100
-    matrix_r1c2: -208
-    matrix_r2c0: 298
-    matrix_r2c1: 516
-    matrix_r2c2: 0
-    input_bias_0: 16
-    input_bias_1: 128
-    input_bias_2: 128
-    mean_chn_0: 124
+{rows}{biases}    mean_chn_0: 124
     mean_chn_1: 117
     mean_chn_2: 104
     var_reci_chn_0: 0.0171247538
