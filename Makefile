@@ -49,7 +49,7 @@ soak: setup ## Longer soak (200,000 requests at concurrency 16) and 100 reload c
 
 .PHONY: soak
 
-bench: setup ## Run every benchmark (about 26 minutes) and rewrite BENCHMARKS.md
+bench: setup ## Run every benchmark (about 27 minutes) and rewrite BENCHMARKS.md
 	$(PY) benchmarks/run.py --output BENCHMARKS.md
 
 .PHONY: bench
