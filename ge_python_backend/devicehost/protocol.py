@@ -8,6 +8,7 @@ its own. Standard library, numpy and the ground floor only: the stub imports it.
 
 Messages (stub -> host, each with an `id` the replies repeat):
   open {session: Session's keyword arguments}   -> {inputs, outputs, gears, runtime, pid}
+        (paths as text, the image input's settings as their fields)
   buffer {bytes}                                -> {buffer, bytes, fds: 1}
   submit {buffer, pipelined, feeds: [{name: place}]}   (`buffers.layout`'s places)
         -> pipelined: {accepted} then {outputs: [...], buffer[, fds: 1 with a bigger buffer]}
