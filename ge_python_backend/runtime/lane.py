@@ -213,7 +213,8 @@ class Lane(Resource):
         like: Lane,
     ) -> Lane:
         """A further lane: the `.om` loaded again, with buffers sized like those of `like`."""
-        model = Model(context, path, input_shape_order, tuple(like.model.aipp.values()))
+        aipp = tuple(like.model.aipp.values())
+        model = Model(context, path, input_shape_order, aipp, like.model.sizes)
         try:
             written = [slot.spec.name for slot in like.input_slots if slot.device_written]
             sizes = [slot.device.size for slot in like.input_slots]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -202,13 +201,16 @@ class Model(Resource):
         path: str | Path,
         input_shape_order: Sequence[str] | None = None,
         aipp: Sequence[AippOp] = (),
+        sizes: LoadSizes | None = None,
     ) -> None:
         acl = context.acl
         context.activate()
         self.context = context
         self.path = Path(path)
         self.aipp = {op.related_input_rank: op for op in aipp}
-        model_id, memory = _load(context, self.path)
+        # what the load costs (query_size's; given by a further load of the same `.om`)
+        self.sizes = LoadSizes.query(acl, self.path) if sizes is None else sizes
+        model_id, memory = _load(context, self.path, self.sizes)
         self.model_id: int = model_id
         # its load allocated the weights the loads of the `.om` in `context` share (`_load`)
         self.made_weights = memory.made_weights
@@ -480,8 +482,8 @@ class LoadSizes:
         return malloc_reserved(self.work) if self.with_mem else self.work + self.weight
 
 
-def _load(context: Context, path: Path) -> tuple[int, _LoadMemory]:
-    """Load `path` in `context`: (model id, the memory given to it).
+def _load(context: Context, path: Path, sizes: LoadSizes) -> tuple[int, _LoadMemory]:
+    """Load `path` (of `sizes`) in `context`: (model id, the memory given to it).
 
     Two loads of the same model may share one weight buffer, which the model only reads during
     inference (aclmdlLoadFromFileWithMem, weightPtr): so the lanes of a `Session`, and in a
@@ -490,7 +492,6 @@ def _load(context: Context, path: Path) -> tuple[int, _LoadMemory]:
     `acl.mdl.query_size` cannot size (`LoadSizes.with_mem`) is loaded with `load_from_file`,
     ACL allocating its memory."""
     acl = context.acl
-    sizes = LoadSizes.query(acl, path)
     if not sizes.with_mem:
         model_id, ret = acl.mdl.load_from_file(str(path))
         check(ret, "acl.mdl.load_from_file", acl)
@@ -513,8 +514,10 @@ def _load(context: Context, path: Path) -> tuple[int, _LoadMemory]:
         )
         check(ret, "acl.mdl.load_from_file_with_mem", acl)
     except BaseException:
-        with contextlib.suppress(Exception):  # the load's own error is the one to report
+        try:
             memory.release()
+        except Exception:  # the load's own error is the one to report
+            logger.warning("releasing the memory of a failed load of %s", path, exc_info=True)
         raise
     return model_id, memory
 

@@ -423,13 +423,13 @@ class Session(Resource):
         lease = DeviceContext(acl, self.device_id)  # the process's one context of the device
         self._parts.append(lease)
         self._context = lease.context
-        sizes = LoadSizes.query(acl, self.path)
         try:
             self._open_lanes(input_shape_order, aipp)
         except AclError as exc:
             if exc.code not in OUT_OF_DEVICE_MEMORY:
                 raise
-            raise self._memory_wall(exc, sizes) from exc
+            raise self._memory_wall(exc, LoadSizes.query(acl, self.path)) from exc
+        sizes = self._lanes[0].model.sizes
         # the weights count with the session whose load allocated them (in a device host, the
         # first of the model's sessions on the device): the others share them
         weights = any(lane.model.made_weights for lane in self._lanes)
