@@ -80,13 +80,27 @@ def test_the_watchers_port_follows_the_servers() -> None:
     assert metrics_port_beside((0, 0, 65535)) == 0
 
 
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture()
 def taken_port() -> Iterator[int]:
-    """A port this process listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield int(sock.getsockname()[1])
+    """A port this process listens on, the port below it free (for a metrics port whose
+    following port, the watcher's default, is the taken one)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port > 1 and _free(port - 1):
+                sock.listen()
+                yield port
+                return
 
 
 def this_process() -> str:
