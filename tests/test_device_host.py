@@ -5,12 +5,15 @@ socket and directory are the user's alone, and the parameter has one rule."""
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import os
 import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,9 +106,9 @@ def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
         link = session._current()
         message = {"op": "submit", "buffer": 99, "pipelined": False, "feeds": []}
         with pytest.raises(DeviceHostError, match="buffer 99 was not given to this connection"):
-            _reply(link.call(message), 30)
+            _reply(link, link.call(message))
         with pytest.raises(DeviceHostError, match="this connection already holds a session"):
-            _reply(link.call({"op": "open", "session": {"om_path": str(om_dynamic_batch)}}), 30)
+            _reply(link, link.call({"op": "open", "session": {"om_path": str(om_dynamic_batch)}}))
         x = np.ones((3, 16), np.float32)
         assert session.submit([{"x": x}], pipelined=False).result()[0]["y"].shape == (3, 8)
         paths = host_paths(0)
@@ -152,3 +155,37 @@ def test_a_buffer_carries_numeric_and_bytes_tensors_and_refuses_places_outside_i
     finally:
         buffer.close()
     assert is_bytes_tensor(files) and not is_bytes_tensor(np.array(["text"], dtype=object))
+
+
+def test_callers_hand_each_other_their_replies_without_a_reader_thread(
+    run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    """Pipelined batches completed by one thread while another submits, waits for the lanes and
+    reads the counters: whoever reads the socket hands the others their replies."""
+    threads_before = threading.active_count()
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", pipeline_depth=2)
+    try:
+        batches: queue.Queue[Any] = queue.Queue()
+        answers: list[np.ndarray] = []
+
+        def complete() -> None:
+            while (item := batches.get()) is not None:
+                answers.append(item.result()[0]["y"])
+
+        completer = threading.Thread(target=complete)
+        completer.start()
+        inputs = [np.full((1 + n % 4, 16), n, np.float32) for n in range(40)]
+        for x in inputs:
+            batches.put(session.submit([{"x": x}], pipelined=True))
+            session.wait_ready()
+            assert session.counters.executions >= 0
+        batches.put(None)
+        completer.join(60)
+        assert not completer.is_alive()
+        assert [a.shape for a in answers] == [(len(x), 8) for x in inputs]
+        for x, y in zip(inputs, answers):
+            expected = reference(om_dynamic_batch, {"x": x})["y"]
+            np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+        assert threading.active_count() == threads_before  # no thread of the session's own
+    finally:
+        session.close()

@@ -22,6 +22,7 @@ import fcntl
 import itertools
 import logging
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -174,54 +175,41 @@ def start_host(
 
 
 class _Call:
-    """The replies to one message, as the reader thread hands them over."""
+    """The replies to one message, as the link's reader hands them over."""
 
     def __init__(self) -> None:
-        self._ready = threading.Condition()
-        self._replies: collections.deque[tuple[dict[str, Any], list[int]]] = collections.deque()
-        self._error: BaseException | None = None
-
-    def put(self, reply: dict[str, Any], fds: list[int]) -> None:
-        with self._ready:
-            self._replies.append((reply, fds))
-            self._ready.notify_all()
-
-    def fail(self, error: BaseException) -> None:
-        with self._ready:
-            self._error = error
-            self._ready.notify_all()
-
-    def next(self, timeout_s: float | None) -> tuple[dict[str, Any], list[int]]:
-        with self._ready:
-            if not self._ready.wait_for(lambda: self._replies or self._error, timeout_s):
-                raise DeviceHostError(f"the device host did not answer within {timeout_s:g} s")
-            if self._replies:
-                return self._replies.popleft()
-            assert self._error is not None
-            raise self._error
+        self.replies: collections.deque[tuple[dict[str, Any], list[int]]] = collections.deque()
+        self.error: BaseException | None = None
 
 
 class _Link:
-    """One connection to the host: sends messages, a reader thread dispatches the replies; when
-    the connection ends every call still waiting fails at once."""
+    """One connection to the host. No thread of its own: a caller waiting for a reply reads
+    the socket itself (one at a time: the others wait for it to hand their replies over), so an
+    inline batch's answer wakes the thread that waits for it and nothing else. When the
+    connection ends every call still waiting fails at once; an idle link finds out in
+    `alive`."""
 
     def __init__(self, sock: socket.socket, device: int) -> None:
         self._sock = sock
         self._device = device
+        self._timeout_s: float | None = None
+        self._frames = FrameReader(sock)
         self._send_lock = threading.Lock()
+        self._state = threading.Condition()  # guards _calls, _reading and lost
         self._calls: dict[int, _Call] = {}
-        self._calls_lock = threading.Lock()
+        self._reading = False
         self._ids = itertools.count(1)
         self.host_pid = 0
         self.lost: BaseException | None = None
-        self._reader = threading.Thread(
-            target=self._read, name="ge-device-host-reader", daemon=True
-        )
-        self._reader.start()
+
+    def settimeout(self, timeout_s: float | None) -> None:
+        """Bound each wait for a reply (and the small sends) by `timeout_s` (None: no bound)."""
+        self._sock.settimeout(timeout_s)
+        self._timeout_s = timeout_s
 
     def call(self, message: dict[str, Any]) -> _Call:
         call = _Call()
-        with self._calls_lock:
+        with self._state:
             if self.lost is not None:
                 raise self.lost
             ident = next(self._ids)
@@ -241,44 +229,83 @@ class _Link:
         except OSError as exc:
             self._lose(exc)
 
-    def _read(self) -> None:
-        reader = FrameReader(self._sock)
-        cause: BaseException | None = None
+    def reply(self, call: _Call) -> tuple[dict[str, Any], list[int]]:
+        """The next reply to `call`, read by this thread unless another is reading."""
+        deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
+        while True:
+            with self._state:
+                while not call.replies and call.error is None and self._reading:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise self._late()
+                    self._state.wait(left)
+                if call.replies:
+                    return call.replies.popleft()
+                if call.error is not None:
+                    raise call.error
+                self._reading = True
+            try:
+                self._read_one()
+            finally:
+                with self._state:
+                    self._reading = False
+                    self._state.notify_all()
+
+    def _read_one(self) -> None:
+        """Read one frame and hand it to its call (the caller holds the reading turn)."""
         try:
-            while True:
-                item = reader.read()
-                if item is None:
-                    break
-                reply, fds = item
-                with self._calls_lock:
-                    ident = int(reply.get("id") or 0)
-                    call = (
-                        self._calls.get(ident)
-                        if reply.get("more")
-                        else self._calls.pop(ident, None)
-                    )
-                if call is None:
-                    logger.warning("the device host answered a message never sent: %s", reply)
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                call.put(reply, fds)
+            item = self._frames.read()
+        except socket.timeout:
+            raise self._late() from None
         except (OSError, ValueError, DeviceHostError) as exc:
-            cause = exc
-        self._lose(cause)
+            self._lose(exc)
+            return
+        if item is None:
+            self._lose(None)
+            return
+        reply, fds = item
+        with self._state:
+            ident = int(reply.get("id") or 0)
+            call = self._calls.get(ident) if reply.get("more") else self._calls.pop(ident, None)
+            if call is not None:
+                call.replies.append((reply, fds))
+                return
+        logger.warning("the device host answered a message never sent: %s", reply)
+        for fd in fds:
+            os.close(fd)
+
+    def _late(self) -> DeviceHostError:
+        return DeviceHostError(f"the device host did not answer within {self._timeout_s:g} s")
+
+    def alive(self) -> bool:
+        """Whether the host is still at the other end (an idle link reads nobody's replies:
+        a host that went away shows here, before a message is sent to it)."""
+        with self._state:
+            if self.lost is None and not self._calls:
+                try:
+                    readable, _, _ = select.select([self._sock], [], [], 0)
+                    if readable and not self._sock.recv(1, socket.MSG_PEEK):
+                        self.lost = self._gone(None)  # the end of the stream
+                except OSError as exc:
+                    self.lost = self._gone(exc)
+            return self.lost is None
+
+    def _gone(self, cause: BaseException | None) -> DeviceHostGone:
+        pid = f" (pid {self.host_pid})" if self.host_pid else ""
+        why = f": {cause}" if cause else ""
+        return DeviceHostGone(
+            f"the device host of device {self._device}{pid} went away with this request "
+            f"in flight{why}; the next request starts it again"
+        )
 
     def _lose(self, cause: BaseException | None) -> None:
-        with self._calls_lock:
+        with self._state:
             if self.lost is None:
-                pid = f" (pid {self.host_pid})" if self.host_pid else ""
-                why = f": {cause}" if cause else ""
-                self.lost = DeviceHostGone(
-                    f"the device host of device {self._device}{pid} went away with this request "
-                    f"in flight{why}; the next request starts it again"
-                )
+                self.lost = self._gone(cause)
             calls, self._calls = list(self._calls.values()), {}
-        for call in calls:
-            call.fail(self.lost)
+            for call in calls:
+                call.error = self.lost
+            self._state.notify_all()
 
     def close(self) -> None:
         try:
@@ -286,7 +313,6 @@ class _Link:
         except OSError:
             logger.debug("the device host connection was already closed")
         self._sock.close()
-        self._reader.join(10)
 
 
 def _raise_error(error: dict[str, Any]) -> None:
@@ -303,8 +329,8 @@ def _raise_error(error: dict[str, Any]) -> None:
     raise DeviceHostError(f"the device host failed: {message}")
 
 
-def _reply(call: _Call, timeout_s: float | None) -> tuple[dict[str, Any], list[int]]:
-    reply, fds = call.next(timeout_s)
+def _reply(link: _Link, call: _Call) -> tuple[dict[str, Any], list[int]]:
+    reply, fds = link.reply(call)
     if "error" in reply:
         for fd in fds:
             os.close(fd)
@@ -349,7 +375,7 @@ class RemoteBatch:
         assert slot is not None
         self._slot = None
         try:
-            reply, fds = _reply(self._call, self._session.reply_timeout_s)
+            reply, fds = _reply(self._link, self._call)
         except BaseException as exc:
             self._error = exc
             self._session._give_back(self._link, slot)
@@ -406,7 +432,7 @@ class RemoteSession:
         for _attempt in range(_OPEN_ATTEMPTS):
             link = _Link(start_host(self.device_id, self._paths), self.device_id)
             try:
-                reply, _ = _reply(link.call({"op": "open", "session": self._arguments}), None)
+                reply, _ = _reply(link, link.call({"op": "open", "session": self._arguments}))
             except DeviceHostGone:  # it was stopping as we connected: start another
                 link.close()
                 continue
@@ -414,6 +440,7 @@ class RemoteSession:
                 link.close()
                 raise
             link.host_pid = int(reply["pid"])
+            link.settimeout(self.reply_timeout_s)  # loading took what it took; replies do not
             self._link = link
             return reply
         raise DeviceHostError(
@@ -427,7 +454,7 @@ class RemoteSession:
             if self._closed:
                 raise RuntimeError(f"{self!r} is closed")
             link = self._link
-            if link is not None and link.lost is None:
+            if link is not None and link.alive():
                 return link
             if link is not None:
                 logger.warning("%s; reconnecting", link.lost)
@@ -454,7 +481,7 @@ class RemoteSession:
                 if slot.buffer.nbytes >= nbytes:
                     return self._free.pop(index)
         size = buffer_bytes(nbytes)
-        reply, fds = _reply(link.call({"op": "buffer", "bytes": size}), self.reply_timeout_s)
+        reply, fds = _reply(link, link.call({"op": "buffer", "bytes": size}))
         return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
 
     def _give_back(self, link: _Link, slot: _Slot) -> None:
@@ -493,7 +520,7 @@ class RemoteSession:
         batch = RemoteBatch(self, link, call, slot)
         if pipelined:
             try:
-                _reply(call, self.reply_timeout_s)  # accepted (or refused before any work)
+                _reply(link, call)  # accepted (or refused before any work)
             except BaseException:
                 self._give_back(link, slot)
                 raise
@@ -510,14 +537,14 @@ class RemoteSession:
         """Wait until the host's session could launch the next batch (`Session.wait_ready`)."""
         link = self._link
         if link is not None and link.lost is None:
-            _reply(link.call({"op": "wait_ready"}), self.reply_timeout_s)
+            _reply(link, link.call({"op": "wait_ready"}))
 
     def _stats(self) -> None:
         link = self._link
         if link is None or link.lost is not None:
             return
         try:
-            reply, _ = _reply(link.call({"op": "stats"}), self.reply_timeout_s)
+            reply, _ = _reply(link, link.call({"op": "stats"}))
         except DeviceHostGone:
             return  # the counts so far stand; the next request reconnects
         self._last = counters_from_json(reply["counters"])

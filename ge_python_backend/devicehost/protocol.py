@@ -54,6 +54,7 @@ __all__ = [
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 64 << 20  # control messages only: tensors go through shared memory
 MAX_FDS = 4
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: dumps makes one a call
 
 
 class DeviceHostError(GeBackendError):
@@ -107,7 +108,7 @@ def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, .
     """Send one frame (the caller serializes senders); `fds` travel with it."""
     if fds:
         message = {**message, "fds": len(fds)}
-    body = json.dumps(message, separators=(",", ":")).encode()
+    body = _encode(message).encode()
     frame = _LENGTH.pack(len(body)) + body
     if fds:
         sent = socket.send_fds(sock, [frame], list(fds))
@@ -117,7 +118,7 @@ def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, .
 
 
 class FrameReader:
-    """Reads frames (and the descriptors they carry) from one socket, one reader thread."""
+    """Reads frames (and the descriptors they carry) from one socket, one reader at a time."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
