@@ -134,14 +134,15 @@ class Buffer:
         places: Sequence[Mapping[str, Sequence[Any]]],
         arrays: Sequence[Mapping[str, np.ndarray]],
     ) -> None:
-        """Write each tensor to its place (from `layout`)."""
+        """Write each tensor to the place `layout` gave it (for these very arrays: not checked
+        again)."""
         for here, tensors in zip(places, arrays):
             for name, array in tensors.items():
                 place = here[name]
                 if place[1] == BYTES:
                     self._map[place[0] : place[0] + sum(place[3])] = b"".join(array.flat)
                 else:
-                    self.view(place)[...] = array
+                    np.ndarray(array.shape, array.dtype, self._map, place[0])[...] = array
 
     def close(self) -> None:
         try:

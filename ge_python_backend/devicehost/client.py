@@ -208,15 +208,17 @@ class _Link:
         self._timeout_s = timeout_s
 
     def call(self, message: dict[str, Any]) -> _Call:
+        """Send `message` (given its `id`); its replies come through `reply`."""
         call = _Call()
         with self._state:
             if self.lost is not None:
                 raise self.lost
             ident = next(self._ids)
             self._calls[ident] = call
+        message["id"] = ident
         try:
             with self._send_lock:
-                send_message(self._sock, {**message, "id": ident})
+                send_message(self._sock, message)
         except OSError as exc:
             self._lose(exc)
         return call
@@ -500,7 +502,7 @@ class RemoteSession:
         for number, feeds in enumerate(feeds_list):
             tensors = {}
             for name, value in feeds.items():
-                array = np.asarray(value)
+                array = value if type(value) is np.ndarray else np.asarray(value)
                 if array.dtype.hasobject and not is_bytes_tensor(array):
                     error = InputError(
                         f"input {name!r} holds Python objects other than bytes; the model takes "

@@ -73,16 +73,13 @@ class _Connection:
         self._completer: threading.Thread | None = None
 
     def run(self) -> None:
-        reader = FrameReader(self.sock)
+        reader = FrameReader(self.sock, descriptors=False)  # a stub hands over nothing
         try:
             while True:
                 item = reader.read()
                 if item is None:
                     break
-                message, fds = item
-                for fd in fds:  # a stub hands over nothing
-                    os.close(fd)
-                self._handle(message)
+                self._handle(item[0])
         except (OSError, ValueError, DeviceHostError) as exc:
             logger.warning("stub pid %d (%s): connection ended: %s", self.peer_pid, self.label, exc)
         finally:
@@ -99,14 +96,14 @@ class _Connection:
         ident = message.get("id")
         op = message.get("op")
         try:
-            if op == "open":
+            if op == "submit" and self.session is not None:  # first: the one on every batch
+                self._submit(ident, message)
+            elif op == "open":
                 self._open(ident, message.get("session"))
             elif self.session is None:
                 raise Refused(f"{op!r} before a session was opened on this connection")
             elif op == "buffer":
                 self._give_buffer(ident, int(message["bytes"]))
-            elif op == "submit":
-                self._submit(ident, message)
             elif op == "wait_ready":
                 self.session.wait_ready()
                 self._send({"id": ident})

@@ -55,6 +55,7 @@ _LENGTH = struct.Struct(">I")
 MAX_FRAME = 64 << 20  # control messages only: tensors go through shared memory
 MAX_FDS = 4
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: dumps makes one a call
+_decode = json.JSONDecoder().decode
 
 
 class DeviceHostError(GeBackendError):
@@ -105,9 +106,10 @@ def check_private_directory(directory: str) -> None:
 
 
 def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
-    """Send one frame (the caller serializes senders); `fds` travel with it."""
+    """Send one frame (the caller serializes senders); `fds` travel with it (the message's
+    `"fds"` field is set to their count)."""
     if fds:
-        message = {**message, "fds": len(fds)}
+        message["fds"] = len(fds)
     body = _encode(message).encode()
     frame = _LENGTH.pack(len(body)) + body
     if fds:
@@ -118,38 +120,46 @@ def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, .
 
 
 class FrameReader:
-    """Reads frames (and the descriptors they carry) from one socket, one reader at a time."""
+    """Reads frames from one socket, one reader at a time; with `descriptors`, the descriptors
+    they carry too (without, the kernel drops any a peer passes: the host takes none)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, descriptors: bool = True) -> None:
         self._sock = sock
+        self._descriptors = descriptors
         self._data = bytearray()
         self._fds: deque[int] = deque()
 
     def read(self) -> tuple[dict[str, Any], list[int]] | None:
         """The next message and its descriptors; None at the end of the stream."""
+        data = self._data
         while True:
-            if len(self._data) >= _LENGTH.size:
-                (length,) = _LENGTH.unpack_from(self._data)
+            if len(data) >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(data)
                 if length > MAX_FRAME:
                     raise DeviceHostError(f"a frame of {length} bytes is over {MAX_FRAME}")
-                if len(self._data) >= _LENGTH.size + length:
-                    body = bytes(self._data[_LENGTH.size : _LENGTH.size + length])
-                    del self._data[: _LENGTH.size + length]
-                    message = json.loads(body)
+                end = _LENGTH.size + length
+                if len(data) >= end:
+                    message = _decode(data[_LENGTH.size : end].decode())
+                    del data[:end]
                     if not isinstance(message, dict):
                         raise DeviceHostError("a message that is not a JSON object")
-                    count = int(message.get("fds", 0))
+                    count = message.get("fds", 0)
+                    if not count:
+                        return message, []
                     if count > len(self._fds):
                         raise DeviceHostError("a message announces descriptors it did not bring")
                     return message, [self._fds.popleft() for _ in range(count)]
-            data, fds, _flags, _address = socket.recv_fds(self._sock, 1 << 16, MAX_FDS)
-            self._fds.extend(fds)
-            if not data:
+            if self._descriptors:
+                chunk, fds, _flags, _address = socket.recv_fds(self._sock, 1 << 16, MAX_FDS)
+                self._fds.extend(fds)
+            else:
+                chunk = self._sock.recv(1 << 16)
+            if not chunk:
                 for fd in self._fds:
                     os.close(fd)
                 self._fds.clear()
                 return None
-            self._data += data
+            data += chunk
 
 
 def specs_to_json(specs: tuple[TensorSpec, ...]) -> list[list[Any]]:
