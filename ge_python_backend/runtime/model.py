@@ -37,6 +37,7 @@ from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
 from ge_python_backend.runtime.memory import DeviceBuffer, copy_to_array
+from ge_python_backend.runtime.placement import Placement
 
 __all__ = [
     "GEAR_INPUT_NAME",
@@ -212,8 +213,7 @@ class Model(Resource):
         self.sizes = LoadSizes.query(acl, self.path) if sizes is None else sizes
         model_id, memory = _load(context, self.path, self.sizes)
         self.model_id: int = model_id
-        # its load allocated the weights the loads of the `.om` in `context` share (`_load`)
-        self.made_weights = memory.made_weights
+        self._weights_key = memory.weights_key  # the weights it shares (`_load`), if any
         desc_holder: list[int] = []
         self._own(_unload, context, model_id, desc_holder, memory)
         context._adopt(self)
@@ -227,6 +227,17 @@ class Model(Resource):
         except BaseException:
             self._abandon()
             raise
+
+    def record_weights(self, label: str) -> None:
+        """Put the weights this load shares in the process's placement records under `label`
+        unless a load sharing them did already: one record, removed with the weights' last load
+        (a session that closes first leaves them recorded for the others). A load that shares
+        none holds its weights in `sizes.load_bytes`."""
+        with _weights_lock:
+            weights = _weights.get(self._weights_key) if self._weights_key else None
+            if weights is not None and weights.record is None:
+                device_id = self.context.device.device_id
+                weights.record = Placement(device_id, label, self.sizes.shared_bytes)
 
     def set_dynamic_batch_size(self, inputs: Dataset, batch: int) -> None:
         """Select batch gear `batch` for the next execution."""
@@ -413,10 +424,12 @@ def _aipp_calls(op: AippOp, batch: int) -> list[tuple[str, tuple[Any, ...]]]:
 
 @dataclasses.dataclass
 class _Weights:
-    """The weights of one `.om` in one context, shared by its loads."""
+    """The weights of one `.om` in one context, shared by its loads, and their placement record
+    (`Model.record_weights`)."""
 
     buffer: DeviceBuffer
     users: int = 0
+    record: Placement | None = None
 
 
 _weights_lock = threading.Lock()
@@ -429,11 +442,11 @@ class _LoadMemory:
 
     work: DeviceBuffer | None = None
     weights_key: tuple[int, str, int, int, int] | None = None
-    made_weights: bool = False  # this load allocated the weights (the first load in its context)
 
     def release(self) -> None:
-        """Free the work space and leave the weights (freed with their last load)."""
-        buffers: list[Resource] = [] if self.work is None else [self.work]
+        """Free the work space and leave the weights (freed, and their record removed, with
+        their last load)."""
+        resources: list[Resource] = [] if self.work is None else [self.work]
         key, self.weights_key, self.work = self.weights_key, None, None
         if key is not None:
             with _weights_lock:
@@ -441,8 +454,10 @@ class _LoadMemory:
                 weights.users -= 1
                 if not weights.users:
                     del _weights[key]
-                    buffers.append(weights.buffer)
-        close_all(buffers)
+                    resources.append(weights.buffer)
+                    if weights.record is not None:
+                        resources.append(weights.record)
+        close_all(resources)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -504,7 +519,6 @@ def _load(context: Context, path: Path, sizes: LoadSizes) -> tuple[int, _LoadMem
             weights = _weights.get(key)
             if weights is None:
                 weights = _weights[key] = _Weights(DeviceBuffer(context, sizes.weight))
-                memory.made_weights = True
             weights.users += 1
             memory.weights_key = key
         memory.work = DeviceBuffer(context, sizes.work)

@@ -429,15 +429,9 @@ class Session(Resource):
             if exc.code not in OUT_OF_DEVICE_MEMORY:
                 raise
             raise self._memory_wall(exc, LoadSizes.query(acl, self.path)) from exc
-        sizes = self._lanes[0].model.sizes
-        # the weights count with the session whose load allocated them (in a device host, the
-        # first of the model's sessions on the device): the others share them
-        weights = any(lane.model.made_weights for lane in self._lanes)
-        held = (
-            self._counters.device_bytes_held
-            + len(self._lanes) * sizes.load_bytes
-            + (sizes.shared_bytes if weights else 0)
-        )
+        model = self._lanes[0].model
+        model.record_weights(self.label)  # once per process and `.om`: every session shares them
+        held = self._counters.device_bytes_held + len(self._lanes) * model.sizes.load_bytes
         self._parts.append(Placement(self.device_id, self.label, held))
 
     def _memory_wall(self, exc: AclError, sizes: LoadSizes) -> DeviceFullError:
