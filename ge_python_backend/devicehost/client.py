@@ -420,6 +420,7 @@ class RemoteSession:
         self._base = SessionCounters()  # what earlier hosts counted
         self._last = SessionCounters()
         self._memory = (0, 0)
+        self._ready = False  # the last submit's acceptance said the session could take the next
         self._closed = False
         self._link: _Link | None = None
         reply = self._open()
@@ -522,10 +523,11 @@ class RemoteSession:
         batch = RemoteBatch(self, link, call, slot)
         if pipelined:
             try:
-                _reply(link, call)  # accepted (or refused before any work)
+                accepted, _ = _reply(link, call)  # (or refused before any work)
             except BaseException:
                 self._give_back(link, slot)
                 raise
+            self._ready = bool(accepted.get("ready"))
         else:
             try:
                 batch.result()
@@ -536,7 +538,11 @@ class RemoteSession:
         return batch
 
     def wait_ready(self) -> None:
-        """Wait until the host's session could launch the next batch (`Session.wait_ready`)."""
+        """Wait until the host's session could launch the next batch (`Session.wait_ready`):
+        at once after a pipelined submit the host accepted when it was so."""
+        if self._ready:
+            self._ready = False
+            return
         link = self._link
         if link is not None and link.lost is None:
             _reply(link, link.call({"op": "wait_ready"}))

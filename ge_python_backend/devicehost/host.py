@@ -203,7 +203,16 @@ class _Connection:
         if not pipelined:
             self._complete(ident, number, pending)
             return
-        self._send({"id": ident, "more": True})  # accepted: the stub may take its next batch
+        # accepted once the session could launch the next batch (the batches before this one
+        # are with the completer), so the stub's `wait_ready`, which follows every pipelined
+        # submit, needs no message of its own (a failure there is its own to report)
+        try:
+            self.session.wait_ready()
+            ready = True
+        except Exception:
+            logger.debug("stub pid %d: wait_ready after a submit", self.peer_pid, exc_info=True)
+            ready = False
+        self._send({"id": ident, "more": True, "ready": ready})  # before this batch's answer
         if self._completer is None:
             self._completer = threading.Thread(
                 target=self._completing, name=f"ge-host-completions-{self.peer_pid}", daemon=True

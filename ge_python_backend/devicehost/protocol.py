@@ -11,9 +11,10 @@ Messages (stub -> host, each with an `id` the replies repeat):
         (paths as text, the image input's settings as their fields)
   buffer {bytes}                                -> {buffer, bytes, fds: 1}
   submit {buffer, pipelined, feeds: [{name: place}]}   (`buffers.layout`'s places)
-        -> pipelined: {accepted} then {outputs: [...], buffer[, fds: 1 with a bigger buffer]}
+        -> pipelined: {more, ready} once the session could take the next batch (ready: its
+           wait_ready passed), then {outputs: [...], buffer[, fds: 1 with a bigger buffer]}
         -> inline: the outputs only
-  wait_ready {}                                 -> {}
+  wait_ready {}                                 -> {}   (only after a submit not `ready`)
   stats {}                                      -> {counters, device_memory}
   free {buffer}                                 (no reply)
 A failure is `{id, error: {kind: input|acl|other, message, request?, code?, name?}}`.
