@@ -761,7 +761,8 @@ class DeviceHost:
     p50_delta_us: Target  # host - stub p50 at one client, microseconds, per round
     p50_us: dict[str, float]  # median p50 at one client by model
     throughput_rps: dict[str, float]  # median throughput at the top level by model
-    hop_us: dict[str, float]  # `hop.py`'s median p50 by variant (local, same_cpu, other_cpu)
+    hop_us: dict[str, float]  # `hop.py`'s median p50 by variant (local, same_cpu, ping_*, ...)
+    hop_batches_per_s: dict[str, float]  # its pipelined variants' median batches per second
 
 
 def device_host(data: dict[str, Any]) -> DeviceHost:
@@ -784,7 +785,14 @@ def device_host(data: dict[str, Any]) -> DeviceHost:
             model: median_at(rounds, level, "throughput_rps") for model, rounds in runs.items()
         },
         hop_us={
-            name: statistics.median(r["p50_us"] for r in rounds) for name, rounds in hop.items()
+            name: statistics.median(r["p50_us"] for r in rounds)
+            for name, rounds in hop.items()
+            if "p50_us" in rounds[0]
+        },
+        hop_batches_per_s={
+            name: statistics.median(r["batches_per_s"] for r in rounds)
+            for name, rounds in hop.items()
+            if "batches_per_s" in rounds[0]
         },
     )
 

@@ -2,12 +2,18 @@
 
     python benchmarks/hop.py OM local                 # Session in this process, on CPU 0
     python benchmarks/hop.py OM remote --host-cpu C   # RemoteSession; its device host on CPU C
+    python benchmarks/hop.py OM ping --host-cpu C     # the floor: a bare socket ping-pong
+    python benchmarks/hop.py OM local|remote --pipelined   # depth 2, batches per second
 
 The client runs on CPU 0 (`sched_setaffinity`); `remote` starts a device host of its own (a
 private run directory and emulated host) pinned to CPU C, so `--host-cpu 0` (both on one CPU:
 each message hands the CPU over) and `--host-cpu 1` (each message wakes the other CPU) take the
-same hop with and without the machine's cross-CPU wake-ups. Prints one JSON line: p50 and p90 of
-`submit(...).result()` in microseconds over `--requests` batches of one row, after a warm-up.
+same hop with and without the machine's cross-CPU wake-ups; `ping` sends 64 bytes to a process
+on CPU C that sends them back, what any hop costs at least on this machine. Prints one JSON
+line: p50 and p90 of `submit(...).result()` (or of the ping) in microseconds over `--requests`
+batches of one row, after a warm-up; with `--pipelined`, the batches per second of Triton's
+depth-2 pattern (submit pipelined, a completion thread takes the results, `wait_ready` before
+the next) for `PIPELINED_S` seconds, executions emulated at `PIPELINED_TIMING`.
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +41,9 @@ from ge_python_backend.runtime import Session
 
 WARMUP = 300
 CLIENT_CPU = 0
+PIPELINED_TIMING = "execute_us=300"
+PIPELINED_S = 3.0
+PING_BYTES = 64
 
 
 def start_host(cpu: int) -> subprocess.Popen[bytes]:
@@ -65,32 +78,90 @@ def measure(session: Session | RemoteSession, requests: int) -> dict[str, float]
     return {"p50_us": times[len(times) // 2] * 1e6, "p90_us": times[len(times) * 9 // 10] * 1e6}
 
 
+def measure_pipelined(session: Session | RemoteSession) -> dict[str, float]:
+    """Batches per second of one row, depth 2 as `triton.ModelInstance` pipelines them."""
+    x = np.ones((1, int(session.inputs[0].shape[1])), np.float32)
+    name = session.inputs[0].name
+    batches: queue.Queue[Any] = queue.Queue(maxsize=2)
+    completed = 0
+
+    def complete() -> None:
+        nonlocal completed
+        while (batch := batches.get()) is not None:
+            batch.result()
+            completed += 1
+
+    completer = threading.Thread(target=complete)
+    completer.start()
+    for _ in range(WARMUP):
+        batches.put(session.submit([{name: x}], pipelined=True))
+        session.wait_ready()
+    start, warm = time.perf_counter(), completed
+    while time.perf_counter() - start < PIPELINED_S:
+        batches.put(session.submit([{name: x}], pipelined=True))
+        session.wait_ready()
+    batches.put(None)
+    completer.join()
+    return {"batches_per_s": (completed - warm) / (time.perf_counter() - start)}
+
+
+def ping(cpu: int, requests: int) -> dict[str, float]:
+    """p50/p90 of a bare ping-pong with a process on CPU `cpu` over a Unix socket pair."""
+    ours, theirs = socket.socketpair()
+    echo = os.fork()
+    if echo == 0:
+        ours.close()
+        os.sched_setaffinity(0, {cpu})
+        while data := theirs.recv(1 << 16):
+            theirs.sendall(data)
+        os._exit(0)
+    theirs.close()
+    message, times = b"x" * PING_BYTES, []
+    for number in range(WARMUP + requests):
+        start = time.perf_counter()
+        ours.sendall(message)
+        ours.recv(1 << 16)
+        if number >= WARMUP:
+            times.append(time.perf_counter() - start)
+    ours.close()
+    os.waitpid(echo, 0)
+    times.sort()
+    return {"p50_us": times[len(times) // 2] * 1e6, "p90_us": times[len(times) * 9 // 10] * 1e6}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("om", type=Path)
-    parser.add_argument("mode", choices=["local", "remote"])
+    parser.add_argument("mode", choices=["local", "remote", "ping"])
     parser.add_argument("--host-cpu", type=int, default=1)
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--pipelined", action="store_true")
     args = parser.parse_args()
+    run = measure_pipelined if args.pipelined else lambda s: measure(s, args.requests)
+    depth = 2 if args.pipelined else 1
     with tempfile.TemporaryDirectory(prefix="ge-hop-") as private:
         os.environ[RUN_DIR_ENV] = os.path.join(private, "run")
         os.environ[HOST_DIR_ENV] = os.path.join(private, "emulator")
+        if args.pipelined:
+            os.environ["GE_EMULATOR_TIMING"] = PIPELINED_TIMING  # the host inherits it
         os.sched_setaffinity(0, {CLIENT_CPU})
-        if args.mode == "local":
-            with Session(args.om, runtime="emulator") as session:
-                result = measure(session, args.requests)
+        if args.mode == "ping":
+            result = ping(args.host_cpu, args.requests)
+        elif args.mode == "local":
+            with Session(args.om, runtime="emulator", pipeline_depth=depth) as session:
+                result = run(session)
         else:
             host = start_host(args.host_cpu)
             try:
-                remote = RemoteSession(args.om, 0, runtime="emulator")
+                remote = RemoteSession(args.om, 0, runtime="emulator", pipeline_depth=depth)
                 try:
-                    result = measure(remote, args.requests)
+                    result = run(remote)
                 finally:
                     remote.close()
             finally:
                 host.terminate()
                 host.wait(30)
-    print(json.dumps({**result, "mode": args.mode, "host_cpu": args.host_cpu}))
+    print(json.dumps({**result, "mode": args.mode, "host_cpu": args.host_cpu, "depth": depth}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from typing import Any
 import analysis
 import timeline as timeline_plot
 from analysis import Rounds, Target
+from hop import PIPELINED_TIMING
 from scenarios import (
     ANSWER_ROWS,
     CLASSIFIER_BATCH,
@@ -1282,8 +1283,10 @@ def many_models_words(modes: dict[str, analysis.ManyModels]) -> list[str]:
     return lines
 
 
-def hop_lines(hop_us: dict[str, float], rounds: int) -> list[str]:
-    """What the hop itself costs, without Triton (`benchmarks/hop.py`)."""
+def hop_lines(figures: analysis.DeviceHost, rounds: int) -> list[str]:
+    """What the hop itself costs, without Triton (`benchmarks/hop.py`), against the floor of
+    any hop on this machine (a bare ping-pong), and what it leaves of pipelining."""
+    hop_us, per_s = figures.hop_us, figures.hop_batches_per_s
     if not hop_us:
         return []
     local, same = hop_us["local"], hop_us["same_cpu"]
@@ -1301,7 +1304,34 @@ def hop_lines(hop_us: dict[str, float], rounds: int) -> list[str]:
             f"us): on this machine a request's two wake-ups of a process on another CPU cost "
             f"{fmt(other - same)} us of that"
         )
-    return [words + ".", ""]
+    lines = [words + ".", ""]
+    if "ping_same_cpu" in hop_us:
+        floor = (
+            "The floor of any hop here, a bare Unix-socket ping-pong of 64 bytes between two "
+            f"processes (one message each way): {fmt(hop_us['ping_same_cpu'])} us on one CPU"
+        )
+        if "ping_other_cpu" in hop_us:
+            ping, target = hop_us["ping_other_cpu"], analysis.DEVICE_HOST_P50_TARGET_US
+            beside = (
+                f"more than the +{fmt(target)} us the one-client target allows the whole hop"
+                if ping > target
+                else f"within the +{fmt(target)} us target"
+            )
+            floor += (
+                f", {fmt(ping)} us across the two CPUs of this VM (each message wakes a process "
+                f"on the other virtual CPU): {beside}"
+            )
+        lines += [floor + ".", ""]
+    if "pipelined_remote" in per_s:
+        lines += [
+            "Pipelined (`--pipelined`: depth 2 as an instance pipelines long executions, one row "
+            f"per batch, executions emulated at `{PIPELINED_TIMING}`): "
+            f"{fmt(per_s['pipelined_remote'])} batches/s through a device host on the other CPU "
+            f"against {fmt(per_s['pipelined_local'])} in the client's process "
+            f"({per_s['pipelined_remote'] / per_s['pipelined_local']:.2f}x).",
+            "",
+        ]
+    return lines
 
 
 def device_host_lines(data: dict[str, Any]) -> list[str]:
@@ -1372,7 +1402,7 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
             f"its p50 was {fmt(figures.p50_us['host'])} us against "
             f"{fmt(figures.p50_us['stub'])} us.",
             "",
-            *hop_lines(figures.hop_us, len(raw.get("hop", {}).get("local", []))),
+            *hop_lines(figures, len(raw.get("hop", {}).get("local", []))),
             "Raw results:",
             "",
             *level_table(raw["runs"]),

@@ -865,15 +865,27 @@ def scenario_device_host(
 
 
 # The hop without Triton (`benchmarks/hop.py`): the session in the client's process, then the
-# device host on the client's CPU, then on the other CPU (left out on a one-CPU machine).
-HOP_VARIANTS = {"local": ["local"], "same_cpu": ["remote", "--host-cpu", "0"]}
-HOP_OTHER_CPU = {"other_cpu": ["remote", "--host-cpu", "1"]}
+# device host on the client's CPU, then on the other CPU (left out on a one-CPU machine); a bare
+# socket ping-pong on each (the floor of any hop); depth-2 pipelining in the client's process
+# and through the device host on the other CPU.
+HOP_VARIANTS = {
+    "local": ["local"],
+    "same_cpu": ["remote", "--host-cpu", "0"],
+    "ping_same_cpu": ["ping", "--host-cpu", "0"],
+    "pipelined_local": ["local", "--pipelined"],
+}
+HOP_OTHER_CPU = {
+    "other_cpu": ["remote", "--host-cpu", "1"],
+    "ping_other_cpu": ["ping", "--host-cpu", "1"],
+    "pipelined_remote": ["remote", "--pipelined", "--host-cpu", "1"],
+}
 
 
 def hop_rounds(
     recorder: Recorder, work: Path, om: Path, plan: Plan
 ) -> dict[str, list[dict[str, float]]]:
-    """p50/p90 of one batch at a time, each variant once per round, rounds alternating."""
+    """Each variant once per round (p50/p90 of one batch at a time, or the batches per second
+    of pipelining), rounds alternating."""
     variants = {**HOP_VARIANTS, **(HOP_OTHER_CPU if len(os.sched_getaffinity(0)) > 1 else {})}
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     shown = str(om).replace(str(work), "WORK")
@@ -884,7 +896,15 @@ def hop_rounds(
             command = [sys.executable, str(HERE / "hop.py"), str(om), *args]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             rounds[name].append(json.loads(output.strip().splitlines()[-1]))
-    say("device host hop: " + ", ".join(f"{n} {r[-1]['p50_us']:.0f} us" for n, r in rounds.items()))
+    say(
+        "device host hop: "
+        + ", ".join(
+            f"{n} {r[-1]['batches_per_s']:.0f} batches/s"
+            if "batches_per_s" in r[-1]
+            else f"{n} {r[-1]['p50_us']:.0f} us"
+            for n, r in rounds.items()
+        )
+    )
     return rounds
 
 

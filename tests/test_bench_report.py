@@ -705,6 +705,29 @@ def test_the_device_host_section_follows_its_numbers() -> None:
     assert "59 of them answering correctly" in text
 
 
+def test_the_hop_is_set_against_the_floor_of_any_hop_and_pipelining() -> None:
+    data = with_device_host(run_data())
+    p50 = {"local": 130, "same_cpu": 260, "other_cpu": 360, "ping_same_cpu": 6}
+    data["device_host"]["hop"] = {
+        **{name: [{"p50_us": us}] * ROUNDS for name, us in p50.items()},
+        "ping_other_cpu": [{"p50_us": 70.0}] * ROUNDS,
+        "pipelined_local": [{"batches_per_s": 3000.0}] * ROUNDS,
+        "pipelined_remote": [{"batches_per_s": 1500.0}] * ROUNDS,
+    }
+    text = report.render(data)
+    assert "through a device host on the other CPU 360 us (+230 us)" in text
+    assert (
+        "a bare Unix-socket ping-pong of 64 bytes between two processes (one message each way): "
+        "6 us on one CPU, 70 us across the two CPUs of this VM (each message wakes a process on "
+        "the other virtual CPU): more than the +60 us the one-client target allows the whole hop."
+    ) in text
+    assert "1,500 batches/s through a device host on the other CPU against 3,000 in the " in text
+    assert "(0.50x)." in text
+    data["device_host"]["hop"]["ping_other_cpu"] = [{"p50_us": 50.0}] * ROUNDS
+    assert "50 us across the two CPUs of this VM" in report.render(data)
+    assert "): within the +60 us target." in report.render(data)
+
+
 def test_without_section_10_the_report_has_none_of_it() -> None:
     data = with_device_host(run_data())
     del data["device_host"]

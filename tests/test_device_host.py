@@ -5,13 +5,13 @@ socket and directory are the user's alone, and the parameter has one rule."""
 from __future__ import annotations
 
 import json
-import queue
-import threading
 import os
+import queue
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
