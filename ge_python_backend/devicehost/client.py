@@ -245,6 +245,8 @@ class _Link:
                     return call.replies.popleft()
                 if call.error is not None:
                     raise call.error
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._late()  # (the others' replies kept coming, not this one's)
                 self._reading = True
             try:
                 self._read_one()
@@ -514,6 +516,7 @@ class RemoteSession:
                 tensors[name] = array
             arrays.append(tensors)
         places, nbytes = layout(arrays)
+        self._ready = False
         link = self._current()
         slot = self._take(link, nbytes)
         slot.buffer.write(places, arrays)
