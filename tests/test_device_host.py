@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,38 @@ def test_callers_hand_each_other_their_replies_without_a_reader_thread(
         assert threading.active_count() == threads_before  # no thread of the session's own
     finally:
         session.close()
+
+
+def on_one_cpu(pid: int) -> int:
+    """How many threads of process `pid` may run on one CPU only (/proc's Cpus_allowed_list)."""
+    count = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        allowed = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+        count += allowed.split(":")[1].strip().isdigit()
+    return count
+
+
+def test_an_inline_batch_and_its_host_thread_share_the_stubs_cpu(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stub's thread keeps its CPU while it waits, the host's thread moves to it, and the
+    stub's thread gets its own CPUs back; GE_DEVICE_HOST_SHARE_CPU=0 leaves them alone."""
+    allowed = os.sched_getaffinity(0)
+    x = np.ones((2, 16), np.float32)
+    for share, pinned in (("1", 1), ("0", 0)):
+        monkeypatch.setenv("GE_DEVICE_HOST_SHARE_CPU", share)
+        session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+        try:
+            session.submit([{"x": x}], pipelined=False).result()
+            assert os.sched_getaffinity(0) == allowed
+            if len(allowed) > 1:  # the host pins its thread once it sent the answer
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and on_one_cpu(session.host_pid) != pinned:
+                    time.sleep(0.05)
+                assert on_one_cpu(session.host_pid) == pinned
+        finally:
+            session.close()
+    monkeypatch.setenv("GE_DEVICE_HOST_SHARE_CPU", "yes")
+    with pytest.raises(DeviceHostError, match="GE_DEVICE_HOST_SHARE_CPU must be 0 or 1"):
+        RemoteSession(om_dynamic_batch, 0, runtime="emulator")

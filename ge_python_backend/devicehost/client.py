@@ -17,6 +17,8 @@ library, numpy and the ground floor only: no `acl`, no runtime.
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
 import dataclasses
 import fcntl
 import itertools
@@ -29,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +60,8 @@ logger = logging.getLogger(__name__)
 # Seconds a host started by a stub stays up after its last stub left (a model reloading, or
 # Triton restarting a stub, finds it still there).
 IDLE_EXIT_ENV = "GE_DEVICE_HOST_IDLE_EXIT_S"
+# "0": an inline batch's hop leaves the CPUs to the scheduler (`_sharing_this_cpu`).
+SHARE_CPU_ENV = "GE_DEVICE_HOST_SHARE_CPU"
 DEFAULT_IDLE_EXIT_S = 10.0
 START_TIMEOUT_S = 120.0
 _OPEN_ATTEMPTS = 3
@@ -89,6 +93,26 @@ def python_interpreter() -> str:
         f"{', '.join(c for c in candidates if c)}); start it yourself: ge-python-model "
         "device-host --device N"
     )
+
+
+def _sched_getcpu() -> Any:
+    """libc's `sched_getcpu` (the CPU the calling thread runs on), or None where it is missing."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):
+        logger.info("no sched_getcpu here: the device host's hop leaves the CPUs to the scheduler")
+        return None
+
+
+_current_cpu = _sched_getcpu()
+
+
+def share_cpu_wanted() -> bool:
+    """`GE_DEVICE_HOST_SHARE_CPU`: "1" (the default) or "0"; DeviceHostError otherwise."""
+    text = os.environ.get(SHARE_CPU_ENV, "1")
+    if text not in ("0", "1"):
+        raise DeviceHostError(f"{SHARE_CPU_ENV} must be 0 or 1, got {text!r}")
+    return text == "1" and _current_cpu is not None
 
 
 def _connect(path: str) -> socket.socket | None:
@@ -423,6 +447,7 @@ class RemoteSession:
         self._last = SessionCounters()
         self._memory = (0, 0)
         self._ready = False  # the last submit's acceptance said the session could take the next
+        self._share_cpu = share_cpu_wanted()
         self._closed = False
         self._link: _Link | None = None
         reply = self._open()
@@ -520,18 +545,19 @@ class RemoteSession:
         link = self._current()
         slot = self._take(link, nbytes)
         slot.buffer.write(places, arrays)
-        call = link.call(
-            {"op": "submit", "buffer": slot.number, "pipelined": pipelined, "feeds": places}
-        )
-        batch = RemoteBatch(self, link, call, slot)
+        message = {"op": "submit", "buffer": slot.number, "pipelined": pipelined, "feeds": places}
         if pipelined:
+            call = link.call(message)
+            batch = RemoteBatch(self, link, call, slot)
             try:
                 accepted, _ = _reply(link, call)  # (or refused before any work)
             except BaseException:
                 self._give_back(link, slot)
                 raise
             self._ready = bool(accepted.get("ready"))
-        else:
+            return batch
+        with self._sharing_this_cpu(message):
+            batch = RemoteBatch(self, link, link.call(message), slot)
             try:
                 batch.result()
             except InputError:
@@ -539,6 +565,31 @@ class RemoteSession:
             except Exception:  # the batch's own failure: result() raises it again
                 logger.debug("a batch failed in the device host", exc_info=True)
         return batch
+
+    @contextlib.contextmanager
+    def _sharing_this_cpu(self, message: dict[str, Any]) -> Iterator[None]:
+        """While an inline batch waits for its answer, keep the calling thread on the CPU it
+        runs on and ask the host's thread to run there too (`message["cpu"]`): each message
+        then hands that CPU over instead of waking another, which on a VM costs far more
+        (BENCHMARKS.md section 10: a bare ping-pong on one CPU and across two). The thread's
+        CPUs are its own again afterwards."""
+        if not self._share_cpu:
+            yield
+            return
+        try:
+            before = os.sched_getaffinity(0)
+            cpu = int(_current_cpu())
+            os.sched_setaffinity(0, (cpu,))
+        except OSError as exc:
+            logger.info("%r: the hop leaves the CPUs to the scheduler: %s", self, exc)
+            self._share_cpu = False
+            yield
+            return
+        message["cpu"] = cpu
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
 
     def wait_ready(self) -> None:
         """Wait until the host's session could launch the next batch (`Session.wait_ready`):

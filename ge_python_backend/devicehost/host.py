@@ -49,6 +49,7 @@ __all__ = ["add_arguments", "main", "serve"]
 logger = logging.getLogger(__name__)
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_ALLOWED_CPUS = os.sched_getaffinity(0)  # the host's, as started
 # What a stub may pass to `Session`: its keyword arguments, nothing else.
 SESSION_ARGUMENTS = frozenset(inspect.signature(Session).parameters)
 
@@ -71,6 +72,8 @@ class _Connection:
         self._buffer_ids = itertools.count(1)
         self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
         self._completer: threading.Thread | None = None
+        # the CPU the stub's last inline batch waits on (-1: none; None: not one this host has)
+        self._cpu: int | None = -1
 
     def run(self) -> None:
         reader = FrameReader(self.sock, descriptors=False)  # a stub hands over nothing
@@ -79,7 +82,9 @@ class _Connection:
                 item = reader.read()
                 if item is None:
                     break
+                self._work_anywhere()
                 self._handle(item[0])
+                self._wait_beside_the_stub()
         except (OSError, ValueError, DeviceHostError) as exc:
             logger.warning("stub pid %d (%s): connection ended: %s", self.peer_pid, self.label, exc)
         finally:
@@ -199,6 +204,9 @@ class _Connection:
             for feeds in message["feeds"]
         ]
         pipelined = bool(message.get("pipelined"))
+        if self._cpu is not None:  # an inline batch's stub waits on this CPU (-1: none)
+            cpu = message.get("cpu", -1)
+            self._cpu = cpu if type(cpu) is int and 0 <= cpu < 1 << 16 else -1
         pending = self.session.submit(feeds_list, pipelined=pipelined)
         if not pipelined:
             self._complete(ident, number, pending)
@@ -219,6 +227,33 @@ class _Connection:
             )
             self._completer.start()
         self._completions.put((ident, number, pending))
+
+    def _wait_beside_the_stub(self) -> None:
+        """Before reading the next message, keep this connection's thread on the CPU the stub
+        waits on (`client.RemoteSession._sharing_this_cpu`), so that its next batch hands that
+        CPU over instead of waking another; a CPU this host may not run on leaves the thread to
+        the scheduler from then on (said once)."""
+        cpu = self._cpu
+        if cpu is None or cpu < 0:
+            return
+        try:
+            os.sched_setaffinity(0, (cpu,))
+        except OSError as exc:
+            logger.info(
+                "stub pid %d (%s): its batches' CPU %d is not one this host runs on (%s); the "
+                "scheduler places this connection's thread",
+                self.peer_pid,
+                self.label,
+                cpu,
+                exc,
+            )
+            self._cpu = None
+
+    def _work_anywhere(self) -> None:
+        """Handle a message on any of the host's CPUs (threads started meanwhile, ACL's own
+        among them, inherit them): only the wait for the next one stays beside the stub."""
+        if self._cpu is not None and self._cpu >= 0:
+            os.sched_setaffinity(0, _ALLOWED_CPUS)
 
     def _completing(self) -> None:
         while True:
