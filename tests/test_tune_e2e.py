@@ -123,6 +123,9 @@ def test_apply_writes_a_config_that_validates_and_serves(
     args += ["--repository", str(repository)]
     args += ["--apply", "--report", str(report)]
     args += ["--request-rate", "50", "--arrival", "poisson"]  # trials under open-loop load
+    # what is applied is the point here, not the budget: a CI machine loaded by the parallel
+    # tests once served the original config at p99 51 ms, and no config met 30 ms to apply
+    args += ["--p99-ms", "200"]
     assert tune(server, *args) == 0
     document = json.loads((report / "tune.json").read_text())
     assert len(document["trials"]) >= 2
