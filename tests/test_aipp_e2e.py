@@ -22,6 +22,7 @@ auto-completed and answers both sizes (`[1, h*1.5, w, 1]` bytes each).
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -206,11 +207,14 @@ def test_a_classifier_with_batch_gears_batches_concurrent_requests(
     server, oms = served
     rng = np.random.default_rng(35)
     requests = [rng.integers(0, 256, (1 + i % 3, 20, 20, 3), dtype=np.uint8) for i in range(16)]
+    connected = threading.Barrier(len(requests))
 
     def send(raw: np.ndarray) -> np.ndarray:
         with TritonClient(grpc_address(server), "grpc") as client:
-            result = client.send("classifier", client.prepare(typed({"image": raw}), None))
-            return result.as_numpy("logits")
+            prepared = client.prepare(typed({"image": raw}), None)
+            assert client.is_model_ready("classifier")  # connected before the others send
+            connected.wait(60)  # sent together, not one connection's setup after another
+            return client.send("classifier", prepared).as_numpy("logits")
 
     with TritonClient(http_address(server), "http") as client:
         config = client.model_config("classifier")
