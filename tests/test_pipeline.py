@@ -653,4 +653,7 @@ def test_sampled_device_times_follow_the_timing_model(
     timed = 24 if period == 1 else 2 * (4 + 2)  # per layout: the first 4, then the 5th and 9th
     assert len(records) == 4 * timed + (24 - timed if pipelined else 0)
     assert counters.executions == 24
-    assert 24 * 0.002 * 0.95 <= counters.execute_seconds <= 24 * 0.002 * 1.25, counters
+    # above: the emulated device sleeps its 2 ms, which a loaded machine overshoots (seen: 1.43x
+    # with period 4, whose sampled executions stand for the others); a sampling that counted
+    # each sample once or twice would be off by 4x or 2x
+    assert 24 * 0.002 * 0.95 <= counters.execute_seconds <= 24 * 0.002 * 1.6, counters

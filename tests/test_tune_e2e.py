@@ -24,7 +24,8 @@ TIMING = "profile=resnet50-310p3"
 # The search keeps time for the confirmation (one round of 3 finalists, ~14 s here, ~21 s with
 # its margin) and runs 12 or more trials before it on an idle host, fewer beside other tests:
 # how many the budget holds is a speed, which `make bench` reports (BENCHMARKS.md, tune's table).
-BUDGET_S = 90.0
+# 120 s: on a CI machine slowed by the parallel tests 90 s left the confirmation no room.
+BUDGET_S = 120.0
 CONFIRM_ROUNDS = 1
 SLACK_S = 5.0  # reading the model, printing, the report
 
