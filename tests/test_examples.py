@@ -162,6 +162,20 @@ def test_resnet50_classifies_batches_through_its_gears(served: Served, tmp_path:
     assert f"{picture}: top-5 class {best} " in printed, printed
 
 
+def assert_classified(
+    client: Any, served: Served, model: str, inputs: Any, expected: np.ndarray, printed: str
+) -> None:
+    """`model` answers `inputs` with the `expected` logits, and the example's client printed
+    each one's top-5 classes (three images)."""
+    np.testing.assert_allclose(
+        client.classify(served.url, model, inputs), expected, rtol=1e-4, atol=1e-4
+    )
+    rows = [line for line in printed.splitlines() if "top-5" in line]
+    assert len(rows) == 3, printed
+    for row, logits in zip(rows, expected):
+        assert re.findall(r"class (\d+)", row) == [str(c) for c, _ in client.top5(logits)], row
+
+
 def test_resnet50_aipp_takes_uint8_images_and_crops_and_normalises_them(
     served: Served, tmp_path: Path
 ) -> None:
@@ -188,13 +202,7 @@ def test_resnet50_aipp_takes_uint8_images_and_crops_and_normalises_them(
     bound = bind_static(op, (1, 3, 224, 224), Format.NCHW, DTYPES_BY_NUMPY[np.dtype(np.float32)])
     pixels = np.concatenate([bound.apply(image) for image in sources])
     expected = reference(workdir / "resnet50.onnx", {"input": pixels})["logits"]
-    np.testing.assert_allclose(
-        client.classify(served.url, "resnet50_aipp", sources), expected, rtol=1e-4, atol=1e-4
-    )
-    rows = [line for line in printed.splitlines() if "top-5" in line]
-    assert len(rows) == 3, printed
-    for row, logits in zip(rows, expected):
-        assert re.findall(r"class (\d+)", row) == [str(c) for c, _ in client.top5(logits)], row
+    assert_classified(client, served, "resnet50_aipp", sources, expected, printed)
 
 
 def test_resnet50_jpeg_takes_jpeg_files_decoded_and_resized_on_the_device(
@@ -223,13 +231,7 @@ def test_resnet50_jpeg_takes_jpeg_files_decoded_and_resized_on_the_device(
     ]
     pixels = np.concatenate([bound.apply(row.reshape(1, 384, 256, 1)) for row in rows])
     expected = reference(workdir / "resnet50.onnx", {"input": pixels})["logits"]
-    np.testing.assert_allclose(
-        client.classify(served.url, "resnet50_jpeg", files), expected, rtol=1e-4, atol=1e-4
-    )
-    top = [line for line in printed.splitlines() if "top-5" in line]
-    assert len(top) == 3, printed
-    for row, logits in zip(top, expected):
-        assert re.findall(r"class (\d+)", row) == [str(c) for c, _ in client.top5(logits)], row
+    assert_classified(client, served, "resnet50_jpeg", files, expected, printed)
     # a file on disk is sent as it is
     picture = tmp_path / "picture.jpg"
     picture.write_bytes(files[0, 0])

@@ -579,6 +579,8 @@ class RemoteSession:
         try:
             before = os.sched_getaffinity(0)
             cpu = int(_current_cpu())
+            if cpu < 0:  # sched_getcpu's failure
+                raise OSError(ctypes.get_errno(), "sched_getcpu failed")
             os.sched_setaffinity(0, (cpu,))
         except OSError as exc:
             logger.info("%r: the hop leaves the CPUs to the scheduler: %s", self, exc)
