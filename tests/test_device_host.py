@@ -21,12 +21,17 @@ import pytest
 from google.protobuf import json_format
 from onnx_models import reference
 
+from ge_python_backend.devicehost import client
 from ge_python_backend.devicehost.buffers import BYTES, Buffer, is_bytes_tensor, layout
 from ge_python_backend.devicehost.client import RemoteSession, _reply
 from ge_python_backend.devicehost.protocol import (
+    ANSWER,
+    MAX_LAYOUTS,
+    SUBMIT,
     DeviceHostError,
     check_private_directory,
     host_paths,
+    send_batch,
 )
 from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.config import load_model_config
@@ -122,6 +127,73 @@ def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
     open_dir.chmod(0o755)
     with pytest.raises(DeviceHostError, match="mode 0700"):
         check_private_directory(str(open_dir))
+
+
+def test_batches_of_a_known_shape_travel_as_records_and_the_rest_as_places(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shape of batch is named once per connection (up to the limit; after it, and for a
+    new host, places again), inline and pipelined, and every answer is the session's."""
+    monkeypatch.setattr(client, "MAX_LAYOUTS", 3)
+    sent: list[bytes] = []
+    monkeypatch.setattr(client, "send_batch", lambda *a: (sent.append(a[1]), send_batch(*a)))
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", pipeline_depth=2)
+    try:
+        shapes = [[1], [2], [1], [1, 1], [3], [2, 2], [1], [3], [2]]  # requests' rows per batch
+        for pipelined in (False, True, False):
+            for rows in shapes:
+                feeds = [{"x": np.full((n, 16), n + k, np.float32)} for k, n in enumerate(rows)]
+                results = session.submit(feeds, pipelined=pipelined).result()
+                if pipelined:
+                    session.wait_ready()
+                for request, answer in zip(feeds, results):
+                    expected = reference(om_dynamic_batch, request)["y"]
+                    np.testing.assert_allclose(answer["y"], expected, rtol=1e-5, atol=1e-6)
+        link = session._current()
+        assert len(link._layouts) == 3  # the first three shapes: the others go as places
+        named = [[1], [2], [1, 1]]
+        assert sent == [SUBMIT] * 2 * sum(rows in named for rows in shapes)  # the inline ones
+        assert sorted(link._answer_places) == list(range(1, len(link._answer_places) + 1))
+    finally:
+        session.close()
+
+
+def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(
+    run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+    try:
+        session.submit([{"x": np.ones((1, 16), np.float32)}], pipelined=False).result()
+        link = session._current()
+        buffer = session._free[0].number
+        for record, words in (
+            ((SUBMIT, buffer, 99), "layout 99 was not named on this connection"),
+            ((ANSWER, buffer, 1), "a b'A' record from a stub"),
+            ((SUBMIT, 77, 1), "buffer 77 was not given to this connection"),
+        ):
+            call, ident = link._new_call()
+            with link._send_lock:
+                send_batch(link._sock, record[0], ident, record[1], record[2], -1)
+            with pytest.raises(DeviceHostError, match=words):
+                _reply(link, call)
+        refusals = (
+            (MAX_LAYOUTS + 1, [], f"layout {MAX_LAYOUTS + 1}: layouts are numbered 1.."),
+            (1, [], "layout 1 is already named"),
+            (5, {"x": [0, "<f4", [1, 16]]}, "a layout is a list of each request's places"),
+        )
+        for number, places, _words in refusals:  # no replies: the host's log says it
+            link.tell({"op": "layout", "layout": number, "feeds": places})
+        message = {"op": "submit", "buffer": buffer, "pipelined": False, "layout": 5}
+        with pytest.raises(DeviceHostError, match="layout 5 was not named"):
+            _reply(link, link.call(message))
+        x = np.full((2, 16), 3, np.float32)
+        y = session.submit([{"x": x}], pipelined=False).result()[0]["y"]
+        np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
+    finally:
+        session.close()
+    log = Path(host_paths(0).log).read_text()
+    for _number, _places, words in refusals:
+        assert f"refused: {words}" in log
 
 
 def test_device_host_is_on_or_off() -> None:

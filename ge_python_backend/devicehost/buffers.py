@@ -17,12 +17,12 @@ import logging
 import math
 import mmap
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "BYTES", "Buffer", "buffer_bytes", "is_bytes_tensor", "layout"]
+__all__ = ["ALIGN", "BYTES", "Buffer", "buffer_bytes", "is_bytes_tensor", "layout", "signature"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,19 @@ def layout(arrays: Sequence[Mapping[str, np.ndarray]]) -> tuple[list[dict[str, l
     return places, offset
 
 
+def signature(arrays: Sequence[Mapping[str, np.ndarray]]) -> Hashable | None:
+    """What `layout` depends on, as a key: each request's names, dtypes and shapes in order
+    (None when a tensor is a BYTES one: its place depends on its items)."""
+    key: list[Any] = []
+    for tensors in arrays:
+        for name, array in tensors.items():
+            if array.dtype.hasobject:
+                return None
+            key.append((name, array.dtype, array.shape))
+        key.append(None)  # where one request ends
+    return tuple(key)
+
+
 def is_bytes_tensor(array: np.ndarray) -> bool:
     """An object array holding only `bytes` (what `layout` can place as a BYTES tensor)."""
     return array.dtype.hasobject and all(isinstance(item, bytes) for item in array.flat)
@@ -87,6 +100,7 @@ class Buffer:
         self.fd = fd
         self.nbytes = nbytes
         self._map = mmap.mmap(fd, nbytes)
+        self._kept: dict[Hashable, list[dict[str, np.ndarray]]] = {}
 
     @classmethod
     def create(cls, nbytes: int, name: str = "ge-device-host") -> Buffer:
@@ -109,6 +123,18 @@ class Buffer:
         dtype = _dtype(dtype_text)
         self._check_inside(offset, shape, math.prod(shape) * dtype.itemsize)
         return np.ndarray(shape, dtype, self._map, offset)
+
+    def tensors(
+        self, places: Sequence[Mapping[str, Sequence[Any]]], key: Hashable | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        """Each request's tensors at `places` (as `view` gives them); with a `key`, the views
+        made the first time that key came (every batch laid out the same way shares them)."""
+        if key is not None:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = self._kept[key] = self.tensors(places)
+            return kept
+        return [{name: self.view(place) for name, place in here.items()} for here in places]
 
     def _bytes_tensor(self, offset: int, _kind: str, shape: list[int], lengths: list[int]) -> Any:
         if not all(type(n) is int and n >= 0 for n in lengths) or len(lengths) != math.prod(shape):
@@ -133,9 +159,15 @@ class Buffer:
         self,
         places: Sequence[Mapping[str, Sequence[Any]]],
         arrays: Sequence[Mapping[str, np.ndarray]],
+        key: Hashable | None = None,
     ) -> None:
         """Write each tensor to the place `layout` gave it (for these very arrays: not checked
-        again)."""
+        again); with a `key` (a numeric layout's), through the views `tensors` keeps."""
+        if key is not None:
+            for views, tensors in zip(self.tensors(places, key), arrays):
+                for name, array in tensors.items():
+                    views[name][...] = array
+            return
         for here, tensors in zip(places, arrays):
             for name, array in tensors.items():
                 place = here[name]
@@ -145,6 +177,7 @@ class Buffer:
                     np.ndarray(array.shape, array.dtype, self._map, place[0])[...] = array
 
     def close(self) -> None:
+        self._kept.clear()
         try:
             self._map.close()
         except BufferError:  # a view of it is still alive: the mapping goes with the last one

@@ -17,7 +17,6 @@ library, numpy and the ground floor only: no `acl`, no runtime.
 from __future__ import annotations
 
 import collections
-import contextlib
 import ctypes
 import dataclasses
 import fcntl
@@ -31,14 +30,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 import ge_python_backend
-from ge_python_backend.devicehost.buffers import Buffer, buffer_bytes, is_bytes_tensor, layout
+from ge_python_backend.devicehost.buffers import (
+    Buffer,
+    buffer_bytes,
+    is_bytes_tensor,
+    layout,
+    signature,
+)
 from ge_python_backend.devicehost.protocol import (
+    MAX_LAYOUTS,
+    SUBMIT,
+    BatchFrame,
     DeviceHostError,
     DeviceHostGone,
     FrameReader,
@@ -47,6 +55,7 @@ from ge_python_backend.devicehost.protocol import (
     counters_from_json,
     gears_from_json,
     host_paths,
+    send_batch,
     send_message,
     specs_from_json,
 )
@@ -60,7 +69,7 @@ logger = logging.getLogger(__name__)
 # Seconds a host started by a stub stays up after its last stub left (a model reloading, or
 # Triton restarting a stub, finds it still there).
 IDLE_EXIT_ENV = "GE_DEVICE_HOST_IDLE_EXIT_S"
-# "0": an inline batch's hop leaves the CPUs to the scheduler (`_sharing_this_cpu`).
+# "0": an inline batch's hop leaves the CPUs to the scheduler (`_keep_this_cpu`).
 SHARE_CPU_ENV = "GE_DEVICE_HOST_SHARE_CPU"
 DEFAULT_IDLE_EXIT_S = 10.0
 START_TIMEOUT_S = 120.0
@@ -198,12 +207,26 @@ def start_host(
         os.close(lock)  # releases the lock
 
 
+Places = list[dict[str, list[Any]]]  # `buffers.layout`'s, one dict per request
+Reply = tuple[dict[str, Any] | BatchFrame, list[int]]  # a message and its descriptors
+
+
 class _Call:
     """The replies to one message, as the link's reader hands them over."""
 
     def __init__(self) -> None:
-        self.replies: collections.deque[tuple[dict[str, Any], list[int]]] = collections.deque()
+        self.replies: collections.deque[Reply] = collections.deque()
         self.error: BaseException | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where a batch of one shape goes in a buffer; `number` names it to the host (0: not
+    named, its places travel with each batch)."""
+
+    number: int
+    places: Places
+    nbytes: int
 
 
 class _Link:
@@ -223,6 +246,9 @@ class _Link:
         self._calls: dict[int, _Call] = {}
         self._reading = False
         self._ids = itertools.count(1)
+        self._layouts: dict[Any, _Layout] = {}  # the batches' shapes named on this connection
+        self._layouts_lock = threading.Lock()
+        self._answer_places: dict[int, Places] = {}  # the host's names, in the order they came
         self.host_pid = 0
         self.lost: BaseException | None = None
 
@@ -231,21 +257,59 @@ class _Link:
         self._sock.settimeout(timeout_s)
         self._timeout_s = timeout_s
 
-    def call(self, message: dict[str, Any]) -> _Call:
-        """Send `message` (given its `id`); its replies come through `reply`."""
+    def _new_call(self) -> tuple[_Call, int]:
         call = _Call()
         with self._state:
             if self.lost is not None:
                 raise self.lost
             ident = next(self._ids)
             self._calls[ident] = call
-        message["id"] = ident
+        return call, ident
+
+    def call(self, message: dict[str, Any]) -> _Call:
+        """Send `message` (given its `id`); its replies come through `reply`."""
+        call, message["id"] = self._new_call()
         try:
             with self._send_lock:
                 send_message(self._sock, message)
         except OSError as exc:
             self._lose(exc)
         return call
+
+    def submit_inline(self, buffer: int, layout_number: int, cpu: int) -> _Call:
+        """Send an inline batch of a named layout as a `SUBMIT` record."""
+        call, ident = self._new_call()
+        try:
+            with self._send_lock:
+                send_batch(self._sock, SUBMIT, ident, buffer, layout_number, cpu)
+        except OSError as exc:
+            self._lose(exc)
+        return call
+
+    def layout(self, arrays: Sequence[Mapping[str, np.ndarray]]) -> _Layout:
+        """Where `arrays` go in a buffer: named to the host the first time their shape comes
+        (up to `MAX_LAYOUTS` shapes; the rest, and BYTES tensors, travel as places)."""
+        key = signature(arrays)
+        with self._layouts_lock:
+            known = self._layouts.get(key) if key is not None else None
+            if known is not None:
+                return known
+            places, nbytes = layout(arrays)
+            if key is None or len(self._layouts) >= MAX_LAYOUTS:
+                return _Layout(0, places, nbytes)
+            known = _Layout(len(self._layouts) + 1, places, nbytes)
+            self.tell({"op": "layout", "layout": known.number, "feeds": places})
+            self._layouts[key] = known  # after the host was told: no batch names it before
+            return known
+
+    def answer_places(self, number: int) -> Places:
+        """The places of the outputs' layout the host named `number`."""
+        try:
+            return self._answer_places[number]
+        except KeyError:
+            raise DeviceHostError(
+                f"the device host answered with layout {number} it never named"
+            ) from None
 
     def tell(self, message: dict[str, Any]) -> None:
         """A message without a reply."""
@@ -255,7 +319,7 @@ class _Link:
         except OSError as exc:
             self._lose(exc)
 
-    def reply(self, call: _Call) -> tuple[dict[str, Any], list[int]]:
+    def reply(self, call: _Call) -> Reply:
         """The next reply to `call`, read by this thread unless another is reading."""
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
         while True:
@@ -293,8 +357,15 @@ class _Link:
             return
         reply, fds = item
         with self._state:
-            ident = int(reply.get("id") or 0)
-            call = self._calls.get(ident) if reply.get("more") else self._calls.pop(ident, None)
+            if type(reply) is tuple:  # an ANSWER record
+                call = self._calls.pop(reply[1], None)
+            else:
+                assert isinstance(reply, dict)
+                ident = int(reply.get("id") or 0)
+                more = reply.get("more")
+                call = self._calls.get(ident) if more else self._calls.pop(ident, None)
+                if "layout" in reply and "outputs" in reply:  # named before any record uses it
+                    self._answer_places[int(reply["layout"])] = reply["outputs"]
             if call is not None:
                 call.replies.append((reply, fds))
                 return
@@ -357,12 +428,21 @@ def _raise_error(error: dict[str, Any]) -> None:
     raise DeviceHostError(f"the device host failed: {message}")
 
 
-def _reply(link: _Link, call: _Call) -> tuple[dict[str, Any], list[int]]:
+def _reply(link: _Link, call: _Call) -> Reply:
+    """The next reply to `call`; what the host reported as an error raised."""
     reply, fds = link.reply(call)
-    if "error" in reply:
+    if type(reply) is dict and "error" in reply:
         for fd in fds:
             os.close(fd)
         _raise_error(reply["error"])
+    return reply, fds
+
+
+def _json_reply(link: _Link, call: _Call) -> tuple[dict[str, Any], list[int]]:
+    """`_reply` to a message whose replies are JSON objects (every one but a batch)."""
+    reply, fds = _reply(link, call)
+    if type(reply) is not dict:
+        raise DeviceHostError(f"the device host answered a message with a record {reply!r}")
     return reply, fds
 
 
@@ -408,15 +488,26 @@ class RemoteBatch:
             self._error = exc
             self._session._give_back(self._link, slot)
             return
-        if fds:  # the outputs needed a bigger buffer: it replaces this one
-            self._link.tell({"op": "free", "buffer": slot.number})
-            slot.buffer.close()
-            slot = _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+        if type(reply) is tuple:  # an ANSWER record: the outputs' layout has a number
+            number = reply[3]
+            try:
+                places = self._link.answer_places(number)
+            except DeviceHostError as exc:
+                self._error = exc
+                self._session._give_back(self._link, slot)
+                return
+            tensors = slot.buffer.tensors(places, ("outputs", number))
+        else:
+            assert isinstance(reply, dict)
+            if fds:  # the outputs needed a bigger buffer: it replaces this one
+                self._link.tell({"op": "free", "buffer": slot.number})
+                slot.buffer.close()
+                slot = _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+            named = reply.get("layout")
+            key = None if named is None else ("outputs", named)
+            tensors = slot.buffer.tensors(reply["outputs"], key)
         # Copied out: the buffer serves the next batch while Triton still holds these.
-        self._results = [
-            {name: np.array(slot.buffer.view(place)) for name, place in outputs.items()}
-            for outputs in reply["outputs"]
-        ]
+        self._results = [{name: np.array(view) for name, view in here.items()} for here in tensors]
         self._session._give_back(self._link, slot)
 
 
@@ -462,7 +553,7 @@ class RemoteSession:
         for _attempt in range(_OPEN_ATTEMPTS):
             link = _Link(start_host(self.device_id, self._paths), self.device_id)
             try:
-                reply, _ = _reply(link, link.call({"op": "open", "session": self._arguments}))
+                reply, _ = _json_reply(link, link.call({"op": "open", "session": self._arguments}))
             except DeviceHostGone:  # it was stopping as we connected: start another
                 link.close()
                 continue
@@ -511,7 +602,7 @@ class RemoteSession:
                 if slot.buffer.nbytes >= nbytes:
                     return self._free.pop(index)
         size = buffer_bytes(nbytes)
-        reply, fds = _reply(link, link.call({"op": "buffer", "bytes": size}))
+        reply, fds = _json_reply(link, link.call({"op": "buffer", "bytes": size}))
         return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
 
     def _give_back(self, link: _Link, slot: _Slot) -> None:
@@ -540,44 +631,56 @@ class RemoteSession:
                     raise error
                 tensors[name] = array
             arrays.append(tensors)
-        places, nbytes = layout(arrays)
         self._ready = False
         link = self._current()
-        slot = self._take(link, nbytes)
-        slot.buffer.write(places, arrays)
-        message = {"op": "submit", "buffer": slot.number, "pipelined": pipelined, "feeds": places}
+        plan = link.layout(arrays)
+        slot = self._take(link, plan.nbytes)
+        key = ("feeds", plan.number) if plan.number else None
+        slot.buffer.write(plan.places, arrays, key)
+        message: dict[str, Any] = {"op": "submit", "buffer": slot.number, "pipelined": pipelined}
+        if plan.number:
+            message["layout"] = plan.number
+        else:
+            message["feeds"] = plan.places
         if pipelined:
             call = link.call(message)
             batch = RemoteBatch(self, link, call, slot)
             try:
-                accepted, _ = _reply(link, call)  # (or refused before any work)
+                accepted, _ = _json_reply(link, call)  # (or refused before any work)
             except BaseException:
                 self._give_back(link, slot)
                 raise
             self._ready = bool(accepted.get("ready"))
             return batch
-        with self._sharing_this_cpu(message):
-            batch = RemoteBatch(self, link, link.call(message), slot)
+        cpu, allowed = self._keep_this_cpu()
+        try:
+            if plan.number:
+                call = link.submit_inline(slot.number, plan.number, cpu)
+            else:
+                message["cpu"] = cpu
+                call = link.call(message)
+            batch = RemoteBatch(self, link, call, slot)
             try:
                 batch.result()
             except InputError:
                 raise
             except Exception:  # the batch's own failure: result() raises it again
                 logger.debug("a batch failed in the device host", exc_info=True)
+        finally:
+            if allowed is not None:
+                os.sched_setaffinity(0, allowed)
         return batch
 
-    @contextlib.contextmanager
-    def _sharing_this_cpu(self, message: dict[str, Any]) -> Iterator[None]:
+    def _keep_this_cpu(self) -> tuple[int, set[int] | None]:
         """While an inline batch waits for its answer, keep the calling thread on the CPU it
-        runs on and ask the host's thread to run there too (`message["cpu"]`): each message
-        then hands that CPU over instead of waking another, which on a VM costs far more
-        (BENCHMARKS.md section 10: a bare ping-pong on one CPU and across two). The thread's
-        CPUs are its own again afterwards."""
+        runs on and ask the host's thread to run there too (the CPU returned, -1 for none):
+        each message then hands that CPU over instead of waking another, which on a VM costs
+        far more (BENCHMARKS.md section 10: a bare ping-pong on one CPU and across two). The
+        CPUs returned with it are the thread's own, to give back afterwards."""
         if not self._share_cpu:
-            yield
-            return
+            return -1, None
         try:
-            before = os.sched_getaffinity(0)
+            allowed = os.sched_getaffinity(0)
             cpu = int(_current_cpu())
             if cpu < 0:  # sched_getcpu's failure
                 raise OSError(ctypes.get_errno(), "sched_getcpu failed")
@@ -585,13 +688,8 @@ class RemoteSession:
         except OSError as exc:
             logger.info("%r: the hop leaves the CPUs to the scheduler: %s", self, exc)
             self._share_cpu = False
-            yield
-            return
-        message["cpu"] = cpu
-        try:
-            yield
-        finally:
-            os.sched_setaffinity(0, before)
+            return -1, None
+        return cpu, allowed
 
     def wait_ready(self) -> None:
         """Wait until the host's session could launch the next batch (`Session.wait_ready`):
@@ -601,14 +699,14 @@ class RemoteSession:
             return
         link = self._link
         if link is not None and link.lost is None:
-            _reply(link, link.call({"op": "wait_ready"}))
+            _json_reply(link, link.call({"op": "wait_ready"}))
 
     def _stats(self) -> None:
         link = self._link
         if link is None or link.lost is not None:
             return
         try:
-            reply, _ = _reply(link, link.call({"op": "stats"}))
+            reply, _ = _json_reply(link, link.call({"op": "stats"}))
         except DeviceHostGone:
             return  # the counts so far stand; the next request reconnects
         self._last = counters_from_json(reply["counters"])

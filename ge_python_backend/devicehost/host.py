@@ -31,12 +31,17 @@ import threading
 import time
 from typing import Any
 
-from ge_python_backend.devicehost.buffers import Buffer, layout
+from ge_python_backend.devicehost.buffers import Buffer, layout, signature
 from ge_python_backend.devicehost.protocol import (
+    ANSWER,
+    MAX_LAYOUTS,
+    SUBMIT,
+    BatchFrame,
     DeviceHostError,
     FrameReader,
     gears_to_json,
     host_paths,
+    send_batch,
     send_message,
     specs_to_json,
 )
@@ -72,6 +77,9 @@ class _Connection:
         self._buffer_ids = itertools.count(1)
         self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
         self._completer: threading.Thread | None = None
+        self._feeds_layouts: dict[int, list[dict[str, list[Any]]]] = {}  # named by the stub
+        # the outputs' layouts this host named (under _send_lock: named before first used)
+        self._answer_layouts: dict[Any, tuple[int, list[dict[str, list[Any]]], int]] = {}
         # the CPU the stub's last inline batch waits on (-1: none; None: not one this host has)
         self._cpu: int | None = -1
 
@@ -97,12 +105,24 @@ class _Connection:
             except OSError as exc:  # the stub went away; its reader thread will see it
                 logger.info("stub pid %d (%s): cannot answer: %s", self.peer_pid, self.label, exc)
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: dict[str, Any] | BatchFrame) -> None:
+        if type(message) is tuple:  # the one on every inline batch
+            self._handle_record(message)
+            return
+        assert isinstance(message, dict)
         ident = message.get("id")
         op = message.get("op")
         try:
-            if op == "submit" and self.session is not None:  # first: the one on every batch
-                self._submit(ident, message)
+            if op == "submit" and self.session is not None:
+                buffer, feeds, named = (
+                    message.get("buffer"),
+                    message.get("feeds"),
+                    message.get("layout"),
+                )
+                pipelined = bool(message.get("pipelined"))
+                self._submit(ident, buffer, feeds, named, pipelined, message.get("cpu"))
+            elif op == "layout" and self.session is not None:
+                self._name_layout(message.get("layout"), message.get("feeds"))
             elif op == "open":
                 self._open(ident, message.get("session"))
             elif self.session is None:
@@ -126,6 +146,17 @@ class _Connection:
         except Exception as exc:  # answered to the stub, which fails that request with it
             self._send_error(ident, exc)
 
+    def _handle_record(self, record: BatchFrame) -> None:
+        kind, ident, buffer, layout_number, cpu = record
+        try:
+            if kind != SUBMIT:
+                raise Refused(f"a {kind!r} record from a stub (it sends {SUBMIT!r} ones)")
+            if self.session is None:
+                raise Refused("a batch before a session was opened on this connection")
+            self._submit(ident, buffer, None, layout_number, False, cpu)
+        except Exception as exc:
+            self._send_error(ident, exc)
+
     def _send_error(self, ident: Any, exc: BaseException) -> None:
         error: dict[str, Any] = {"kind": "other", "message": str(exc)}
         if isinstance(exc, InputError):
@@ -136,7 +167,10 @@ class _Connection:
             logger.exception("stub pid %d (%s): serving a request", self.peer_pid, self.label)
         if isinstance(exc, Refused):
             logger.warning("stub pid %d (%s): refused: %s", self.peer_pid, self.label, exc)
-        self._send({"id": ident, "error": error})
+        elif ident is None:  # a message without a reply (layout, free): only the log says it
+            logger.warning("stub pid %d (%s): %s", self.peer_pid, self.label, exc)
+        if ident is not None:
+            self._send({"id": ident, "error": error})
 
     def _open(self, ident: Any, arguments: Any) -> None:
         if self.session is not None:
@@ -194,18 +228,33 @@ class _Connection:
         number, buffer = self._new_buffer(nbytes)
         self._send({"id": ident, "buffer": number, "bytes": buffer.nbytes}, (buffer.fd,))
 
-    def _submit(self, ident: Any, message: dict[str, Any]) -> None:
+    def _name_layout(self, number: Any, places: Any) -> None:
+        """The stub names the places of its batches of one shape (checked where first used)."""
+        if type(number) is not int or not 0 < number <= MAX_LAYOUTS:
+            raise Refused(f"layout {number!r}: layouts are numbered 1..{MAX_LAYOUTS}")
+        if number in self._feeds_layouts:
+            raise Refused(f"layout {number} is already named on this connection")
+        if not isinstance(places, list) or not all(isinstance(here, dict) for here in places):
+            raise Refused("a layout is a list of each request's places")
+        self._feeds_layouts[number] = places
+
+    def _submit(
+        self, ident: Any, buffer_number: Any, places: Any, named: Any, pipelined: bool, cpu: Any
+    ) -> None:
+        """Submit the batch in buffer `buffer_number` at `places` (or at the layout `named`)."""
         assert self.session is not None
         with self._buffers_lock:
-            number = self._buffer_id(message.get("buffer"))
+            number = self._buffer_id(buffer_number)
             buffer = self._buffers[number]
-        feeds_list = [
-            {str(name): buffer.view(place) for name, place in feeds.items()}
-            for feeds in message["feeds"]
-        ]
-        pipelined = bool(message.get("pipelined"))
+        if named is None:
+            if not isinstance(places, list):
+                raise Refused("a submit names its feeds' places or a layout")
+            feeds_list = buffer.tensors(places)
+        elif named in self._feeds_layouts:
+            feeds_list = buffer.tensors(self._feeds_layouts[named], ("feeds", named))
+        else:
+            raise Refused(f"layout {named!r} was not named on this connection")
         if self._cpu is not None:  # an inline batch's stub waits on this CPU (-1: none)
-            cpu = message.get("cpu", -1)
             self._cpu = cpu if type(cpu) is int and 0 <= cpu < 1 << 16 else -1
         pending = self.session.submit(feeds_list, pipelined=pipelined)
         if not pipelined:
@@ -230,7 +279,7 @@ class _Connection:
 
     def _wait_beside_the_stub(self) -> None:
         """Before reading the next message, keep this connection's thread on the CPU the stub
-        waits on (`client.RemoteSession._sharing_this_cpu`), so that its next batch hands that
+        waits on (`client.RemoteSession._keep_this_cpu`), so that its next batch hands that
         CPU over instead of waking another; a CPU this host may not run on leaves the thread to
         the scheduler from then on (said once)."""
         cpu = self._cpu
@@ -264,23 +313,44 @@ class _Connection:
 
     def _complete(self, ident: Any, number: int, pending: PendingBatch) -> None:
         """Write a batch's outputs into its buffer (a bigger one, given with the answer, when
-        they do not fit) and answer."""
+        they do not fit) and answer: an `ANSWER` record when their layout has a number, the
+        places otherwise (numbered for the next batches when they can be)."""
         try:
             results = pending.result()
-            places, needed = layout(results)
             with self._buffers_lock:
                 buffer = self._buffers[number]
-            fds: tuple[int, ...] = ()
-            answer: dict[str, Any] = {"id": ident, "outputs": places, "buffer": number}
-            if needed > buffer.nbytes:
-                number, buffer = self._new_buffer(needed)
-                answer.update(buffer=number, bytes=buffer.nbytes)
-                fds = (buffer.fd,)
-            buffer.write(places, results)
         except Exception as exc:
             self._send_error(ident, exc)
             return
-        self._send(answer, fds)
+        key = signature(results)
+        try:
+            with self._send_lock:  # a layout is named on the wire before a record uses it
+                named = self._answer_layouts.get(key) if key is not None else None
+                if named is not None and named[2] <= buffer.nbytes:
+                    buffer.write(named[1], results, ("outputs", named[0]))
+                    send_batch(self.sock, ANSWER, ident, number, named[0])
+                    return
+                if named is None:
+                    places, needed = layout(results)
+                    if key is not None and len(self._answer_layouts) < MAX_LAYOUTS:
+                        named = (len(self._answer_layouts) + 1, places, needed)
+                        self._answer_layouts[key] = named
+                else:
+                    _, places, needed = named
+                answer: dict[str, Any] = {"id": ident, "outputs": places, "buffer": number}
+                if named is not None:
+                    answer["layout"] = named[0]
+                fds: tuple[int, ...] = ()
+                if needed > buffer.nbytes:
+                    number, buffer = self._new_buffer(needed)
+                    answer.update(buffer=number, bytes=buffer.nbytes)
+                    fds = (buffer.fd,)
+                buffer.write(places, results)
+                send_message(self.sock, answer, fds)
+        except OSError as exc:  # the stub went away; its reader thread will see it
+            logger.info("stub pid %d (%s): cannot answer: %s", self.peer_pid, self.label, exc)
+        except Exception as exc:
+            self._send_error(ident, exc)
 
     def close(self) -> None:
         """The stub left: answer what is in flight, close the session, free the buffers."""

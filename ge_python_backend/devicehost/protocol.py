@@ -1,23 +1,34 @@
-"""The device host's wire: length-prefixed JSON messages over a Unix stream socket, file
-descriptors (the shared-memory buffers) passed with `SCM_RIGHTS`, and the records they carry.
+"""The device host's wire: length-prefixed frames (JSON messages, a binary record for each
+batch) over a Unix stream socket, file descriptors (the shared-memory buffers) passed with
+`SCM_RIGHTS`, and the JSON forms of the specs, gears and counters they carry.
 
-A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (an object). A message
-that hands over descriptors says how many in its `"fds"` field; they travel in the ancillary
-data of the frame's first bytes, so a reader that keeps them in arrival order gives each message
-its own. Standard library, numpy and the ground floor only: the stub imports it.
+A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (an object), or, for
+the two messages of every batch, a fixed binary record (`BatchFrame`: kind, id, buffer, layout,
+cpu; its first byte is not JSON's "{"). A message that hands over descriptors says how many in
+its `"fds"` field; they travel in the ancillary data of the frame's first bytes, so a reader
+that keeps them in arrival order gives each message its own. Standard library, numpy and the
+ground floor only: the stub imports it.
 
-Messages (stub -> host, each with an `id` the replies repeat):
+Messages (stub -> host; each one with replies has an `id` they repeat):
   open {session: Session's keyword arguments}   -> {inputs, outputs, gears, runtime, pid}
         (paths as text, the image input's settings as their fields)
   buffer {bytes}                                -> {buffer, bytes, fds: 1}
-  submit {buffer, pipelined, feeds: [{name: place}]}   (`buffers.layout`'s places)
+  layout {layout, feeds: [{name: place}]}       (no reply) `buffers.layout`'s places, named
+        by a number of the stub's for the batches of that shape (up to MAX_LAYOUTS)
+  submit {buffer, pipelined, feeds: [{name: place}] | layout}
         -> pipelined: {more, ready} once the session could take the next batch (ready: its
-           wait_ready passed), then {outputs: [...], buffer[, fds: 1 with a bigger buffer]}
-        -> inline: the outputs only
+           wait_ready passed), then the answer
+        -> inline: the answer only
+  SUBMIT record (buffer, layout, cpu)           an inline submit of a named layout (cpu: where
+        the stub waits for it, -1 for anywhere)
+  answer: {outputs: [...], buffer[, layout][, fds: 1 with a bigger buffer]}, naming the
+        outputs' places by a number of the host's (`layout`) the first time a shape is seen;
+        then an ANSWER record (buffer, layout)
   wait_ready {}                                 -> {}   (only after a submit not `ready`)
   stats {}                                      -> {counters, device_memory}
   free {buffer}                                 (no reply)
-A failure is `{id, error: {kind: input|acl|other, message, request?, code?, name?}}`.
+A failure is `{id, error: {kind: input|acl|other, message, request?, code?, name?}}` (of a
+message without a reply, a line in the host's log).
 """
 
 from __future__ import annotations
@@ -38,6 +49,10 @@ from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
 from ge_python_backend.processes import run_directory
 
 __all__ = [
+    "ANSWER",
+    "MAX_LAYOUTS",
+    "SUBMIT",
+    "BatchFrame",
     "DeviceHostError",
     "DeviceHostGone",
     "FrameReader",
@@ -47,6 +62,7 @@ __all__ = [
     "gears_from_json",
     "gears_to_json",
     "host_paths",
+    "send_batch",
     "send_message",
     "specs_from_json",
     "specs_to_json",
@@ -55,6 +71,13 @@ __all__ = [
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 64 << 20  # control messages only: tensors go through shared memory
 MAX_FDS = 4
+MAX_LAYOUTS = 256  # the layouts each side names on one connection; more go as places
+SUBMIT = b"S"
+ANSWER = b"A"
+_BATCH = struct.Struct(">IcIIIi")  # the frame's length, then kind, id, buffer, layout, cpu
+_BATCH_BODY = _BATCH.size - _LENGTH.size
+_BATCH_KINDS = frozenset(SUBMIT + ANSWER)  # their first bytes
+BatchFrame = tuple[bytes, int, int, int, int]  # kind, id, buffer, layout, cpu
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: dumps makes one a call
 _decode = json.JSONDecoder().decode
 
@@ -120,6 +143,13 @@ def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, .
         sock.sendall(frame)
 
 
+def send_batch(
+    sock: socket.socket, kind: bytes, ident: int, buffer: int, layout: int, cpu: int = -1
+) -> None:
+    """Send one `SUBMIT` or `ANSWER` record (the caller serializes senders)."""
+    sock.sendall(_BATCH.pack(_BATCH_BODY, kind, ident, buffer, layout, cpu))
+
+
 class FrameReader:
     """Reads frames from one socket, one reader at a time; with `descriptors`, the descriptors
     they carry too (without, the kernel drops any a peer passes: the host takes none)."""
@@ -130,8 +160,9 @@ class FrameReader:
         self._data = bytearray()
         self._fds: deque[int] = deque()
 
-    def read(self) -> tuple[dict[str, Any], list[int]] | None:
-        """The next message and its descriptors; None at the end of the stream."""
+    def read(self) -> tuple[dict[str, Any] | BatchFrame, list[int]] | None:
+        """The next message (a JSON object or a batch record) and its descriptors; None at the
+        end of the stream."""
         data = self._data
         while True:
             if len(data) >= _LENGTH.size:
@@ -140,6 +171,10 @@ class FrameReader:
                     raise DeviceHostError(f"a frame of {length} bytes is over {MAX_FRAME}")
                 end = _LENGTH.size + length
                 if len(data) >= end:
+                    if length == _BATCH_BODY and data[_LENGTH.size] in _BATCH_KINDS:
+                        record: BatchFrame = _BATCH.unpack_from(data)[1:]
+                        del data[:end]
+                        return record, []
                     message = _decode(data[_LENGTH.size : end].decode())
                     del data[:end]
                     if not isinstance(message, dict):
