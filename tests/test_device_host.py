@@ -196,6 +196,26 @@ def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(
         assert f"refused: {words}" in log
 
 
+def test_the_metrics_read_counters_and_device_memory_in_one_message(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops: list[str] = []
+    real = client.send_message
+    monkeypatch.setattr(
+        client, "send_message", lambda s, m, *f: (ops.append(m["op"]), real(s, m, *f))
+    )
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+    try:
+        session.submit([{"x": np.ones((1, 16), np.float32)}], pipelined=False).result()
+        assert session.counters.executions == 1
+        free, total = session.device_memory()
+        assert 0 < free < total
+        assert session.device_memory() == (free, total)  # alone: a message of its own
+        assert ops.count("stats") == 2
+    finally:
+        session.close()
+
+
 def test_device_host_is_on_or_off() -> None:
     assert ModelParameters(device_host="on").in_device_host
     assert not ModelParameters(device_host="off").in_device_host

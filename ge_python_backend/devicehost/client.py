@@ -537,6 +537,7 @@ class RemoteSession:
         self._base = SessionCounters()  # what earlier hosts counted
         self._last = SessionCounters()
         self._memory = (0, 0)
+        self._memory_read = False  # with the last counters, not yet returned by device_memory
         self._ready = False  # the last submit's acceptance said the session could take the next
         self._share_cpu = share_cpu_wanted()
         self._closed = False
@@ -717,11 +718,15 @@ class RemoteSession:
     def counters(self) -> SessionCounters:
         """The session's counters, across every host it was open in."""
         self._stats()
+        self._memory_read = True
         return _add(self._base, self._last)
 
     def device_memory(self) -> tuple[int, int]:
-        """(free, total) bytes of the device, as the host's session reads them."""
-        self._stats()
+        """(free, total) bytes of the device, as the host's session reads them: read with the
+        `counters` just asked for (the instance's metrics ask for both: one message)."""
+        if not self._memory_read:
+            self._stats()
+        self._memory_read = False
         return self._memory
 
     def close(self) -> None:
