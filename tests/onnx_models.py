@@ -398,6 +398,16 @@ def build_nms(path: Path) -> Path:
     return _save(path, "nms", nodes, inputs, outputs, initializers)
 
 
+def build_tile(path: Path, repeats: int = 20_000) -> Path:
+    """`x` FLOAT[N,16] -> `y` FLOAT[N,16*repeats], x tiled along its row (outputs far larger
+    than the inputs: 1.28 MB a row by default)."""
+    nodes = [helper.make_node("Tile", ["x", "repeats"], ["y"])]
+    repeat = _tensor("repeats", np.array([1, repeats], np.int64))
+    inputs = [_value("x", TensorProto.FLOAT, ["N", 16])]
+    outputs = [_value("y", TensorProto.FLOAT, ["N", 16 * repeats])]
+    return _save(path, "tile", nodes, inputs, outputs, [repeat])
+
+
 def build_zero_size(path: Path) -> Path:
     """`x` FLOAT[2,3] -> `y` FLOAT[2,3] = x * 2 and `empty` FLOAT[0,3] (always zero-size)."""
     nodes = [

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx_models
 import pytest
 from google.protobuf import json_format
 from onnx_models import reference
@@ -33,6 +34,7 @@ from ge_python_backend.devicehost.protocol import (
     host_paths,
     send_batch,
 )
+from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.parameters import ConfigError, ModelParameters
@@ -194,6 +196,43 @@ def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(
     log = Path(host_paths(0).log).read_text()
     for _number, _places, words in refusals:
         assert f"refused: {words}" in log
+
+
+def host_buffers(pid: int) -> list[int]:
+    """The sizes of the device host's buffers mapped in process `pid` (/proc's maps)."""
+    sizes = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        if "memfd:ge-device-host" in line:
+            start, end = (int(address, 16) for address in line.split()[0].split("-"))
+            sizes.append(end - start)
+    return sizes
+
+
+def test_outputs_larger_than_their_buffer_come_in_a_bigger_one_that_replaces_it(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """Inputs of 64 bytes a row in a 1 MiB buffer, outputs of 1.28 MB a row: the host answers
+    in a bigger buffer (the stub frees the old one), then in that one, every answer right."""
+    om = compile_onnx(
+        onnx_models.build_tile(tmp_path / "tile.onnx"),
+        tmp_path / "tile",
+        input_shape="x:-1,16",
+        dynamic_batch_size="1,2",
+        **onnx_models.KEEP_FP32,
+    )
+    session = RemoteSession(om, 0, runtime="emulator")
+    try:
+        for rows in (1, 1, 2, 1, 2):
+            x = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16) + rows
+            y = session.submit([{"x": x}], pipelined=False).result()[0]["y"]
+            np.testing.assert_array_equal(y, np.tile(x, (1, 20_000)))
+        assert [slot.buffer.nbytes for slot in session._free] == [4 << 20]  # 2.56 MB: 4 MiB
+        deadline = time.monotonic() + 5  # the host unmaps the 1 and 2 MiB ones when told
+        while time.monotonic() < deadline and len(host_buffers(session.host_pid)) > 1:
+            time.sleep(0.05)
+        assert host_buffers(session.host_pid) == [4 << 20]
+    finally:
+        session.close()
 
 
 def test_the_metrics_read_counters_and_device_memory_in_one_message(

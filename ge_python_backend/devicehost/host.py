@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from ge_python_backend.devicehost.buffers import Buffer, layout, signature
+from ge_python_backend.devicehost.buffers import Buffer, buffer_bytes, layout, signature
 from ge_python_backend.devicehost.protocol import (
     ANSWER,
     MAX_LAYOUTS,
@@ -341,8 +341,8 @@ class _Connection:
                 if named is not None:
                     answer["layout"] = named[0]
                 fds: tuple[int, ...] = ()
-                if needed > buffer.nbytes:
-                    number, buffer = self._new_buffer(needed)
+                if needed > buffer.nbytes:  # sized by the stub's rule, as the budget counts it
+                    number, buffer = self._new_buffer(buffer_bytes(needed))
                     answer.update(buffer=number, bytes=buffer.nbytes)
                     fds = (buffer.fd,)
                 buffer.write(places, results)
