@@ -4,6 +4,7 @@
     python benchmarks/hop.py OM remote --host-cpu C   # RemoteSession; its device host on CPU C
     python benchmarks/hop.py OM ping --host-cpu C     # the floor: a bare socket ping-pong
     python benchmarks/hop.py OM local|remote --pipelined   # depth 2, batches per second
+    python benchmarks/hop.py OM local --evict-mib 8   # 8 MiB read between batches (untimed)
 
 The client runs on CPU 0 (`sched_setaffinity`); `remote` starts a device host of its own (a
 private run directory and emulated host) pinned to CPU C, so `--host-cpu 0` (both on one CPU:
@@ -13,7 +14,9 @@ on CPU C that sends them back, what any hop costs at least on this machine. Prin
 line: p50 and p90 of `submit(...).result()` (or of the ping) in microseconds over `--requests`
 batches of one row, after a warm-up; with `--pipelined`, the batches per second of Triton's
 depth-2 pattern (submit pipelined, a completion thread takes the results, `wait_ready` before
-the next) for `PIPELINED_S` seconds, executions emulated at `PIPELINED_TIMING`.
+the next) for `PIPELINED_S` seconds, executions emulated at `PIPELINED_TIMING`. With
+`--evict-mib N` the client reads N MiB between batches, outside the timing: what another
+process's work on the CPU (a device host's, a stub's) does to the caches a batch finds.
 """
 
 from __future__ import annotations
@@ -64,13 +67,15 @@ def start_host(cpu: int) -> subprocess.Popen[bytes]:
     return host
 
 
-def measure(session: Session | RemoteSession, requests: int) -> dict[str, float]:
+def measure(session: Session | RemoteSession, requests: int, evict_mib: int) -> dict[str, float]:
     x = np.ones((1, int(session.inputs[0].shape[1])), np.float32)
     name = session.inputs[0].name
     for _ in range(WARMUP):
         session.submit([{name: x}], pipelined=False).result()
+    evicting = np.ones(evict_mib << 17)  # float64: 8 bytes each
     times = []
     for _ in range(requests):
+        evicting.sum()
         start = time.perf_counter()
         session.submit([{name: x}], pipelined=False).result()
         times.append(time.perf_counter() - start)
@@ -136,8 +141,11 @@ def main() -> None:
     parser.add_argument("--host-cpu", type=int, default=1)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--pipelined", action="store_true")
+    parser.add_argument("--evict-mib", type=int, default=0, metavar="N")
     args = parser.parse_args()
-    run = measure_pipelined if args.pipelined else lambda s: measure(s, args.requests)
+    run = (
+        measure_pipelined if args.pipelined else lambda s: measure(s, args.requests, args.evict_mib)
+    )
     depth = 2 if args.pipelined else 1
     with tempfile.TemporaryDirectory(prefix="ge-hop-") as private:
         os.environ[RUN_DIR_ENV] = os.path.join(private, "run")

@@ -21,6 +21,7 @@ from scenarios import (
     CPU_CONCURRENCY,
     DEVICE_TIMING,
     EXPERT_MODELS,
+    HOP_EVICT_MIB,
     JPEG_CHECK_THREADS,
     JPEG_GEARS,
     JPEG_RESIZES,
@@ -1305,6 +1306,17 @@ def hop_lines(figures: analysis.DeviceHost, rounds: int) -> list[str]:
             f"{fmt(other - same)} us of that"
         )
     lines = [words + ".", ""]
+    if "local_evicted" in hop_us:
+        evicted = hop_us["local_evicted"]
+        lines += [
+            f"What a second process costs the caches: the session in the client's process with "
+            f"{HOP_EVICT_MIB} MiB read between its batches (outside the timing: a stand-in for "
+            f"the other process's work on the CPU, which leaves each batch caches that hold "
+            f"another process's data) took {fmt(evicted)} "
+            f"us ({evicted - local:+,.0f} us), of the hop's +{fmt(same - local)} us without a "
+            "message sent.",
+            "",
+        ]
     if "ping_same_cpu" in hop_us:
         floor = (
             "The floor of any hop here, a bare Unix-socket ping-pong of 64 bytes between two "

@@ -864,12 +864,15 @@ def scenario_device_host(
     }
 
 
-# The hop without Triton (`benchmarks/hop.py`): the session in the client's process, then the
+HOP_EVICT_MIB = 8  # read between batches: four times the L2 of a core of this VM (2 MiB)
+# The hop without Triton (`benchmarks/hop.py`): the session in the client's process (also with
+# HOP_EVICT_MIB read between batches, as a second process's work evicts the caches), then the
 # device host on the client's CPU, then on the other CPU (left out on a one-CPU machine); a bare
 # socket ping-pong on each (the floor of any hop); depth-2 pipelining in the client's process
 # and through the device host on the other CPU.
 HOP_VARIANTS = {
     "local": ["local"],
+    "local_evicted": ["local", "--evict-mib", str(HOP_EVICT_MIB)],
     "same_cpu": ["remote", "--host-cpu", "0"],
     "ping_same_cpu": ["ping", "--host-cpu", "0"],
     "pipelined_local": ["local", "--pipelined"],

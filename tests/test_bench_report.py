@@ -707,7 +707,13 @@ def test_the_device_host_section_follows_its_numbers() -> None:
 
 def test_the_hop_is_set_against_the_floor_of_any_hop_and_pipelining() -> None:
     data = with_device_host(run_data())
-    p50 = {"local": 130, "same_cpu": 260, "other_cpu": 360, "ping_same_cpu": 6}
+    p50 = {
+        "local": 130,
+        "local_evicted": 210,
+        "same_cpu": 260,
+        "other_cpu": 360,
+        "ping_same_cpu": 6,
+    }
     data["device_host"]["hop"] = {
         **{name: [{"p50_us": us}] * ROUNDS for name, us in p50.items()},
         "ping_other_cpu": [{"p50_us": 70.0}] * ROUNDS,
@@ -716,6 +722,8 @@ def test_the_hop_is_set_against_the_floor_of_any_hop_and_pipelining() -> None:
     }
     text = report.render(data)
     assert "through a device host on the other CPU 360 us (+230 us)" in text
+    assert "8 MiB read between its batches" in text
+    assert "took 210 us (+80 us), of the hop's +130 us without a message sent." in text
     assert (
         "a bare Unix-socket ping-pong of 64 bytes between two processes (one message each way): "
         "6 us on one CPU, 70 us across the two CPUs of this VM (each message wakes a process on "
