@@ -12,6 +12,7 @@ Standard library and numpy only: the stub imports it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -22,7 +23,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "BYTES", "Buffer", "buffer_bytes", "is_bytes_tensor", "layout", "signature"]
+__all__ = [
+    "ALIGN",
+    "BYTES",
+    "Buffer",
+    "Layout",
+    "Places",
+    "buffer_bytes",
+    "is_bytes_tensor",
+    "layout",
+    "signature",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +64,24 @@ def _dtype(text: str) -> np.dtype[Any]:
 
 
 BYTES = "bytes"  # the dtype field of a BYTES tensor's place: its items one after another
+Places = list[dict[str, list[Any]]]  # `layout`'s: each request's tensors' places
 
 
-def layout(arrays: Sequence[Mapping[str, np.ndarray]]) -> tuple[list[dict[str, list[Any]]], int]:
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a batch of one shape goes in a buffer, as `number` names it on a connection (0:
+    not named, its places travel with each batch)."""
+
+    number: int
+    places: Places
+    nbytes: int
+
+
+def layout(arrays: Sequence[Mapping[str, np.ndarray]]) -> tuple[Places, int]:
     """Where each tensor of each request goes in a buffer, and the bytes it needs. A numeric
     tensor's place is [offset, dtype, shape]; a BYTES tensor's (an object array of `bytes`, as
     Triton gives them: an image input's JPEG files) is [offset, "bytes", shape, item lengths]."""
-    places: list[dict[str, list[Any]]] = []
+    places: Places = []
     offset = 0
     for tensors in arrays:
         here: dict[str, list[Any]] = {}

@@ -38,6 +38,8 @@ import numpy as np
 import ge_python_backend
 from ge_python_backend.devicehost.buffers import (
     Buffer,
+    Layout,
+    Places,
     buffer_bytes,
     is_bytes_tensor,
     layout,
@@ -207,7 +209,6 @@ def start_host(
         os.close(lock)  # releases the lock
 
 
-Places = list[dict[str, list[Any]]]  # `buffers.layout`'s, one dict per request
 Reply = tuple[dict[str, Any] | BatchFrame, list[int]]  # a message and its descriptors
 
 
@@ -217,16 +218,6 @@ class _Call:
     def __init__(self) -> None:
         self.replies: collections.deque[Reply] = collections.deque()
         self.error: BaseException | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    """Where a batch of one shape goes in a buffer; `number` names it to the host (0: not
-    named, its places travel with each batch)."""
-
-    number: int
-    places: Places
-    nbytes: int
 
 
 class _Link:
@@ -246,7 +237,7 @@ class _Link:
         self._calls: dict[int, _Call] = {}
         self._reading = False
         self._ids = itertools.count(1)
-        self._layouts: dict[Any, _Layout] = {}  # the batches' shapes named on this connection
+        self._layouts: dict[Any, Layout] = {}  # the batches' shapes named on this connection
         self._layouts_lock = threading.Lock()
         self._answer_places: dict[int, Places] = {}  # the host's names, in the order they came
         self.host_pid = 0
@@ -286,7 +277,7 @@ class _Link:
             self._lose(exc)
         return call
 
-    def layout(self, arrays: Sequence[Mapping[str, np.ndarray]]) -> _Layout:
+    def layout(self, arrays: Sequence[Mapping[str, np.ndarray]]) -> Layout:
         """Where `arrays` go in a buffer: named to the host the first time their shape comes
         (up to `MAX_LAYOUTS` shapes; the rest, and BYTES tensors, travel as places)."""
         key = signature(arrays)
@@ -296,8 +287,8 @@ class _Link:
                 return known
             places, nbytes = layout(arrays)
             if key is None or len(self._layouts) >= MAX_LAYOUTS:
-                return _Layout(0, places, nbytes)
-            known = _Layout(len(self._layouts) + 1, places, nbytes)
+                return Layout(0, places, nbytes)
+            known = Layout(len(self._layouts) + 1, places, nbytes)
             self.tell({"op": "layout", "layout": known.number, "feeds": places})
             self._layouts[key] = known  # after the host was told: no batch names it before
             return known

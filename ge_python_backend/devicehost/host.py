@@ -31,7 +31,14 @@ import threading
 import time
 from typing import Any
 
-from ge_python_backend.devicehost.buffers import Buffer, buffer_bytes, layout, signature
+from ge_python_backend.devicehost.buffers import (
+    Buffer,
+    Layout,
+    Places,
+    buffer_bytes,
+    layout,
+    signature,
+)
 from ge_python_backend.devicehost.protocol import (
     ANSWER,
     MAX_LAYOUTS,
@@ -77,9 +84,10 @@ class _Connection:
         self._buffer_ids = itertools.count(1)
         self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
         self._completer: threading.Thread | None = None
-        self._feeds_layouts: dict[int, list[dict[str, list[Any]]]] = {}  # named by the stub
-        # the outputs' layouts this host named (under _send_lock: named before first used)
-        self._answer_layouts: dict[Any, tuple[int, list[dict[str, list[Any]]], int]] = {}
+        self._feeds_layouts: dict[int, Places] = {}  # named by the stub
+        # the outputs' layouts this host named, by signature (under _send_lock: a layout is
+        # named on the wire before a record uses it)
+        self._answer_layouts: dict[Any, Layout] = {}
         # the CPU the stub's last inline batch waits on (-1: none; None: not one this host has)
         self._cpu: int | None = -1
 
@@ -114,13 +122,14 @@ class _Connection:
         op = message.get("op")
         try:
             if op == "submit" and self.session is not None:
-                buffer, feeds, named = (
+                self._submit(
+                    ident,
                     message.get("buffer"),
                     message.get("feeds"),
                     message.get("layout"),
+                    bool(message.get("pipelined")),
+                    message.get("cpu"),
                 )
-                pipelined = bool(message.get("pipelined"))
-                self._submit(ident, buffer, feeds, named, pipelined, message.get("cpu"))
             elif op == "layout" and self.session is not None:
                 self._name_layout(message.get("layout"), message.get("feeds"))
             elif op == "open":
@@ -324,22 +333,22 @@ class _Connection:
             return
         key = signature(results)
         try:
-            with self._send_lock:  # a layout is named on the wire before a record uses it
+            with self._send_lock:
                 named = self._answer_layouts.get(key) if key is not None else None
-                if named is not None and named[2] <= buffer.nbytes:
-                    buffer.write(named[1], results, ("outputs", named[0]))
-                    send_batch(self.sock, ANSWER, ident, number, named[0])
+                if named is not None and named.nbytes <= buffer.nbytes:
+                    buffer.write(named.places, results, ("outputs", named.number))
+                    send_batch(self.sock, ANSWER, ident, number, named.number)
                     return
                 if named is None:
                     places, needed = layout(results)
                     if key is not None and len(self._answer_layouts) < MAX_LAYOUTS:
-                        named = (len(self._answer_layouts) + 1, places, needed)
+                        named = Layout(len(self._answer_layouts) + 1, places, needed)
                         self._answer_layouts[key] = named
                 else:
-                    _, places, needed = named
+                    places, needed = named.places, named.nbytes
                 answer: dict[str, Any] = {"id": ident, "outputs": places, "buffer": number}
                 if named is not None:
-                    answer["layout"] = named[0]
+                    answer["layout"] = named.number
                 fds: tuple[int, ...] = ()
                 if needed > buffer.nbytes:  # sized by the stub's rule, as the budget counts it
                     number, buffer = self._new_buffer(buffer_bytes(needed))
