@@ -1392,10 +1392,10 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
         lines += [
             f"One model, the small `y = 2x + 1` (FP32[N, {WIDTH}], gears {SMALL_GEARS}), "
             "scaffolded twice on one server, no timing model, alternating rounds "
-            f"({len(raw['runs']['stub'])} of {data['plan']['seconds']:g} s): `stub` (its stub "
-            "opens the device) and `host` (`device_host` on: its stub hands each batch to the "
-            "device host through a memfd and a Unix socket); both checked for correct answers "
-            "first.",
+            f"({len(raw['runs']['stub'])} of {raw.get('seconds', data['plan']['seconds']):g} s): "
+            "`stub` (its stub opens the device) and `host` (`device_host` on: its stub hands each "
+            "batch to the device host through a memfd and a Unix socket); both checked for "
+            "correct answers first.",
             "",
             "| comparison | median | per round | target | |",
             "|---|---|---|---|---|",

@@ -648,6 +648,7 @@ def with_device_host(data: dict[str, Any]) -> dict[str, Any]:
             "host": rounds({1: 780.0, 8: 1960.0}, p50_ms=1.24),
         },
         "levels": [1, 8],
+        "seconds": 1.7,
         "commands": ["ge-python-model bench --model host"],
     }
     data["many_models"] = {
@@ -666,6 +667,7 @@ def test_the_device_host_section_follows_its_numbers() -> None:
     data = with_device_host(run_data())
     text = report.render(data)
     assert "## 10. One device, many models: the device host" in text
+    assert "no timing model, alternating rounds (3 of 1.7 s): `stub` (its stub opens" in text
     assert row(text, "| device host / in-stub (section 10), throughput at concurrency 8 |") == (
         "| device host / in-stub (section 10), throughput at concurrency 8 | 0.980 | "
         "0.98, 0.98, 0.98 | >= 0.95 | met |"
