@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -209,7 +209,8 @@ def start_host(
         os.close(lock)  # releases the lock
 
 
-Reply = tuple[dict[str, Any] | BatchFrame, list[int]]  # a message and its descriptors
+# a message and its descriptors (Union: evaluated at import, and the stub may run Python 3.9)
+Reply = tuple[Union[dict[str, Any], BatchFrame], list[int]]
 
 
 class _Call:
