@@ -15,13 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sources import PACKAGE, ROOT, source_files
 
 from ge_python_backend.cli import COMMAND_MODULES
 from ge_python_backend.runtime._acl import _MODULES as ACL_MODULES
-
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "ge_python_backend"
-SOURCE_DIRS = (PACKAGE, "model_templates")
 
 # The one loader that picks the `acl` module at run time: real pyACL, or the emulator's `acl`.
 ACL_LOADER = f"{PACKAGE}.runtime._acl"
@@ -146,9 +143,8 @@ def imports_of(path: Path, module: str) -> Iterator[Import]:
 
 def all_imports() -> list[Import]:
     found = []
-    for directory in SOURCE_DIRS:
-        for path in sorted((ROOT / directory).rglob("*.py")):
-            found.extend(imports_of(path, module_name(path)))
+    for path in source_files():
+        found.extend(imports_of(path, module_name(path)))
     return found
 
 
@@ -299,9 +295,7 @@ def test_the_device_host_stub_side_imports_no_layer() -> None:
     )
 
 
-MODULES = {
-    module_name(path) for directory in SOURCE_DIRS for path in (ROOT / directory).rglob("*.py")
-}
+MODULES = {module_name(path) for path in source_files()}
 
 
 def needs_graph(imports: list[Import]) -> dict[str, set[str]]:

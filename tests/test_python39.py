@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from sources import ROOT, source_files
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIRS = ("ge_python_backend", "model_templates")
 NEWER_KEYWORDS = {"zip": {"strict"}, "dataclass": {"slots", "kw_only"}}
 
 
@@ -86,14 +84,10 @@ def problems(source: str, name: str) -> Iterator[str]:
                 yield f"{line}: {callee}({', '.join(sorted(newer))}=...) is 3.10+"
 
 
-def package_files() -> list[Path]:
-    return sorted(path for directory in SOURCE_DIRS for path in (ROOT / directory).rglob("*.py"))
-
-
 def test_the_package_is_python_3_9() -> None:
     found = [
         problem
-        for path in package_files()
+        for path in source_files()
         for problem in problems(path.read_text(), str(path.relative_to(ROOT)))
     ]
     assert found == []
