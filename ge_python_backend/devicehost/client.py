@@ -630,13 +630,8 @@ class RemoteSession:
         slot = self._take(link, plan.nbytes)
         key = ("feeds", plan.number) if plan.number else None
         slot.buffer.write(plan.places, arrays, key)
-        message: dict[str, Any] = {"op": "submit", "buffer": slot.number, "pipelined": pipelined}
-        if plan.number:
-            message["layout"] = plan.number
-        else:
-            message["feeds"] = plan.places
         if pipelined:
-            call = link.call(message)
+            call = link.call(_submit_message(slot, plan, pipelined=True))
             batch = RemoteBatch(self, link, call, slot)
             try:
                 accepted, _ = _json_reply(link, call)  # (or refused before any work)
@@ -650,8 +645,7 @@ class RemoteSession:
             if plan.number:
                 call = link.submit_inline(slot.number, plan.number, cpu)
             else:
-                message["cpu"] = cpu
-                call = link.call(message)
+                call = link.call({**_submit_message(slot, plan, pipelined=False), "cpu": cpu})
             batch = RemoteBatch(self, link, call, slot)
             try:
                 batch.result()
@@ -735,6 +729,16 @@ class RemoteSession:
 
     def __repr__(self) -> str:
         return f"RemoteSession({self._arguments['om_path']!r}, device {self.device_id})"
+
+
+def _submit_message(slot: _Slot, plan: Layout, pipelined: bool) -> dict[str, Any]:
+    """A `submit` of the batch in `slot`: naming its layout, or with its places when unnamed."""
+    message: dict[str, Any] = {"op": "submit", "buffer": slot.number, "pipelined": pipelined}
+    if plan.number:
+        message["layout"] = plan.number
+    else:
+        message["feeds"] = plan.places
+    return message
 
 
 def _plain(value: Any) -> Any:
