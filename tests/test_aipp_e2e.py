@@ -119,6 +119,9 @@ def template_dir(repository: Path, name: str, om: Path) -> Path:
     return version_dir
 
 
+EXECUTE_US = 20_000
+
+
 @pytest.fixture(scope="module")
 def served(
     tmp_path_factory: pytest.TempPathFactory,
@@ -149,7 +152,11 @@ def served(
     version_dir = template_dir(repository, "dynamic", om_aipp_dynamic)
     (version_dir / "aipp.cfg").write_text(onnx_models.AIPP_RGB888)
     (repository / "dynamic" / "config.pbtxt").write_text(DYNAMIC_CONFIG)
-    env = {"GE_PYTHON_BACKEND_ACL": "emulator"}
+    # Each execution holds the emulated device EXECUTE_US: while the first of the classifier's
+    # concurrent requests runs, the others queue and the batcher joins them. Without it, on a CI
+    # machine loaded by the parallel tests, 16 requests sent together arrived one by one at an
+    # idle instance (a lone request is a preferred batch of 1) and ran in 16 executions.
+    env = {"GE_PYTHON_BACKEND_ACL": "emulator", "GE_EMULATOR_TIMING": f"execute_us={EXECUTE_US}"}
     with running_server(repository, env=env, log_path=root / "triton.log") as server:
         # the dynamic model's answers are the RGB config's: compare with the RGB model's ONNX
         yield (
