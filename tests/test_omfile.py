@@ -31,6 +31,7 @@ from ge_python_backend.ascend import (
     Format,
     om_output_path,
 )
+from ge_python_backend.commands.options import size_text
 from ge_python_backend.emulator.omfile import (
     MAGIC,
     OmCompileError,
@@ -480,8 +481,10 @@ def test_cli_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         "inputs: image FLOAT[1,3,-1,-1]; outputs: Flatten_2:0:features FLOAT[1,8]; hw gears "
         "16,16;24,32"
     )
-    assert out[2].startswith(f"on Ascend hardware: atc --model={onnx_path} --framework=5 ")
-    assert "--dynamic_image_size='16,16;24,32'" in out[2]
+    plan = OmModel.load(tmp_path / "conv.om").memory
+    assert out[2].startswith(f"device memory per load: work {size_text(plan.work)} (largest ")
+    assert out[3].startswith(f"on Ascend hardware: atc --model={onnx_path} --framework=5 ")
+    assert "--dynamic_image_size='16,16;24,32'" in out[3]
     desc = OmModel.load(tmp_path / "conv.om").description
     assert desc.soc_version == "Ascend910B3"
     assert desc.gears == ((16, 16), (24, 32))

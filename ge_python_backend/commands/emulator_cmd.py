@@ -18,6 +18,8 @@ from ge_python_backend.ascend import (
     PrecisionMode,
 )
 from ge_python_backend.commands import add_command
+from ge_python_backend.commands.options import size_text
+from ge_python_backend.emulator.memory_plan import MemoryPlan
 from ge_python_backend.emulator.omfile import (
     STAND_IN_FRAMEWORKS,
     OmModel,
@@ -192,6 +194,7 @@ def run_compile(args: argparse.Namespace) -> int:
     else:
         with open_session(path, "emulator", model.description.shape_order or None) as session:
             print(summary(model, [spec.shape for spec in session.outputs]))
+    print(memory_line(model.memory))
     # the format the compiler resolved (ND for --dynamic_dims), so the command is one ATC accepts
     args.input_format = model.header["flags"]["input_format"]
     # the mode always shows, ATC's default included, so the command says what ATC will do
@@ -226,6 +229,18 @@ def summary(model: OmModel, output_shapes: Sequence[Sequence[int]]) -> str:
     inputs = tensors(desc.inputs, [t.dims for t in desc.inputs])
     outputs = tensors(desc.outputs, output_shapes)
     return f"inputs: {inputs}; outputs: {outputs}; {gears}{aipp}"
+
+
+def memory_line(plan: MemoryPlan) -> str:
+    """One line: the device memory a load of the model takes, as `acl.mdl.query_size` reports it."""
+    unsized = f"; {plan.unsized_tensors} tensor(s) of unknown size not counted" * bool(
+        plan.unsized_tensors
+    )
+    return (
+        f"device memory per load: work {size_text(plan.work)} (largest tensor "
+        f"{size_text(plan.largest_tensor)}), weights {size_text(plan.weight)} "
+        f"({plan.rule}{unsized})"
+    )
 
 
 def atc_command(args: argparse.Namespace) -> str:

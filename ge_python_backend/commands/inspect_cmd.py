@@ -19,6 +19,7 @@ from ge_python_backend.commands.options import (
     RUNTIME_BY_CONTAINER,
     add_input_shape_order_option,
     add_runtime_option,
+    size_text,
 )
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
@@ -185,27 +186,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _device_lines(memory: dict[str, Any]) -> list[str]:
     """What the model holds on its device, and which processes open it, in either mode."""
-    work, buffers = _size(memory["work_bytes_per_load"]), _size(memory["buffer_bytes_per_lane"])
+    work, buffers = (
+        size_text(memory["work_bytes_per_load"]),
+        size_text(memory["buffer_bytes_per_lane"]),
+    )
     load = (
-        f"weights {_size(memory['weight_bytes'])} shared by its loads in a process, work space "
+        f"weights {size_text(memory['weight_bytes'])} shared by its loads in a process, work space "
         f"{work}"
         if memory["weights_shared"]
         else f"{work} of work space and weights (ACL allocates them)"
     )
     return [
-        f"device memory: {load} per load (acl.mdl.query_size); buffers {buffers} per lane (the "
-        "largest gear); a lane per pipeline_depth",
+        f"device memory: {load} per load (acl.mdl.query_size: GE's plan of the compiled "
+        f"graph); buffers {buffers} per lane (the largest gear); a lane per pipeline_depth",
         f"  device_host off: each instance's stub opens the device: a process of the "
         f"{PROCESSES_PER_DEVICE} a device allows ({PROCESSES_PER_DEVICE_VM} in a VM), "
-        f"~{_size(PROCESS_DEVICE_MEMORY)} for opening it, the weights, its lanes",
+        f"~{size_text(PROCESS_DEVICE_MEMORY)} for opening it, the weights, its lanes",
         "  device_host on: the device host's one process opens the device for every instance: "
         "the weights once per device, each instance's lanes",
     ]
-
-
-def _size(nbytes: int) -> str:
-    """`nbytes` in bytes, KiB or MiB."""
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:,.1f} {unit}"
-    return f"{nbytes} bytes"

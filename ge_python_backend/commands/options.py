@@ -366,3 +366,11 @@ def watch_metrics_port(
     that follows `server_ports`."""
     port = watch_option(args, "metrics_port", prefix)
     return metrics_port_beside(server_ports) if port is None else int(port)
+
+
+def size_text(nbytes: int) -> str:
+    """`nbytes` as the commands print a byte count: in bytes, KiB or MiB."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} bytes"

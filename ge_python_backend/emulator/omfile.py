@@ -51,7 +51,7 @@ from ge_python_backend.ascend import (
     PrecisionMode,
     om_output_path,
 )
-from ge_python_backend.emulator import precision
+from ge_python_backend.emulator import memory_plan, precision
 from ge_python_backend.errors import UserError
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 MAGIC = EMULATOR_OM_MAGIC
 REAL_OM_MAGIC = ATC_OM_MAGIC
-HEADER_VERSION = 1
+HEADER_VERSION = 2  # 2: the memory plan (`memory`)
 _LENGTH = struct.Struct("<Q")
 _TRAILER_SIZE = 32
 _MIN_SIZE = len(MAGIC) + _LENGTH.size + _TRAILER_SIZE
@@ -204,6 +204,13 @@ class OmModel:
         self.source = source  # the file name, or a note that the model came from memory
         self.header = header  # the parsed JSON header (flags, ONNX provenance, ...)
         self.description = _description_from_header(header, source)
+        try:
+            self.memory = memory_plan.MemoryPlan.from_header(header["memory"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OmFormatError(
+                AclCode.PARSE_MODEL,
+                f"{source} has an invalid memory plan ({type(exc).__name__}: {exc})",
+            ) from exc
         self._onnx_bytes = onnx_bytes
         self._session: onnxruntime.InferenceSession | None = None
         self._session_lock = threading.Lock()
@@ -354,7 +361,8 @@ def compile_onnx(
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     output_names = _output_names(proto, out_nodes, framework)
-    _apply_precision(proto, mode, keep_dtype, output_type, out_nodes)
+    graph_outline = memory_plan.outline(proto)
+    fp16_nodes = _apply_precision(proto, mode, keep_dtype, output_type, out_nodes)
     aipp_config = "" if insert_op_conf is None else _read_aipp_config(insert_op_conf, kind)
     onnx_bytes = proto.SerializeToString()
     probed = inputs if kind != GearKind.STATIC else _probe_inputs(inputs)
@@ -389,6 +397,9 @@ def compile_onnx(
         "output_type": output_type,
     }
     header = _description_to_header(dataclasses.replace(desc, outputs=outputs))
+    header["memory"] = memory_plan.plan_memory(
+        graph_outline, _planned_input_shapes(desc), fp16_nodes
+    ).to_header()
     header["flags"] = {k: v for k, v in flags.items() if v is not None}
     header["onnx"] = {
         "path": str(model_path.resolve()),
@@ -815,8 +826,9 @@ def _apply_precision(
     keep_dtype: PathLike | None,
     output_type: str | None,
     out_nodes: str | None,
-) -> None:
-    """Rewrite the graph for ATC's precision flags (see `precision`), outputs already chosen."""
+) -> list[int]:
+    """Rewrite the graph for ATC's precision flags (see `precision`), outputs already chosen;
+    returns the indexes of the nodes that compute in FP16."""
     names = _node_names(proto)
     producers = _producers(proto)
     try:
@@ -832,6 +844,17 @@ def _apply_precision(
     except precision.PrecisionError as exc:
         raise OmCompileError(str(exc)) from None
     logger.debug("%s: %d of %d operators run in FP16", mode, len(fp16), len(names))
+    reduced = set(fp16)
+    return [index for index, name in enumerate(names) if name in reduced]
+
+
+def _planned_input_shapes(desc: OmDescription) -> dict[str, Shape]:
+    """The inputs' shapes GE sizes the feature map for: the largest gear, ranged dims at
+    their upper bounds (-1 where unbounded: the plan cannot size what depends on them)."""
+    if desc.dynamic_shape:
+        return {t.name: tuple(hi for _, hi in t.ranges) or t.dims for t in desc.inputs}
+    shapes = desc.input_shapes(desc.largest_gear())
+    return {t.name: shape for t, shape in zip(desc.inputs, shapes)}
 
 
 def _value_info(proto: onnx.ModelProto, tensor: str) -> onnx.ValueInfoProto:

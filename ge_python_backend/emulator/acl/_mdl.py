@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import ctypes
-import math
 import numbers
 from typing import Any
 
 from ge_python_backend import aipp as _aipp
-from ge_python_backend.ascend import NUMPY_BY_ACL as _NUMPY_BY_ACL
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import GearKind as _GearKind
 from ge_python_backend.emulator._api import api, value, zero_ret
@@ -93,9 +91,8 @@ def load_from_mem(ptr: int, size: int) -> tuple[int, int]:
 
 @api("acl.mdl.query_size", str, fail=lambda code, args: (0, 0, code), fault="none")
 def query_size(path: str) -> tuple[int, int, int]:
-    """(work size, weight size, ret) of an .om on disk: what load_from_file_with_mem needs.
-    The emulator's work size is the inputs' and outputs' bytes for the largest gear, its
-    weight size the ONNX graph's bytes."""
+    """(work size, weight size, ret) of an .om on disk: what load_from_file_with_mem needs,
+    as GE plans them at compile time (feature map and weights; see `emulator.memory_plan`)."""
     require_init()
     return (*_mem_sizes(_read_om(path)), 0)
 
@@ -880,16 +877,9 @@ def _read_om(path: str) -> OmModel:
 
 
 def _mem_sizes(om: OmModel) -> tuple[int, int]:
-    """(work, weight) bytes the emulator reports for `om` (see query_size)."""
-    desc = om.description
-    if desc.dynamic_shape:
-        return sum(t.upper_bytes() for t in desc.inputs + desc.outputs), len(om.onnx_bytes)
-    gear = desc.largest_gear()
-    tensors = list(zip(desc.inputs, desc.input_shapes(gear))) + list(
-        zip(desc.outputs, desc.output_shapes(gear))
-    )
-    work = sum(math.prod(shape) * _NUMPY_BY_ACL[t.acl_dtype].itemsize for t, shape in tensors)
-    return work, len(om.onnx_bytes)
+    """(work, weight) bytes the emulator reports for `om`: GE's memory plan of the compiled
+    graph (see `emulator.memory_plan`)."""
+    return om.memory.work, om.memory.weight
 
 
 def _register(om: OmModel, ctx: Context, allocate: tuple[int, int]) -> int:
