@@ -44,8 +44,8 @@ check: setup lint ## Lint, type-check and run the tests that start no server (-m
 
 .PHONY: help setup lint format test check
 
-soak: setup ## Longer soak (200,000 requests at concurrency 16) and 100 reload cycles; prints figures
-	GE_SOAK_REQUESTS=200000 GE_RELOAD_CYCLES=100 $(VENV)/bin/pytest -q -s tests/test_soak.py tests/test_reliability_reload.py
+soak: setup ## Longer soak (200,000 requests at concurrency 16), 100 reload cycles, 40 models x 2 under the device host; prints figures
+	GE_SOAK_REQUESTS=200000 GE_RELOAD_CYCLES=100 GE_HOST_CHOICE_SERVED_MODELS=40 $(VENV)/bin/pytest -q -s tests/test_soak.py tests/test_reliability_reload.py tests/test_device_host_choice.py
 
 .PHONY: soak
 

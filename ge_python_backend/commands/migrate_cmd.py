@@ -14,6 +14,7 @@ from ge_python_backend.commands.options import (
     add_tolerance_options,
     budget_check,
     device_limits,
+    host_what_does_not_fit_in_stubs,
     parse_thresholds,
 )
 from ge_python_backend.emulator.omfile import compile_onnx
@@ -150,5 +151,6 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     markdown, data = write_report(report)
     print(f"report: {markdown} and {data}")
+    host_what_does_not_fit_in_stubs(args.destination, args.runtime, limits)
     fits = budget_check(args.destination, args.runtime, limits)
     return 0 if report.passed and fits else 1

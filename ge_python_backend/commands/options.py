@@ -17,7 +17,12 @@ from ge_python_backend.ascend import (
 )
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
-from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
+from ge_python_backend.repository.budget import (
+    DeviceLimits,
+    budget,
+    footprints,
+    host_what_does_not_fit,
+)
 from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.runtime import RUNTIMES
 from ge_python_backend.tools.bench import ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_MAX_IN_FLIGHT
@@ -126,6 +131,30 @@ def budget_check(repository: Path, runtime: str | None, limits: DeviceLimits) ->
     for problem in problems:
         print(f"  problem: {problem}")
     return not problems
+
+
+def host_what_does_not_fit_in_stubs(
+    repository: Path, runtime: str | None, limits: DeviceLimits
+) -> None:
+    """Serve the models of each device that does not fit with them in their own stubs from the
+    device host (`budget.host_what_does_not_fit`), and say which and why."""
+    entries = repository_entries(repository, runtime)
+    models = footprints(entries, runtime)
+    before = budget(models, limits)
+    names = host_what_does_not_fit(entries, models, limits)
+    if not names:
+        return
+    over = "; ".join(
+        f"device {row.device}: {row.processes} processes (of {limits.max_processes}), "
+        f"{size_text(row.memory)} (of {size_text(limits.memory)})"
+        for row in before.rows
+        if before.over(row)
+    )
+    print(
+        f"device host: in their own stubs the models do not fit ({over}); parameter device_host "
+        f"on written for {len(names)} model(s): {', '.join(names)} (one process per device "
+        "holds their instances and each model's weights once)"
+    )
 
 
 def add_input_shape_order_option(parser: argparse.ArgumentParser) -> None:

@@ -8,9 +8,12 @@ from typing import Any
 
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
+    add_device_budget_options,
     add_input_shape_order_option,
     add_max_output_bytes_option,
     add_runtime_option,
+    device_limits,
+    host_what_does_not_fit_in_stubs,
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.parameters import (
@@ -201,6 +204,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="leave model_warmup out of config.pbtxt (by default one warmup per batch gear)",
     )
+    add_device_budget_options(
+        parser,
+        "the SoC of the devices: when the repository's models no longer fit one in their own "
+        "stubs, those that leave device_host to its default are served from the device host",
+    )
     parser.add_argument(
         "--vendor-runtime",
         action="store_true",
@@ -258,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {what} {result.model_dir.name!r} (sha256 {result.om_sha256[:12]}...):")
     for path in planned:
         print(f"  {path}")
+    host_what_does_not_fit_in_stubs(args.repository, args.runtime, device_limits(args))
     print(f"next: ge-python-model validate {args.repository} --name {result.model_dir.name}")
     print(f"      ge-python-model serve {args.repository}")
     return 0

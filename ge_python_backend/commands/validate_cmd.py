@@ -22,6 +22,7 @@ from ge_python_backend.commands.options import (
     add_tritonserver_options,
     budget_check,
     device_limits,
+    host_what_does_not_fit_in_stubs,
 )
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.repository.report import ModelReport
@@ -73,6 +74,13 @@ def register(subparsers: Any) -> None:
         ".om's container (with --serve: the server's models too)",
     )
     add_device_budget_options(parser, "the SoC of the devices the budget is for")
+    parser.add_argument(
+        "--fix",
+        action="store_true",
+        help="serve the models of a device that does not fit in their own stubs (processes or "
+        "memory) from the device host: write parameter device_host on into their config.pbtxt "
+        "(models whose config sets device_host are left as they are)",
+    )
     parser.add_argument(
         "--serve",
         action="store_true",
@@ -137,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         _print_report(report)
     valid = all(report.ok for report in reports)
     if args.name is None:
+        if args.fix:
+            host_what_does_not_fit_in_stubs(args.repository, args.runtime, limits)
         valid = budget_check(args.repository, args.runtime, limits) and valid
     served = _serve_check(args) if args.serve else True
     return 0 if valid and served else 1

@@ -28,13 +28,27 @@ from ge_python_backend.ascend import (
     soc_device,
 )
 from ge_python_backend.errors import GeBackendError
-from ge_python_backend.repository.config import ConfigError, config_view
+from ge_python_backend.repository.config import (
+    ConfigError,
+    config_view,
+    load_model_config,
+    write_model_config,
+)
 from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.shm import ModelEntry
 from ge_python_backend.repository.versions import find_om, version_dirs
 from ge_python_backend.runtime.describe import describe_om
 
-__all__ = ["DeviceBudget", "DeviceLimits", "DeviceRow", "ModelFootprint", "budget", "footprints"]
+__all__ = [
+    "DeviceBudget",
+    "DeviceLimits",
+    "DeviceRow",
+    "ModelFootprint",
+    "budget",
+    "footprints",
+    "host_what_does_not_fit",
+    "models_to_host",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +88,9 @@ class ModelFootprint:
     weight_bytes: int = 0
     device_host: bool = False  # the instances live in the device host's one process
     buffer_bytes: int | None = None  # of `lane_bytes`, the lane's buffers (a batch's tensors)
+    # the config sets device_host (on or off) itself: `host_what_does_not_fit` leaves it be;
+    # False also for a model on the copy path (no config.pbtxt to write the parameter into)
+    host_choice_given: bool = dataclasses.field(default=True, compare=False)
 
     def device_bytes(self, instances: int) -> int | None:
         """What `instances` of its instances on one device hold besides the openings of the
@@ -101,6 +118,10 @@ class DeviceBudget:
 
     rows: tuple[DeviceRow, ...]
     limits: DeviceLimits
+
+    def over(self, row: DeviceRow) -> bool:
+        """Whether `row` needs more processes or memory than a device has."""
+        return row.processes > self.limits.max_processes or row.memory > self.limits.memory
 
     def problems(self) -> list[str]:
         """Why the repository cannot be served on these devices (empty: it fits)."""
@@ -141,7 +162,7 @@ class DeviceBudget:
             f"  {'device':>6}  {'processes':>9}  {'memory MiB':>18}  models",
         ]
         for row in self.rows:
-            over = row.processes > limits.max_processes or row.memory > limits.memory
+            over = self.over(row)
             memory = f"{row.memory / MIB:,.0f} / {limits.memory / MIB:,.0f}"
             shown = ", ".join(row.models[:6]) + (
                 f", {len(row.models) - 6} more" if len(row.models) > 6 else ""
@@ -223,6 +244,37 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 weight_bytes,
                 device_host=params.in_device_host,
                 buffer_bytes=buffer_bytes,
+                host_choice_given=params.device_host is not None or entry.copy_path,
             )
         )
     return found
+
+
+def models_to_host(models: Sequence[ModelFootprint], limits: DeviceLimits) -> list[str]:
+    """The models to serve from the device host so that `models` fit `limits`: on every device
+    that does not fit with them in their stubs, each model whose config leaves device_host to
+    its default. What still does not fit then, `budget(...).problems()` says."""
+    devices = budget(models, limits)
+    over = {row.device for row in devices.rows if devices.over(row)}
+    return sorted(
+        m.name
+        for m in models
+        if not m.device_host and not m.host_choice_given and over & set(m.processes)
+    )
+
+
+def host_what_does_not_fit(
+    entries: Sequence[ModelEntry], models: Sequence[ModelFootprint], limits: DeviceLimits
+) -> list[str]:
+    """Write parameter device_host on into the config.pbtxt of each model `models_to_host` names
+    (`models`: the footprints of `entries`, a repository's); returns their names."""
+    names = models_to_host(models, limits)
+    for entry in entries:
+        if entry.config is not None and (entry.config.name or entry.directory.name) in names:
+            path = entry.directory / "config.pbtxt"
+            config = load_model_config(path)
+            params = ModelParameters.from_config(config_view(config))
+            dataclasses.replace(params, device_host=True).to_config(config)
+            write_model_config(config, path)
+            logger.info("%s: parameter device_host on written into %s", entry.directory.name, path)
+    return names
