@@ -19,13 +19,13 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed ## Create .venv and install the project with every extra
 
 lint: setup ## ruff and mypy
-	$(VENV)/bin/ruff check ge_python_backend model_templates tests examples benchmarks
-	$(VENV)/bin/ruff format --check ge_python_backend model_templates tests examples benchmarks
+	$(VENV)/bin/ruff check ge_python_backend model_templates tests examples benchmarks tools
+	$(VENV)/bin/ruff format --check ge_python_backend model_templates tests examples benchmarks tools
 	$(VENV)/bin/mypy
 
 format: setup ## Apply ruff's formatting and import order
-	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples benchmarks
-	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples benchmarks
+	$(VENV)/bin/ruff check --fix ge_python_backend model_templates tests examples benchmarks tools
+	$(VENV)/bin/ruff format ge_python_backend model_templates tests examples benchmarks tools
 
 # pytest-xdist workers, measured on 2 cores: the end-to-end tests mostly wait on tritonserver and
 # its stubs, and even the tests without a server wait on subprocesses, so 4 workers beat 2 for
@@ -58,3 +58,9 @@ demo: setup ## Build an example classifier, compile it for the emulator, serve i
 	$(PY) examples/image_classifier/demo.py demo-work
 
 .PHONY: demo
+
+docs: setup ## Build the documentation site into site/ (strict: a broken link fails)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+	@echo "Open site/index.html in a browser, or run: $(VENV)/bin/mkdocs serve"
+
+.PHONY: docs

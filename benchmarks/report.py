@@ -1136,7 +1136,7 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
         "",
         f"The small model (gears {SMALL_GEARS}) scaffolded with scaffold's defaults, served by "
         f"one Triton in explicit model-control mode under `GE_EMULATOR_TIMING={raw['timing']}`, "
-        "tuned live by `ge-python-model tune` (docs/TUNING.md) at each load: closed loop, "
+        "tuned live by `ge-python-model tune` (docs/guides/tune.md) at each load: closed loop, "
         f"{', '.join(str(level.clients) for level in levels)} clients of {raw['rows']}-row "
         f"requests, p99 budget {raw['p99_ms']:g} ms, `--budget-s {raw['budget_s']:g}`, "
         f"`--max-instances {raw['max_instances']}` (instances on one device share the emulated "
@@ -1145,7 +1145,7 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
         + (
             "; after the search tune re-measures its finalists (the defaults and the best "
             "candidates within the budget) in alternating rounds and keeps the defaults unless "
-            "a candidate beat them in every round (docs/TUNING.md, Confirmation)"
+            "a candidate beat them in every round (docs/guides/tune.md#confirmation)"
             if any(level.confirmation is not None for level in levels)
             else ""
         )
@@ -1529,7 +1529,7 @@ def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[str]:
         "emulator's JPEGD and resized by its VPC into its row of the batch) and `raw` without "
         "it (each request one NV12 row of 224x224 made by the client). The server ran under "
         f"`GE_EMULATOR_TIMING={raw['timing']}` (JPEGD and VPC device time of an Ascend 310P3, "
-        'docs/CONFORMANCE.md "DVPP"; model execution untimed). First '
+        "docs/internals/conformance/dvpp.md; model execution untimed). First "
         f"{raw['files']} generated photo-like JPEGs (`tests/jpeg_files.py` `photo_like`: "
         "gradients, a blob, up to 12 shapes, noise, quality 40-94, subsampling 4:4:4, 4:2:2 "
         f"or 4:2:0, sides 48-1279) were sent {JPEG_CHECK_THREADS} at a time over one gRPC "
@@ -1610,7 +1610,7 @@ def profile_lines() -> list[str]:
             f"| `{name}` | {t.execute_us:g} | {t.execute_us_per_row:g} | {t.copy_gbps:g} | "
             f"{PROFILE_MODELS[name]} |"
             for name, t in PROFILES.items()
-            if name in PROFILE_MODELS  # the DVPP profiles: docs/CONFORMANCE.md, DVPP section
+            if name in PROFILE_MODELS  # the DVPP profiles: docs/internals/conformance/dvpp.md
         ],
         "",
         "Sources:",

@@ -124,7 +124,7 @@ TUNE_P99_MS = 50.0
 TUNE_MAX_INSTANCES = 2
 # `tune --budget-s` per level: this many times the plan's seconds (78 s in `make bench`); each
 # trial measures half the plan's seconds, and tune keeps part of the budget for its own
-# confirmation (its finalists re-measured in alternating rounds, docs/TUNING.md). Then the
+# confirmation (its finalists re-measured in alternating rounds, docs/guides/tune.md). Then the
 # winner is re-measured against the defaults by `bench` in SATURATION_ROUNDS alternating rounds:
 # a witness independent of tune's own load generator and windows, which the report sets beside
 # tune's confirmation.

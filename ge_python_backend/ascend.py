@@ -632,8 +632,8 @@ class SocDevice:
 _MIB = 2**20
 # Device memory per chip as `acl.rt.get_mem_info` reports its total (what applications can use:
 # the system's reservation excluded), by `--soc_version`. Huawei's product pages were not in the
-# sources read; the figures are npu-smi's totals in field reports, cited in docs/DEPLOYING.md
-# ("Many models on one NPU"), where the UNCONFIRMED ones are marked.
+# sources read; the figures are npu-smi's totals in field reports, cited in
+# docs/guides/many-models.md, where the UNCONFIRMED ones are marked.
 SOC_DEVICES: Mapping[str, SocDevice] = MappingProxyType(
     {
         device.soc: device
@@ -672,10 +672,11 @@ class PixelFormat(enum.IntEnum):
 
 @dataclasses.dataclass(frozen=True)
 class DvppLimits:
-    """What DVPP's JPEGD and VPC accept on one SoC family (sources in docs/CONFORMANCE.md,
-    "DVPP"): JPEG sides in [jpegd_min, jpegd_max]; JPEGD's NV12 output width stride a multiple
-    of `jpegd_width_align` and height stride of 16; VPC sides in [vpc_min_w x vpc_min_h,
-    vpc_max]; JPEGD 1080p frames per second per channel and per chip (all channels)."""
+    """What DVPP's JPEGD and VPC accept on one SoC family (sources in
+    docs/internals/conformance/dvpp.md): JPEG sides in [jpegd_min, jpegd_max]; JPEGD's NV12 output
+    width stride a multiple of `jpegd_width_align` and height stride of 16; VPC sides in
+    [vpc_min_w x vpc_min_h, vpc_max]; JPEGD 1080p frames per second per channel and per chip
+    (all channels)."""
 
     family: str
     jpegd_min: int

@@ -65,7 +65,7 @@ def missing_extra(exc: ModuleNotFoundError) -> UserError:
     return UserError(
         f"this command needs {module}, which ge-python-backend installs with its [{extra}] "
         f"extra: pip install 'ge-python-backend[{extra}]' (not into the Python of Triton's "
-        "stub on an Ascend host: see docs/DEPLOYING.md)"
+        "stub on an Ascend host: see docs/guides/deploy/index.md)"
     )
 
 

@@ -1,4 +1,4 @@
-"""Helpers for the reliability tests (docs/RELIABILITY.md).
+"""Helpers for the reliability tests (docs/guides/reliability/index.md).
 
 * `compile_scale`: an emulator `.om` of `y = x * factor` with rows of `width` FP32 values, to make
   requests as large as needed (1 MiB per row at width 262,144).

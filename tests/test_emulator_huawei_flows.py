@@ -11,7 +11,8 @@
   descriptor on every input of the dataset, `numpy_to_ptr`, `memset`, gears chosen with
   `set_input_dynamic_dims` and the full dims of every input, `ptr_to_numpy` on `malloc_host`.
 
-The unmodified originals were also run by hand on the emulator (see docs/CONFORMANCE.md).
+The unmodified originals were also run by hand on the emulator (see
+docs/internals/conformance/index.md).
 """
 
 from __future__ import annotations

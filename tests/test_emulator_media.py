@@ -1,5 +1,5 @@
 """The emulated `acl.media`: DVPP's JPEGD and VPC do what they do and refuse what they refuse,
-with the codes of the sources named in each test (docs/CONFORMANCE.md, "DVPP")."""
+with the codes of the sources named in each test (docs/internals/conformance/dvpp.md)."""
 
 from __future__ import annotations
 

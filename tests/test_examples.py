@@ -483,15 +483,14 @@ def test_each_example_readme_shows_its_commands(example: str) -> None:
 
 
 @pytest.mark.usefixtures("clean_acl")
-def test_the_readme_session_example_runs_as_written(
+def test_the_session_page_example_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """README's `Session` section: make mlp.onnx, compile it, run the session; the specs it
+    """The docs' `Session` page: make mlp.onnx, compile it, run the session; the specs it
     shows in comments are the ones the session reports."""
     from ge_python_backend.cli import main
 
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme.split("## Running an `.om` from Python: `Session`")[1].split("\n## ")[0]
+    section = (EXAMPLES.parent / "docs" / "learn" / "session.md").read_text()
     make_onnx, run_session = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
     [compile_command] = re.findall(r"```bash\n(.*?)```", section, re.S)[:1]
     monkeypatch.chdir(tmp_path)
@@ -503,7 +502,7 @@ def test_the_readme_session_example_runs_as_written(
     session = namespace["session"]
     for name in ("inputs", "outputs"):
         shown = re.search(rf"session\.{name} +# (.*)", run_session).group(1)  # type: ignore[union-attr]
-        # the README writes numpy's dtype('float32') as float32
+        # the page writes numpy's dtype('float32') as float32
         assert repr(getattr(session, name)).replace("dtype('float32')", "float32") == shown
 
 

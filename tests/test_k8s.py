@@ -659,7 +659,8 @@ def test_the_pod_command_line_serves_the_repository(
         )
         assert probe.returncode == 0, probe.stderr
         assert probe.stdout.count("ok: model") == 2
-        # The series the device-utilization adapter rule reads (docs/DEPLOYING.md), per device.
+        # The series the device-utilization adapter rule reads (docs/guides/kubernetes.md), per
+        # device.
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as reply:
             exported = reply.read().decode()
         for model in ("mlp", "conv"):

@@ -1,4 +1,5 @@
-"""The layer rules of docs/DESIGN.md ("Layers"), checked on the imports every module really makes.
+"""The layer rules of docs/internals/design/index.md, checked on the imports every module really
+makes.
 
 Every `.py` under `ge_python_backend/` and `model_templates/` is parsed with `ast`; an import is an
 `import` or `from ... import` statement anywhere in the file (inside functions and `TYPE_CHECKING`
@@ -217,7 +218,8 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
             continue
         if target not in LAYERS[source]:
             offenders.append(f"{imp} ({source} -> {target})")
-    assert not offenders, "imports against DESIGN.md's layers:\n" + "\n".join(offenders)
+    layers = "docs/internals/design/index.md"
+    assert not offenders, f"imports against the layers of {layers}:\n" + "\n".join(offenders)
 
 
 def test_the_ground_floor_imports_no_layer() -> None:

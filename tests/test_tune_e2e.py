@@ -97,7 +97,8 @@ def test_tune_finishes_in_budget_without_restarting_and_restores(
     assert all(t["loaded"] and t["error"] is None for t in trials), trials
     # the winner is the confirmation's: the original config or a finalist, within p99 in
     # every round (each finalist re-measured once a round); its search window is left out
-    # (TUNING.md: a loaded CI machine gave the kept original config p99 35 ms in its window)
+    # (docs/guides/tune.md: a loaded CI machine gave the kept original config p99 35 ms in its
+    # window)
     assert document["confirmation_rounds"] == CONFIRM_ROUNDS, document["confirmation_verdict"]
     confirmed = {entry["trial"]: entry for entry in document["confirmation"]}
     assert 0 in confirmed and document["winner"] in confirmed

@@ -1,7 +1,7 @@
 """The watcher (`ge-python-model watch`) and `serve`'s own healing, on the real tritonserver.
 
 Triton 2.51 keeps a model READY after its stub process died, failing every request; the watcher
-reloads it. Two requests kill Triton's processes (docs/RELIABILITY.md section 9): a gRPC request
+reloads it. Two requests kill Triton's processes (docs/guides/reliability/triton.md): a gRPC request
 whose dims overflow the int64 byte size kills the stub of an HW-gear model (the watcher heals it)
 and an HTTP JSON request declaring a 2^31-row shape aborts tritonserver with `std::bad_alloc`
 (`serve` restarts it). `kill -9` stands in for any other death.

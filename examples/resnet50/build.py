@@ -17,8 +17,7 @@ batch through the same AIPP; clients send uint8 HWC images.
 `--jpeg` builds the DVPP layout (model `resnet50_jpeg`): the AIPP takes YUV420SP_U8 256x256
 (JPEG's full-range YCbCr converted to RGB, then the same crop and normalisation), and the
 scaffold sets `image_input`, so clients send JPEG files: each is decoded by DVPP's JPEGD and
-resized by its VPC to 256x256 straight into its row of the batch (docs/CONFIGURATION.md, "Image
-inputs").
+resized by its VPC to 256x256 straight into its row of the batch (docs/guides/image-inputs.md).
 """
 
 from __future__ import annotations

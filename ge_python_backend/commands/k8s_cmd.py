@@ -46,7 +46,7 @@ a graceful drain: preStop, then Triton's --exit-timeout-secs within the pod's gr
 Service for HTTP 8000, gRPC 8001 and metrics 8002, a Prometheus-operator ServiceMonitor for the
 metrics port, and a HorizontalPodAutoscaler on each pod's average queue time per request or, with
 --scale-on device, its busiest NPU's utilization (custom metrics served by Prometheus Adapter;
-docs/DEPLOYING.md has the rules).
+docs/guides/kubernetes.md has the rules).
 
 R is read here to size /dev/shm and the Python backend's shared memory (a model without
 config.pbtxt from its .om, read with --runtime or as its container says); the pod mounts R at
@@ -54,7 +54,7 @@ config.pbtxt from its .om, read with --runtime or as its container says); the po
 as HwHiAiUser ({HWHIAIUSER_UID}:{HWHIAIUSER_GID}, the owner of the Ascend device nodes) with every
 capability dropped; the device plugin sets ASCEND_VISIBLE_DEVICES. The image needs tritonserver,
 CANN and ge-python-backend installed into the Python that the Python backend's stub runs (see
-docs/DEPLOYING.md). Warnings about R go to stderr.
+docs/guides/deploy/index.md). Warnings about R go to stderr.
 
 With --kserve: a KServe ServingRuntime for the model format {MODEL_FORMAT} (tritonserver on HTTP
 8080 and gRPC 9000) and an InferenceService serving R from --storage-uri (at {KSERVE_MODELS_PATH})

@@ -53,7 +53,7 @@ Start Triton Inference Server on a model repository: the server bundled in nvidi
 own with --tritonserver (and --backend-directory holding python/ with the Python backend and its
 stub). The stub runs model.py on this Python interpreter, so it imports the installed
 ge_python_backend, or on --stub-python's (the bundled server then uses the stub built for that
-version; the package must be installed there: docs/DEPLOYING.md). It listens on 127.0.0.1
+version; the package must be installed there: docs/guides/deploy/index.md). It listens on 127.0.0.1
 unless --host is given; a port already in use is refused before the server starts (naming the
 process listening there), and "ready" is printed only once this server's own process answers. A
 model that fails to load stays UNAVAILABLE (shown with its reason) while the others serve; when

@@ -7,7 +7,7 @@ With the model parameter `device_host` on, the stub opens no device: `client.Rem
 the device host of its NPU (`host.py`, `ge-python-model device-host --device N`), which serves
 each Triton instance with a runtime `Session` in its own process. Control messages travel over
 a Unix stream socket (`protocol.py`), tensors through shared memory the host gives each
-connection (`buffers.py`). See docs/DESIGN.md, "Device host".
+connection (`buffers.py`). See docs/internals/design/device-host.md.
 
 Importing this package imports nothing else.
 """

@@ -3,7 +3,8 @@ YCbCr planes, and VPC's bilinear resize of YUV420SP planes.
 
 `read_header` walks the markers up to the first scan, as libjpeg's `jpeg_read_header` does for
 `acldvppJpegGetImageInfo`; `unsupported` names what JPEGD refuses (Huffman baseline or extended
-sequential 8-bit only, YUV colour, subsampling 444/422/420/400/440: docs/CONFORMANCE.md, "DVPP");
+sequential 8-bit only, YUV colour, subsampling 444/422/420/400/440:
+docs/internals/conformance/dvpp.md);
 `decode_nv12` decodes the JPEG's own YCbCr (Pillow's JPEG decoder told not to convert to RGB:
 `Image.draft("YCbCr")`), with no RGB round trip. Pillow is the emulator's dependency only.
 """

@@ -2,7 +2,8 @@
 
 ATC's `--precision_mode` (or `--precision_mode_v2`) and `--keep_dtype` choose the data type each
 operator computes in, `--output_type` the type of each model output (CANN 8.0.0 ATC pages; see
-docs/CONFORMANCE.md). onnxruntime runs the emulator's graph in float32, so `apply_precision`
+docs/internals/conformance/index.md). onnxruntime runs the emulator's graph in float32, so
+`apply_precision`
 rewrites it: every float tensor an FP16 operator reads or writes is rounded to a float16 value
 (Cast to FLOAT16 and back: values beyond 65504 become inf, as on the device), the float weights FP16
 operators read are stored rounded, and Cube operators (`CUBE_OPS`) read FP16 inputs and accumulate

@@ -3,7 +3,7 @@
 The config is a `tritonclient.grpc.model_config_pb2.ModelConfig` message, written and parsed with
 `google.protobuf.text_format`; no text is ever assembled by hand. The model settings live in
 `parameters` (all `string_value`), read and written only through
-`repository.parameters.ModelParameters` (see docs/DESIGN.md, "Triton layer"). The checks and
+`repository.parameters.ModelParameters` (see docs/internals/design/triton-layer.md). The checks and
 auto-complete run on `triton_config.TritonConfig`, the record the stub reads Triton's JSON into:
 `config_view` and `config_from_view` go between the two through protobuf's JSON mapping.
 This module is for the tools; the stub never imports it (it imports protobuf).

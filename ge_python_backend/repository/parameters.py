@@ -3,7 +3,7 @@
 Triton hands `model.py` the config's `parameters` map (every value a `string_value`).
 `ModelParameters` is the one place that reads, checks and writes it: scaffold writes it with
 `to_config`, and validate and the model instance read it with `from_config`, so every parameter
-has one rule and one message (see docs/DESIGN.md, "Triton layer").
+has one rule and one message (see docs/internals/design/triton-layer.md).
 
 | parameter | value | when absent |
 |---|---|---|
@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # the protobuf message (the stub never imports tritonclient)
 TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
 _NUMBER = re.compile(r"[0-9]+")
 # Far above any healthy execution, below the liveness probe's restart, the clients' own timeouts
-# and the drain's exit timeout (docs/CONFIGURATION.md, "execute_timeout_ms").
+# and the drain's exit timeout (docs/reference/parameter-details.md#execute_timeout_ms).
 DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
 # Two batches in flight keep the device executing while the host prepares the next batch
 # (BENCHMARKS.md, section 6: 1.00 busy at depth 2 against 0.75 at depth 1, about the same p50

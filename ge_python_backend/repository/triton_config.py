@@ -52,8 +52,8 @@ SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
 
 def default_preferred_batch_sizes(batch_gears: Sequence[int], max_batch_size: int) -> list[int]:
     """The preferred batch sizes scaffold and auto-complete write: every gear up to
-    `max_batch_size`, the smallest included (docs/CONFIGURATION.md, "Why these batching
-    defaults": waiting longer without it was no faster when re-measured)."""
+    `max_batch_size`, the smallest included (docs/reference/batching-defaults.md: waiting longer
+    without it was no faster when re-measured)."""
     return [gear for gear in batch_gears if gear <= max_batch_size]
 
 

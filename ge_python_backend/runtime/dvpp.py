@@ -1,6 +1,5 @@
 """DVPP on the data path: JPEG files decoded (JPEGD) and resized (VPC) on the device, written by
-VPC into the rows of a YUV420SP_U8 AIPP input's batch buffer (docs/CONFIGURATION.md, "Image
-inputs").
+VPC into the rows of a YUV420SP_U8 AIPP input's batch buffer (docs/guides/image-inputs.md).
 
 A model served with an image input (`ImageInput`, the config's `image_input` parameter) takes,
 for that input, a BYTES tensor of JPEG files, one per row. `ImageStage.decode` does, for every
@@ -14,7 +13,7 @@ crop-and-paste (`letterbox`) straight into the row of the lane's input buffer (`
 from `acl.media.dvpp_malloc`): no host copy of the pixels.
 
 VPC writes a picture whose width stride is a multiple of 16 and whose start is 128-byte aligned
-(docs/CONFORMANCE.md "DVPP"); the AIPP input packs each row's NV12 image without padding
+(docs/internals/conformance/dvpp.md); the AIPP input packs each row's NV12 image without padding
 (`[h * 3 / 2, w, 1]`), so the rows are VPC's output directly when the width is a multiple of 16
 and a row's bytes (w * h * 3 / 2) a multiple of 128 (224 x 224, 256 x 256, 416 x 416, 640 x 640
 all are). Another size is refused when the session opens: repacking a strided picture into
@@ -81,7 +80,7 @@ VPC_MAX_SIDE = min(limits.vpc_max for limits in DVPP_LIMITS.values())
 # JPEGD's output strides: Ascend310's 128 x 16 is a multiple of every other family's.
 JPEGD_WIDTH_STRIDE = max(limits.jpegd_width_align for limits in DVPP_LIMITS.values())
 JPEGD_HEIGHT_STRIDE = max(limits.jpegd_height_align for limits in DVPP_LIMITS.values())
-VPC_WIDTH_STRIDE = 16  # VPC output width stride (acllite; docs/CONFORMANCE.md "DVPP")
+VPC_WIDTH_STRIDE = 16  # VPC output width stride (acllite; docs/internals/conformance/dvpp.md)
 DVPP_ALIGN = 128  # start address of every DVPP picture
 NV12 = int(PixelFormat.YUV_SEMIPLANAR_420)
 YUV420SP_ROWS = (3, 2)  # TensorInfo.v2_rows of a YUV420SP_U8 AIPP input: [h * 3 / 2, w, 1]

@@ -84,7 +84,7 @@ class DeviceTimeSampler:
     """Which executions are timed with the lanes' events, and the device times of the others.
 
     Timing an execution costs three more event records on its stream and three elapsed-time
-    reads after it (DESIGN.md, `lane.py`). An `.om` runs one gear and batch in nearly the
+    reads after it (docs/internals/design/lanes.md). An `.om` runs one gear and batch in nearly the
     same device time every time once warm, so the first `period` executions of each (gear,
     batch) and then one in `period` are timed; every other one is credited with that layout's
     recent timed times (an exponential mean, weight `RECENT_WEIGHT`: a slow first execution

@@ -574,7 +574,7 @@ def check_stub_environment(python: StubPython) -> CheckResult:
     where = f"Python {python.version} ({python.executable})"
     install = (
         f"{python.executable} -m pip install 'numpy>=1.22' && {python.executable} -m pip install "
-        "--no-deps ge-python-backend (docs/DEPLOYING.md)"
+        "--no-deps ge-python-backend (docs/guides/deploy/index.md)"
     )
     numpy_version = facts["numpy"]
     if numpy_version is None or facts["package"] is None:

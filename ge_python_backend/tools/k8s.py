@@ -7,7 +7,8 @@ livenessProbe running `ge-python-model probe`: a real inference per model, so a 
 pod restarted, and a graceful drain: preStop sleep, then Triton's `--exit-timeout-secs`, inside
 `terminationGracePeriodSeconds`), a Service for HTTP, gRPC and metrics, a Prometheus-operator
 ServiceMonitor for the metrics port, and an autoscaling/v2 HorizontalPodAutoscaler on a per-pod
-custom metric served by Prometheus Adapter (docs/DEPLOYING.md has the adapter rules): the average
+custom metric served by Prometheus Adapter (docs/guides/kubernetes.md has the adapter rules): the
+average
 queue time per request (Triton's `nv_inference_queue_duration_us` and
 `nv_inference_request_success`, as `QUEUE_METRIC`; the default), or the utilization of the pod's
 busiest NPU (`rate()` of `ge_device_busy_seconds_total`, as `DEVICE_METRIC`).
@@ -522,7 +523,7 @@ def prometheus_query(options: K8sOptions) -> str:
     """The PromQL the KServe autoscaler scales on, over the InferenceService's predictor pods:
     the average queue time per request (us; the divisor kept above 0, so idle pods read 0), or
     the mean over pods of the busiest NPU's busy seconds per second, its instances added up (as
-    Prometheus Adapter's rules in docs/DEPLOYING.md compute them per pod)."""
+    Prometheus Adapter's rules in docs/guides/kubernetes.md compute them per pod)."""
     matchers = f'pod=~"{options.name}-predictor-.*"'
     if options.namespace:
         matchers += f',namespace="{options.namespace}"'

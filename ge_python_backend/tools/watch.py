@@ -236,7 +236,8 @@ class Watcher:
     def _reload(self, model: str) -> None:
         # A load alone keeps a dead stub: Triton reuses the loaded instance. Triton 2.51 never
         # finishes unloading an instance whose stub died under a request, so the load does not
-        # wait for the unload (the old instance lingers until the server exits: RELIABILITY.md).
+        # wait for the unload (the old instance lingers until the server exits:
+        # docs/guides/reliability/soak-reload.md).
         with TritonClient(self.url, self.protocol) as client:
             client.unload_model(model)
             client.load_model(model)

@@ -7,7 +7,7 @@ made (hicann ImageProcessor: formats, null pointers, sizes) fails the call; what
 checks when it runs the job (the JPEG's kind, strides, buffers) fails the stream, reported by
 `acl.rt.synchronize_stream` and in the output description's ret code, as an asynchronous
 DVPP call returns only "task delivered" (acldvppJpegDecodeAsync page). Limits per SoC:
-`ascend.DVPP_LIMITS`; sources and the UNCONFIRMED codes: docs/CONFORMANCE.md, "DVPP".
+`ascend.DVPP_LIMITS`; sources and the UNCONFIRMED codes: docs/internals/conformance/dvpp.md.
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""The documentation: the site builds with strict link checking, pages stay short, README fits a
+screen, and every docs/ path that code, tests, README or examples name exists."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# "No page over ~15 KB": a page longer than this is split by reader or topic.
+MAX_PAGE_BYTES = 16_000
+MAX_README_BYTES = 8 * 1024
+# Files that name docs pages by path, outside docs/ itself.
+NAMING_FILES = ("ge_python_backend", "model_templates", "tests", "examples", "benchmarks", "tools")
+DOCS_PATH = re.compile(r"docs/[\w/.-]+\.md")
+
+
+def test_the_site_builds_with_strict_link_checking(tmp_path: Path) -> None:
+    """mkdocs --strict: a link to a missing page or anchor, a page missing from the nav, or a
+    link out of docs/ to a file the repository lacks fails the build."""
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert (tmp_path / "reference" / "parameters.html").is_file()
+
+
+def test_no_page_is_longer_than_15_kb() -> None:
+    sizes = {str(p.relative_to(DOCS)): len(p.read_bytes()) for p in DOCS.rglob("*.md")}
+    assert sizes, "docs/ has no pages"
+    too_long = {page: size for page, size in sizes.items() if size > MAX_PAGE_BYTES}
+    assert not too_long, too_long
+
+
+def test_the_readme_fits_8_kb_and_keeps_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= MAX_README_BYTES
+    first_block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()]
+    assert commands == ["make demo", "make test"]
+    # CI runs the README's test command
+    assert "\nmake test\n" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_docs_path_named_outside_docs_exists() -> None:
+    named = {}
+    files = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "pyproject.toml"]
+    for folder in NAMING_FILES:
+        files += [p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".md")]
+    for path in files:
+        for match in DOCS_PATH.finditer(path.read_text(errors="replace")):
+            named.setdefault(match.group(0), str(path.relative_to(ROOT)))
+    assert any(path.startswith("docs/guides/") for path in named), "no docs path found"
+    # sources quoted from other projects (hicann/ge docs/zh/...) are not ours
+    missing = {
+        path: where
+        for path, where in named.items()
+        if not path.startswith("docs/zh/") and not (ROOT / path).is_file()
+    }
+    assert not missing, missing
