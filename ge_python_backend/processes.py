@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+from ge_python_backend.environment import RUN_DIR
+
 __all__ = ["RUN_DIR_ENV", "is_alive", "run_directory", "start_time", "this_process"]
 
-RUN_DIR_ENV = "GE_PYTHON_BACKEND_RUN_DIR"
+RUN_DIR_ENV = RUN_DIR.name
 
 
 def start_time(pid: int) -> int | None:

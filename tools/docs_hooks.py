@@ -1,5 +1,9 @@
 """MkDocs hooks of the documentation site (mkdocs.yml `hooks`).
 
+The reference pages generated from the code (`docs_reference.pages`) join the site's files at
+every build, so they always describe the code being built; a generated page whose path a file
+in docs/ already has fails the build.
+
 Pages link to files of the repository outside docs/ (BENCHMARKS.md, examples/) with relative
 paths, which work where the Markdown is read in the repository. MkDocs cannot resolve them, so
 this hook checks that each such file exists (a missing one fails the build, as a broken link
@@ -11,10 +15,15 @@ from __future__ import annotations
 
 import posixpath
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docs_reference  # noqa: E402
 
 # [text](target) outside code spans; images and in-page anchors are left alone.
 _LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
@@ -32,6 +41,14 @@ def outside_target(page_src: str, target: str, docs_dir: Path) -> str | None:
     repository = docs_dir.parent.resolve()
     outside = (docs_dir / resolved).resolve()
     return outside.relative_to(repository).as_posix()
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for path, text in docs_reference.pages().items():
+        if files.get_file_from_path(path) is not None:
+            raise PluginError(f"docs/{path} is generated from the code: delete the file")
+        files.append(File.generated(config, path, content=text))
+    return files
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:

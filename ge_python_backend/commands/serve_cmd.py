@@ -25,6 +25,7 @@ from ge_python_backend.commands.options import (
 from ge_python_backend.commands.watch_cmd import watcher_from
 from ge_python_backend.devicehost.client import start_host
 from ge_python_backend.devicehost.protocol import host_paths
+from ge_python_backend.environment import ACL_RUNTIME
 from ge_python_backend.repository.budget import footprints
 from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.server import (
@@ -311,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
     binary = find_server(
         args.tritonserver, args.backend_directory, stub_version=stub_python.version
     )
-    env = {"GE_PYTHON_BACKEND_ACL": "emulator"} if args.emulator else {}
+    env = {ACL_RUNTIME.name: "emulator"} if args.emulator else {}
     server = TritonServer(
         args.repository,
         http_port=args.http_port,

@@ -61,6 +61,7 @@ from ge_python_backend.devicehost.protocol import (
     send_message,
     specs_from_json,
 )
+from ge_python_backend.environment import DEVICE_HOST_IDLE_EXIT_S, DEVICE_HOST_SHARE_CPU
 from ge_python_backend.errors import InputError
 from ge_python_backend.modelinfo import SessionCounters
 
@@ -70,9 +71,9 @@ logger = logging.getLogger(__name__)
 
 # Seconds a host started by a stub stays up after its last stub left (a model reloading, or
 # Triton restarting a stub, finds it still there).
-IDLE_EXIT_ENV = "GE_DEVICE_HOST_IDLE_EXIT_S"
+IDLE_EXIT_ENV = DEVICE_HOST_IDLE_EXIT_S.name
 # "0": an inline batch's hop leaves the CPUs to the scheduler (`_keep_this_cpu`).
-SHARE_CPU_ENV = "GE_DEVICE_HOST_SHARE_CPU"
+SHARE_CPU_ENV = DEVICE_HOST_SHARE_CPU.name
 DEFAULT_IDLE_EXIT_S = 10.0
 START_TIMEOUT_S = 120.0
 _OPEN_ATTEMPTS = 3

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ge_python_backend.aipp import DynamicAippParams
 from ge_python_backend.ascend import AclCode, RunMode, describe_code
 from ge_python_backend.emulator._ledger import DeviceLedger, Refusal
+from ge_python_backend.environment import EMULATOR_RUN_MODE
 
 DEVICE_ADDRESS_BASE = 0xD000_0000_0000_0000
 # Handles (contexts, streams, datasets, data buffers, descs) live above the user-space address
@@ -26,7 +27,7 @@ HANDLE_STEP = 0x40
 POISON = 0xA5
 DEFAULT_DEVICE_COUNT = 8
 # The run mode (RunMode.HOST, "EP", or RunMode.DEVICE, "RC"): GE_EMULATOR_RUN_MODE=host|device.
-RUN_MODE_ENV = "GE_EMULATOR_RUN_MODE"
+RUN_MODE_ENV = EMULATOR_RUN_MODE.name
 
 
 class AclFailure(Exception):

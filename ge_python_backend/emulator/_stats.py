@@ -15,8 +15,9 @@ from ge_python_backend.emulator._models import MODEL_DESCS, MODELS
 from ge_python_backend.emulator._state import LOCK, STATE
 from ge_python_backend.emulator._streams import CONTEXTS, STREAMS
 from ge_python_backend.emulator._tensors import TENSOR_DESCS
+from ge_python_backend.environment import EMULATOR_STATS_DIR
 
-ENV = "GE_EMULATOR_STATS_DIR"
+ENV = EMULATOR_STATS_DIR.name
 
 # Counters always present in `stats()` (zero until something happens).
 COUNTERS = (

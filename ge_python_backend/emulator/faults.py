@@ -16,7 +16,9 @@ import os
 import threading
 from dataclasses import dataclass
 
-ENV = "GE_EMULATOR_FAULTS"
+from ge_python_backend.environment import EMULATOR_FAULTS
+
+ENV = EMULATOR_FAULTS.name
 FORMAT = (
     '<call>:<code>|hang:<n>|* separated by ",", e.g. "mdl.execute:507011:3,rt.malloc:207001:*" '
     "(call without the acl. prefix, code a positive ACL error code or hang for a call that "

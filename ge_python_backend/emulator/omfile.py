@@ -52,6 +52,7 @@ from ge_python_backend.ascend import (
     om_output_path,
 )
 from ge_python_backend.emulator import memory_plan, precision
+from ge_python_backend.environment import EMULATOR_ORT_THREADS
 from ge_python_backend.errors import UserError
 
 if TYPE_CHECKING:
@@ -1091,7 +1092,7 @@ def _new_session(onnx_bytes: bytes) -> onnxruntime.InferenceSession:
 
 
 def _ort_threads() -> int:
-    text = os.environ.get("GE_EMULATOR_ORT_THREADS", "1")
+    text = os.environ.get(EMULATOR_ORT_THREADS.name, "1")
     try:
         threads = int(text)
     except ValueError:

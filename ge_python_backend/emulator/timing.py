@@ -54,8 +54,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-ENV = "GE_EMULATOR_TIMING"
-HOST_DIR_ENV = "GE_EMULATOR_HOST_DIR"
+from ge_python_backend.environment import EMULATOR_HOST_DIR, EMULATOR_TIMING
+
+ENV = EMULATOR_TIMING.name
+HOST_DIR_ENV = EMULATOR_HOST_DIR.name
 FIELDS = (
     "execute_us",
     "execute_us_per_row",

@@ -16,6 +16,7 @@ from ge_python_backend.ascend import (
     describe_code,
     om_container,
 )
+from ge_python_backend.environment import ACL_RUNTIME
 from ge_python_backend.runtime.errors import RuntimeSelectionError, check
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
     "selected_runtime",
 ]
 
-ENV_VAR = "GE_PYTHON_BACKEND_ACL"
+ENV_VAR = ACL_RUNTIME.name
 RUNTIMES = ("pyacl", "emulator")
 _MODULES = {"pyacl": "acl", "emulator": "ge_python_backend.emulator.acl"}
 

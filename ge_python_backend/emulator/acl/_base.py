@@ -37,11 +37,18 @@ from ge_python_backend.emulator._state import (
 )
 from ge_python_backend.emulator._streams import CONTEXTS, CURRENT, DEFAULT_CONTEXTS, STREAMS
 from ge_python_backend.emulator._tensors import TENSOR_DESCS
+from ge_python_backend.environment import (
+    EMULATOR_DEVICE_COUNT,
+    EMULATOR_DEVICE_MEMORY,
+    EMULATOR_MAX_PROCESSES,
+    EMULATOR_PROCESS_MEMORY,
+    EMULATOR_SOC,
+)
 
 # The CANN version the emulator reports (the calling conventions it follows are 8.x's).
 VERSION = (8, 0, 0)
 # The SoC the emulated devices are (acl.get_soc_name), and so their memory: GE_EMULATOR_SOC.
-SOC_ENV = "GE_EMULATOR_SOC"
+SOC_ENV = EMULATOR_SOC.name
 # aclLogLevel (acl_base.h): ACL_DEBUG 0, ACL_INFO 1, ACL_WARNING 2, ACL_ERROR 3.
 _LOG_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR}
 _APP_LOG = logging.getLogger("ge_python_backend.emulator.app_log")
@@ -58,11 +65,11 @@ def init(config_path: str = "") -> int:
             )
         if config_path:
             _check_config(config_path)
-        count = env_int("GE_EMULATOR_DEVICE_COUNT", DEFAULT_DEVICE_COUNT, 1)
+        count = env_int(EMULATOR_DEVICE_COUNT.name, DEFAULT_DEVICE_COUNT, 1)
         soc = os.environ.get(SOC_ENV, "").strip() or _DEFAULT_SOC
-        memory = env_int("GE_EMULATOR_DEVICE_MEMORY", _soc_device(soc).memory, 1)
-        max_processes = env_int("GE_EMULATOR_MAX_PROCESSES", _PROCESSES_PER_DEVICE, 1)
-        process_memory = env_int("GE_EMULATOR_PROCESS_MEMORY", _PROCESS_DEVICE_MEMORY, 0)
+        memory = env_int(EMULATOR_DEVICE_MEMORY.name, _soc_device(soc).memory, 1)
+        max_processes = env_int(EMULATOR_MAX_PROCESSES.name, _PROCESSES_PER_DEVICE, 1)
+        process_memory = env_int(EMULATOR_PROCESS_MEMORY.name, _PROCESS_DEVICE_MEMORY, 0)
         run_mode = env_run_mode()
         directory = timing.host_directory()
         STATE.initialized = True
