@@ -49,7 +49,7 @@ soak: setup ## Longer soak (200,000 requests at concurrency 16), 100 reload cycl
 
 .PHONY: soak
 
-bench: setup ## Run every benchmark (about 27 minutes) and rewrite BENCHMARKS.md
+bench: setup ## Run every benchmark (about 27 minutes): results as data, BENCHMARKS.md rendered from it
 	$(PY) benchmarks/run.py --output BENCHMARKS.md
 
 .PHONY: bench

@@ -1,15 +1,21 @@
-"""BENCHMARKS.md and its plots from one run's data and `analysis` of it.
+"""The report of one run as data, BENCHMARKS.md rendered from it, and the run's plots.
 
-Setup (what was run, and how) is described in fixed words; every sentence that draws a conclusion
-is chosen by a figure of the run, so it changes when the numbers do.
+`document(data)` turns a run's data and `analysis` of it into the report as data (`report.json`
+beside `all.json`): a title, the introduction, the summary table, then each section as blocks of
+text and tables (each `Table` its columns and rows of cells). `render_markdown` lays a document
+out through the template `BENCHMARKS.md.j2`: the summary table first, then each section's text
+and tables. Setup (what was run, and how) is described in fixed words; every sentence that draws
+a conclusion is chosen by a figure of the run, so it changes when the numbers do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import analysis
+import jinja2
 import timeline as timeline_plot
 from analysis import Rounds, Target
 from hop import PIPELINED_TIMING
@@ -96,6 +102,21 @@ EXPERT_SETTING_WORDS = {
 }
 
 
+TEMPLATE = Path(__file__).with_name("BENCHMARKS.md.j2")
+
+
+@dataclasses.dataclass
+class Table:
+    """A table of the report: its column headings and its rows, each a list of cells (text)."""
+
+    columns: list[str]
+    rows: list[list[str]]
+
+
+# What a section function yields: Markdown lines (a line "## title" opens a section) and tables.
+Item = Union[str, Table]
+
+
 def fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -120,17 +141,22 @@ def target_text(target: Target, shown: str = "") -> str:
     return text if target.floor is None else f"{text} (floor {target.floor:.2f})"
 
 
+COMPARISON_COLUMNS = ["comparison", "ratio (median)", "per round", "target", ""]
+
+
 def summary_row(
     text: str, target: Target, digits: int, per_round: int | None = None, unit: str = ""
-) -> str:
+) -> list[str]:
     """One row of a comparison table: median, rounds (`per_round` digits, else `digits`),
     target, verdict; `unit` follows the median and the target."""
     shown = f"{target.target:g}{unit}" if unit else ""
-    return (
-        f"| {text} | {target.value:.{digits}f}{unit} | "
-        f"{each(target.rounds, digits if per_round is None else per_round)} | "
-        f"{target_text(target, shown)} | {verdict(target)} |"
-    )
+    return [
+        text,
+        f"{target.value:.{digits}f}{unit}",
+        each(target.rounds, digits if per_round is None else per_round),
+        target_text(target, shown),
+        verdict(target),
+    ]
 
 
 def label(data: dict[str, Any], model: str) -> str:
@@ -143,21 +169,27 @@ def label(data: dict[str, Any], model: str) -> str:
     return f"{instances} instance{plural}, dynamic batching {'on' if batching else 'off'}"
 
 
-def level_table(runs: dict[str, Rounds]) -> list[str]:
-    lines = [
-        "| model | round | concurrency | requests | errors | req/s | rows/s | p50 ms | p90 ms "
-        "| p99 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def level_table(runs: dict[str, Rounds]) -> Table:
+    columns = ["model", "round", "concurrency", "requests", "errors", "req/s", "rows/s"]
+    table = Table([*columns, "p50 ms", "p90 ms", "p99 ms"], [])
     for model, rounds in runs.items():
         for number, entries in enumerate(rounds, 1):
             for e in entries:
-                lines.append(
-                    f"| {model} | {number} | {e['concurrency']} | {e['requests']} | "
-                    f"{e['errors']} | {fmt(e['throughput_rps'])} | {fmt(e['rows_per_s'])} | "
-                    f"{fmt(e['p50_ms'], 2)} | {fmt(e['p90_ms'], 2)} | {fmt(e['p99_ms'], 2)} |"
+                table.rows.append(
+                    [
+                        model,
+                        str(number),
+                        str(e["concurrency"]),
+                        str(e["requests"]),
+                        str(e["errors"]),
+                        fmt(e["throughput_rps"]),
+                        fmt(e["rows_per_s"]),
+                        fmt(e["p50_ms"], 2),
+                        fmt(e["p90_ms"], 2),
+                        fmt(e["p99_ms"], 2),
+                    ]
                 )
-    return lines
+    return table
 
 
 def timing_words(spec: str) -> str:
@@ -173,7 +205,7 @@ def timing_words(spec: str) -> str:
 # -- the summary -------------------------------------------------------------------------------
 
 
-def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
+def introduction(data: dict[str, Any], targets: list[Target]) -> str:
     plan, elapsed = data["plan"], data["elapsed_s"]
     moved = analysis.variability(data, targets)
     if moved is None:
@@ -191,9 +223,7 @@ def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
                 else "no less than the throughputs."
             )
         )
-    return [
-        "# Benchmarks",
-        "",
+    return (
         f"Written by `make bench` (`python benchmarks/run.py`) in one run of {elapsed / 60:.1f} "
         "minutes. Every comparison below was measured side by side in that run: the models "
         "compared were served by one server and measured in alternating rounds "
@@ -206,9 +236,8 @@ def header_lines(data: dict[str, Any], targets: list[Target]) -> list[str]:
         "speed cancels over a pair of rounds. "
         "The load generator is `ge-python-model bench` over gRPC, closed loop (each of C "
         "clients keeps one request in flight). It runs on the same machine as the server, so "
-        "client, tritonserver and the model's stub process share its cores. " + variation,
-        "",
-    ]
+        "client, tritonserver and the model's stub process share its cores. " + variation
+    )
 
 
 def summary_lines(
@@ -219,11 +248,9 @@ def summary_lines(
     exp: analysis.Expert | None,
     host: analysis.DeviceHost | None = None,
     jpeg: analysis.JpegInputs | None = None,
-) -> list[str]:
+) -> Table:
     low, high = sorted(over.senders)
-    lines = [
-        "| comparison | ratio (median) | per round | target | |",
-        "|---|---|---|---|---|",
+    rows = [
         *(
             summary_row(
                 f"overhead: our model.py / numpy floor, throughput at concurrency {level}",
@@ -233,9 +260,14 @@ def summary_lines(
             )
             for level, target in over.ratios.items()
         ),
-        "| the floor answering through response senders from a thread (as pipeline depth 2 "
-        f"does) / the floor, throughput at concurrency {low} and {high} | "
-        f"{over.senders[low]:.2f}, {over.senders[high]:.2f} | | | |",
+        [
+            "the floor answering through response senders from a thread (as pipeline depth 2 "
+            f"does) / the floor, throughput at concurrency {low} and {high}",
+            f"{over.senders[low]:.2f}, {over.senders[high]:.2f}",
+            "",
+            "",
+            "",
+        ],
         summary_row(
             "our model.py / naive sample-style model.py, throughput at concurrency "
             f"{analysis.NAIVE_LEVEL}",
@@ -252,7 +284,7 @@ def summary_lines(
         ),
     ]
     if sat is not None:
-        lines.append(
+        rows.append(
             summary_row(
                 f"device busy (timing model) with scaffold's defaults (depth {sat.depth}, "
                 f"max_queue_delay_us {sat.delay}), {sat.top} clients of {SATURATION_ROWS} rows",
@@ -261,7 +293,7 @@ def summary_lines(
             )
         )
         if sat.latency is not None:
-            lines.append(
+            rows.append(
                 summary_row(
                     "p50 latency at concurrency 1, depth 2 / depth 1 (max_queue_delay_us "
                     f"{sat.delay})",
@@ -272,7 +304,7 @@ def summary_lines(
     if exp is not None:
         for (setting, level), target in exp.ratios.items():
             figure = analysis.EXPERT_TARGETS[setting, level][0]
-            lines.append(
+            rows.append(
                 summary_row(
                     f"our model.py / hand-written pyACL model.py, {FIGURE_WORDS[figure]} at "
                     f"concurrency {level}, {EXPERT_SETTING_WORDS[setting]}",
@@ -282,7 +314,7 @@ def summary_lines(
                 )
             )
     if host is not None:
-        lines += [
+        rows += [
             summary_row(
                 "device host / in-stub (section 10), throughput at concurrency "
                 f"{analysis.DEVICE_HOST_THROUGHPUT_LEVEL}",
@@ -298,7 +330,7 @@ def summary_lines(
             ),
         ]
     if jpeg is not None:
-        lines.append(
+        rows.append(
             summary_row(
                 "JPEG files in (section 11): top-1 equal to the host reference",
                 jpeg.top1,
@@ -306,16 +338,14 @@ def summary_lines(
                 unit=" of 100",
             )
         )
-    return lines
+    return Table(COMPARISON_COLUMNS, rows)
 
 
-def machine_lines(data: dict[str, Any]) -> list[str]:
+def machine_lines(data: dict[str, Any]) -> list[Item]:
     return [
         "## Machine",
         "",
-        "| | |",
-        "|---|---|",
-        *[f"| {key} | {value} |" for key, value in data["machine"]],
+        Table(["", ""], [[key, value] for key, value in data["machine"]]),
         "",
         "## Commands",
         "",
@@ -336,7 +366,7 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
 # -- sections ----------------------------------------------------------------------------------
 
 
-def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[str]:
+def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[Item]:
     low, high = sorted(over.ratios)
     ours, floor = over.cpu["ours"], over.cpu["floor"]
     alone = over.compute_infer_1
@@ -386,17 +416,33 @@ def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[str]:
         "per request (the model's `execute` call as Triton times it, the round trip to the stub "
         f"included) at concurrency 1 and {CPU_CONCURRENCY} (one extra run each; microseconds):",
         "",
-        "| model | req/s | requests per execution | load generator | tritonserver "
-        "| model stub process | total | compute_infer at 1 | compute_infer at "
-        f"{CPU_CONCURRENCY} |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *[
-            f"| {model} | {fmt(c['throughput_rps'])} | {c['per_execution']:.2f} | "
-            f"{fmt(c['client'])} | {fmt(c['tritonserver'])} | {fmt(c['stub'])} | "
-            f"{fmt(c['client'] + c['tritonserver'] + c['stub'])} | "
-            f"{fmt(alone[model])} | {fmt(c['compute_infer'])} |"
-            for model, c in data["overhead"]["cpu"].items()
-        ],
+        Table(
+            [
+                "model",
+                "req/s",
+                "requests per execution",
+                "load generator",
+                "tritonserver",
+                "model stub process",
+                "total",
+                "compute_infer at 1",
+                f"compute_infer at {CPU_CONCURRENCY}",
+            ],
+            [
+                [
+                    model,
+                    fmt(c["throughput_rps"]),
+                    f"{c['per_execution']:.2f}",
+                    fmt(c["client"]),
+                    fmt(c["tritonserver"]),
+                    fmt(c["stub"]),
+                    fmt(c["client"] + c["tritonserver"] + c["stub"]),
+                    fmt(alone[model]),
+                    fmt(c["compute_infer"]),
+                ]
+                for model, c in data["overhead"]["cpu"].items()
+            ],
+        ),
         "",
         f"At concurrency 1 the median p50 was {over.p50_ms['ours']:.2f} ms for ours and "
         f"{over.p50_ms['floor']:.2f} ms for the floor, {fmt(p50_gap)} us apart; `compute_infer` "
@@ -448,12 +494,12 @@ def overhead_lines(data: dict[str, Any], over: analysis.Overhead) -> list[str]:
         "",
         "Raw results:",
         "",
-        *level_table(data["overhead"]["runs"]),
+        level_table(data["overhead"]["runs"]),
         "",
     ]
 
 
-def naive_lines(data: dict[str, Any], naive: Target) -> list[str]:
+def naive_lines(data: dict[str, Any], naive: Target) -> list[Item]:
     counters = data["naive"]["counters"]
     return [
         "## 2. Against a naive model.py (sample style)",
@@ -476,26 +522,38 @@ def naive_lines(data: dict[str, Any], naive: Target) -> list[str]:
         f"{COUNTER_BATCHES} times after 20 warm-up calls, `benchmarks/inprocess.py counters`; no "
         "device timing):",
         "",
-        f"| per batch of {COUNTER_REQUESTS} requests | ours | naive |",
-        "|---|---|---|",
-        *[
-            f"| {text} | {fmt(counters['ours']['per_batch'][key], 1)} | "
-            f"{fmt(counters['naive']['per_batch'][key], 1)} |"
-            for key, text in COUNTER_ROWS
-        ],
-        f"| wall time of `execute` (us) | {fmt(counters['ours']['us_per_batch'])} | "
-        f"{fmt(counters['naive']['us_per_batch'])} |",
-        f"| share of it inside (emulated) pyACL calls | {counters['ours']['acl_share']:.0%} | "
-        f"{counters['naive']['acl_share']:.0%} |",
+        Table(
+            [f"per batch of {COUNTER_REQUESTS} requests", "ours", "naive"],
+            [
+                *(
+                    [
+                        text,
+                        fmt(counters["ours"]["per_batch"][key], 1),
+                        fmt(counters["naive"]["per_batch"][key], 1),
+                    ]
+                    for key, text in COUNTER_ROWS
+                ),
+                [
+                    "wall time of `execute` (us)",
+                    fmt(counters["ours"]["us_per_batch"]),
+                    fmt(counters["naive"]["us_per_batch"]),
+                ],
+                [
+                    "share of it inside (emulated) pyACL calls",
+                    f"{counters['ours']['acl_share']:.0%}",
+                    f"{counters['naive']['acl_share']:.0%}",
+                ],
+            ],
+        ),
         "",
         "Raw results:",
         "",
-        *level_table(data["naive"]["runs"]),
+        level_table(data["naive"]["runs"]),
         "",
     ]
 
 
-def efficiency_lines(data: dict[str, Any], eff: analysis.Efficiency) -> list[str]:
+def efficiency_lines(data: dict[str, Any], eff: analysis.Efficiency) -> list[Item]:
     sooner = eff.execute_ms < eff.local_ms
     return [
         "## 3. Serving efficiency on a compute-heavy model",
@@ -526,21 +584,34 @@ def efficiency_lines(data: dict[str, Any], eff: analysis.Efficiency) -> list[str
         f"with the load generator and tritonserver, which move {eff.megabytes:.1f} MB per "
         "request.",
         "",
-        "| round | in-process images/s | served images/s | ratio | served p50 ms | served p99 ms |",
-        "|---|---|---|---|---|---|",
-        *[
-            f"| {n} | {fmt(lo['rows_per_s'], 1)} | {fmt(se['rows_per_s'], 1)} | "
-            f"{se['rows_per_s'] / lo['rows_per_s']:.2f} | "
-            f"{fmt(se['p50_ms'], 1)} | {fmt(se['p99_ms'], 1)} |"
-            for n, (lo, se) in enumerate(
-                zip(data["efficiency"]["local"], data["efficiency"]["served"]), 1
-            )
-        ],
+        Table(
+            [
+                "round",
+                "in-process images/s",
+                "served images/s",
+                "ratio",
+                "served p50 ms",
+                "served p99 ms",
+            ],
+            [
+                [
+                    str(n),
+                    fmt(lo["rows_per_s"], 1),
+                    fmt(se["rows_per_s"], 1),
+                    f"{se['rows_per_s'] / lo['rows_per_s']:.2f}",
+                    fmt(se["p50_ms"], 1),
+                    fmt(se["p99_ms"], 1),
+                ]
+                for n, (lo, se) in enumerate(
+                    zip(data["efficiency"]["local"], data["efficiency"]["served"]), 1
+                )
+            ],
+        ),
         "",
     ]
 
 
-def scaling_lines(data: dict[str, Any]) -> list[str]:
+def scaling_lines(data: dict[str, Any]) -> list[Item]:
     scale = data["scaling"]
     rounds = {len(r) for r in scale["runs"].values()}
     return [
@@ -554,18 +625,17 @@ def scaling_lines(data: dict[str, Any]) -> list[str]:
         "",
         "![scaling with instances and batching](benchmarks/results/scaling.png)",
         "",
-        "| variant | " + " | ".join(f"req/s at {c}" for c in scale["levels"]) + " |",
-        "|---|" + "---|" * len(scale["levels"]),
-        *[
-            f"| {label(data, name)} | "
-            + " | ".join(fmt(e["throughput_rps"]) for e in runs[0])
-            + " |"
-            for name, runs in scale["runs"].items()
-        ],
+        Table(
+            ["variant", *(f"req/s at {c}" for c in scale["levels"])],
+            [
+                [label(data, name), *(fmt(e["throughput_rps"]) for e in runs[0])]
+                for name, runs in scale["runs"].items()
+            ],
+        ),
         "",
         "Raw results:",
         "",
-        *level_table(scale["runs"]),
+        level_table(scale["runs"]),
         "",
     ]
 
@@ -582,7 +652,7 @@ def timeline_words(name: str, line: analysis.Timeline) -> str:
 
 def pipeline_lines(
     data: dict[str, Any], pipe: analysis.Pipeline, sat: analysis.Saturation | None
-) -> list[str]:
+) -> list[Item]:
     raw = data["pipeline"]
     copy_share = pipe.copy_ms / pipe.execute_ms
     if sat is None:
@@ -612,15 +682,18 @@ def pipeline_lines(
         "link stands for a fast link with a large model without loading the host with "
         "megabytes of gRPC payload.",
         "",
-        "| comparison | ratio (median) | per round | target | |",
-        "|---|---|---|---|---|",
-        summary_row(
-            f"throughput depth 2 / depth 1 at concurrency {analysis.PIPELINE_LEVEL}",
-            pipe.throughput,
-            2,
-            unit="x",
+        Table(
+            COMPARISON_COLUMNS,
+            [
+                summary_row(
+                    f"throughput depth 2 / depth 1 at concurrency {analysis.PIPELINE_LEVEL}",
+                    pipe.throughput,
+                    2,
+                    unit="x",
+                ),
+                summary_row("p50 latency depth 2 / depth 1 at concurrency 1", pipe.latency, 3),
+            ],
         ),
-        summary_row("p50 latency depth 2 / depth 1 at concurrency 1", pipe.latency, 3),
         "",
         f"Median p50 at concurrency 1: depth 1 {pipe.p50_ms[1]:.2f} ms, depth 2 "
         f"{pipe.p50_ms[2]:.2f} ms.",
@@ -651,7 +724,7 @@ def pipeline_lines(
         "",
         "Raw results:",
         "",
-        *level_table(raw["runs"]),
+        level_table(raw["runs"]),
         "",
     ]
 
@@ -690,13 +763,44 @@ def saturation_reading(data: dict[str, Any], sat: analysis.Saturation) -> str:
     )
 
 
-def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str]:
+def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[Item]:
     raw = data["saturation"]
     table, top = sat.table, sat.top
     timing = parse_timing(raw["timing"])
     gear = analysis.largest_gear()
     window = FLUSH_INTERVAL_S / data["plan"]["seconds"]
-    lines = [
+    variants = Table(
+        [
+            "model",
+            "pipeline depth",
+            "max_queue_delay_us",
+            f"rows/s at {top}",
+            "share of the limit",
+            "busy (model)",
+            "busy (events)",
+            "rows per execution",
+            "p50 ms at 1",
+            f"p50 ms at {top}",
+            f"p99 ms at {top}",
+        ],
+        [
+            [
+                model,
+                str(depth),
+                str(delay),
+                fmt(table[model][top]["rows_per_s"]),
+                f"{table[model][top]['limit']:.3f}",
+                f"{table[model][top]['model']:.3f}",
+                f"{table[model][top]['events']:.3f}",
+                f"{table[model][top]['rows_per_execution']:.1f}",
+                f"{table[model][1]['p50_ms']:.2f}",
+                f"{table[model][top]['p50_ms']:.2f}",
+                f"{table[model][top]['p99_ms']:.2f}",
+            ]
+            for model, (depth, delay) in raw["variants"].items()
+        ],
+    )
+    lines: list[Item] = [
         "## 6. Keeping the device busy: the defaults",
         "",
         f"The small model (gears {SMALL_GEARS}, one instance) under the emulator profile "
@@ -729,34 +833,29 @@ def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str
         "(`stream_wait_event`) for the other lane's to leave the device, so the lanes' "
         "execution times never overlap and are not counted twice.",
         "",
-        f"| model | pipeline depth | max_queue_delay_us | rows/s at {top} | share of the limit "
-        "| busy (model) | busy (events) | rows per execution | p50 ms at 1 | p50 ms at "
-        f"{top} | p99 ms at {top} |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for model, (depth, delay) in raw["variants"].items():
-        row, one = table[model][top], table[model][1]
-        lines.append(
-            f"| {model} | {depth} | {delay} | {fmt(row['rows_per_s'])} | {row['limit']:.3f} | "
-            f"{row['model']:.3f} | {row['events']:.3f} | {row['rows_per_execution']:.1f} | "
-            f"{one['p50_ms']:.2f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
-        )
-    lines += [
+        variants,
         "",
         saturation_reading(data, sat),
         "",
         "Per concurrency (medians over the rounds):",
         "",
-        "| model | concurrency | rows/s | busy (model) | busy (events) | p50 ms | p99 ms |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for model, levels in table.items():
-        for level, row in levels.items():
-            lines.append(
-                f"| {model} | {level} | {fmt(row['rows_per_s'])} | {row['model']:.3f} | "
-                f"{row['events']:.3f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
-            )
-    lines += [
+        Table(
+            ["model", "concurrency", "rows/s"]
+            + ["busy (model)", "busy (events)", "p50 ms", "p99 ms"],
+            [
+                [
+                    model,
+                    str(level),
+                    fmt(row["rows_per_s"]),
+                    f"{row['model']:.3f}",
+                    f"{row['events']:.3f}",
+                    f"{row['p50_ms']:.2f}",
+                    f"{row['p99_ms']:.2f}",
+                ]
+                for model, levels in table.items()
+                for level, row in levels.items()
+            ],
+        ),
         "",
         "Commands (section-only re-run: `python benchmarks/run.py --only saturation`):",
         "",
@@ -767,7 +866,7 @@ def saturation_lines(data: dict[str, Any], sat: analysis.Saturation) -> list[str
         "",
         "Raw results:",
         "",
-        *level_table(raw["runs"]),
+        level_table(raw["runs"]),
         "",
     ]
     return lines
@@ -867,7 +966,7 @@ def expert_cpu_reading(exp: analysis.Expert) -> str:
     return " ".join(words)
 
 
-def expert_cpu_lines(exp: analysis.Expert) -> list[str]:
+def expert_cpu_lines(exp: analysis.Expert) -> list[Item]:
     """Section 7's CPU witness (nothing for runs saved before it was measured)."""
     if not exp.cpu:
         return []
@@ -881,14 +980,25 @@ def expert_cpu_lines(exp: analysis.Expert) -> list[str]:
         "the rounds, microseconds per request; the stub's figure is the CPU time of the model's "
         "stub process, `compute_infer` Triton's wall time of the model's `execute` call):",
         "",
-        "| concurrency | ours stub CPU | expert stub CPU | ours compute_infer "
-        "| expert compute_infer |",
-        "|---|---|---|---|---|",
-        *[
-            f"| {level} | {fmt(cpu.stub['ours'])} | {fmt(cpu.stub['expert'])} | "
-            f"{fmt(cpu.compute_infer['ours'])} | {fmt(cpu.compute_infer['expert'])} |"
-            for level, cpu in exp.cpu.items()
-        ],
+        Table(
+            [
+                "concurrency",
+                "ours stub CPU",
+                "expert stub CPU",
+                "ours compute_infer",
+                "expert compute_infer",
+            ],
+            [
+                [
+                    str(level),
+                    fmt(cpu.stub["ours"]),
+                    fmt(cpu.stub["expert"]),
+                    fmt(cpu.compute_infer["ours"]),
+                    fmt(cpu.compute_infer["expert"]),
+                ]
+                for level, cpu in exp.cpu.items()
+            ],
+        ),
         "",
         expert_cpu_reading(exp),
     ]
@@ -907,7 +1017,7 @@ def expert_setting_words(name: str, setting: dict[str, Any]) -> str:
     )
 
 
-def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
+def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[Item]:
     raw = data["expert"]
     settings = raw["settings"]
     lines = [
@@ -932,19 +1042,32 @@ def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
         "",
         expert_reading(exp),
         "",
-        "| setting | concurrency | ours rows/s | expert rows/s | ours p50 ms | expert p50 ms "
-        "| ours p99 ms | expert p99 ms |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for setting, models in exp.table.items():
-        for level in settings[setting]["levels"]:
-            ours, other = models["ours"][level], models["expert"][level]
-            lines.append(
-                f"| {EXPERT_SETTING_WORDS[setting]} | {level} | {fmt(ours['rows_per_s'])} | "
-                f"{fmt(other['rows_per_s'])} | {ours['p50_ms']:.2f} | {other['p50_ms']:.2f} | "
-                f"{ours['p99_ms']:.2f} | {other['p99_ms']:.2f} |"
-            )
-    lines += [
+        Table(
+            [
+                "setting",
+                "concurrency",
+                "ours rows/s",
+                "expert rows/s",
+                "ours p50 ms",
+                "expert p50 ms",
+                "ours p99 ms",
+                "expert p99 ms",
+            ],
+            [
+                [
+                    EXPERT_SETTING_WORDS[setting],
+                    str(level),
+                    fmt(models["ours"][level]["rows_per_s"]),
+                    fmt(models["expert"][level]["rows_per_s"]),
+                    f"{models['ours'][level]['p50_ms']:.2f}",
+                    f"{models['expert'][level]['p50_ms']:.2f}",
+                    f"{models['ours'][level]['p99_ms']:.2f}",
+                    f"{models['expert'][level]['p99_ms']:.2f}",
+                ]
+                for setting, models in exp.table.items()
+                for level in settings[setting]["levels"]
+            ],
+        ),
         *expert_cpu_lines(exp),
         "",
         *(
@@ -961,7 +1084,7 @@ def expert_lines(data: dict[str, Any], exp: analysis.Expert) -> list[str]:
         "",
         "Raw results:",
         "",
-        *level_table(
+        level_table(
             {
                 f"{model} ({EXPERT_SETTING_WORDS[setting]})": rounds
                 for setting, values in settings.items()
@@ -1129,7 +1252,23 @@ def lone_reading(better: list[analysis.TuneLevel]) -> str:
     )
 
 
-def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[str]:
+def tune_row(level: analysis.TuneLevel, budget_s: float) -> list[str]:
+    default, winner, again = level.default, level.winner or {}, level.remeasured
+    return [
+        str(level.clients),
+        fmt(default["rows_per_s"]),
+        fmt(default["p99_ms"], 2),
+        fmt(winner.get("rows_per_s")),
+        fmt(winner.get("p99_ms"), 2),
+        tune_changes(level),
+        f"{level.trials} ({level.skipped})",
+        f"{level.elapsed_s:.0f} of {budget_s:g}",
+        "-" if again is None else f"{again.gain:.2f}",
+        "-" if again is None else f"{again.p99_ms[0]:.2f}, {again.p99_ms[1]:.2f}",
+    ]
+
+
+def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[Item]:
     raw = data["tune"]
     lines = [
         "## 8. Scaffold's defaults against `tune`",
@@ -1154,25 +1293,21 @@ def tune_lines(data: dict[str, Any], levels: list[analysis.TuneLevel]) -> list[s
         f"rounds at that load; a re-measured gain within {analysis.TUNE_SAME:.0%} counts as "
         "noise.",
         "",
-        "| clients | defaults rows/s (tune) | p99 ms | winner rows/s (tune) | p99 ms | the "
-        "winner's changes | trials (skipped) | seconds used | re-measured winner / defaults "
-        "| p99 ms defaults, winner |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for level in levels:
-        default, winner, again = level.default, level.winner or {}, level.remeasured
-        remeasured = (
-            "- | -"
-            if again is None
-            else f"{again.gain:.2f} | {again.p99_ms[0]:.2f}, {again.p99_ms[1]:.2f}"
-        )
-        lines.append(
-            f"| {level.clients} | {fmt(default['rows_per_s'])} | {fmt(default['p99_ms'], 2)} | "
-            f"{fmt(winner.get('rows_per_s'))} | {fmt(winner.get('p99_ms'), 2)} | "
-            f"{tune_changes(level)} | {level.trials} ({level.skipped}) | "
-            f"{level.elapsed_s:.0f} of {raw['budget_s']:g} | {remeasured} |"
-        )
-    lines += [
+        Table(
+            [
+                "clients",
+                "defaults rows/s (tune)",
+                "p99 ms",
+                "winner rows/s (tune)",
+                "p99 ms",
+                "the winner's changes",
+                "trials (skipped)",
+                "seconds used",
+                "re-measured winner / defaults",
+                "p99 ms defaults, winner",
+            ],
+            [tune_row(level, raw["budget_s"]) for level in levels],
+        ),
         "",
         *(tune_level_words(level, raw["rows"]) + "\n" for level in levels),
         tune_reading(levels),
@@ -1204,7 +1339,7 @@ def system_allocation_words(level: int, ratios: list[float]) -> str:
     )
 
 
-def system_allocation_lines(data: dict[str, Any], alloc: analysis.SystemAllocation) -> list[str]:
+def system_allocation_lines(data: dict[str, Any], alloc: analysis.SystemAllocation) -> list[Item]:
     raw = data["sysalloc"]
     rounds = {len(r) for r in raw["runs"].values()}
     return [
@@ -1222,23 +1357,28 @@ def system_allocation_lines(data: dict[str, Any], alloc: analysis.SystemAllocati
         "",
         "![system allocation vs pooled buffers](benchmarks/results/sysalloc.png)",
         "",
-        "| variant | " + " | ".join(f"req/s at {c} | p50 ms at {c}" for c in alloc.levels) + " |",
-        "|---|" + "---|---|" * len(alloc.levels),
-        *[
-            f"| {name} | "
-            + " | ".join(
-                f"{fmt(analysis.median_at(rounds_, c, 'throughput_rps'))} | "
-                f"{fmt(alloc.p50_ms[name][c], 2)}"
-                for c in alloc.levels
-            )
-            + " |"
-            for name, rounds_ in raw["runs"].items()
-        ],
+        Table(
+            ["variant", *(f"{what} at {c}" for c in alloc.levels for what in ("req/s", "p50 ms"))],
+            [
+                [
+                    name,
+                    *(
+                        cell
+                        for c in alloc.levels
+                        for cell in (
+                            fmt(analysis.median_at(rounds_, c, "throughput_rps")),
+                            fmt(alloc.p50_ms[name][c], 2),
+                        )
+                    ),
+                ]
+                for name, rounds_ in raw["runs"].items()
+            ],
+        ),
         "",
         *(system_allocation_words(c, alloc.throughput[c]) + "\n" for c in alloc.levels),
         "Raw results:",
         "",
-        *level_table(raw["runs"]),
+        level_table(raw["runs"]),
         "",
     ]
 
@@ -1346,8 +1486,8 @@ def hop_lines(figures: analysis.DeviceHost, rounds: int) -> list[str]:
     return lines
 
 
-def device_host_lines(data: dict[str, Any]) -> list[str]:
-    lines = [
+def device_host_lines(data: dict[str, Any]) -> list[Item]:
+    lines: list[Item] = [
         "## 10. One device, many models: the device host",
         "",
     ]
@@ -1371,17 +1511,35 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
             f"checked against onnxruntime. Both modes took {raw['elapsed_s'] / 60:.1f} min "
             "(starts, checks and stops).",
             "",
-            "| mode | models READY | answered correctly | processes on device 0 | device memory "
-            "used | host RSS | host PSS | stub processes | start to end of loading | "
-            "shared-device refusals |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-            *[
-                f"| {MANY_MODE_WORDS[mode]} | {m.ready} of {m.models} | {m.answered} | "
-                f"{m.device_processes} | {mib(m.device_bytes)} of {mib(m.device_capacity)} "
-                f"({m.device_share:.1%}) | {mib(m.rss_bytes)} | {mib(m.pss_bytes)} | "
-                f"{m.stub_processes} | {m.loaded_s:.0f} s | {m.refusals} |"
-                for mode, m in modes.items()
-            ],
+            Table(
+                [
+                    "mode",
+                    "models READY",
+                    "answered correctly",
+                    "processes on device 0",
+                    "device memory used",
+                    "host RSS",
+                    "host PSS",
+                    "stub processes",
+                    "start to end of loading",
+                    "shared-device refusals",
+                ],
+                [
+                    [
+                        MANY_MODE_WORDS[mode],
+                        f"{m.ready} of {m.models}",
+                        str(m.answered),
+                        str(m.device_processes),
+                        f"{mib(m.device_bytes)} of {mib(m.device_capacity)} ({m.device_share:.1%})",
+                        mib(m.rss_bytes),
+                        mib(m.pss_bytes),
+                        str(m.stub_processes),
+                        f"{m.loaded_s:.0f} s",
+                        str(m.refusals),
+                    ]
+                    for mode, m in modes.items()
+                ],
+            ),
             "",
             *(line + "\n" for line in many_models_words(modes)),
         ]
@@ -1397,16 +1555,22 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
             "batch to the device host through a memfd and a Unix socket); both checked for "
             "correct answers first.",
             "",
-            "| comparison | median | per round | target | |",
-            "|---|---|---|---|---|",
-            summary_row(
-                f"device host / in-stub, throughput at concurrency {top}",
-                figures.throughput,
-                3,
-                per_round=2,
-            ),
-            summary_row(
-                "device host - in-stub, p50 at concurrency 1", figures.p50_delta_us, 0, unit=" us"
+            Table(
+                ["comparison", "median", *COMPARISON_COLUMNS[2:]],
+                [
+                    summary_row(
+                        f"device host / in-stub, throughput at concurrency {top}",
+                        figures.throughput,
+                        3,
+                        per_round=2,
+                    ),
+                    summary_row(
+                        "device host - in-stub, p50 at concurrency 1",
+                        figures.p50_delta_us,
+                        0,
+                        unit=" us",
+                    ),
+                ],
             ),
             "",
             f"At {top} clients the device host served {fmt(figures.throughput_rps['host'])} "
@@ -1417,7 +1581,7 @@ def device_host_lines(data: dict[str, Any]) -> list[str]:
             *hop_lines(figures, len(raw.get("hop", {}).get("local", []))),
             "Raw results:",
             "",
-            *level_table(raw["runs"]),
+            level_table(raw["runs"]),
             "",
         ]
     lines += ["Commands (section-only re-runs):", "", "```"]
@@ -1506,7 +1670,7 @@ def jpeg_rate_words(raw: dict[str, Any], figures: analysis.JpegInputs) -> str:
     )
 
 
-def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[str]:
+def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[Item]:
     raw = data["jpeg"]
     top1 = raw["top1"]
     rounds = len(raw["runs"]["jpeg"])
@@ -1539,19 +1703,37 @@ def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[str]:
         f"({bench['bytes']:,} bytes), or its NV12 row, and server CPU per image at "
         f"{clients(CPU_CONCURRENCY)} ({cpu_rounds} rounds).",
         "",
-        "| | JPEG in (`jpeg`) | raw NV12 in (`raw`) | jpeg / raw, median (per-round range) |",
-        "|---|---|---|---|",
-        f"| bytes the server received per request ({raw['files']} files) | "
-        f"{fmt(raw['wire_in']['jpeg'])} | {fmt(raw['wire_in']['raw'])} | "
-        f"{raw['wire_in']['jpeg'] / raw['wire_in']['raw']:.2f} |",
-        f"| server CPU per image (tritonserver + stub), {clients(CPU_CONCURRENCY)} | "
-        f"{fmt(median(figures.server_cpu_us['jpeg']))} us | "
-        f"{fmt(median(figures.server_cpu_us['raw']))} us | {ratio_cell(figures.cpu_ratio)} |",
-        *[
-            f"| images/s at {clients(c)} | {fmt(figures.rates['jpeg'][c], 1)} | "
-            f"{fmt(figures.rates['raw'][c], 1)} | {ratio_cell(figures.images_per_s[c])} |"
-            for c in levels
-        ],
+        Table(
+            [
+                "",
+                "JPEG in (`jpeg`)",
+                "raw NV12 in (`raw`)",
+                "jpeg / raw, median (per-round range)",
+            ],
+            [
+                [
+                    f"bytes the server received per request ({raw['files']} files)",
+                    fmt(raw["wire_in"]["jpeg"]),
+                    fmt(raw["wire_in"]["raw"]),
+                    f"{raw['wire_in']['jpeg'] / raw['wire_in']['raw']:.2f}",
+                ],
+                [
+                    f"server CPU per image (tritonserver + stub), {clients(CPU_CONCURRENCY)}",
+                    f"{fmt(median(figures.server_cpu_us['jpeg']))} us",
+                    f"{fmt(median(figures.server_cpu_us['raw']))} us",
+                    ratio_cell(figures.cpu_ratio),
+                ],
+                *(
+                    [
+                        f"images/s at {clients(c)}",
+                        fmt(figures.rates["jpeg"][c], 1),
+                        fmt(figures.rates["raw"][c], 1),
+                        ratio_cell(figures.images_per_s[c]),
+                    ]
+                    for c in levels
+                ),
+            ],
+        ),
         "",
         f"Top-1 of the {raw['files']} files through `jpeg` equal to the host reference's "
         f"(Pillow decodes the file's YCbCr to NV12 as JPEGD writes it, resized "
@@ -1575,7 +1757,7 @@ def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[str]:
         "",
         "Raw results:",
         "",
-        *level_table(raw["runs"]),
+        level_table(raw["runs"]),
         "",
         "Commands (section-only re-run):",
         "",
@@ -1596,7 +1778,7 @@ def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[str]:
     return lines
 
 
-def profile_lines() -> list[str]:
+def profile_lines() -> list[Item]:
     return [
         "## Device profiles",
         "",
@@ -1604,14 +1786,20 @@ def profile_lines() -> list[str]:
         "profile (`PROFILES` in `ge_python_backend/emulator/timing.py`; other keys override its "
         "values).",
         "",
-        "| profile | execute_us | execute_us_per_row | copy_gbps | models |",
-        "|---|---|---|---|---|",
-        *[
-            f"| `{name}` | {t.execute_us:g} | {t.execute_us_per_row:g} | {t.copy_gbps:g} | "
-            f"{PROFILE_MODELS[name]} |"
-            for name, t in PROFILES.items()
-            if name in PROFILE_MODELS  # the DVPP profiles: docs/internals/conformance/dvpp.md
-        ],
+        Table(
+            ["profile", "execute_us", "execute_us_per_row", "copy_gbps", "models"],
+            [
+                [
+                    f"`{name}`",
+                    f"{t.execute_us:g}",
+                    f"{t.execute_us_per_row:g}",
+                    f"{t.copy_gbps:g}",
+                    PROFILE_MODELS[name],
+                ]
+                for name, t in PROFILES.items()
+                if name in PROFILE_MODELS  # the DVPP profiles: docs/internals/conformance/dvpp.md
+            ],
+        ),
         "",
         "Sources:",
         "",
@@ -1623,8 +1811,10 @@ def profile_lines() -> list[str]:
 # -- the document ------------------------------------------------------------------------------
 
 
-def render(data: dict[str, Any]) -> str:
-    """BENCHMARKS.md from a run's data (`scenarios.measure`, or `all.json` read back)."""
+def document(data: dict[str, Any]) -> dict[str, Any]:
+    """The report of a run (`scenarios.measure`, or `all.json` read back) as data: `title`,
+    `introduction`, the `summary` table, then `sections`, each a `title` and `blocks` of
+    `{"text": Markdown}` or `{"table": {"columns", "rows"}}`. JSON as it is (`report.json`)."""
     over, naive, eff = analysis.overhead(data), analysis.naive(data), analysis.efficiency(data)
     sat = analysis.saturation(data) if "saturation" in data else None
     exp = analysis.expert(data) if "expert" in data else None
@@ -1633,18 +1823,16 @@ def render(data: dict[str, Any]) -> str:
         targets += [sat.busy, *([sat.latency] if sat.latency else [])]
     if exp is not None:
         targets += exp.ratios.values()
-    lines = [
-        *header_lines(data, targets),
-        *summary_lines(
-            over,
-            naive,
-            eff,
-            sat,
-            exp,
-            analysis.device_host(data) if "device_host" in data else None,
-            analysis.jpeg_inputs(data) if "jpeg" in data else None,
-        ),
-        "",
+    summary = summary_lines(
+        over,
+        naive,
+        eff,
+        sat,
+        exp,
+        analysis.device_host(data) if "device_host" in data else None,
+        analysis.jpeg_inputs(data) if "jpeg" in data else None,
+    )
+    items: list[Item] = [
         *machine_lines(data),
         *overhead_lines(data, over),
         *naive_lines(data, naive),
@@ -1652,21 +1840,83 @@ def render(data: dict[str, Any]) -> str:
         *scaling_lines(data),
     ]
     if "pipeline" in data:
-        lines += pipeline_lines(data, analysis.pipeline(data), sat)
+        items += pipeline_lines(data, analysis.pipeline(data), sat)
     if sat is not None:
-        lines += saturation_lines(data, sat)
+        items += saturation_lines(data, sat)
     if exp is not None:
-        lines += expert_lines(data, exp)
+        items += expert_lines(data, exp)
     if "tune" in data:
-        lines += tune_lines(data, analysis.tune(data))
+        items += tune_lines(data, analysis.tune(data))
     if "sysalloc" in data:
-        lines += system_allocation_lines(data, analysis.system_allocation(data))
+        items += system_allocation_lines(data, analysis.system_allocation(data))
     if "device_host" in data or "many_models" in data:
-        lines += device_host_lines(data)
+        items += device_host_lines(data)
     if "jpeg" in data:
-        lines += jpeg_lines(data, analysis.jpeg_inputs(data))
-    lines += profile_lines()
-    return "\n".join(lines)
+        items += jpeg_lines(data, analysis.jpeg_inputs(data))
+    items += profile_lines()
+    return {
+        "title": "Benchmarks",
+        "introduction": introduction(data, targets),
+        "summary": dataclasses.asdict(summary),
+        "sections": sections(items),
+    }
+
+
+def sections(items: list[Item]) -> list[dict[str, Any]]:
+    """The sections the items make: a line `## title` opens one; the lines up to a table or the
+    next section are one text block."""
+    found: list[dict[str, Any]] = []
+    text: list[str] = []
+
+    def end_text() -> None:
+        block = "\n".join(text).strip("\n")
+        if block:
+            found[-1]["blocks"].append({"text": block})
+        text.clear()
+
+    for item in items:
+        if isinstance(item, Table):
+            end_text()
+            found[-1]["blocks"].append({"table": dataclasses.asdict(item)})
+        elif item.startswith("## "):
+            if found:
+                end_text()
+            found.append({"title": item[3:], "blocks": []})
+        else:
+            text.append(item)
+    end_text()
+    return found
+
+
+def markdown_table(table: dict[str, list[Any]]) -> str:
+    """A table of a document as Markdown: one line per row."""
+
+    def line(cells: list[str]) -> str:
+        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+    return "\n".join(
+        [line(table["columns"]), "|" + "---|" * len(table["columns"]), *map(line, table["rows"])]
+    )
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """BENCHMARKS.md from a document (`document`, or `report.json` read back), through the
+    template: the summary table first, then each section's text and tables."""
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE.parent),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    environment.filters["table"] = markdown_table
+    return environment.get_template(TEMPLATE.name).render(report)
+
+
+def render(data: dict[str, Any]) -> str:
+    """BENCHMARKS.md from a run's data: `render_markdown(document(data))`."""
+    return render_markdown(document(data))
 
 
 def draw(data: dict[str, Any], results: Path) -> None:

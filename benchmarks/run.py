@@ -1,7 +1,9 @@
 """`make bench`: every benchmark in one run; writes BENCHMARKS.md and benchmarks/results/.
 
 `scenarios` measures (raw JSON per run and `all.json` with everything in benchmarks/results/),
-`analysis` derives the figures, `report` writes BENCHMARKS.md and the plots.
+`analysis` derives the figures, `report` makes the report of them as data (`report.json`: the
+summary table, then each section's text and tables) and the plots, and BENCHMARKS.md is rendered
+from `report.json` through the template `BENCHMARKS.md.j2`.
 
     python benchmarks/run.py [--output BENCHMARKS.md] [--quick]
     python benchmarks/run.py --from-json benchmarks/results/all.json   # measure nothing
@@ -54,7 +56,9 @@ def main() -> None:
     else:
         data = scenarios.measure(plan, RESULTS)
     report.draw(data, RESULTS)
-    args.output.write_text(report.render(data))
+    document = report.document(data)
+    (RESULTS / "report.json").write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    args.output.write_text(report.render_markdown(document))
     say(f"wrote {args.output} and {RESULTS}/ ({data['elapsed_s'] / 60:.1f} min of measuring)")
 
 

@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+RESULTS = ROOT / "benchmarks" / "results"
 
 import analysis  # noqa: E402
 import report  # noqa: E402
@@ -610,10 +611,63 @@ def test_the_plots_are_drawn_from_the_data(tmp_path: Path) -> None:
 
 
 def test_benchmarks_md_is_what_its_saved_run_renders_to() -> None:
-    # `make bench` writes both; `python benchmarks/run.py --rewrite` renders the report again
-    # from the saved data after a change to the report's code.
-    data = json.loads((ROOT / "benchmarks" / "results" / "all.json").read_text())
-    assert report.render(data) == (ROOT / "BENCHMARKS.md").read_text()
+    # `make bench` writes all three; `python benchmarks/run.py --rewrite` makes the report and
+    # renders it again from the saved data after a change to the report's code.
+    data = json.loads((RESULTS / "all.json").read_text())
+    saved = json.loads((RESULTS / "report.json").read_text())
+    assert json.loads(json.dumps(report.document(data))) == saved
+    assert report.render_markdown(saved) == (ROOT / "BENCHMARKS.md").read_text()
+
+
+def test_the_template_lays_out_the_summary_table_first_then_each_sections_blocks() -> None:
+    document = {
+        "title": "Benchmarks",
+        "introduction": "One run.",
+        "summary": {"columns": ["comparison", "ratio", ""], "rows": [["a / b", "1.10", "met"]]},
+        "sections": [
+            {
+                "title": "1. First",
+                "blocks": [
+                    {"text": "Before the table."},
+                    {"table": {"columns": ["x", "y"], "rows": [["1", ""], ["3", "4"]]}},
+                    {"text": "```\ncommand\n```"},
+                ],
+            },
+            {"title": "2. Second", "blocks": [{"text": "Only text."}]},
+        ],
+    }
+    assert report.render_markdown(document) == (
+        "# Benchmarks\n\nOne run.\n\n"
+        "| comparison | ratio | |\n|---|---|---|\n| a / b | 1.10 | met |\n\n"
+        "## 1. First\n\nBefore the table.\n\n| x | y |\n|---|---|\n| 1 | |\n| 3 | 4 |\n\n"
+        "```\ncommand\n```\n\n"
+        "## 2. Second\n\nOnly text.\n"
+    )
+
+
+def test_the_report_of_a_run_is_data_its_tables_rows_of_cells() -> None:
+    """Each table of the document has as many cells in every row as it has columns, and no cell
+    holds a line break or a pipe: the template, not the report's code, makes the Markdown."""
+    document = report.document(run_data())
+    assert json.loads(json.dumps(document)) == document
+    assert document["summary"]["columns"][0] == "comparison"
+    titles = [section["title"] for section in document["sections"]]
+    assert titles[:3] == ["Machine", "Commands", "1. Overhead against the floor"]
+    assert titles[-1] == "Device profiles"
+    tables = [document["summary"]] + [
+        block["table"]
+        for section in document["sections"]
+        for block in section["blocks"]
+        if "table" in block
+    ]
+    assert len(tables) > 10
+    for table in tables:
+        width = len(table["columns"])
+        for row in table["rows"]:
+            assert len(row) == width, (table["columns"], row)
+            assert not any("\n" in cell or "|" in cell for cell in row), row
+    texts = [b["text"] for sec in document["sections"] for b in sec["blocks"] if "text" in b]
+    assert not any(line.startswith("|") for text in texts for line in text.splitlines())
 
 
 def many_mode(ready: int, processes: int, device_mib: int, pss_mib: int, refusals: int) -> Any:
