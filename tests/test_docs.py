@@ -3,6 +3,7 @@ screen, and every docs/ path that code, tests, README or examples name exists.""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -65,3 +66,19 @@ def test_every_docs_path_named_outside_docs_exists() -> None:
         if not path.startswith("docs/zh/") and not (ROOT / path).is_file()
     }
     assert not missing, missing
+
+
+def test_no_headline_figure_of_benchmarks_md_is_copied_into_readme_or_docs() -> None:
+    """README and the docs link to BENCHMARKS.md for its figures: the medians of its summary
+    table appear nowhere else, so a new run cannot leave a stale copy behind. (The sections'
+    figures are not searched: short decimals such as 1.004 also occur as other measurements.)"""
+    report = json.loads((ROOT / "benchmarks" / "results" / "report.json").read_text())
+    figures = {part for row in report["summary"]["rows"] for part in row[1].split(", ")}
+    assert len(figures) > 10
+    copied = [
+        f"{path.relative_to(ROOT)}: {figure}"
+        for path in [ROOT / "README.md", *DOCS.rglob("*.md")]
+        for figure in figures
+        if re.search(rf"(?<![\d.,]){re.escape(figure)}(?!\d)", path.read_text())
+    ]
+    assert not copied, copied

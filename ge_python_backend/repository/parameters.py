@@ -67,8 +67,8 @@ _NUMBER = re.compile(r"[0-9]+")
 # and the drain's exit timeout (docs/reference/parameter-details.md#execute_timeout_ms).
 DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
 # Two batches in flight keep the device executing while the host prepares the next batch
-# (BENCHMARKS.md, section 6: 1.00 busy at depth 2 against 0.75 at depth 1, about the same p50
-# at one client).
+# (BENCHMARKS.md, section 6, sets the device's busy share and the p50 at one client of depth 2
+# against depth 1).
 DEFAULT_PIPELINE_DEPTH = 2
 # Depth 2 answers through response senders, which cost the Python backend more than responses
 # returned from `execute` (BENCHMARKS.md, section 1, `floor_sender`). Pipelining hides at most
