@@ -171,3 +171,21 @@ def test_the_generated_pages_are_short_and_not_files_in_docs() -> None:
     for path, text in docs_reference.pages().items():
         assert len(text.encode()) <= MAX_PAGE_BYTES, path
         assert not (DOCS / path).exists(), f"docs/{path} is generated: delete the file"
+
+
+def test_the_defaults_the_reference_shows_are_the_codes() -> None:
+    """The defaults written beside the declarations are the values the reading code falls back
+    to (`environment.py` is the ground floor and imports none of them)."""
+    from ge_python_backend import ascend
+    from ge_python_backend.devicehost import client
+    from ge_python_backend.emulator import _state
+
+    shown = {
+        environment.EMULATOR_DEVICE_COUNT: _state.DEFAULT_DEVICE_COUNT,
+        environment.EMULATOR_SOC: ascend.DEFAULT_SOC,
+        environment.EMULATOR_MAX_PROCESSES: ascend.PROCESSES_PER_DEVICE,
+        environment.EMULATOR_PROCESS_MEMORY: ascend.PROCESS_DEVICE_MEMORY,
+        environment.DEVICE_HOST_IDLE_EXIT_S: int(client.DEFAULT_IDLE_EXIT_S),
+    }
+    for variable, value in shown.items():
+        assert variable.default.startswith(f"`{value}`"), (variable.name, value)
