@@ -3,8 +3,11 @@ screen, and every docs/ path that code, tests, README or examples name exists.""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +85,42 @@ def test_no_headline_figure_of_benchmarks_md_is_copied_into_readme_or_docs() -> 
         if re.search(rf"(?<![\d.,]){re.escape(figure)}(?!\d)", path.read_text())
     ]
     assert not copied, copied
+
+
+def shown_commands(text: str) -> list[str]:
+    """The `ge-python-model` command lines of a page's code blocks: every line of a bash block,
+    the `$ ` lines of a console block; continuations joined, redirections and pipes cut off."""
+    commands = []
+    for kind, block in re.findall(r"```(\w*)\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if kind == "console":
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:]
+            if line.startswith("ge-python-model "):
+                commands.append(re.split(r" (?:\||>|>>|&&) ", line)[0])
+    return commands
+
+
+def test_every_command_the_readme_and_the_docs_show_parses() -> None:
+    """Each `ge-python-model ...` line of README's and the docs' code blocks is accepted by the
+    command line's own parser, so a renamed or removed option cannot stay in a page."""
+    from ge_python_backend.cli import build_parser
+
+    parser = build_parser()
+    shown = [
+        (path.relative_to(ROOT), command)
+        for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+        for command in shown_commands(path.read_text())
+    ]
+    assert len(shown) > 40
+    refused = []
+    for where, command in shown:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()) as error:
+                parser.parse_args(shlex.split(command, comments=True)[1:])
+        except SystemExit as exc:
+            if exc.code:
+                refused.append(f"{where}: {command}\n  {error.getvalue().strip().splitlines()[-1]}")
+    assert not refused, "\n".join(refused)
