@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from sources import ROOT, source_files
+from test_docs import MAX_PAGE_BYTES
 
 from ge_python_backend import environment
 from ge_python_backend.cli import build_parser
@@ -24,7 +25,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 import docs_reference  # noqa: E402
 
 DOCS = ROOT / "docs"
-MAX_PAGE_BYTES = 16_000
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
