@@ -41,6 +41,17 @@ def _cell(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().replace("|", "\\|")
 
 
+def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table, one line per row, each cell on one line."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+
+
+def _page(title: str, *intro: str) -> list[str]:
+    """The head of a generated page: its title, the note that it is generated, its intro."""
+    return [f"# {title}", "", GENERATED, "", *intro, ""]
+
+
 def _slug(name: str) -> str:
     """The anchor MkDocs' toc gives a heading that is `name` in backticks."""
     return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", name).strip().lower())
@@ -83,9 +94,10 @@ def _default(action: argparse.Action) -> str:
     return f"`{default}`" if str(default) else ""
 
 
-def _options_table(parser: argparse.ArgumentParser) -> list[str]:
+def _options(parser: argparse.ArgumentParser) -> list[list[str]]:
+    """One row per argument of `parser`: the argument, its default, its help."""
     formatter = parser._get_formatter()
-    rows = ["| argument | default | what |", "|---|---|---|"]
+    rows = []
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
             continue
@@ -94,7 +106,7 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
         what = formatter._expand_help(action) if action.help else ""
         if action.required and action.option_strings:
             what = f"(required) {what}"
-        rows.append(f"| {_argument(action)} | {_default(action)} | {_cell(what)} |")
+        rows.append([_argument(action), _default(action), what])
     return rows
 
 
@@ -110,10 +122,10 @@ def _command_section(words: list[str], parser: argparse.ArgumentParser, level: i
     lines += ["```text", _usage(parser), "```", ""]
     if parser.description:
         lines += ["```text", parser.description.strip("\n"), "```", ""]
-    subcommands = _subcommands(parser)
-    if len(_options_table(parser)) > 2:
-        lines += [*_options_table(parser), ""]
-    for name, (_, subparser) in subcommands.items():
+    options = _options(parser)
+    if options:
+        lines += [*_table(["argument", "default", "what"], options), ""]
+    for name, (_, subparser) in _subcommands(parser).items():
         lines += _command_section([*words, name], subparser, level + 1)
     return lines
 
@@ -122,24 +134,20 @@ def cli_pages() -> dict[str, str]:
     """`reference/cli/index.md` (every command, one line each) and one page per command."""
     parser = build_parser()
     commands = _subcommands(parser)
-    index = [
-        "# Command line: `ge-python-model`",
-        "",
-        GENERATED,
-        "",
+    index = _page(
+        "Command line: `ge-python-model`",
         "Every command, from its argparse parser; `ge-python-model COMMAND --help` prints the",
         "same.",
-        "",
-        "| command | what |",
-        "|---|---|",
-    ]
-    pages = {}
+    )
+    index += _table(
+        ["command", "what"],
+        [[f"[`{name}`]({name}.md)", help_line] for name, (help_line, _) in commands.items()],
+    )
+    pages = {"reference/cli/index.md": "\n".join(index) + "\n"}
     for name, (help_line, subparser) in commands.items():
-        index.append(f"| [`{name}`]({name}.md) | {_cell(help_line)} |")
-        body = _command_section([name], subparser, 1)
-        body.insert(1, f"\n{GENERATED}\n\n{_cell(help_line)}")
+        head = _page(f"`{PROGRAM} {name}`", _cell(help_line))
+        body = head + _command_section([name], subparser, 1)[2:]
         pages[f"reference/cli/{name}.md"] = "\n".join(body).rstrip() + "\n"
-    pages["reference/cli/index.md"] = "\n".join(index) + "\n"
     return pages
 
 
@@ -168,11 +176,8 @@ def parameters_page() -> str:
             "repository/parameters.py: the docstring's table must have one row per parameter "
             f"of _PARSERS; missing {undocumented}, not parsed {stale}"
         )
-    lines = [
-        "# `config.pbtxt` parameters",
-        "",
-        GENERATED,
-        "",
+    lines = _page(
+        "`config.pbtxt` parameters",
         "Every parameter `model.py` reads from a model's `config.pbtxt`, each a `parameters` entry",
         "with a `string_value`, all optional; `ge-python-model scaffold` writes them and",
         "`validate` checks them. Each row links to what the parameter does and why.",
@@ -180,14 +185,11 @@ def parameters_page() -> str:
         "```",
         'parameters { key: "device_ids"  value { string_value: "0,1" } }',
         "```",
-        "",
-        "| parameter | value | when absent |",
-        "|---|---|---|",
-    ]
-    for name in parsed:
-        value, absent = rows[name]
-        link = f"[`{name}`](parameter-details.md#{_slug(name)})"
-        lines.append(f"| {link} | {_cell(value)} | {_cell(absent)} |")
+    )
+    lines += _table(
+        ["parameter", "value", "when absent"],
+        [[f"[`{name}`](parameter-details.md#{_slug(name)})", *rows[name]] for name in parsed],
+    )
     known = ", ".join(f"`{name}`" for name in parameters.TRITON_PARAMETERS)
     lines += [
         "",
@@ -203,23 +205,23 @@ def parameters_page() -> str:
 
 
 def environment_page() -> str:
-    lines = [
-        "# Environment variables",
-        "",
-        GENERATED,
-        "",
+    lines = _page(
+        "Environment variables",
         "Every variable the package reads. Set them where `tritonserver` (or `ge-python-model",
         "serve`) starts: the Python backend's stubs and the device hosts inherit them.",
-        "",
-        "| variable | default | what | read by |",
-        "|---|---|---|---|",
-    ]
-    for variable in environment.VARIABLES:
-        link = f"[`{variable.name}`](environment-details.md#{_slug(variable.name)})"
-        lines.append(
-            f"| {link} | {_cell(variable.default)} | {_cell(variable.meaning)} | "
-            f"{_cell(variable.reader)} |"
-        )
+    )
+    lines += _table(
+        ["variable", "default", "what", "read by"],
+        [
+            [
+                f"[`{variable.name}`](environment-details.md#{_slug(variable.name)})",
+                variable.default,
+                variable.meaning,
+                variable.reader,
+            ]
+            for variable in environment.VARIABLES
+        ],
+    )
     lines += [
         "",
         "CANN's own variables (`ASCEND_TOOLKIT_HOME`, `ASCEND_OPP_PATH`, `LD_LIBRARY_PATH`, ...)",
@@ -233,25 +235,20 @@ def environment_page() -> str:
 
 
 def metrics_page() -> str:
-    lines = [
-        "# Metrics",
-        "",
-        GENERATED,
-        "",
+    lines = _page(
+        "Metrics",
         "Every `ge_*` metric a model instance publishes on Triton's metrics port",
         "(`:8002/metrics`), next to Triton's own `nv_inference_*`, labelled by `model`, `version`",
         "and `device`.",
         "Device times come from ACL events around the executions and copies on their stream",
         "([lanes](../learn/concepts/lanes.md)), so `rate(ge_device_busy_seconds_total[1m])` is the",
         "device's utilization by the instance.",
-        "",
-        "| metric | kind | what |",
-        "|---|---|---|",
-    ]
-    for counter in metrics.COUNTERS:
-        lines.append(f"| `{counter.name}` | counter | {_cell(counter.description)} |")
-    for name, description in metrics.GAUGES:
-        lines.append(f"| `{name}` | gauge | {_cell(description)} |")
+    )
+    lines += _table(
+        ["metric", "kind", "what"],
+        [[f"`{counter.name}`", "counter", counter.description] for counter in metrics.COUNTERS]
+        + [[f"`{name}`", "gauge", description] for name, description in metrics.GAUGES],
+    )
     lines += [
         "",
         "## The watcher's",
@@ -259,11 +256,11 @@ def metrics_page() -> str:
         "`ge-python-model watch` (and `serve`, which runs it) serves its own counters on its own",
         "`/metrics` (`--metrics-port`; `serve --watch-metrics-port`), labelled by `model`.",
         "",
-        "| metric | kind | what |",
-        "|---|---|---|",
+        *_table(
+            ["metric", "kind", "what"],
+            [[f"`{name}`", "counter", description] for name, description in watch.METRICS.items()],
+        ),
     ]
-    for name, description in watch.METRICS.items():
-        lines.append(f"| `{name}` | counter | {_cell(description)} |")
     return "\n".join(lines) + "\n"
 
 
