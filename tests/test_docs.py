@@ -34,6 +34,11 @@ def test_the_site_builds_with_strict_link_checking(tmp_path: Path) -> None:
     )
     assert built.returncode == 0, built.stderr[-4000:]
     assert (tmp_path / "reference" / "parameters.html").is_file()
+    # a link to the repository's BENCHMARKS.md leads to the site's summary of the same data
+    guide = (tmp_path / "guides" / "image-inputs.html").read_text()
+    assert 'href="../internals/benchmark-results.html"' in guide
+    results = (tmp_path / "internals" / "benchmark-results.html").read_text()
+    assert "comparison" in results and "<table>" in results
 
 
 def test_no_page_is_longer_than_15_kb() -> None:

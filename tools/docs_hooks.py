@@ -7,8 +7,9 @@ in docs/ already has fails the build.
 Pages link to files of the repository outside docs/ (BENCHMARKS.md, examples/) with relative
 paths, which work where the Markdown is read in the repository. MkDocs cannot resolve them, so
 this hook checks that each such file exists (a missing one fails the build, as a broken link
-between pages does) and turns the link into one to the repository (`repo_url`) when the site
-names one, else into the path as code.
+between pages does) and turns the link into one the site can follow: BENCHMARKS.md into its
+summary page (`docs_reference.BENCH_RESULTS_PAGE`), any other file into a link to the
+repository (`repo_url`) when the site names one, else into its path as code.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             raise PluginError(
                 f"{page.file.src_uri} links to {target}: {path} is not in the repository"
             )
+        if path == "BENCHMARKS.md":
+            here = posixpath.dirname(page.file.src_uri) or "."
+            return f"[{text}]({posixpath.relpath(docs_reference.BENCH_RESULTS_PAGE, here)})"
         if repo_url:
             return f"[{text}]({repo_url}/blob/main/{path})"
         return text if text.strip("`") == path else f"{text} (`{path}`)"

@@ -6,7 +6,9 @@
   (`PARAMETER_NAMES`), with the one-line rows of that module's own table;
 - `reference/environment.md`: every environment variable of `ge_python_backend.environment`;
 - `reference/metrics.md`: every `ge_*` metric `triton.metrics` declares, and the watcher's
-  (`tools.watch.METRICS`).
+  (`tools.watch.METRICS`);
+- `internals/benchmark-results.md`: the summary of BENCHMARKS.md, from the same data
+  (`benchmarks/results/report.json`), where the site's links to BENCHMARKS.md lead.
 
 `docs_hooks.py` adds them to the site at build time (they are not files in docs/); each row links
 to the hand-written section that says why (`parameter-details.md`, `environment-details.md`).
@@ -16,6 +18,7 @@ to the hand-written section that says why (`parameter-details.md`, `environment-
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -27,6 +30,9 @@ from ge_python_backend.tools import watch
 from ge_python_backend.triton import metrics
 
 PROGRAM = "ge-python-model"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_REPORT = ROOT / "benchmarks" / "results" / "report.json"
+BENCH_RESULTS_PAGE = "internals/benchmark-results.md"
 USAGE_WIDTH = 100
 GENERATED = "<!-- Generated from the code by tools/docs_reference.py: edit the code, not this. -->"
 
@@ -264,6 +270,27 @@ def metrics_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------------- benchmarks
+
+
+def benchmark_results_page() -> str:
+    """The introduction and summary table of the last `make bench` run (its `report.json`, which
+    BENCHMARKS.md is rendered from), and the titles of the report's sections."""
+    report = json.loads(BENCH_REPORT.read_text())
+    lines = _page(
+        "Benchmark results",
+        report["introduction"],
+        "",
+        "The full report, with each section's tables, plots and commands, is `BENCHMARKS.md` in",
+        "the repository, rendered from the same data by `make bench`"
+        " ([how it is measured](benchmarks.md)).",
+    )
+    lines += _table(report["summary"]["columns"], report["summary"]["rows"])
+    lines += ["", "Its sections:", ""]
+    lines += [f"- {section['title']}" for section in report["sections"]]
+    return "\n".join(lines) + "\n"
+
+
 def pages() -> dict[str, str]:
     """Every generated page: its path under docs/ -> its Markdown."""
     return {
@@ -271,6 +298,7 @@ def pages() -> dict[str, str]:
         "reference/parameters.md": parameters_page(),
         "reference/environment.md": environment_page(),
         "reference/metrics.md": metrics_page(),
+        BENCH_RESULTS_PAGE: benchmark_results_page(),
     }
 
 
