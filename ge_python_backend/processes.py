@@ -5,7 +5,8 @@ records) stores `(pid, started)`, where `started` is the process's start time in
 since boot (`/proc/<pid>/stat` field 22). A process killed by SIGKILL leaves its record behind;
 `is_alive` tells such a record from a live one, and from a new process that got the same pid.
 `run_directory` is the per-user directory (0700) of this host's records and of the device
-hosts' sockets. Standard library only: the Triton stub imports it.
+hosts' sockets; `records_directory` gives each kind of record a directory of its own in it, so a
+reader of one kind never meets files of another. Standard library only: the Triton stub imports it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import tempfile
 
 from ge_python_backend.environment import RUN_DIR
 
-__all__ = ["RUN_DIR_ENV", "is_alive", "run_directory", "start_time", "this_process"]
+__all__ = [
+    "RUN_DIR_ENV",
+    "is_alive",
+    "records_directory",
+    "run_directory",
+    "start_time",
+    "this_process",
+]
 
 RUN_DIR_ENV = RUN_DIR.name
 
@@ -73,5 +81,13 @@ def run_directory() -> str:
     if not directory:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         directory = os.path.join(base, f"ge-python-backend-{os.getuid()}")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return directory
+
+
+def records_directory(kind: str, base: str | None = None) -> str:
+    """`<base>/<kind>` (default base: `run_directory()`), created 0700: the directory of one kind
+    of record (`placement`: the runtime's; `servers`: serve's), apart from every other kind."""
+    directory = os.path.join(base if base is not None else run_directory(), kind)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     return directory

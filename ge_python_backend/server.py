@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import Any
 
 from ge_python_backend.errors import GeBackendError, UserError
+from ge_python_backend.processes import records_directory
 from ge_python_backend.repository.config import (
     check_model_directory_names,
     check_shell_safe_path,
@@ -59,6 +60,7 @@ PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
 SHM_REGION_PREFIX = "triton_python_backend_shm_region_"
 SHM_DIRECTORY = Path("/dev/shm")
 _OUR_SHM_PREFIX = re.compile(re.escape(SHM_REGION_PREFIX) + r"ge[0-9a-f]{8}_")
+SERVER_RECORDS = "servers"  # the kind of record (`processes.records_directory`)
 
 
 class ServerError(GeBackendError):
@@ -366,21 +368,25 @@ class ServerRecord:
 
 
 def server_records_directory() -> Path:
-    """`/dev/shm/ge-python-backend-<uid>` (mode 0700), holding a `ServerRecord` per server this
-    user runs: beside the regions it describes, and gone with them at a reboot. UserError when
-    the path is not a private directory of this user."""
-    directory = SHM_DIRECTORY / f"ge-python-backend-{os.getuid()}"
+    """`/dev/shm/ge-python-backend-<uid>/servers` (mode 0700), holding a `ServerRecord` per
+    server this user runs: beside the regions it describes, gone with them at a reboot, and apart
+    from the runtime's placement records (`processes.records_directory`). UserError when
+    `/dev/shm/ge-python-backend-<uid>` is not a private directory of this user."""
+    base = SHM_DIRECTORY / f"ge-python-backend-{os.getuid()}"
     try:
-        directory.mkdir(mode=0o700, exist_ok=True)
-        info = directory.lstat()
+        base.mkdir(mode=0o700, exist_ok=True)
+        info = base.lstat()
     except OSError as exc:
-        raise UserError(f"cannot create {directory} for the servers' records: {exc}") from None
+        raise UserError(f"cannot create {base} for the servers' records: {exc}") from None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise UserError(
-            f"{directory} is not a private directory of this user (owner uid {info.st_uid}, "
+            f"{base} is not a private directory of this user (owner uid {info.st_uid}, "
             f"mode {stat.filemode(info.st_mode)}): remove it, it holds the servers' records"
         )
-    return directory
+    try:
+        return Path(records_directory(SERVER_RECORDS, os.fspath(base)))
+    except OSError as exc:
+        raise UserError(f"cannot create the servers' records directory in {base}: {exc}") from None
 
 
 def _record_path(prefix: str) -> Path:

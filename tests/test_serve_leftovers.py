@@ -27,6 +27,8 @@ from reliability_helpers import wait_for_exit
 from ge_python_backend import server as server_module
 from ge_python_backend.cli import main
 from ge_python_backend.errors import UserError
+from ge_python_backend.processes import RUN_DIR_ENV
+from ge_python_backend.runtime import placement
 from ge_python_backend.server import (
     SHM_DIRECTORY,
     SHM_REGION_PREFIX,
@@ -236,6 +238,21 @@ def test_a_record_that_is_not_ours_is_ignored(shm: Path, caplog: pytest.LogCaptu
     assert f"{everything!r} is not a region prefix of ours" in caplog.text
 
 
+def test_the_runtimes_placement_records_are_not_read_as_server_records(
+    shm: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The default layout: the runtime's records and serve's under the same per-user directory.
+    monkeypatch.setenv(RUN_DIR_ENV, str(shm / f"ge-python-backend-{os.getuid()}"))
+    token = placement.place(0, "resnet", 1024)
+    try:
+        assert [holding.label for holding in placement.holders(0)] == ["resnet"]
+        assert remove_dead_servers_regions() == []
+    finally:
+        placement.remove(0, token)
+    assert "not a server record" not in caplog.text
+    assert caplog.records == []
+
+
 def test_a_records_directory_others_may_read_is_refused(shm: Path) -> None:
     directory = shm / f"ge-python-backend-{os.getuid()}"
     directory.mkdir(mode=0o755)
@@ -313,7 +330,7 @@ def regions_of(prefix: str) -> list[str]:
 
 def record_of(prefix: str) -> Path:
     tag = prefix[len(SHM_REGION_PREFIX) :].strip("_")
-    return SHM_DIRECTORY / f"ge-python-backend-{os.getuid()}" / f"{tag}.json"
+    return server_records_directory() / f"{tag}.json"
 
 
 def answers(url: str) -> bool:

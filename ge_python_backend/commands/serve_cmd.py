@@ -74,7 +74,7 @@ removes what the dead server left in /dev/shm and starts it again on the same po
 
 The server log goes to a new directory in the temp directory, removed when the server stops
 cleanly (a --log-file stays). Who owns each server's shared-memory regions is recorded in
-/dev/shm/ge-python-backend-<uid>; at start, serve removes the regions of servers that died
+/dev/shm/ge-python-backend-<uid>/servers; at start, serve removes the regions of servers that died
 with their serve (kill -9 of both), never those of a server whose serve or tritonserver runs.
 
 examples:

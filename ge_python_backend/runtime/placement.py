@@ -2,8 +2,9 @@
 
 ACL tells a process its device's free memory, not who holds the rest. So every `Session` that
 opens records what it placed on its device (its label, usually the Triton model and instance,
-and the device bytes it holds) in a file per process and device: `device<N>-<pid>.json` in
-`GE_PYTHON_BACKEND_RUN_DIR` (default `/dev/shm/ge-python-backend-<uid>`, mode 0700), written
+and the device bytes it holds) in a file per process and device: `device<N>-<pid>.json` in the
+`placement` directory of `GE_PYTHON_BACKEND_RUN_DIR` (default `/dev/shm/ge-python-backend-<uid>`,
+mode 0700; `processes.records_directory`), written
 whole and replaced atomically. When a device refuses a process or a load, the error names the
 holders (`holders`). A file whose process died (even by SIGKILL) is skipped and removed by pid
 liveness. Standard library only: the Triton stub imports it.
@@ -19,7 +20,13 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ge_python_backend.processes import RUN_DIR_ENV, is_alive, run_directory, this_process
+from ge_python_backend.processes import (
+    RUN_DIR_ENV,
+    is_alive,
+    records_directory,
+    run_directory,
+    this_process,
+)
 from ge_python_backend.runtime._resource import Resource
 
 __all__ = [
@@ -34,6 +41,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+PLACEMENT_RECORDS = "placement"  # the kind of record (`records_directory`)
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ class Placement(Resource):
 def holders(device_id: int) -> list[Holding]:
     """What every live process of this user records on `device_id`, largest first."""
     try:
-        directory = run_directory()
+        directory = records_directory(PLACEMENT_RECORDS)
         names = [n for n in os.listdir(directory) if n.startswith(f"device{device_id}-")]
     except OSError as error:
         logger.warning("cannot read the device placement records: %s", error)
@@ -122,7 +131,7 @@ def _write(device_id: int) -> None:
     pid, started = this_process()
     models = [{"label": label, "bytes": nbytes} for label, nbytes in _placed[device_id].values()]
     try:
-        directory = run_directory()
+        directory = records_directory(PLACEMENT_RECORDS)
         path = os.path.join(directory, f"device{device_id}-{pid}.json")
         if not models:
             _remove_file(path)
