@@ -164,6 +164,18 @@ def om_mixed_types(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def om_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CNN classifier: NCHW FP32 `image` [N,3,16,16] -> `logits` [N,10], batch gears 1,2,4."""
+    return _compile(
+        tmp_path_factory,
+        onnx_models.build_classifier,
+        "classifier",
+        input_shape="image:-1,3,16,16",
+        dynamic_batch_size="1,2,4",
+    )
+
+
+@pytest.fixture(scope="session")
 def om_hw(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _compile(
         tmp_path_factory,

@@ -172,6 +172,14 @@ def register(subparsers: Any) -> None:
         "kept, centred, parameter image_fill around)",
     )
     parser.add_argument(
+        "--labels",
+        type=Path,
+        metavar="FILE",
+        help="a label file (one class name a line): copied into the model directory and set "
+        "as label_filename of the output with one value per label, so that clients asking for "
+        "class_count get score:index:label (Triton's classification extension)",
+    )
+    parser.add_argument(
         "--device-host",
         choices=("on", "off"),
         default=None,
@@ -249,8 +257,11 @@ def run(args: argparse.Namespace) -> int:
         version_policy=args.version_policy,
         image_input=args.image_input,
         image_resize=args.image_resize,
+        labels=args.labels,
     )
     planned = [result.model_py_path, result.om_path, checksum_path(result.om_path)]
+    if result.labels_path is not None:
+        planned.insert(0, result.labels_path)
     if not result.added_version or args.version_policy is not None:
         planned.insert(0, result.config_path)
     if result.vendor_dir is not None:

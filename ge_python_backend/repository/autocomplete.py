@@ -11,6 +11,7 @@ Only what the config lacks is filled, and nothing the user wrote is changed:
 * `input` / `output`: every tensor of the `.om` the config lacks (name, `TYPE_*`, dims without
   the batch axis, -1 on dynamic axes), and the data type or dims of a declared one that has none;
   the input the parameter `image_input` names is `TYPE_STRING` `[1]` (one JPEG file per row);
+  an image input without a `format` gets the `.om`'s layout (`triton_config.image_format`);
 * `dynamic_batching`: the gears up to `max_batch_size` as preferred batch sizes and a queue delay
   of `DEFAULT_MAX_QUEUE_DELAY_US`, when the config is batched and names no scheduler.
 
@@ -36,6 +37,7 @@ from ge_python_backend.repository.triton_config import (
     compare_config_with_session,
     config_type_name,
     default_preferred_batch_sizes,
+    image_format,
 )
 from ge_python_backend.repository.versions import find_om
 from ge_python_backend.runtime.describe import ModelFileDescription, describe_om
@@ -90,6 +92,10 @@ def complete_config(
             if not tensor.dims:
                 tensor = tensor.with_om_shape(spec.shape, batched)
                 parts.append(str(tensor.served_dims))
+            layout = image_format(spec, tensor.dims) if tensor.reshape is None else "FORMAT_NONE"
+            if kind == "input" and tensor.format == "FORMAT_NONE" and layout != tensor.format:
+                tensor = dataclasses.replace(tensor, format=layout)
+                parts.append(layout)
             tensors[index] = tensor
             if parts:
                 what = "" if added else " (declared without " + _missing(parts) + ")"
@@ -158,5 +164,12 @@ def _declares_full_shapes(config: TritonConfig, specs: Sequence[TensorSpec]) -> 
 
 
 def _missing(parts: list[str]) -> str:
-    kinds = ["data_type" if part.startswith("TYPE_") else "dims" for part in parts]
+    kinds = [
+        "data_type"
+        if part.startswith("TYPE_")
+        else "format"
+        if part.startswith("FORMAT_")
+        else "dims"
+        for part in parts
+    ]
     return " and ".join(kinds)

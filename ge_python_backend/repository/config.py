@@ -11,6 +11,7 @@ This module is for the tools; the stub never imports it (it imports protobuf).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from ge_python_backend.repository.triton_config import (
     TritonConfig,
     config_type_name,
     default_preferred_batch_sizes,
+    image_format,
     model_dims,
     on_every_input,
 )
@@ -139,6 +141,7 @@ def build_model_config(
 ) -> ModelConfig:
     """The Triton config serving an `.om` through `model.py` with `parameters`.
 
+    An image input (NCHW or NHWC in the `.om`) gets its `format` (`image_format`).
     A batched `.om` gets `max_batch_size` = its largest gear (or `max_batch_size` when given: the
     runtime splits larger batches into gear chunks), dynamic batching that prefers the gears and
     one warmup per gear (gears above `max_batch_size` are left out); a model without a batch
@@ -178,6 +181,7 @@ def build_model_config(
     for spec in inputs:
         tensor = config.input.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
         set_tensor_dims(tensor, spec.shape, batch > 0)
+        tensor.format = model_config_pb2.ModelInput.Format.Value(image_format(spec, tensor.dims))
     for spec in outputs:
         tensor = config.output.add(name=spec.name, data_type=config_data_type(spec.triton_dtype))
         set_tensor_dims(tensor, spec.shape, batch > 0)
@@ -207,6 +211,44 @@ def build_model_config(
                 else:  # ids, masks, indices: zeros are always in range
                     entry.inputs[spec.name].zero_data = True
     return config
+
+
+def read_labels(path: str | os.PathLike[str]) -> list[str]:
+    """The labels of a label file, one a line as Triton reads them; ConfigError for a file that
+    cannot be read or holds none."""
+    source = Path(path)
+    try:
+        labels = source.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read label file {source}: {exc}") from None
+    if not labels:
+        raise ConfigError(f"label file {source} holds no label (one label a line)")
+    return labels
+
+
+def set_label_file(config: ModelConfig, file_name: str, classes: int) -> str:
+    """Name `file_name` (a file in the model directory) as the `label_filename` of the
+    classifier output: the one output with `classes` values a batch row (Triton's classification
+    extension then answers `class_count` requests with `score:index:label`). The output's name;
+    ConfigError naming every output's count when none or several have `classes`."""
+    counts = {}
+    for output in config.output:
+        # what Triton ranks: the values of a batch row (of the whole tensor without batching)
+        dims = list(output.reshape.shape if output.HasField("reshape") else output.dims)
+        counts[output.name] = math.prod(dims) if all(d > 0 for d in dims) else -1
+    matching = [output for output in config.output if counts[output.name] == classes]
+    if len(matching) != 1:
+        shown = ", ".join(
+            f"{name} {count if count >= 0 else 'a dynamic count of'} values"
+            for name, count in counts.items()
+        )
+        raise ConfigError(
+            f"the label file has {classes} labels, and "
+            f"{f'{len(matching)} outputs' if matching else 'no output'} of the model have as many "
+            f"values a row ({shown}); one classifier output needs one label per value"
+        )
+    matching[0].label_filename = file_name
+    return matching[0].name
 
 
 def parse_version_policy(text: str) -> model_config_pb2.ModelVersionPolicy:

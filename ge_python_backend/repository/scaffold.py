@@ -2,6 +2,7 @@
 
 ```
 <repository>/<name>/config.pbtxt
+<repository>/<name>/<labels file>           only with labels: the classifier output's labels
 <repository>/<name>/<version>/model.py       copy of model_templates/model.py
 <repository>/<name>/<version>/<file>.om
 <repository>/<name>/<version>/<file>.om.sha256   its SHA-256, checked before every load
@@ -41,6 +42,8 @@ from ge_python_backend.repository.config import (
     config_view,
     load_model_config,
     parse_version_policy,
+    read_labels,
+    set_label_file,
     write_model_config,
 )
 from ge_python_backend.repository.model_files import model_template, open_session
@@ -102,6 +105,7 @@ class ScaffoldResult:
     outputs: tuple[TensorSpec, ...]
     gears: GearInfo
     vendor_dir: Path | None = None
+    labels_path: Path | None = None  # the label file's copy in the model directory
     written: bool = False
     added_version: bool = False  # a version added to an existing model (its config kept)
 
@@ -242,6 +246,7 @@ def scaffold(
     version_policy: str | None = None,
     image_input: str | None = None,
     image_resize: str | None = None,
+    labels: str | os.PathLike[str] | None = None,
 ) -> ScaffoldResult:
     """Write `<repository>/<name>/` serving `om_path` (see the module docstring).
 
@@ -257,12 +262,15 @@ def scaffold(
     instead of marking the model UNAVAILABLE). `version_policy` (`latest:K`, `all`,
     `specific:1,3`) becomes Triton's `version_policy`. `image_input` (with `image_resize`) names
     the YUV420SP_U8 AIPP input served as JPEG files: the config takes it as `TYPE_STRING` `[1]`
-    and has no `model_warmup` (Triton's generated warmup data is no JPEG).
+    and has no `model_warmup` (Triton's generated warmup data is no JPEG). `labels` is a label
+    file (one label a line) copied into the model directory and named as the `label_filename`
+    of the output with one value per label (`config.set_label_file`).
 
     When the model directory exists and has no version `version`, the version is added to it
     (without `overwrite`): the `.om` must fit the model's config (its inputs and outputs; for a
     model without config.pbtxt, the config auto-complete makes of its highest version), the
-    config is kept (model-level options are not applied) and only `version_policy` is written
+    config is kept (model-level options, `labels` included, are not applied) and only
+    `version_policy` is written
     into it. The version directory is built next to its place and renamed in.
     """
     source = Path(om_path)
@@ -343,6 +351,9 @@ def scaffold(
     )
     if policy is not None:
         config.version_policy.CopyFrom(policy)
+    labels_source = None if labels is None else _labels_file(Path(labels))
+    if labels_source is not None:
+        set_label_file(config, labels_source.name, len(read_labels(labels_source)))
     result = ScaffoldResult(
         model_dir=model_dir,
         config_path=model_dir / "config.pbtxt",
@@ -355,6 +366,7 @@ def scaffold(
         outputs=tuple(specs_out),
         gears=gears,
         vendor_dir=version_dir / VENDOR_DIR if vendor_runtime else None,
+        labels_path=None if labels_source is None else model_dir / labels_source.name,
     )
     if dry_run:
         return result
@@ -362,9 +374,21 @@ def scaffold(
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
     with _replacing_directory(model_dir, overwrite) as build:
         (build / "config.pbtxt").write_text(result.config_text, encoding="utf-8")
+        if labels_source is not None:
+            shutil.copyfile(labels_source, build / labels_source.name)
         _write_version(build / str(version), source, source.name, sha256, template, vendor_runtime)
         _ordinary_permissions(build, stat.S_IMODE((build / str(version)).stat().st_mode))
     return dataclasses.replace(result, written=True)
+
+
+def _labels_file(path: Path) -> Path:
+    """`path` if its name can sit beside config.pbtxt and the version directories."""
+    if path.name == "config.pbtxt" or path.name.isdigit() or path.name.startswith("."):
+        raise UserError(
+            f"label file {path}: its name {path.name!r} is taken in a model directory (by "
+            "config.pbtxt or a version directory); rename it"
+        )
+    return path
 
 
 def _write_version(

@@ -44,6 +44,8 @@ DATA_TYPES = (
     "TYPE_STRING",
     "TYPE_BF16",
 )
+# Triton's `ModelInput.Format` enum (model_config.proto), in its order: index = enum value.
+INPUT_FORMATS = ("FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW")
 # How long the dynamic batcher waits to fill a batch, unless configured (scaffold, auto-complete).
 DEFAULT_MAX_QUEUE_DELAY_US = 100
 # The members of the config's `scheduling_choice` oneof.
@@ -79,28 +81,47 @@ def model_dims(shape: Sequence[int], batched: bool) -> list[int]:
     return list(shape[1:] if batched else shape)
 
 
+def image_format(spec: TensorSpec, dims: Sequence[int]) -> str:
+    """The `format` of a config input with `dims` serving `.om` input `spec`: `FORMAT_NCHW` or
+    `FORMAT_NHWC` when the `.om` records that layout for it and the config gives it 3 dims (the
+    image without the batch axis: Triton refuses a format on any other rank), else
+    `FORMAT_NONE`. Triton's image clients (`image_client.py`) read the layout from it."""
+    if spec.format in ("NCHW", "NHWC") and len(dims) == 3:
+        return f"FORMAT_{spec.format}"
+    return "FORMAT_NONE"
+
+
+def _enum_name(names: Sequence[str], value: Any, what: str, tensor: Any) -> str:
+    """An enum field as its name (`value` given by name or, as protobuf may, by number)."""
+    if isinstance(value, int):
+        value = names[value] if 0 <= value < len(names) else ""
+    if value not in names:
+        raise ConfigError(f"tensor {tensor!r}: unknown {what} {value!r}")
+    return str(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConfigTensor:
     """One `input` or `output` entry; `data_type` is `TYPE_INVALID` and `dims` empty when the
-    config does not give them; `reshape` is the `reshape { shape }` it gives, if any."""
+    config does not give them; `reshape` is the `reshape { shape }` it gives, if any; `format`
+    an input's image layout (`FORMAT_NONE`: none given)."""
 
     name: str
     data_type: str = "TYPE_INVALID"
     dims: tuple[int, ...] = ()
     reshape: tuple[int, ...] | None = None
+    format: str = "FORMAT_NONE"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConfigTensor:
         data = _snake(data)
-        data_type = data.get("data_type", "TYPE_INVALID")
-        if isinstance(data_type, int):  # an enum given by number
-            data_type = DATA_TYPES[data_type] if 0 <= data_type < len(DATA_TYPES) else ""
-        if data_type not in DATA_TYPES:
-            raise ConfigError(f"tensor {data.get('name')!r}: unknown data_type {data_type!r}")
+        name = data.get("name")
+        data_type = _enum_name(DATA_TYPES, data.get("data_type", DATA_TYPES[0]), "data_type", name)
+        layout = _enum_name(INPUT_FORMATS, data.get("format", INPUT_FORMATS[0]), "format", name)
         dims = tuple(int(dim) for dim in data.get("dims", ()))
         given = data.get("reshape")
         reshape = None if given is None else tuple(int(dim) for dim in given.get("shape", ()))
-        return cls(str(data.get("name", "")), str(data_type), dims, reshape)
+        return cls(str(data.get("name", "")), data_type, dims, reshape, layout)
 
     def to_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -110,6 +131,8 @@ class ConfigTensor:
         }
         if self.reshape is not None:
             entry["reshape"] = {"shape": list(self.reshape)}
+        if self.format != INPUT_FORMATS[0]:
+            entry["format"] = self.format
         return entry
 
     def with_om_shape(self, shape: Sequence[int], batched: bool) -> ConfigTensor:

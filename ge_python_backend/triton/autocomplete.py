@@ -5,8 +5,9 @@ config (no `config.pbtxt`: only the name, the backend and defaults) and nothing 
 version directory is the one holding `model.py`. The completion itself is
 `repository.autocomplete.complete_version` (shared with `validate` and `inspect --config`);
 this module applies its result through `pb_utils.ModelConfig` (`set_max_batch_size`,
-`add_input`, `add_output`, `set_dynamic_batching`) and the preferred batch sizes and queue delay
-through `as_dict()`, which Triton 2.51 reads back whole (checked: they are served).
+`add_input`, `add_output`, `set_dynamic_batching`) and the preferred batch sizes, queue delay,
+a scalar's reshape and an image input's format through `as_dict()`, which Triton reads back whole
+(checked: they are served).
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ def auto_complete_config(auto_complete_model_config: Any, model_py: str, pb_util
     ):
         for tensor in tensors:
             entry = tensor.to_dict()
-            reshape = entry.pop("reshape", None)
+            # add_* takes neither a reshape (a scalar's) nor an input's format; as_dict() does
+            later = {field: entry.pop(field) for field in ("reshape", "format") if field in entry}
             add(entry)
-            if reshape is not None:  # a scalar: add_* takes no reshape, as_dict() does
+            if later:
                 added = next(e for e in target.as_dict()[key] if e["name"] == tensor.name)
-                added["reshape"] = reshape
+                added.update(later)
     if given.dynamic_batching is None and config.dynamic_batching is not None:
         target.set_dynamic_batching()
         batching = target.as_dict()["dynamic_batching"]

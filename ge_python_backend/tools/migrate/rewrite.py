@@ -12,6 +12,7 @@ list of the `ConfigRewrite`:
   user's own parameters, and the inputs and outputs as the clients send them (names, data types
   and dims must agree with the `.om`'s in `base`, else they are refused with both);
 - rewritten: platform/backend to the Python backend, preferred_batch_size to the compiled gears,
+  an image input without a format to the `.om`'s layout (FORMAT_NCHW / FORMAT_NHWC),
   instance groups to one KIND_CPU group whose instance k runs on NPU `device_ids[k % len]`;
 - dropped with a note: GPU, ONNX Runtime and TensorRT settings the `.om` has no use for;
 - refused with a reason: what model.py cannot serve for an `.om` (`refusals(source)` lists the
@@ -387,6 +388,8 @@ class _Rewriter:
             entry.ClearField("reshape")
             entry.ClearField("dims")
             entry.dims.extend(full)
+            if isinstance(entry, model_config_pb2.ModelInput):
+                entry.ClearField("format")  # Triton takes a format on 3 dims only
         return entry
 
     def _describe(self, tensor: Any) -> str:
@@ -428,6 +431,8 @@ class _Rewriter:
             if not tensor.dims:
                 entry.MergeFrom(_only(self._from_om(om), "dims"))
                 entry.MergeFrom(_only(self._from_om(om), "reshape"))
+            if kind == "input":
+                self._image_format(f"{path}.format", tensor, entry, om)
         for field, _ in tensor.ListFields():
             name = field.name
             where = f"{path}.{name}"
@@ -467,6 +472,16 @@ class _Rewriter:
             else:
                 entry.ClearField(name)
                 self.record(REFUSED, where, f"a {kind} field this migration cannot carry")
+
+    def _image_format(self, where: str, tensor: Any, entry: Any, om: Any) -> None:
+        """Give an input the source left without a format the `.om`'s image layout (the base's
+        `format`, `triton_config.image_format`), where its dims take one (3, no reshape)."""
+        fits = len(entry.dims) == 3 and not entry.HasField("reshape")
+        if tensor.format or not om.format or not fits:
+            return
+        entry.format = om.format
+        name = model_config_pb2.ModelInput.Format.Name(om.format)
+        self.record(REWRITTEN, where, f"none -> {name} (the .om's input layout)")
 
     def _check_dims(self, where: str, tensor: Any, om: Any, sent: list[int] | None = None) -> bool:
         """Refuse `tensor`'s dims when the full shape its clients send (`sent`, default from
