@@ -162,6 +162,33 @@ def describe_python(executable: str | os.PathLike[str] | None = None) -> StubPyt
     )
 
 
+# The oldest Python model.py and the runtime run on: Triton's own containers up to 23.04 (Triton
+# 2.33, Ubuntu 20.04) ship a Python backend stub built for 3.8, 23.05 to 25.01 for 3.10 (Ubuntu
+# 22.04), 25.02 on for 3.12 (Ubuntu 24.04); nvidia-pytriton bundles one stub per version.
+MIN_STUB_PYTHON = (3, 9)
+_LIBPYTHON = re.compile(rb"libpython(\d+\.\d+)")
+
+
+def stub_python_version(stub: Path) -> str | None:
+    """The Python version (`"3.10"`) a `triton_python_backend_stub` links, from its libpython."""
+    match = _LIBPYTHON.search(stub.read_bytes())
+    return match.group(1).decode() if match else None
+
+
+def check_stub_python_supported(version: str, subject: str) -> None:
+    """Refuse (one line) a stub Python older than `MIN_STUB_PYTHON`; `subject` says where
+    `version` comes from ("the stub's Python is")."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    if (major, minor) < MIN_STUB_PYTHON:
+        oldest = ".".join(map(str, MIN_STUB_PYTHON))
+        raise UserError(
+            f"{subject} Python {version}, which ge-python-backend does not support: model.py "
+            f"needs Python {oldest} or later in Triton's Python-backend stub (Triton's containers "
+            "up to 23.04 ship a stub built for 3.8; 23.05 and later for 3.10 or 3.12); use such "
+            "a release, nvidia-pytriton's server, or a stub built for a newer Python"
+        )
+
+
 def _stub_source(server_root: Path, version: str) -> Path:
     """The Python backend stub built for Python `version` (major.minor)."""
     stubs = server_root / "python_backend_stubs"
@@ -241,24 +268,42 @@ def find_server(
     stub_version: str | None = None,
 ) -> ServerBinary:
     """The user's `tritonserver` (a path or a name on PATH) or else the bundled one, with a
-    backend directory holding the stub for Python `stub_version` (default: this one's)."""
+    backend directory holding the stub for Python `stub_version` (default: this one's).
+
+    A `tritonserver` of another nvidia-pytriton install (`.../pytriton/tritonserver/bin/`) gets
+    that install's shared libraries, as the bundled one does: the stubs of its backend directory
+    need them. UserError for a stub Python older than `MIN_STUB_PYTHON`: the stub Python's, or
+    the one the backend directory's stub is built for."""
+    check_stub_python_supported(
+        stub_version or f"{sys.version_info.major}.{sys.version_info.minor}",
+        "the stub's Python is",
+    )
+    backends = Path(backend_directory) if backend_directory is not None else None
+    if backends is not None:
+        if not backends.is_dir():
+            raise UserError(f"backend directory {backends} does not exist")
+        stub = backends / "python" / "triton_python_backend_stub"
+        built_for = stub_python_version(stub) if stub.is_file() else None
+        if built_for is not None:
+            check_stub_python_supported(built_for, f"the Python-backend stub {stub} is built for")
     if tritonserver is not None:
         found = shutil.which(os.fspath(tritonserver))
         if found is None:
             raise UserError(f"tritonserver {os.fspath(tritonserver)!r} not found or not executable")
-        backends = Path(backend_directory) if backend_directory is not None else None
-        if backends is not None and not backends.is_dir():
-            raise UserError(f"backend directory {backends} does not exist")
-        return ServerBinary(Path(found).resolve(), backends, ())
+        executable = Path(found).resolve()
+        return ServerBinary(executable, backends, _pytriton_libraries(executable.parent.parent))
     root = bundled_server_root()
-    if backend_directory is not None:
-        backends = Path(backend_directory)
-        if not backends.is_dir():
-            raise UserError(f"backend directory {backends} does not exist")
-    else:
+    if backend_directory is None:
         backends = prepare_backend_directory(root, cache_dir, stub_version)
-    libs = root.parent.parent / "nvidia_pytriton.libs"
-    return ServerBinary(root / "bin" / "tritonserver", backends, (libs,) if libs.is_dir() else ())
+    return ServerBinary(root / "bin" / "tritonserver", backends, _pytriton_libraries(root))
+
+
+def _pytriton_libraries(server_root: Path) -> tuple[Path, ...]:
+    """`nvidia_pytriton.libs/` of the nvidia-pytriton install `server_root`
+    (`.../pytriton/tritonserver`) belongs to; none for a server of another layout."""
+    libs = server_root.parent.parent / "nvidia_pytriton.libs"
+    is_pytriton = server_root.name == "tritonserver" and server_root.parent.name == "pytriton"
+    return (libs,) if is_pytriton and libs.is_dir() else ()
 
 
 def listening_pids(port: int) -> set[int]:

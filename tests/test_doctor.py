@@ -13,6 +13,7 @@ import pytest
 from ge_python_backend.cli import main
 from ge_python_backend.emulator import acl as emulator_acl
 from ge_python_backend.emulator import set_faults
+from ge_python_backend.errors import UserError
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import RepositoryModel
 from ge_python_backend.runtime import AclProbe, probe_acl
@@ -291,3 +292,38 @@ def test_run_checks_compares_the_repository_with_the_devices(
     assert results["devices_open"].detail == "device(s) 0,3 opened and released"
     assert results["visible_devices"].status == FAIL
     assert "model 'mlp' uses device_ids 0,3" in results["visible_devices"].detail
+
+
+@pytest.fixture
+def python38_backend(tmp_path: Path) -> Path:
+    """A backend directory whose stub is the bundled server's build for Python 3.8, the Python
+    of Triton's containers up to 23.04."""
+    source = bundled_server_root()
+    shutil.copytree(source / "backends" / "python", tmp_path / "backends" / "python")
+    stub = source / "python_backend_stubs" / "3.8" / "triton_python_backend_stub"
+    shutil.copy(stub, tmp_path / "backends" / "python" / "triton_python_backend_stub")
+    return tmp_path / "backends"
+
+
+def test_a_stub_python_older_than_39_is_refused_in_one_line(
+    python38_backend: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused = "is built for Python 3.8, which ge-python-backend does not support"
+    with pytest.raises(UserError, match=refused):
+        find_server(backend_directory=python38_backend)
+    with pytest.raises(UserError, match="the stub's Python is Python 3.8, which"):
+        find_server(stub_version="3.8")
+    results = {
+        r.name: r
+        for r in run_checks(
+            "emulator", backend_directory=str(python38_backend), start_server=False, environ={}
+        )
+    }
+    assert results["stub_python"].status == FAIL
+    assert refused in results["stub_python"].detail
+    repository = tmp_path / "models"
+    repository.mkdir()
+    options = ["--backend-directory", str(python38_backend), "--no-watch"]
+    assert main(["serve", str(repository), *options]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert refused in line

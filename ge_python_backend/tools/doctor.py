@@ -52,6 +52,7 @@ from ge_python_backend.server import (
     TritonServer,
     describe_python,
     find_server,
+    stub_python_version,
 )
 
 OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
@@ -88,7 +89,6 @@ spec = importlib.util.find_spec("acl")
 facts["acl"] = spec.origin if spec is not None else None
 print(json.dumps(facts))
 """
-_LIBPYTHON = re.compile(rb"libpython(\d+\.\d+)")
 _CPYTHON_TAG = re.compile(r"cpython-(\d)(\d+)")
 
 NO_NPU_FIX = (
@@ -501,12 +501,6 @@ def check_emulator(required: bool = False) -> CheckResult:
         f"{count} emulated device(s); runs emulator .om files only",
         required=required,
     )
-
-
-def stub_python_version(stub: Path) -> str | None:
-    """The Python version (`"3.10"`) a `triton_python_backend_stub` links, from its libpython."""
-    match = _LIBPYTHON.search(stub.read_bytes())
-    return match.group(1).decode() if match else None
 
 
 def check_stub_python(

@@ -171,6 +171,7 @@ class ModelInstance:
         self._completer: threading.Thread | None = None
         self._measured = self.session.counters  # since the last pipelining decision
         self._long_intervals = 0  # metrics intervals in a row whose executions were long
+        self._senders_refused = False  # the Python backend refused a response sender
         if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
             self._completions = queue.Queue(maxsize=params.pipeline_depth)
@@ -187,8 +188,9 @@ class ModelInstance:
         (`Session.wait_ready`); the responses go out through the requests' response senders
         when the batch completes.
         """
-        inline = not self._pipelining
-        senders = [None if inline else request.get_response_sender() for request in requests]
+        senders = self._response_senders(requests) if self._pipelining else None
+        inline = senders is None
+        senders = senders or [None] * len(requests)
         responses: list[Any] = [None] * len(requests)
         accepted: list[ParsedRequest] = []
         for index, request in enumerate(requests):
@@ -217,10 +219,29 @@ class ModelInstance:
                 logger.exception("model %s: waiting for the previous execution", self._name)
         if self._metrics.due():
             counters = self.session.counters
-            if self._completions is not None:
+            if self._completions is not None and not self._senders_refused:
                 self._decide_pipelining(counters)
             self._metrics.flush(counters, self.session.device_memory())
         return responses if inline else None
+
+    def _response_senders(self, requests: list[Any]) -> list[Any] | None:
+        """Each request's response sender; None when the Python backend gives response senders
+        to decoupled models only (Triton 2.39's does; 2.44's and 2.51's give them to every
+        model): the instance then answers every batch inline."""
+        try:
+            return [request.get_response_sender() for request in requests]
+        except self._pb_utils.TritonModelException as exc:
+            if "decoupled" not in str(exc):
+                raise
+            logger.warning(
+                "model %s: this Triton's Python backend gives response senders to decoupled "
+                "models only (%s); every batch is answered inline (no pipelining)",
+                self._name,
+                str(exc).splitlines()[0],
+            )
+            self._senders_refused = True
+            self._pipelining = False
+            return None
 
     def _submit(
         self, accepted: list[ParsedRequest], responses: list[Any], pipelined: bool
