@@ -26,7 +26,7 @@ from ge_python_backend.tools.migrate.atc import parse_gears, plan_atc
 from ge_python_backend.tools.migrate.preflight import preflight
 from ge_python_backend.tools.migrate.report import dry_run_script
 from ge_python_backend.tools.migrate.runner import MigrateOptions, migrate
-from ge_python_backend.tools.migrate.source import SourceFormat, discover, gpu_imports
+from ge_python_backend.tools.migrate.source import SourceFormat, discover, gpu_imports, model_dirs
 
 CLASSIFIER_CONFIG = """
 name: "classifier"
@@ -431,8 +431,14 @@ def test_dry_run_script_runs_atc_per_version(
     before = _snapshot(source)
     destination = tmp_path / "dst"
     code = main(["migrate", str(source), str(destination), "--dry-run", "--runtime", "pyacl"])
-    script = capsys.readouterr().out
+    script, progress = capsys.readouterr()
     assert code == 0 and not destination.exists() and _snapshot(source) == before
+    # a line per model on stderr, as it is done; none with --quiet
+    lines = progress.splitlines()
+    assert lines[0].startswith("model 1 of ") and len(lines) == len(model_dirs(source))
+    assert any(": planned" in line for line in lines) and "'detector': needs_onnx" in progress
+    assert main(["migrate", str(source), str(destination), "--dry-run", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
     assert script.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in script
     assert "#   provide DIR/detector/1/model.onnx" in script
     options = MigrateOptions(source, destination, dry_run=True)

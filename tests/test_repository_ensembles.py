@@ -370,8 +370,20 @@ def test_validate_serve_reports_a_broken_model_while_the_rest_answer(
     broken.om_path.write_bytes(data[: len(data) // 2])
     write_ensemble(repository, ENSEMBLE.replace('"mlp"', '"broken"'), name="ens_broken")
     assert main(["validate", str(repository), "--serve", "--runtime", "emulator"]) == 1
-    out = capsys.readouterr().out
+    out, progress = capsys.readouterr()
     assert "broken: INVALID (versions: 1)" in out  # the static checks already say why
+    # progress on stderr: the server, the loads, then a line per model as it is probed
+    lines = progress.splitlines()
+    assert lines[0].startswith("tritonserver ready after ")
+    assert lines[1].startswith("5 model(s) loaded after ")
+    verdicts = dict(line.split("'")[1:3] for line in lines[2:])
+    assert verdicts == {
+        "broken": ": FAILED",
+        "ens": ": answered",
+        "ens_broken": ": FAILED",
+        "mlp": ": answered",
+        "pre": ": answered",
+    }
     assert (
         "  problem: step 1 (model 'broken'): the model is invalid (see its problems), so Triton "
         "will not load this ensemble"

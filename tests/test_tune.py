@@ -14,6 +14,7 @@ import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.progress import Progress
 from ge_python_backend.repository.budget import DeviceLimits
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.scaffold import scaffold
@@ -253,7 +254,7 @@ def test_the_confirmation_overturns_a_lucky_single_window() -> None:
     clock, progress = FakeClock(), io.StringIO()
     # LUCKY's one search window was 15% high: 1,207.5 against BETTER's 1,100
     model = NoisyModel(flat({BETTER: 1100.0, LUCKY: 1050.0}), clock, {LUCKY: [1.15]})
-    result = run_search(model, clock, progress=progress).run()
+    result = run_search(model, clock, progress=Progress(progress)).run()
     index = {t.candidate: i for i, t in enumerate(result.trials)}
     assert result.search_winner == index[LUCKY]
     assert result.winner == index[BETTER]
@@ -268,7 +269,11 @@ def test_the_confirmation_overturns_a_lucky_single_window() -> None:
     assert [e["rows_per_s"] for e in entries] == [[900.0, 900.0], [1050.0, 1050.0], [1100.0] * 2]
     assert entries[2]["vs_default"] == [round(1100 / 900, 4)] * 2
     assert "faster in every round: it wins" in confirmation.verdict
+    lines = progress.getvalue().splitlines()
     assert "confirmation round 2 of 2" in progress.getvalue()
+    # one line a trial, as each ends: what was tried and what it measured
+    first = next(line for line in lines if line.startswith("trial 1 of "))
+    assert "900.0 rows/s, p99 10.00 ms; best so far: trial 1" in first
 
 
 def test_the_plot_joins_each_confirmation_round_to_its_finalist() -> None:
@@ -308,7 +313,7 @@ def test_a_budget_without_room_for_the_confirmation_says_so(tmp_path: Path) -> N
     clock, progress = FakeClock(), io.StringIO()
     # the first load (guessed 5 s) takes 12: afterwards not one round of 2 finalists fits
     model = SyntheticModel(flat({DEFAULT: 800.0}), clock, load_s_per_instance=12.0)
-    search = run_search(model, clock, budget_s=50.0, progress=progress)
+    search = run_search(model, clock, budget_s=50.0, progress=Progress(progress))
     result = search.run()
     model.load(DEFAULT)
     assert clock.now - search.budget.started + END_RESERVE_S <= 50.0
@@ -327,7 +332,7 @@ def test_a_budget_without_room_for_the_confirmation_says_so(tmp_path: Path) -> N
 def test_a_budget_for_one_round_confirms_in_one() -> None:
     clock, progress = FakeClock(), io.StringIO()
     model = SyntheticModel(flat({BETTER: 1000.0}), clock, load_s_per_instance=8.0)
-    result = run_search(model, clock, budget_s=52.0, progress=progress).run()
+    result = run_search(model, clock, budget_s=52.0, progress=Progress(progress)).run()
     assert result.confirmation.rounds == 1 and result.confirmation.wanted == 2
     assert "the budget allows 1 of the 2 rounds" in progress.getvalue()
 

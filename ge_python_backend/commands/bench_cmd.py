@@ -15,12 +15,14 @@ from ge_python_backend.commands.options import (
     add_data_options,
     add_load_options,
     add_metrics_url_option,
+    add_quiet_option,
     add_server_options,
     open_loop_settings,
     parse_files,
     parse_levels,
     parse_rates,
     parse_shapes,
+    progress_of,
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.bench import (
@@ -76,6 +78,7 @@ def register(subparsers: Any) -> None:
     """Add the `bench` subcommand."""
     parser = add_command(subparsers, "bench", run, HELP, DESCRIPTION)
     add_server_options(parser)
+    add_quiet_option(parser)
     add_load_options(parser, DEFAULT_CONCURRENCY, "each level")
     parser.add_argument(
         "--latency-threshold-ms",
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         requests=args.requests,
         duration=duration,
         warmup=args.warmup,
-        progress=sys.stderr,
+        progress=progress_of(args),
         metrics=metrics,
     )
     measure: Callable[[float], LevelResult]

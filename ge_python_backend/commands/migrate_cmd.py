@@ -10,12 +10,14 @@ from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_device_budget_options,
+    add_quiet_option,
     add_runtime_option,
     add_tolerance_options,
     budget_check,
     device_limits,
     host_what_does_not_fit_in_stubs,
     parse_thresholds,
+    progress_of,
 )
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.parameters import parse_device_ids
@@ -67,6 +69,7 @@ def register(subparsers: Any) -> None:
     parser = add_command(subparsers, "migrate", run, HELP, DESCRIPTION)
     parser.add_argument("source", type=Path, metavar="SRC_REPO", help="the Triton repository")
     parser.add_argument("destination", type=Path, metavar="DST_REPO", help="the Ascend one")
+    add_quiet_option(parser)
     add_runtime_option(
         parser, "compile with ATC and serve with pyACL, or the CPU emulator's both", "pyacl"
     )
@@ -143,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         check_serving=args.check_serving,
         emulator_compiler=compile_onnx if args.runtime == "emulator" else None,
     )
-    report = migrate(options)
+    report = migrate(options, progress_of(args))
     if options.dry_run:
         print(dry_run_script(report), end="")
         return 0 if report.passed else 1

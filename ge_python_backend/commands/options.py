@@ -4,6 +4,7 @@ of their values."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from ge_python_backend.ascend import (
 )
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
 from ge_python_backend.errors import UserError
+from ge_python_backend.progress import Progress
 from ge_python_backend.repository.budget import (
     DeviceLimits,
     budget,
@@ -45,6 +47,22 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port: 0 (a free one) to 65535")
     return port
+
+
+def add_quiet_option(parser: argparse.ArgumentParser) -> None:
+    """`--quiet`: no progress lines (`progress_of`) from a long command."""
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print no progress lines (by default one line per step on stderr); results and "
+        "errors are printed all the same",
+    )
+
+
+def progress_of(args: argparse.Namespace) -> Progress:
+    """The progress lines of a command with `add_quiet_option` (on stderr)."""
+    return Progress(sys.stderr, quiet=args.quiet)
 
 
 def add_repository_argument(parser: argparse.ArgumentParser) -> None:

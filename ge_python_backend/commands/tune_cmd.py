@@ -18,6 +18,7 @@ from ge_python_backend.commands.options import (
     add_device_budget_options,
     add_load_options,
     add_metrics_url_option,
+    add_quiet_option,
     add_server_options,
     device_limits,
     open_loop_settings,
@@ -25,6 +26,7 @@ from ge_python_backend.commands.options import (
     parse_levels,
     parse_rates,
     parse_shapes,
+    progress_of,
 )
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.budget import footprints
@@ -92,6 +94,7 @@ def register(subparsers: Any) -> None:
     """Add the `tune` subcommand."""
     parser = add_command(subparsers, "tune", run, HELP, DESCRIPTION)
     add_server_options(parser)
+    add_quiet_option(parser)
     parser.add_argument(
         "--p99-ms", type=float, required=True, metavar="MS", help="the p99 latency constraint"
     )
@@ -236,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             lane_bytes=lane_bytes,
             weight_bytes=weight_bytes,
             confirm_rounds=args.confirm_rounds,
-            progress=sys.stderr,
+            progress=progress_of(args),
         )
         try:
             result = search.run()

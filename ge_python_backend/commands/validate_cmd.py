@@ -17,12 +17,14 @@ from typing import Any
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_device_budget_options,
+    add_quiet_option,
     add_repository_argument,
     add_runtime_option,
     add_tritonserver_options,
     budget_check,
     device_limits,
     host_what_does_not_fit_in_stubs,
+    progress_of,
 )
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.repository.report import ModelReport
@@ -96,6 +98,7 @@ def register(subparsers: Any) -> None:
         f"(default: {DEFAULT_LOAD_TIMEOUT_S:g})",
     )
     add_tritonserver_options(parser)
+    add_quiet_option(parser)
 
 
 def _print_report(report: ModelReport) -> None:
@@ -122,6 +125,7 @@ def _serve_check(args: argparse.Namespace) -> bool:
             backend_directory=args.backend_directory,
             stub_python=args.stub_python,
             log_path=log_path,
+            progress=progress_of(args),
         )
     except UserError:
         raise

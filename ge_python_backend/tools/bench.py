@@ -35,12 +35,13 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
 from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, TypedArrays, error_text
 from ge_python_backend.errors import UserError
+from ge_python_backend.progress import Progress
 
 KEPT_ERROR_MESSAGES = 5
 CONNECT_TIMEOUT_S = 60.0  # also the longest a request may take before it counts as failed
@@ -378,11 +379,11 @@ def _client(target: Target) -> Iterator[Callable[[], None]]:
 
 
 class _Progress:
-    """Request counts on stderr while a level runs: redrawn on a terminal, a line every 5 s else."""
+    """Request counts while a level runs (`progress.Progress`): redrawn every 0.5 s on a
+    terminal, then one line per level (warmup included)."""
 
-    def __init__(self, stream: TextIO | None) -> None:
-        self.stream = stream
-        self.tty = bool(stream and stream.isatty())
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
 
     @contextlib.contextmanager
     def showing(
@@ -392,7 +393,8 @@ class _Progress:
         planned: str,
         dropped: Callable[[], int] | None = None,
     ) -> Iterator[None]:
-        if self.stream is None:
+        progress = self.progress
+        if progress is None or progress.quiet:
             yield
             return
         done = threading.Event()
@@ -408,8 +410,8 @@ class _Progress:
             )
 
         def show() -> None:
-            while not done.wait(0.5 if self.tty else 5.0):
-                self._write(line())
+            while not done.wait(0.5):
+                progress.begin(line())
 
         thread = threading.Thread(target=show, name="bench-progress", daemon=True)
         thread.start()
@@ -418,15 +420,7 @@ class _Progress:
         finally:
             done.set()
             thread.join()
-            self._write(line(), final=True)
-
-    def _write(self, text: str, final: bool = False) -> None:
-        assert self.stream is not None
-        if self.tty:
-            self.stream.write("\r\033[K" + text + ("\n" if final else ""))
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+            progress.done(line())
 
 
 def run_level(
@@ -436,7 +430,7 @@ def run_level(
     requests: int | None = None,
     duration: float | None = None,
     warmup: int = 0,
-    progress: TextIO | None = None,
+    progress: Progress | None = None,
     metrics: MetricsProbe | None = None,
 ) -> LevelResult:
     """Run `warmup` requests, then measure `requests` requests or `duration` seconds; with
@@ -516,7 +510,7 @@ def run_benchmark(
     requests: int | None = None,
     duration: float | None = None,
     warmup: int = 0,
-    progress: TextIO | None = None,
+    progress: Progress | None = None,
     metrics: MetricsProbe | None = None,
 ) -> list[LevelResult]:
     """`run_level` for each concurrency level, in order; progress lines go to `progress`."""
@@ -668,7 +662,7 @@ def run_rate_level(
     seed: int = 0,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     warmup: int = 0,
-    progress: TextIO | None = None,
+    progress: Progress | None = None,
     metrics: MetricsProbe | None = None,
 ) -> LevelResult:
     """Open loop at `rate` requests/s: `warmup` requests at that rate and their answers, then the

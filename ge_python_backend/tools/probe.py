@@ -28,6 +28,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
+from ge_python_backend.progress import Progress
 from ge_python_backend.runtime import ENV_VAR
 from ge_python_backend.server import TritonServer, describe_python, find_server
 
@@ -251,6 +252,7 @@ def probe_repository(
     backend_directory: str | os.PathLike[str] | None = None,
     stub_python: str | os.PathLike[str] | None = None,
     log_path: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
 ) -> list[ModelProbe]:
     """Serve `repository` with a throwaway tritonserver (free ports, explicit model control
     with every model loaded at start), wait up to `timeout` s for the loads, probe every READY
@@ -260,8 +262,9 @@ def probe_repository(
     `env` is added to the server's environment; `runtime` ("emulator", "pyacl") sets
     `$GE_PYTHON_BACKEND_ACL`, which overrides every config's `acl_runtime`. `tritonserver`,
     `backend_directory` and `stub_python` are `serve`'s options (default: the bundled server,
-    this interpreter); `log_path` keeps the server log there. ServerError when the server does
-    not start.
+    this interpreter); `log_path` keeps the server log there; `progress` gets a line when the
+    server is ready, when the models have loaded and per model probed. ServerError when the
+    server does not start.
     """
     if not timeout > 0:
         raise UserError(f"the load timeout must be > 0 seconds, got {timeout}")
@@ -278,27 +281,46 @@ def probe_repository(
         stub_python=python,
         log_path=log_path,
     )
-    deadline = time.monotonic() + timeout
+    progress = progress or Progress(quiet=True)
+    started = time.monotonic()
+    deadline = started + timeout
+    progress.begin("starting tritonserver")
     server.start()
     logger.info("tritonserver for %s started; log %s", server.repository, server.log_path)
     try:
         server.wait_ready(timeout)
+        progress.done(f"tritonserver ready after {time.monotonic() - started:.1f} s")
+        progress.begin("loading the models")
         models = _wait_loaded(server, deadline)
+        progress.done(f"{len(models)} model(s) loaded after {time.monotonic() - started:.1f} s")
         results = []
-        for name, entries in models.items():
-            if not any(entry.get("state") for entry in entries):  # never loaded: ask why
-                error = _load_error(server, name, max(deadline - time.monotonic(), 1.0))
-                if error is not None:
-                    results.append(ModelProbe(name, ("not loaded",), False, error))
-                    continue
-                entries = _index_by_model(server.repository_index()).get(name, entries)
-            failed = _not_ready(entries)
-            if failed:
-                states = tuple(str(entry.get("state") or "not loaded") for entry in entries)
-                results.append(ModelProbe(name, states, False, "; ".join(failed)))
-                continue
-            answer = probe(server.urls.http, name, timeout=probe_timeout)
-            results.append(ModelProbe(name, ("READY",) * len(entries), answer.ok, answer.message))
+        for number, (name, entries) in enumerate(models.items(), 1):
+            progress.begin(f"model {number} of {len(models)} {name!r}: probing")
+            results.append(_probe_loaded(server, name, entries, deadline, probe_timeout))
+            verdict = "answered" if results[-1].ok else "FAILED"
+            progress.done(f"model {number} of {len(models)} {name!r}: {verdict}")
         return results
     finally:
         server.stop()
+
+
+def _probe_loaded(
+    server: TritonServer,
+    name: str,
+    entries: list[Mapping[str, Any]],
+    deadline: float,
+    probe_timeout: float,
+) -> ModelProbe:
+    """The probe of model `name` once the loads are over: why it never loaded (Triton's error
+    when it is loaded once more), why a version is not READY, or its answer."""
+    if not any(entry.get("state") for entry in entries):  # never loaded: ask why
+        error = _load_error(server, name, max(deadline - time.monotonic(), 1.0))
+        if error is not None:
+            return ModelProbe(name, ("not loaded",), False, error)
+        entries = _index_by_model(server.repository_index()).get(name, entries)
+    failed = _not_ready(entries)
+    if failed:
+        states = tuple(str(entry.get("state") or "not loaded") for entry in entries)
+        return ModelProbe(name, states, False, "; ".join(failed))
+    answer = probe(server.urls.http, name, timeout=probe_timeout)
+    return ModelProbe(name, ("READY",) * len(entries), answer.ok, answer.message)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PRECISION_LADDER, PrecisionMode
 from ge_python_backend.errors import GeBackendError, UserError, command_line_message
+from ge_python_backend.progress import Progress
 from ge_python_backend.repository.config import first_gear_shapes, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime.describe import describe_om
@@ -148,12 +149,12 @@ class MigrationReport:
         return converted and all(probe.ok for probe in self.serving)
 
 
-def migrate(options: MigrateOptions) -> MigrationReport:
+def migrate(options: MigrateOptions, progress: Progress | None = None) -> MigrationReport:
     """Migrate `options.source` into `options.destination` (`dry_run`: plan only, write nothing).
 
     Refuses (UserError) a destination inside the source or holding one of its models,
     `--runtime pyacl` without ATC on PATH, and a `--gears` naming no axis that needs sizes; a
-    model that fails is reported and the others carry on.
+    model that fails is reported and the others carry on. `progress` gets a line per model.
     """
     _check_options(options)
     paths = model_dirs(options.source)
@@ -167,13 +168,20 @@ def migrate(options: MigrateOptions) -> MigrationReport:
                 "an empty or new directory"
             )
         options.destination.mkdir(parents=True, exist_ok=True)
+    progress = progress or Progress(quiet=True)
+    results = []
     if options.jobs > 1 and len(paths) > 1:
         context = multiprocessing.get_context("spawn")  # the emulator runs threads: no fork
         workers = min(options.jobs, len(paths))
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            results = list(pool.map(_migrate_dir, paths, [options] * len(paths)))
+            for result in pool.map(_migrate_dir, paths, [options] * len(paths)):
+                results.append(result)
+                progress.done(_progress_line(result, len(results), len(paths)))
     else:
-        results = [_migrate_dir(path, options) for path in paths]
+        for path in paths:
+            progress.begin(f"model {len(results) + 1} of {len(paths)} {path.name!r}: migrating")
+            results.append(_migrate_dir(path, options))
+            progress.done(_progress_line(results[-1], len(results), len(paths)))
     serving: tuple[ModelProbe, ...] = ()
     if options.check_serving and not options.dry_run:
         runtime = "emulator" if options.runtime == "emulator" else None
@@ -181,6 +189,16 @@ def migrate(options: MigrateOptions) -> MigrationReport:
         for probe in serving:
             (logger.info if probe.ok else logger.error)("%s", probe.message)
     return MigrationReport(options, tuple(results), serving)
+
+
+def _progress_line(result: ModelResult, number: int, total: int) -> str:
+    """`model 2 of 5 'resnet': converted (force_fp16)`, or its first error when it failed."""
+    line = f"model {number} of {total} {result.name!r}: {result.status}"
+    if result.status == Status.CONVERTED:
+        return f"{line} ({result.precision_mode.value})"
+    if result.status == Status.FAILED and result.errors:
+        return f"{line}: {result.errors[0]}"
+    return line
 
 
 def _migrate_dir(path: Path, options: MigrateOptions) -> ModelResult:

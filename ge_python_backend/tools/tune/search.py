@@ -8,9 +8,10 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TextIO
+from typing import Protocol
 
 from ge_python_backend.errors import UserError
+from ge_python_backend.progress import Progress
 from ge_python_backend.repository.budget import DeviceLimits, ModelFootprint, budget
 from ge_python_backend.tools.tune.confirmation import (
     CONFIRM_FINALISTS,
@@ -205,7 +206,7 @@ class Search:
         weight_bytes: int = 0,
         confirm_rounds: int = CONFIRM_ROUNDS,
         clock: Callable[[], float] = time.monotonic,
-        progress: TextIO | None = None,
+        progress: Progress | None = None,
     ) -> None:
         if p99_ms <= 0:
             raise UserError(f"the p99 constraint must be > 0 ms, got {p99_ms:g}")
@@ -294,14 +295,16 @@ class Search:
             self._say(f"confirmation: the budget allows {rounds} of the {wanted} rounds")
         for number in range(1, rounds + 1):
             for finalist in finalists:
-                self._say(
+                header = (
                     f"confirmation round {number} of {rounds} ({self.budget.elapsed():.1f} s of "
                     f"{self.budget.seconds:g} s): trial {finalist.trial + 1}, "
                     f"{finalist.candidate.describe()}"
                 )
+                if self.progress is not None:
+                    self.progress.begin(header)
                 measured = self._measured(finalist.candidate, load=True)
                 finalist.rounds.append(measured)
-                self._say("  " + self._measured_words(measured))
+                self._say(f"{header}: {self._measured_words(measured)}")
         winner, verdict = confirmed_winner(finalists, self.p99_ms)
         self._say(f"confirmation: {verdict}")
         return Confirmation(wanted, rounds, finalists, winner, verdict)
@@ -351,13 +354,15 @@ class Search:
         number = len(self.trials) + 1
         left = self.budget.trials_left(candidate, self._kept_for_confirmation(candidate))
         total = planned or max(number, number - 1 + left)
-        self._say(
+        header = (
             f"trial {number} of {'at most ' * (planned is None)}{total} ({phase}, "
             f"{self.budget.elapsed():.1f} s of {self.budget.seconds:g} s): {candidate.describe()}"
         )
+        if self.progress is not None:
+            self.progress.begin(header)
         trial = self._measured(candidate, load=not default)
         self.trials.append(trial)
-        self._say("  " + self._outcome(trial))
+        self._say(f"{header}: {self._outcome(trial)}")
         return trial
 
     def _measured(self, candidate: Candidate, *, load: bool) -> Trial:
@@ -405,8 +410,7 @@ class Search:
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
-            self.progress.write(text + "\n")
-            self.progress.flush()
+            self.progress.done(text)
 
 
 def _ms(value: float | None) -> str:
