@@ -17,7 +17,7 @@ from ge_python_backend.errors import UserError
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.repository.autocomplete import complete_config
 from ge_python_backend.repository.scaffold import scaffold
-from ge_python_backend.repository.triton_config import TritonConfig, image_format
+from ge_python_backend.repository.triton_config import ConfigError, TritonConfig, image_format
 from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.tools.migrate.rewrite import rewrite_config
 
@@ -75,11 +75,19 @@ def test_auto_complete_gives_an_image_input_the_oms_format(om_classifier: Path) 
     assert completed.inputs[0].format == "FORMAT_NCHW"
     assert "input 'image' TYPE_FP32 FORMAT_NCHW (declared without data_type and format)" in filled
     given = TritonConfig.from_dict(
-        {"max_batch_size": 4, "input": [{"name": "image", "dims": [3, 16, 16], "format": 1}]}
+        {"max_batch_size": 4, "input": [{"name": "image", "dims": [3, 16, 16], "format": 2}]}
     )
     completed, _ = complete_config(given, om.inputs, om.outputs, om.gears)
-    assert completed.inputs[0].format == "FORMAT_NHWC"
-    assert completed.inputs[0].to_dict()["format"] == "FORMAT_NHWC"
+    assert completed.inputs[0].to_dict()["format"] == "FORMAT_NCHW"  # protobuf's number read
+    # the other layout is refused: the runtime does not transpose
+    other = dataclasses.replace(
+        given, inputs=(dataclasses.replace(given.inputs[0], format="FORMAT_NHWC"),)
+    )
+    with pytest.raises(
+        ConfigError,
+        match="input 'image': config format FORMAT_NHWC but the .om's input is FORMAT_NCHW",
+    ):
+        complete_config(other, om.inputs, om.outputs, om.gears)
 
 
 def test_migrate_gives_an_image_input_the_oms_format(tmp_path: Path, om_classifier: Path) -> None:

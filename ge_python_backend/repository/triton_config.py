@@ -273,6 +273,11 @@ def _compare_tensors(
             expected = [1]  # a scalar of a model without batching is served as [1]
         if _dims_conflict(dims, expected):
             problems.append(f"{kind} {name!r}: config dims {dims} but the .om needs {expected}")
+        layout = image_format(spec, tensor.dims)
+        if "FORMAT_NONE" not in (tensor.format, layout) and tensor.format != layout:
+            problems.append(
+                f"{kind} {name!r}: config format {tensor.format} but the .om's input is {layout}"
+            )
     for name in by_name:
         if name not in seen:
             problems.append(f"the .om {kind} {name!r} is missing from the config")
