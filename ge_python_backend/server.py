@@ -175,13 +175,17 @@ def stub_python_version(stub: Path) -> str | None:
     return match.group(1).decode() if match else None
 
 
+class UnsupportedStubPython(UserError):
+    """The Python-backend stub would run a Python ge-python-backend does not support."""
+
+
 def check_stub_python_supported(version: str, subject: str) -> None:
-    """Refuse (one line) a stub Python older than `MIN_STUB_PYTHON`; `subject` says where
-    `version` comes from ("the stub's Python is")."""
+    """Refuse (UnsupportedStubPython, one line) a stub Python older than `MIN_STUB_PYTHON`;
+    `subject` says where `version` comes from ("the stub's Python is")."""
     major, minor = (int(part) for part in version.split(".")[:2])
     if (major, minor) < MIN_STUB_PYTHON:
         oldest = ".".join(map(str, MIN_STUB_PYTHON))
-        raise UserError(
+        raise UnsupportedStubPython(
             f"{subject} Python {version}, which ge-python-backend does not support: model.py "
             f"needs Python {oldest} or later in Triton's Python-backend stub (Triton's containers "
             "up to 23.04 ship a stub built for 3.8; 23.05 and later for 3.10 or 3.12); use such "

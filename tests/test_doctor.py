@@ -321,6 +321,7 @@ def test_a_stub_python_older_than_39_is_refused_in_one_line(
     }
     assert results["stub_python"].status == FAIL
     assert refused in results["stub_python"].detail
+    assert results["stub_python"].fix == ""  # the line says what to use instead
     repository = tmp_path / "models"
     repository.mkdir()
     options = ["--backend-directory", str(python38_backend), "--no-watch"]

@@ -50,6 +50,7 @@ from ge_python_backend.server import (
     ServerBinary,
     StubPython,
     TritonServer,
+    UnsupportedStubPython,
     describe_python,
     find_server,
     stub_python_version,
@@ -508,12 +509,14 @@ def check_stub_python(
     error: str,
     acl_file: str | None = None,
     python: StubPython | None = None,
+    fix: str | None = None,
 ) -> CheckResult:
     """The Python backend stub embeds the stub's Python (`python`, default this interpreter),
-    the one ge_python_backend and pyACL are for."""
+    the one ge_python_backend and pyACL are for. Without a `binary`, `error` says why and `fix`
+    what to do (default: install or name a server; "": the error says it)."""
     title = "Python of Triton's Python backend stub"
     if binary is None:
-        return CheckResult("stub_python", title, FAIL, error, _SERVER_FIX)
+        return CheckResult("stub_python", title, FAIL, error, _SERVER_FIX if fix is None else fix)
     stub = (binary.backend_directory or DEFAULT_BACKENDS) / "python" / "triton_python_backend_stub"
     if not stub.is_file():
         return CheckResult(
@@ -685,9 +688,11 @@ def run_checks(
         binary: ServerBinary | None = find_server(
             tritonserver, backend_directory, stub_version=python.version
         )
-        server_error = ""
+        server_error, stub_fix = "", _SERVER_FIX
     except GeBackendError as exc:
         binary, server_error = None, str(exc)
+        # an unsupported stub Python's error says what to use instead
+        stub_fix = "" if isinstance(exc, UnsupportedStubPython) else _SERVER_FIX
     need = None
     models = None
     if repository is not None:
@@ -708,7 +713,7 @@ def run_checks(
         check_devices_open(chosen, device_ids, probe),
         check_visible_devices(env, models),
         check_emulator(required=not on_npu),
-        check_stub_python(binary, server_error, pyacl.module_file, python),
+        check_stub_python(binary, server_error, pyacl.module_file, python, stub_fix),
         check_stub_environment(python),
         check_shm(need_bytes=need),
     ]
