@@ -32,7 +32,8 @@ ACL_RUNTIME = EnvironmentVariable(
 RUN_DIR = EnvironmentVariable(
     "GE_PYTHON_BACKEND_RUN_DIR",
     "`/dev/shm/ge-python-backend-<uid>`",
-    "where processes record what they hold on each device, and the device hosts' sockets and logs",
+    "where processes record what they hold on each device (`placement/`), and the device hosts' "
+    "sockets and logs",
     SERVER,
 )
 DEVICE_HOST_SHARE_CPU = EnvironmentVariable(
