@@ -398,3 +398,42 @@ def test_imports_within_a_layer_run_one_way() -> None:
         " <-> ".join(circle) for circle in offenders
     )
     assert not stale, f"no circle left in {stale}: remove it from CIRCLES_TOLERATED"
+
+
+def _module_file(name: str) -> str | None:
+    """The file of module `name` of ours relative to the package (longest importable prefix:
+    `from a.b import C` names a.b.C), or None when it is not one of our files."""
+    parts = name.split(".")
+    for end in range(len(parts), 1, -1):
+        base = ROOT.joinpath(*parts[:end])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate.relative_to(ROOT / PACKAGE).as_posix()
+    return None
+
+
+def test_a_vendored_runtime_holds_every_module_the_template_imports() -> None:
+    """`scaffold --vendor-runtime` copies `STUB_FILES`: each module the template reaches (the
+    emulator's `acl` included) must be among them, or a vendored model fails to load."""
+    from ge_python_backend.repository.scaffold import STUB_FILES, STUB_LEFT_OUT
+
+    graph: dict[str, set[str]] = {}
+    for imp in OUR_IMPORTS:
+        graph.setdefault(imp.importer, set()).add(imp.target)
+    seen, todo = set(), ["model_templates.model"]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            parts = target.split(".")
+            for module in (".".join(parts[:n]) for n in range(1, len(parts) + 1)):
+                if module not in seen and layer_of(module) is not None:
+                    seen.add(module)
+                    todo.append(module)
+    files = {_module_file(module) for module in seen if module.startswith(PACKAGE)}
+    package = ROOT / PACKAGE
+    vendored = {
+        path.relative_to(package).as_posix()
+        for pattern in STUB_FILES
+        for path in package.glob(pattern)
+    }
+    missing = sorted(path for path in files - vendored - {None} if path not in STUB_LEFT_OUT)
+    assert not missing, f"add to scaffold.STUB_FILES: {missing}"

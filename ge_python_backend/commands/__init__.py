@@ -26,3 +26,11 @@ def add_command(
     )
     parser.set_defaults(func=run)
     return parser
+
+
+def size_text(nbytes: int) -> str:
+    """`nbytes` as the commands print a byte count: in bytes, KiB or MiB."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} bytes"

@@ -17,8 +17,7 @@ from ge_python_backend.ascend import (
     AtcFramework,
     PrecisionMode,
 )
-from ge_python_backend.commands import add_command
-from ge_python_backend.commands.options import size_text
+from ge_python_backend.commands import add_command, size_text
 from ge_python_backend.emulator.memory_plan import MemoryPlan
 from ge_python_backend.emulator.omfile import (
     STAND_IN_FRAMEWORKS,

@@ -14,12 +14,11 @@ from ge_python_backend.ascend import (
     PROCESSES_PER_DEVICE_VM,
     GearKind,
 )
-from ge_python_backend.commands import add_command
+from ge_python_backend.commands import add_command, size_text
 from ge_python_backend.commands.options import (
     RUNTIME_BY_CONTAINER,
     add_input_shape_order_option,
     add_runtime_option,
-    size_text,
 )
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text

@@ -17,6 +17,7 @@ from ge_python_backend.ascend import (
     soc_device,
 )
 from ge_python_backend.client import DEFAULT_URLS, PROTOCOLS
+from ge_python_backend.commands import size_text
 from ge_python_backend.errors import UserError
 from ge_python_backend.progress import Progress
 from ge_python_backend.repository.budget import (
@@ -413,11 +414,3 @@ def watch_metrics_port(
     that follows `server_ports`."""
     port = watch_option(args, "metrics_port", prefix)
     return metrics_port_beside(server_ports) if port is None else int(port)
-
-
-def size_text(nbytes: int) -> str:
-    """`nbytes` as the commands print a byte count: in bytes, KiB or MiB."""
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:,.1f} {unit}"
-    return f"{nbytes} bytes"

@@ -74,6 +74,7 @@ STUB_FILES = (
     "__init__.py",
     "aipp.py",
     "ascend.py",
+    "environment.py",
     "errors.py",
     "modelinfo.py",
     "processes.py",
