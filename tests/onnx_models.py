@@ -186,6 +186,23 @@ def build_fp16_overflow(path: Path) -> Path:
     )
 
 
+def build_cancelling(path: Path) -> Path:
+    """`x` FLOAT[4,16] -> `y` = x * 1e10 - x * 1e10: zeros in float32; in float16 the weight
+    is inf and every nonzero x gives inf - inf = NaN."""
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["up"], name="up"),
+        helper.make_node("Sub", ["up", "up"], ["y"], name="cancel"),
+    ]
+    return _save(
+        path,
+        "cancelling",
+        nodes,
+        [_value("x", TensorProto.FLOAT, [4, 16])],
+        [_value("y", TensorProto.FLOAT, [4, 16])],
+        [_tensor("big", np.array(1e10, np.float32))],
+    )
+
+
 def build_dims_model(path: Path) -> Path:
     """`input_ids`, `attention_mask` INT64[N,S] -> `hidden` FLOAT[N,S,4] = embedding(input_ids) *
     mask. The vocabulary has 32 tokens (ids 0..31)."""
