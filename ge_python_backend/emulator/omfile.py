@@ -51,6 +51,7 @@ from ge_python_backend.ascend import (
     PrecisionMode,
     om_output_path,
 )
+from ge_python_backend.atc_onnx import parse_problems
 from ge_python_backend.emulator import memory_plan, precision
 from ge_python_backend.environment import EMULATOR_ORT_THREADS
 from ge_python_backend.errors import UserError
@@ -326,7 +327,8 @@ def compile_onnx(
     most; default force_fp16), `keep_dtype` (ATC's file of operators kept in their type) and
     `output_type` (ATC's `FP16` or `node:idx:FP16;...`) set the precision the compiled graph
     computes in (see `precision`); the header records the resolved mode. Raises OmCompileError
-    for anything ATC or the emulator would refuse.
+    for anything ATC or the emulator would refuse: first what ATC's ONNX parser cannot take
+    (`atc_onnx.parse_problems`, the pre-flight `migrate` runs too).
     """
     import onnx
 
@@ -338,6 +340,9 @@ def compile_onnx(
         raise OmCompileError(f"cannot read --model {model_path}: {exc.strerror or exc}") from exc
     except Exception as exc:  # onnx raises protobuf's DecodeError and others
         raise OmCompileError(f"--model {model_path} is not a valid ONNX model: {exc}") from exc
+    refused = parse_problems(proto)
+    if refused:
+        raise OmCompileError("\n".join(f"--model {model_path}: {problem}" for problem in refused))
     if input_format is None:
         input_format = "ND" if dynamic_dims is not None else "NCHW"
     accepted = [f.name for f in ATC_INPUT_FORMATS]
