@@ -47,6 +47,7 @@ ATC_FLAGS = (
     "precision_mode",
     "precision_mode_v2",
     "keep_dtype",
+    "modify_mixlist",
     "output_type",
 )
 
@@ -154,6 +155,11 @@ def register(subparsers: Any) -> None:
         "operator name, or OpType::TypeName (no effect with must_keep_origin_dtype)",
     )
     compile_parser.add_argument(
+        "--modify_mixlist",
+        help="allow_mix_precision: a JSON file moving operator types between its lists, e.g. "
+        '{"black-list": {"to-add": ["Exp"]}, "white-list": {"to-remove": ["MatMulV2"]}}',
+    )
+    compile_parser.add_argument(
         "--output_type",
         help=f"the outputs' data type: one of {', '.join(ATC_OUTPUT_TYPES)} for all outputs, or "
         '"node:index:TYPE;..." per output with --out_nodes (emulated: FP32, FP16)',
@@ -184,6 +190,7 @@ def run_compile(args: argparse.Namespace) -> int:
         precision_mode_v2=args.precision_mode_v2,
         keep_dtype=args.keep_dtype,
         output_type=args.output_type,
+        modify_mixlist=args.modify_mixlist,
     )
     model = OmModel.load(path)
     print(path)

@@ -1,14 +1,17 @@
 """ATC's operator precision, applied once at compile time to the graph an emulator `.om` keeps.
 
-ATC's `--precision_mode` (or `--precision_mode_v2`) and `--keep_dtype` choose the data type each
-operator computes in, `--output_type` the type of each model output (CANN 8.0.0 ATC pages; see
-docs/internals/conformance/index.md). onnxruntime runs the emulator's graph in float32, so
-`apply_precision`
-rewrites it: every float tensor an FP16 operator reads or writes is rounded to a float16 value
-(Cast to FLOAT16 and back: values beyond 65504 become inf, as on the device), the float weights FP16
-operators read are stored rounded, and Cube operators (`CUBE_OPS`) read FP16 inputs and accumulate
-in float32 (onnxruntime's float32 kernels on float16 values). Executions run the rewritten graph as
-it is; nothing is added to the per-execute path.
+ATC's `--precision_mode` (or `--precision_mode_v2`), `--keep_dtype` and `--modify_mixlist` choose
+the data type each operator computes in, `--output_type` the type of each model output (CANN
+8.0.0 ATC pages and hicann/ge's CLI_options pages; see docs/internals/conformance/compiling.md).
+Before the mode applies, ATC's graph fusion changes what is computed: `fuse_graph` folds what ATC
+folds on the host in float32 (a Conv's BatchNorm, ConvBatchnormFusionPass; Constant nodes are
+ATC's Const). onnxruntime runs the emulator's graph in float32, so `apply_precision` rewrites it:
+every float tensor an FP16 operator reads or writes is rounded to a float16 value (Cast to FLOAT16
+and back: values beyond 65504 become inf, as on the device), the float weights FP16 operators read
+are stored rounded, except the inputs an operator takes in float32 only (`FP32_INPUTS`, from the
+operators' own dtype tables), and each operator computes in float32 between the roundings (the
+Cube unit's float32 accumulation; vector kernels of fp16 operands with float32 parameters).
+Executions run the rewritten graph as it is; nothing is added to the per-execute path.
 
 Imports onnx (compile time only).
 """
@@ -101,15 +104,28 @@ VALUE_PRESERVING = frozenset(
         "Unsqueeze",
     }
 )
-# Ascend IR operator types `OpType::` lines of a --keep_dtype file may name, with the ONNX
-# operators ATC's ONNX parser maps to them (UNCONFIRMED beyond these common ones); an ONNX
-# operator type is accepted as well.
+# Inputs (by index) an operator takes in float32 only, whatever the mode: they are never rounded.
+# BatchNormalization is ATC's BatchNorm (ONNX plugin: ai.onnx::8..::BatchNormalization ->
+# BatchNorm, is_training false), whose scale, offset, mean and variance are FLOAT32 in every
+# dtype combination (hicann/ops-nn norm/batch_norm: README.md and op_host/batch_norm_def.cpp;
+# Atlas inference series and A2 alike). LayerNorm's gamma and beta are "x's type or FLOAT"
+# (hicann/ops-nn norm/layer_norm/README.md): the float32 combination is kept (which one FE picks
+# under force_fp16 is UNCONFIRMED).
+FP32_INPUTS: Mapping[str, frozenset[int]] = {
+    "BatchNormalization": frozenset({1, 2, 3, 4}),
+    "LayerNormalization": frozenset({1, 2}),
+}
+# Ascend IR operator types `OpType::` lines of a --keep_dtype file and --modify_mixlist entries
+# may name, with the ONNX operators ATC's ONNX parser maps to them (UNCONFIRMED beyond these
+# common ones); an ONNX operator type is accepted as well.
 ASCEND_IR_TYPES: Mapping[str, frozenset[str]] = {
     "Conv2D": frozenset({"Conv"}),
     "Conv2DTranspose": frozenset({"ConvTranspose"}),
     "MatMulV2": frozenset({"MatMul", "Gemm"}),
     "BatchMatMulV2": frozenset({"MatMul"}),
     "SoftmaxV2": frozenset({"Softmax"}),
+    "BatchNorm": frozenset({"BatchNormalization"}),
+    "LayerNorm": frozenset({"LayerNormalization"}),
 }
 
 _FLOAT = 1  # onnx.TensorProto.FLOAT
@@ -129,6 +145,74 @@ class KeepDtype:
 
     def keeps(self, name: str, op_type: str) -> bool:
         return name in self.names or op_type in self.types
+
+
+@dataclasses.dataclass(frozen=True)
+class MixLists:
+    """allow_mix_precision's lists by ONNX operator type: white may drop to FP16, black stays
+    FP32, any other type is gray (follows the operators before it)."""
+
+    white: frozenset[str] = MIX_WHITE
+    black: frozenset[str] = MIX_BLACK
+
+
+def read_modify_mixlist(path: Path, op_types: Sequence[str]) -> MixLists:
+    """Apply ATC's --modify_mixlist JSON file to the built-in lists: `{"black-list": {"to-add":
+    [...], "to-remove": [...]}, "white-list": {...}}` of Ascend IR (or ONNX) operator types.
+    `to-add` moves a type into that list (out of the other), `to-remove` moves it from that
+    list to gray (hicann/ge docs/zh/user_guides/atc_tools/CLI_options/--modify_mixlist.md)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PrecisionError(f"cannot read --modify_mixlist {path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise PrecisionError(f"--modify_mixlist {path} is not JSON: {exc}") from exc
+    form = (
+        'a JSON object with "black-list" and/or "white-list", each an object with "to-add" '
+        'and/or "to-remove" lists of operator types, e.g. {"black-list": {"to-add": ["Exp"]}}'
+    )
+    if not isinstance(data, dict) or not set(data) <= {"black-list", "white-list"}:
+        raise PrecisionError(f"--modify_mixlist {path}: expected {form}")
+    changes: dict[tuple[str, str], frozenset[str]] = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not set(entry) <= {"to-add", "to-remove"}:
+            raise PrecisionError(f"--modify_mixlist {path}: {name!r} is not {form}")
+        for action, types in entry.items():
+            if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+                raise PrecisionError(
+                    f"--modify_mixlist {path}: {name}.{action} must be a list of operator types"
+                )
+            changes[name, action] = frozenset(
+                onnx_type for t in types for onnx_type in ASCEND_IR_TYPES.get(t, frozenset({t}))
+            )
+    empty: frozenset[str] = frozenset()
+    to_black, to_white = (
+        changes.get(("black-list", "to-add"), empty),
+        changes.get(("white-list", "to-add"), empty),
+    )
+    both = to_black & to_white
+    if both:
+        raise PrecisionError(
+            f"--modify_mixlist {path}: {', '.join(sorted(both))} added to both lists"
+        )
+    white = (MIX_WHITE - changes.get(("white-list", "to-remove"), empty) - to_black) | to_white
+    black = (MIX_BLACK - changes.get(("black-list", "to-remove"), empty) - to_white) | to_black
+    for (name, action), types in changes.items():
+        listed = MIX_WHITE if name == "white-list" else MIX_BLACK
+        if action == "to-remove" and types - listed:
+            # ATC's page asks for listed types only; what it does otherwise is UNCONFIRMED
+            logger.warning(
+                "--modify_mixlist %s: %s.to-remove names %s, not in that list",
+                path,
+                name,
+                ", ".join(sorted(types - listed)),
+            )
+    unused = (white ^ MIX_WHITE | black ^ MIX_BLACK) - set(op_types)
+    if unused:
+        logger.info("--modify_mixlist %s: no operator of type %s", path, ", ".join(sorted(unused)))
+    return MixLists(frozenset(white), frozenset(black))
 
 
 def resolve_mode(precision_mode: str | None, precision_mode_v2: str | None) -> PrecisionMode:
@@ -246,18 +330,125 @@ def apply_precision(
     node_names: Sequence[str],
     keep: KeepDtype = KeepDtype(),
     output_types: Sequence[str | None] = (),
+    mix: MixLists = MixLists(),
 ) -> list[str]:
-    """Rewrite `proto` in place to compute as ATC's `mode` would; `node_names` are the nodes'
-    names as ATC reports them, `output_types` each graph output's --output_type (None: the
-    graph's). Returns the names of the nodes that run in FP16 (their inputs rounded)."""
+    """Rewrite `proto` (as `fuse_graph` left it) in place to compute as ATC builds it: `mode`
+    per operator (`mix`: allow_mix_precision's lists); `node_names` are the nodes' names as
+    ATC reports them, `output_types` each graph output's --output_type (None: the graph's).
+    Returns the names of the nodes that run in FP16 (their inputs rounded)."""
     floats = _float_tensors(proto)
-    plan = _plan(proto, mode, node_names, keep, floats)
+    plan = _plan(proto, mode, node_names, keep, floats, mix)
     rewriter = _Rewriter(proto, floats)
     rewriter.rewrite(plan)
     for value, type_name in zip(list(proto.graph.output), output_types):
         if type_name is not None:
             rewriter.set_output_type(value, DTYPES_BY_TRITON[type_name].onnx or _FLOAT)
     return [name for name, (fp16_in, _) in zip(node_names, plan) if fp16_in]
+
+
+def fuse_graph(proto: onnx.ModelProto, node_names: Sequence[str]) -> list[str]:
+    """ATC's graph changes before precision, in place: Constant nodes become constants (ATC's
+    Const), and a Conv's BatchNorm is folded into the Conv's filter and bias in float32
+    (`_fold_conv_batchnorm`). Returns the names of the nodes left, in graph order."""
+    from onnx import numpy_helper
+
+    graph = proto.graph
+    outputs = {value.name for value in graph.output}
+    kept: list[tuple[onnx.NodeProto, str]] = []
+    for node, name in zip(graph.node, node_names):
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and value is not None and node.output[0] not in outputs:
+            graph.initializer.append(
+                numpy_helper.from_array(numpy_helper.to_array(value), node.output[0])
+            )
+        else:
+            kept.append((node, name))
+    folded = _fold_conv_batchnorm(proto, kept)
+    if folded:
+        logger.debug("BatchNorm folded into Conv (ConvBatchnormFusionPass): %s", folded)
+    kept = [(node, name) for node, name in kept if name not in folded]
+    del graph.node[:]
+    graph.node.extend(node for node, _ in kept)
+    return [name for _, name in kept]
+
+
+def _fold_conv_batchnorm(
+    proto: onnx.ModelProto, nodes: Sequence[tuple[onnx.NodeProto, str]]
+) -> dict[str, str]:
+    """ATC's ConvBatchnormFusionPass (FE graph fusion, every SoC): a 2-D or 3-D Conv (Conv2D,
+    DepthwiseConv2D, Conv3D) whose only consumer is an inference BatchNorm with constant
+    scale, offset, mean and variance gets filter W * s and bias (b - mean) * s + offset, s =
+    scale / sqrt(variance + epsilon), computed on the host (ConvBnFilterHost, ConvBnBiasHost)
+    in float32; the BatchNorm is gone. The Conv takes the BatchNorm's output tensor. Returns
+    {folded BatchNorm name: Conv name}."""
+    from onnx import numpy_helper
+
+    graph = proto.graph
+    constants = {t.name: t for t in graph.initializer}
+    consumers: dict[str, int] = {}
+    for node, _ in nodes:
+        for tensor in node.input:
+            consumers[tensor] = consumers.get(tensor, 0) + 1
+    outputs = {value.name for value in graph.output}
+    producers = {node.output[0]: (node, name) for node, name in nodes if node.output}
+    taken = set(constants) | {t for node, _ in nodes for t in [*node.input, *node.output]}
+    folded: dict[str, str] = {}
+    for bn, bn_name in nodes:
+        if bn.op_type != "BatchNormalization" or bn.input[0] not in producers:
+            continue
+        conv, conv_name = producers[bn.input[0]]
+        training = any(a.name == "training_mode" and a.i for a in bn.attribute)
+        params = list(bn.input[1:5])
+        weights = conv.input[1] if len(conv.input) > 1 else ""
+        bias = conv.input[2] if len(conv.input) > 2 and conv.input[2] else None
+        if (
+            conv.op_type != "Conv"
+            or training
+            or len([t for t in bn.output if t]) != 1
+            or consumers.get(conv.output[0]) != 1
+            or conv.output[0] in outputs
+            or not all(t in constants for t in [*params, weights])
+            or (bias is not None and bias not in constants)
+            or len(constants[weights].dims) not in (4, 5)
+        ):
+            continue
+        scale, offset, mean, variance = (
+            numpy_helper.to_array(constants[t]).astype(np.float32) for t in params
+        )
+        epsilon = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        factor = scale / np.sqrt(variance + np.float32(epsilon))
+        filter_ = numpy_helper.to_array(constants[weights]).astype(np.float32)
+        shape = (-1,) + (1,) * (filter_.ndim - 1)
+        old_bias = (
+            numpy_helper.to_array(constants[bias]).astype(np.float32)
+            if bias is not None
+            else np.zeros_like(mean)
+        )
+        new_filter = _unique(f"{conv_name}/bn_folded_filter", taken)
+        new_bias = _unique(f"{conv_name}/bn_folded_bias", taken)
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(
+                    (filter_ * factor.reshape(shape)).astype(np.float32), new_filter
+                ),
+                numpy_helper.from_array(
+                    ((old_bias - mean) * factor + offset).astype(np.float32), new_bias
+                ),
+            ]
+        )
+        del conv.input[1:]
+        conv.input.extend([new_filter, new_bias])
+        conv.output[0] = bn.output[0]
+        folded[bn_name] = conv_name
+    return folded
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate, k = f"{name}_{k}", k + 1
+    taken.add(candidate)
+    return candidate
 
 
 def _float_tensors(proto: onnx.ModelProto) -> set[str]:
@@ -282,6 +473,7 @@ def _plan(
     node_names: Sequence[str],
     keep: KeepDtype,
     floats: set[str],
+    mix: MixLists,
 ) -> list[tuple[bool, bool]]:
     """Per node (graph order): (its float inputs are FP16, its float outputs are FP16)."""
     initializers = {t.name for t in proto.graph.initializer}
@@ -298,9 +490,9 @@ def _plan(
             step = (op in CUBE_OPS, op in CUBE_OPS)
         elif mode == PrecisionMode.FORCE_FP32:
             step = (op in CUBE_OPS, False)  # cube_fp16in_fp32out
-        elif op in MIX_WHITE:
+        elif op in mix.white:
             step = (True, True)
-        elif op in MIX_BLACK:
+        elif op in mix.black:
             step = (False, False)
         else:
             made = [t for t in node.input if t in floats and t not in initializers]
@@ -330,7 +522,10 @@ class _Rewriter:
         nodes: list[onnx.NodeProto] = []
         for node, (fp16_in, fp16_out) in zip(list(self.graph.node), plan):
             if fp16_in:
+                fp32_only = FP32_INPUTS.get(node.op_type, frozenset())
                 for i, tensor in enumerate(node.input):
+                    if i in fp32_only:
+                        continue
                     if tensor in self.floats and tensor not in self.fp16_valued:
                         node.input[i] = self._rounded_input(tensor, initializers, nodes)
             nodes.append(node)
