@@ -370,7 +370,7 @@ def compile_onnx(
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     output_names = _output_names(proto, out_nodes, framework)
     graph_outline, fp16_nodes = _apply_precision(
-        proto, mode, keep_dtype, output_type, out_nodes, modify_mixlist
+        proto, mode, keep_dtype, output_type, out_nodes, modify_mixlist, soc_version
     )
     aipp_config = "" if insert_op_conf is None else _read_aipp_config(insert_op_conf, kind)
     onnx_bytes = proto.SerializeToString()
@@ -837,6 +837,7 @@ def _apply_precision(
     output_type: str | None,
     out_nodes: str | None,
     modify_mixlist: PathLike | None,
+    soc_version: str,
 ) -> tuple[onnx.ModelProto, list[int]]:
     """Rewrite the graph for ATC's precision flags (see `precision`), outputs already chosen;
     returns the graph's outline after ATC's fusions (`memory_plan.outline`, before the
@@ -861,7 +862,7 @@ def _apply_precision(
             types = precision.parse_output_type(output_type, outputs, out_nodes)
         fused = precision.fuse_graph(proto, names)
         graph_outline = memory_plan.outline(proto)
-        fp16 = precision.apply_precision(proto, mode, fused, keep, types, mix)
+        fp16 = precision.apply_precision(proto, mode, fused, keep, types, mix, soc_version)
     except precision.PrecisionError as exc:
         raise OmCompileError(str(exc)) from None
     logger.debug("%s: %d of %d operators run in FP16", mode, len(fp16), len(fused))

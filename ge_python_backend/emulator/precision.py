@@ -128,6 +128,11 @@ ASCEND_IR_TYPES: Mapping[str, frozenset[str]] = {
     "LayerNorm": frozenset({"LayerNormalization"}),
 }
 
+# SoCs (--soc_version prefixes) whose ATC runs MatMulBiasAddFusionPass: Atlas A2 (Ascend910B*),
+# A3 (Ascend910_93*) and 950 per the pass's page ("Applicable Products"); not the Atlas inference
+# series (Ascend310P*).
+MATMUL_BIAS_ADD_SOCS = ("Ascend910B", "Ascend910_93", "Ascend950")
+
 _FLOAT = 1  # onnx.TensorProto.FLOAT
 _FLOAT16 = 10  # onnx.TensorProto.FLOAT16
 
@@ -331,13 +336,15 @@ def apply_precision(
     keep: KeepDtype = KeepDtype(),
     output_types: Sequence[str | None] = (),
     mix: MixLists = MixLists(),
+    soc_version: str = "Ascend310P3",
 ) -> list[str]:
     """Rewrite `proto` (as `fuse_graph` left it) in place to compute as ATC builds it: `mode`
-    per operator (`mix`: allow_mix_precision's lists); `node_names` are the nodes' names as
-    ATC reports them, `output_types` each graph output's --output_type (None: the graph's).
-    Returns the names of the nodes that run in FP16 (their inputs rounded)."""
+    per operator (`mix`: allow_mix_precision's lists) with the fusions of `soc_version` that
+    change precision. `node_names` are the nodes' names as ATC reports them, `output_types`
+    each graph output's --output_type (None: the graph's). Returns the names of the nodes that
+    run in FP16 (their inputs rounded)."""
     floats = _float_tensors(proto)
-    plan = _plan(proto, mode, node_names, keep, floats, mix)
+    plan = _plan(proto, mode, node_names, keep, floats, mix, soc_version)
     rewriter = _Rewriter(proto, floats)
     rewriter.rewrite(plan)
     for value, type_name in zip(list(proto.graph.output), output_types):
@@ -474,6 +481,7 @@ def _plan(
     keep: KeepDtype,
     floats: set[str],
     mix: MixLists,
+    soc_version: str,
 ) -> list[tuple[bool, bool]]:
     """Per node (graph order): (its float inputs are FP16, its float outputs are FP16)."""
     initializers = {t.name for t in proto.graph.initializer}
@@ -501,7 +509,44 @@ def _plan(
         if step[1]:
             reduced.update(node.output)
         plan.append(step)
+    if soc_version.startswith(MATMUL_BIAS_ADD_SOCS):
+        _fuse_matmul_bias(proto, plan)
     return plan
+
+
+def _fuse_matmul_bias(proto: onnx.ModelProto, plan: list[tuple[bool, bool]]) -> None:
+    """ATC's MatMulBiasAddFusionPass in `plan`: a MatMul whose only consumer is an Add of a
+    constant 1-D bias as long as the MatMul's last axis takes the bias into its float32
+    accumulator: the MatMul's result is not rounded, neither is the bias, and the sum leaves in
+    the MatMul's output type ("bias is accumulated inside matmul in FP32 after fusion")."""
+    from onnx import numpy_helper
+
+    graph = proto.graph
+    constants = {t.name: t for t in graph.initializer}
+    index = {node.output[0]: i for i, node in enumerate(graph.node) if node.output}
+    consumers: dict[str, int] = {}
+    for node in graph.node:
+        for tensor in node.input:
+            consumers[tensor] = consumers.get(tensor, 0) + 1
+    outputs = {value.name for value in graph.output}
+    for i, add in enumerate(graph.node):
+        if add.op_type != "Add" or len(add.input) != 2:
+            continue
+        for made, bias in (add.input, reversed(add.input)):
+            j = index.get(made)
+            if j is None or graph.node[j].op_type != "MatMul" or bias not in constants:
+                continue
+            matmul = graph.node[j]
+            weights = constants.get(matmul.input[1])
+            columns = weights.dims[-1] if weights is not None and weights.dims else None
+            shape = tuple(numpy_helper.to_array(constants[bias]).shape)
+            if consumers.get(made) != 1 or made in outputs or shape != (columns,):
+                continue
+            fp16_in, fp16_out = plan[j]
+            if fp16_in:
+                plan[j] = (True, False)
+                plan[i] = (False, fp16_out)
+            break
 
 
 class _Rewriter:
