@@ -343,6 +343,9 @@ def apply_precision(
     change precision. `node_names` are the nodes' names as ATC reports them, `output_types`
     each graph output's --output_type (None: the graph's). Returns the names of the nodes that
     run in FP16 (their inputs rounded)."""
+    fused = keep.names - set(node_names)
+    if fused:  # what ATC does with a --keep_dtype name its fusion removed is UNCONFIRMED
+        logger.warning("--keep_dtype names %s, fused into another operator", ", ".join(fused))
     floats = _float_tensors(proto)
     plan = _plan(proto, mode, node_names, keep, floats, mix, soc_version)
     rewriter = _Rewriter(proto, floats)
@@ -516,11 +519,11 @@ def _plan(
 
 def _fuse_matmul_bias(proto: onnx.ModelProto, plan: list[tuple[bool, bool]]) -> None:
     """ATC's MatMulBiasAddFusionPass in `plan`: a MatMul whose only consumer is an Add of a
-    constant 1-D bias as long as the MatMul's last axis takes the bias into its float32
-    accumulator: the MatMul's result is not rounded, neither is the bias, and the sum leaves in
-    the MatMul's output type ("bias is accumulated inside matmul in FP32 after fusion")."""
-    from onnx import numpy_helper
-
+    constant 1-D bias as long as the MatMul's last axis, both in FP16, becomes one MatMul that
+    takes the bias into its float32 accumulator: the MatMul's result is not rounded, neither is
+    the bias, the sum is ("If BiasAdd/Add is computed in FP16 before fusion, bias is accumulated
+    inside matmul in FP32 after fusion"). An Add in FP32 after an FP16 MatMul stays as it is
+    (what the pass does then is UNCONFIRMED)."""
     graph = proto.graph
     constants = {t.name: t for t in graph.initializer}
     index = {node.output[0]: i for i, node in enumerate(graph.node) if node.output}
@@ -539,13 +542,11 @@ def _fuse_matmul_bias(proto: onnx.ModelProto, plan: list[tuple[bool, bool]]) -> 
             matmul = graph.node[j]
             weights = constants.get(matmul.input[1])
             columns = weights.dims[-1] if weights is not None and weights.dims else None
-            shape = tuple(numpy_helper.to_array(constants[bias]).shape)
+            shape = tuple(constants[bias].dims)
             if consumers.get(made) != 1 or made in outputs or shape != (columns,):
                 continue
-            fp16_in, fp16_out = plan[j]
-            if fp16_in:
-                plan[j] = (True, False)
-                plan[i] = (False, fp16_out)
+            if plan[j] == plan[i] == (True, True):
+                plan[j], plan[i] = (True, False), (False, True)
             break
 
 
