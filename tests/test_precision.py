@@ -424,7 +424,7 @@ def test_output_type_per_output_with_out_nodes(tmp_path: Path) -> None:
     ("flags", "message"),
     [
         ({"precision_mode": "fp16"}, r"--precision_mode 'fp16' is not supported; use one of "),
-        ({"precision_mode": "allow_mix_precision_bf16"}, r"bfloat16 .* not emulated"),
+        ({"precision_mode": "allow_mix_precision_bf16"}, r"bfloat16 modes are for Atlas A2"),
         ({"precision_mode_v2": "force_fp16"}, r"'force_fp16' .* use one of fp16, origin"),
         (
             {"precision_mode": "force_fp16", "precision_mode_v2": "fp16"},

@@ -251,7 +251,11 @@ def resolve_mode(precision_mode: str | None, precision_mode_v2: str | None) -> P
 def _unsupported(flag: str, value: str, allowed: Sequence[str] | Mapping[str, object]) -> str:
     text = f"{flag} {value!r} is not supported; use one of {', '.join(allowed)}"
     if value in PRECISION_MODES_NOT_EMULATED:
-        text += " (bfloat16 and HiFloat8 modes are for other SoCs and are not emulated)"
+        text += (
+            " (ATC's bfloat16 modes are for Atlas A2/A3 (Ascend910B*, Ascend910_93*), Atlas "
+            "200I/500 A2 and 950, HiFloat8 for 950, not Ascend310P*; the emulator computes "
+            "neither)"
+        )
     return text
 
 
