@@ -244,6 +244,8 @@ def test_a_batchnorm_left_unfolded_keeps_its_parameters_in_float32(
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
     (bn,) = [node for node in compiled_graph(om).node if node.op_type == "BatchNormalization"]
     assert list(bn.input[1:]) == ["gamma", "beta", "mean", "var"]  # not rounded copies
+    if variant == "after_add":  # GE's weights: 4 float32 parameters of 2, the Add's 1 in FP16
+        assert OmModel.load(om).memory.weight == 4 * 2 * 4 + 2
 
 
 def test_layernorm_keeps_gamma_and_beta_in_float32(tmp_path: Path) -> None:
