@@ -229,6 +229,10 @@ def test_a_convs_batchnorm_is_folded_in_float32_not_rounded_to_inf(
         ["conv", "bn_folded_filter"],
         ["conv", "bn_folded_bias"],
     ]
+    # the BatchNorm's constants and the original filter are gone; GE's weights: the folded
+    # filter (2 x 2 x 3 x 3, FRACTAL_Z pads both channel counts to 16) and bias (2), in FP16
+    assert all(t.name.startswith("conv/bn_folded_") for t in graph.initializer)
+    assert OmModel.load(om).memory.weight == 16 * 16 * 3 * 3 * 2 + 2 * 2
 
 
 @pytest.mark.parametrize("variant", ["conv_is_output", "after_add"])

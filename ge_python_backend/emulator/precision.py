@@ -362,8 +362,9 @@ def apply_precision(
 
 def fuse_graph(proto: onnx.ModelProto, node_names: Sequence[str]) -> list[str]:
     """ATC's graph changes before precision, in place: Constant nodes become constants (ATC's
-    Const), and a Conv's BatchNorm is folded into the Conv's filter and bias in float32
-    (`_fold_conv_batchnorm`). Returns the names of the nodes left, in graph order."""
+    Const), a Conv's BatchNorm is folded into the Conv's filter and bias in float32
+    (`_fold_conv_batchnorm`), and constants no operator reads are dropped. Returns the names of
+    the nodes left, in graph order."""
     from onnx import numpy_helper
 
     graph = proto.graph
@@ -383,7 +384,21 @@ def fuse_graph(proto: onnx.ModelProto, node_names: Sequence[str]) -> list[str]:
     kept = [(node, name) for node, name in kept if name not in folded]
     del graph.node[:]
     graph.node.extend(node for node, _ in kept)
+    read = {value.name for value in [*graph.input, *graph.output]} | _read_tensors(graph)
+    unread = [t for t in graph.initializer if t.name not in read]  # the folded ones' constants
+    for tensor in unread:
+        graph.initializer.remove(tensor)
     return [name for _, name in kept]
+
+
+def _read_tensors(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor a node of `graph` or of its subgraphs reads."""
+    read = {t for node in graph.node for t in node.input}
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+                read |= _read_tensors(subgraph)
+    return read
 
 
 def _fold_conv_batchnorm(
