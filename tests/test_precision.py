@@ -268,6 +268,26 @@ def test_layernorm_keeps_gamma_and_beta_in_float32(tmp_path: Path) -> None:
     assert ln.input[0].endswith("/fp16") and list(ln.input[1:]) == ["g", "b"]
 
 
+@pytest.mark.parametrize("op", ["Softmax", "ReduceMean"])
+def test_softmax_and_reduce_mean_of_fp16_values_accumulate_in_float32(
+    tmp_path: Path, op: str
+) -> None:
+    """4096 ones: summed in float16 the sum stops at 2048 (2048 + 1 rounds back to 2048), so
+    a float16 accumulation would answer 1/2048 and 0.5. TBE's SoftmaxV2 and ReduceMeanD cast
+    float16 input to float32 (high_precision, the default but on Ascend310), as here."""
+    attributes = {"axes": [1]} if op == "ReduceMean" else {"axis": 1}
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], name="op", **attributes)],
+        op,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    onnx_path = _save(graph, tmp_path / "op.onnx")
+    om = compile_onnx(onnx_path, tmp_path / "op", precision_mode="force_fp16")
+    got = run(om, np.ones((1, 4096), np.float32))[0]
+    np.testing.assert_array_equal(got, np.full_like(got, 1 / 4096 if op == "Softmax" else 1))
+
+
 def build_dense(path: Path) -> Path:
     """`x` FLOAT[2,8] -> `y` = x @ W + b (`dense`, then `bias`), b of 4 elements."""
     rng = np.random.default_rng(8)
