@@ -16,6 +16,7 @@ from real_models import PPOCR_DETECTOR, RAPIDOCR, model_file
 from ge_python_backend.cli import main
 from ge_python_backend.emulator import acl
 from ge_python_backend.emulator.omfile import OmCompileError, OmModel, compile_onnx
+from ge_python_backend.emulator.precision import read_keep_dtype
 from ge_python_backend.runtime import Session
 from ge_python_backend.tools.compare import Thresholds, compare, compare_arrays
 
@@ -487,6 +488,9 @@ def test_keep_dtype_names_must_be_operators_of_the_graph(tmp_path: Path) -> None
         compile_onnx(onnx_path, tmp_path / "m", keep_dtype=keep)
     with pytest.raises(OmCompileError, match=r"cannot read --keep_dtype"):
         compile_onnx(onnx_path, tmp_path / "m", keep_dtype=tmp_path / "absent.cfg")
+    keep.write_text("OpType::RealDiv\nOpType::BatchNorm\n")  # ATC's names of Div, BatchNorm
+    kept = read_keep_dtype(keep, ["d", "bn"], ["Div", "BatchNormalization"])
+    assert kept.keeps("d", "Div") and kept.keeps("bn", "BatchNormalization")
 
 
 def test_header_and_atc_command_carry_the_mode(

@@ -116,9 +116,12 @@ FP32_INPUTS: Mapping[str, frozenset[int]] = {
     "LayerNormalization": frozenset({1, 2}),
 }
 # Ascend IR operator types `OpType::` lines of a --keep_dtype file and --modify_mixlist entries
-# may name, with the ONNX operators ATC's ONNX parser maps to them (UNCONFIRMED beyond these
-# common ones); an ONNX operator type is accepted as well.
+# may name, with the ONNX operators ATC's ONNX parser maps to them (its plugins' registrations:
+# Div -> RealDiv, Where -> SelectV2, BatchNormalization -> BatchNorm; the Cube mappings are
+# UNCONFIRMED); an ONNX operator type is accepted as well (most keep their name).
 ASCEND_IR_TYPES: Mapping[str, frozenset[str]] = {
+    "RealDiv": frozenset({"Div"}),
+    "SelectV2": frozenset({"Where"}),
     "Conv2D": frozenset({"Conv"}),
     "Conv2DTranspose": frozenset({"ConvTranspose"}),
     "MatMulV2": frozenset({"MatMul", "Gemm"}),
