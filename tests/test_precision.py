@@ -162,14 +162,17 @@ def test_keep_dtype_keeps_a_named_operator_in_float32(tmp_path: Path) -> None:
 # ----------------------------------------------------------- ATC's fusions, the operators' dtypes
 
 
-def build_conv_batchnorm(path: Path, conv_is_output: bool = False, after_add: bool = False) -> Path:
-    """`x` FLOAT[1,2,4,4] -> Conv 3x3 (2 filters, pads 1) -> BatchNormalization `bn` -> `y`, the
+def build_conv_batchnorm(
+    path: Path, conv_is_output: bool = False, after_add: bool = False, group: int = 1
+) -> Path:
+    """`x` FLOAT[1,2,4,4] -> Conv 3x3 (2 filters, pads 1, `group` 2: depthwise) ->
+    BatchNormalization `bn` -> `y`, the
     BatchNorm's running variance 9.8e7 on channel 0 (a real PaddleOCR detector's): beyond
     float16's 65504. `conv_is_output`: the Conv's result is an output too (nothing folds);
     `after_add`: the BatchNorm reads x + 1 instead of a Conv. Scale, offset and mean are Constant
     nodes, the variance an initializer."""
     rng = np.random.default_rng(11)
-    filters = rng.standard_normal((2, 2, 3, 3)).astype(np.float32) * 3000
+    filters = rng.standard_normal((2, 2 // group, 3, 3)).astype(np.float32) * 3000
     params = {
         "gamma": np.array([1.4, 0.7], np.float32),
         "beta": np.array([0.44, -0.2], np.float32),
@@ -182,7 +185,9 @@ def build_conv_batchnorm(path: Path, conv_is_output: bool = False, after_add: bo
     if after_add:
         nodes.append(helper.make_node("Add", ["x", "one"], ["h"], name="add"))
     else:
-        nodes.append(helper.make_node("Conv", ["x", "W"], ["h"], name="conv", pads=[1, 1, 1, 1]))
+        conv = helper.make_node("Conv", ["x", "W"], ["h"], name="conv", pads=[1, 1, 1, 1])
+        conv.attribute.append(helper.make_attribute("group", group))
+        nodes.append(conv)
     nodes.append(
         helper.make_node(
             "BatchNormalization", ["h", "gamma", "beta", "mean", "var"], ["y"], name="bn"
@@ -211,11 +216,12 @@ def compiled_graph(om: Path) -> onnx.GraphProto:
     return onnx.load_from_string(OmModel.load(om).onnx_bytes).graph
 
 
+@pytest.mark.parametrize("group", [1, 2])
 @pytest.mark.parametrize("mode", ["force_fp16", "allow_mix_precision", "allow_fp32_to_fp16"])
 def test_a_convs_batchnorm_is_folded_in_float32_not_rounded_to_inf(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, group: int
 ) -> None:
-    onnx_path = build_conv_batchnorm(tmp_path / "conv_bn.onnx")
+    onnx_path = build_conv_batchnorm(tmp_path / "conv_bn.onnx", group=group)
     x = np.random.default_rng(3).standard_normal((1, 2, 4, 4)).astype(np.float32)
     want = reference(onnx_path, [x])["y"]
     om = compile_onnx(onnx_path, tmp_path / mode, precision_mode=mode)
