@@ -123,6 +123,34 @@ def test_fp16_rounding_error_of_an_mlp_is_nonzero_and_within_fp16_bound(tmp_path
     np.testing.assert_array_equal(run(kept, x)[0], want)
 
 
+BF16_UNIT_ROUNDOFF = 2.0**-8  # bfloat16's 8-bit significand
+
+
+def test_bfloat16_modes_on_910b_round_to_bfloat16_and_keep_fp16s_range(tmp_path: Path) -> None:
+    onnx_path = build_mlp(tmp_path / "mlp.onnx")
+    weights = {
+        t.name: numpy_helper.to_array(t) for t in onnx.load(str(onnx_path)).graph.initializer
+    }
+    x = np.random.default_rng(7).standard_normal((4, 16)).astype(np.float32) * 1e5
+    want = reference(onnx_path, [x])["y"]
+    flags = {"input_shape": "x:4,16", "soc_version": "Ascend910B1"}
+    mixed = compile_onnx(onnx_path, tmp_path / "bf16", precision_mode_v2="mixed_bfloat16", **flags)
+    got = run(mixed, x)[0]
+    # the MatMul (white) and what follows it (gray) in bfloat16: 8-bit significands, float32's
+    # range (x of 1e5 overflows float16, not bfloat16); five roundings bound the error
+    scale = np.abs(x) @ np.abs(weights["W"]) + np.abs(weights["b"])
+    error = np.abs(got.astype(np.float64) - want)
+    assert np.all(np.isfinite(got)) and error.max() > 0
+    assert np.all(error <= 5 * BF16_UNIT_ROUNDOFF * scale)
+    rounded = [t for t in compiled_graph(mixed).initializer if t.name.endswith("/bf16")]
+    assert rounded  # stored as bfloat16 values: the low 16 bits of each float32 are 0
+    assert not any((numpy_helper.to_array(t).view(np.uint32) & 0xFFFF).any() for t in rounded)
+    fp16 = run(compile_onnx(onnx_path, tmp_path / "fp16", **flags), x)[0]
+    assert not np.all(np.isfinite(fp16))  # the same x overflows float16
+    kept = compile_onnx(onnx_path, tmp_path / "keep", precision_mode="allow_fp32_to_bf16", **flags)
+    np.testing.assert_array_equal(run(kept, x)[0], want)  # float32 kept where supported
+
+
 def test_every_mode_keeps_a_cnn_classifier_top1_and_origin_is_exact(tmp_path: Path) -> None:
     onnx_path = build_conv(tmp_path / "conv.onnx")
     images = np.random.default_rng(2).standard_normal((8, 3, 16, 16)).astype(np.float32)
@@ -457,7 +485,11 @@ def test_output_type_per_output_with_out_nodes(tmp_path: Path) -> None:
     ("flags", "message"),
     [
         ({"precision_mode": "fp16"}, r"--precision_mode 'fp16' is not supported; use one of "),
-        ({"precision_mode": "allow_mix_precision_bf16"}, r"bfloat16 modes are for Atlas A2"),
+        (
+            {"precision_mode": "allow_mix_precision_bf16"},
+            r"computes in bfloat16, which Ascend310P3 does not have: .*\(Ascend910B\*",
+        ),
+        ({"precision_mode_v2": "mixed_hif8"}, r"HiFloat8 mode is Ascend 950's"),
         ({"precision_mode_v2": "force_fp16"}, r"'force_fp16' .* use one of fp16, origin"),
         (
             {"precision_mode": "force_fp16", "precision_mode_v2": "fp16"},

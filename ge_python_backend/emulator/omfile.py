@@ -355,6 +355,7 @@ def compile_onnx(
 
     try:
         mode = precision.resolve_mode(precision_mode, precision_mode_v2)
+        precision.check_soc(mode, soc_version)
     except precision.PrecisionError as exc:
         raise OmCompileError(str(exc)) from None
     if framework not in STAND_IN_FRAMEWORKS:

@@ -136,8 +136,14 @@ ASCEND_IR_TYPES: Mapping[str, frozenset[str]] = {
 # series (Ascend310P*).
 MATMUL_BIAS_ADD_SOCS = ("Ascend910B", "Ascend910_93", "Ascend950")
 
+# SoCs (--soc_version prefixes) with bfloat16: "bfloat16 only on Atlas A2, Atlas A3, Atlas
+# 200I/500 A2 and 950" (hicann/ge --precision_mode.md, --modify_mixlist.md); not Ascend310P*.
+BF16_SOCS = ("Ascend910B", "Ascend910_93", "Ascend310B", "Ascend950")
+BF16_MODES = frozenset({PrecisionMode.ALLOW_MIX_PRECISION_BF16, PrecisionMode.ALLOW_FP32_TO_BF16})
+
 _FLOAT = 1  # onnx.TensorProto.FLOAT
 _FLOAT16 = 10  # onnx.TensorProto.FLOAT16
+_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 
 
 class PrecisionError(ValueError):
@@ -251,14 +257,20 @@ def resolve_mode(precision_mode: str | None, precision_mode_v2: str | None) -> P
         raise PrecisionError(_unsupported("--precision_mode", precision_mode, allowed)) from None
 
 
+def check_soc(mode: PrecisionMode, soc_version: str) -> None:
+    """Refuse a bfloat16 mode for a SoC without bfloat16, as ATC does."""
+    if mode in BF16_MODES and not soc_version.startswith(BF16_SOCS):
+        raise PrecisionError(
+            f"--precision_mode {mode} computes in bfloat16, which {soc_version} does not have: "
+            f"bfloat16 is on Atlas A2/A3, Atlas 200I/500 A2 and 950 "
+            f"({', '.join(p + '*' for p in BF16_SOCS)}); use a float16 mode"
+        )
+
+
 def _unsupported(flag: str, value: str, allowed: Sequence[str] | Mapping[str, object]) -> str:
     text = f"{flag} {value!r} is not supported; use one of {', '.join(allowed)}"
     if value in PRECISION_MODES_NOT_EMULATED:
-        text += (
-            " (ATC's bfloat16 modes are for Atlas A2/A3 (Ascend910B*, Ascend910_93*), Atlas "
-            "200I/500 A2 and 950, HiFloat8 for 950, not Ascend310P*; the emulator computes "
-            "neither)"
-        )
+        text += " (ATC's HiFloat8 mode is Ascend 950's; the emulator does not compute it)"
     return text
 
 
@@ -355,7 +367,7 @@ def apply_precision(
         logger.warning("--keep_dtype names %s, fused into another operator", ", ".join(fused))
     floats = _float_tensors(proto)
     plan = _plan(proto, mode, node_names, keep, floats, mix, soc_version)
-    rewriter = _Rewriter(proto, floats)
+    rewriter = _Rewriter(proto, floats, _BFLOAT16 if mode in BF16_MODES else _FLOAT16)
     rewriter.rewrite(plan)
     for value, type_name in zip(list(proto.graph.output), output_types):
         if type_name is not None:
@@ -523,6 +535,8 @@ def _plan(
             step = (op in CUBE_OPS, op in CUBE_OPS)
         elif mode == PrecisionMode.FORCE_FP32:
             step = (op in CUBE_OPS, False)  # cube_fp16in_fp32out
+        elif mode == PrecisionMode.ALLOW_FP32_TO_BF16:
+            step = (False, False)  # "float32 kept where the AI Core has it" (all assumed to)
         elif op in mix.white:
             step = (True, True)
         elif op in mix.black:
@@ -534,7 +548,7 @@ def _plan(
         if step[1]:
             reduced.update(node.output)
         plan.append(step)
-    if soc_version.startswith(MATMUL_BIAS_ADD_SOCS):
+    if soc_version.startswith(MATMUL_BIAS_ADD_SOCS) and mode not in BF16_MODES:
         _fuse_matmul_bias(proto, plan)
     return plan
 
@@ -573,16 +587,19 @@ def _fuse_matmul_bias(proto: onnx.ModelProto, plan: list[tuple[bool, bool]]) -> 
 
 
 class _Rewriter:
-    """Inserts the float16 rounding into a graph: `Cast(FLOAT16)` then `Cast(FLOAT)`."""
+    """Inserts the rounding to `half` (FLOAT16 or BFLOAT16) into a graph: `Cast(half)` then
+    `Cast(FLOAT)`."""
 
-    def __init__(self, proto: onnx.ModelProto, floats: set[str]) -> None:
+    def __init__(self, proto: onnx.ModelProto, floats: set[str], half: int) -> None:
         self.graph = proto.graph
         self.floats = floats
+        self.half = half
+        self.suffix = "fp16" if half == _FLOAT16 else "bf16"
         self.names = {t for n in self.graph.node for t in [*n.input, *n.output]}
         self.names |= {v.name for v in [*self.graph.input, *self.graph.output]}
         self.names |= {t.name for t in self.graph.initializer}
         self.rounded: dict[str, str] = {}  # tensor -> its rounded copy
-        self.fp16_valued: set[str] = set()  # tensors holding float16 values already
+        self.fp16_valued: set[str] = set()  # tensors holding `half` values already
         self.count = 0
 
     def rewrite(self, plan: list[tuple[bool, bool]]) -> None:
@@ -644,11 +661,10 @@ class _Rewriter:
         from onnx import numpy_helper
 
         if tensor not in self.rounded:
-            name = self._fresh(f"{tensor}/fp16")
+            name = self._fresh(f"{tensor}/{self.suffix}")
             if tensor in initializers:
-                values = numpy_helper.to_array(initializers[tensor])
-                with np.errstate(over="ignore"):  # beyond 65504: inf, as on the device
-                    rounded = values.astype(np.float16).astype(np.float32)
+                values = numpy_helper.to_array(initializers[tensor]).astype(np.float32)
+                rounded = _to_bfloat16(values) if self.half == _BFLOAT16 else _to_float16(values)
                 self.graph.initializer.append(numpy_helper.from_array(rounded, name))
             else:
                 nodes.extend(self._round(tensor, name))
@@ -661,9 +677,11 @@ class _Rewriter:
 
         self.count += 1
         half = self._fresh(f"{target}/half")
-        prefix = f"ge_emulator_fp16_{self.count}"
+        prefix = f"ge_emulator_{self.suffix}_{self.count}"
         return [
-            helper.make_node("Cast", [source], [half], to=_FLOAT16, name=f"{prefix}_to_fp16"),
+            helper.make_node(
+                "Cast", [source], [half], to=self.half, name=f"{prefix}_to_{self.suffix}"
+            ),
             helper.make_node("Cast", [half], [target], to=_FLOAT, name=f"{prefix}_to_fp32"),
         ]
 
@@ -674,3 +692,19 @@ class _Rewriter:
         self.names.add(candidate)
         self.floats.add(candidate)
         return candidate
+
+
+def _to_float16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to float16's (to nearest even; beyond 65504: inf, as on the
+    device), as float32."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float16).astype(np.float32)
+
+
+def _to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16's (to nearest even, as onnxruntime's Cast), as
+    float32: the high 16 bits of each float32 after rounding the low 16 away; NaN stays NaN."""
+    bits = values.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    result = rounded.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(values), values, result)
