@@ -10,8 +10,9 @@ every float tensor an FP16 operator reads or writes is rounded to a float16 valu
 and back: values beyond 65504 become inf, as on the device), the float weights FP16 operators read
 are stored rounded, except the inputs an operator takes in float32 only (`FP32_INPUTS`, from the
 operators' own dtype tables), and each operator computes in float32 between the roundings (the
-Cube unit's float32 accumulation; vector kernels of fp16 operands with float32 parameters).
-Executions run the rewritten graph as it is; nothing is added to the per-execute path.
+Cube unit's float32 accumulation; vector kernels of fp16 operands with float32 parameters). The
+bfloat16 modes (`BF16_SOCS` only) round to bfloat16 the same way. Executions run the rewritten
+graph as it is; nothing is added to the per-execute path.
 
 Imports onnx (compile time only).
 """
@@ -520,7 +521,8 @@ def _plan(
     mix: MixLists,
     soc_version: str,
 ) -> list[tuple[bool, bool]]:
-    """Per node (graph order): (its float inputs are FP16, its float outputs are FP16)."""
+    """Per node (graph order): (its float inputs are reduced, its float outputs are reduced),
+    reduced: float16, or bfloat16 in the bfloat16 modes."""
     initializers = {t.name for t in proto.graph.initializer}
     reduced: set[str] = set()  # tensors made by FP16 nodes (allow_mix_precision's gray rule)
     plan = []
