@@ -188,12 +188,10 @@ def compare_arrays(
 
 
 def non_finite_problem(value: np.ndarray, reference: np.ndarray) -> str:
-    """What NaN and inf `value` holds where `reference` (same shape) holds no such value:
-    "NaN in 12 and inf in 3 of 100 elements, where the ONNX output is finite"-like; "" when
-    none. An inf of the reference's sign at the same element (a mask) is an answer, not a
-    failure; NaN never is unless the reference has NaN there too."""
-    if value.dtype.kind != "f":
-        return ""
+    """The NaN and inf `value` holds where `reference` (same shape, numbers) holds no such
+    value: "NaN in 12 and inf in 3 of 100 elements, where the ONNX output has none"; "" when
+    there are none. An inf of the reference's sign at the same element (a mask) is an answer,
+    not a failure; NaN is one only where the reference has NaN too."""
     nan = np.isnan(value) & ~np.isnan(reference)
     inf = np.isinf(value) & (value != reference)
     if not nan.any() and not inf.any():
