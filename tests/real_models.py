@@ -42,6 +42,7 @@ RAPIDOCR = Wheel(
     "4282ff0b8db05ad2a53afc8d0ef2e7d879c53022fc61a4f8e84c58d737822cd2",
 )
 PPOCR_DETECTOR = "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
+PPOCR_RECOGNIZER = "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"  # CTC, 6625 classes
 
 
 def model_file(wheel: Wheel, member: str) -> Path:

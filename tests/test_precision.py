@@ -11,7 +11,7 @@ import pytest
 from emulator_helpers import Model
 from onnx import TensorProto, helper, numpy_helper
 from onnx_models import IR_VERSION, OPSET, build_conv, build_mlp, reference
-from real_models import PPOCR_DETECTOR, RAPIDOCR, model_file
+from real_models import PPOCR_DETECTOR, PPOCR_RECOGNIZER, RAPIDOCR, model_file
 
 from ge_python_backend.cli import main
 from ge_python_backend.emulator import acl
@@ -398,15 +398,15 @@ def test_modify_mixlist_moves_operators_between_the_lists(
     assert f"--modify_mixlist={mixlist}" in capsys.readouterr().out
 
 
-def rendered_text(lines: list[str], size: tuple[int, int]) -> np.ndarray:
-    """Black text on white, as PaddleOCR's detector takes it: NCHW float32 in [-1, 1]."""
+def rendered_text(lines: list[str], size: tuple[int, int], top: int = 20) -> np.ndarray:
+    """Black text on white, as PaddleOCR's models take it: NCHW float32 in [-1, 1]."""
     from PIL import Image, ImageDraw, ImageFont
 
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)
     font = ImageFont.load_default(28)
     for row, line in enumerate(lines):
-        draw.text((12, 20 + 70 * row), line, fill="black", font=font)
+        draw.text((12, top + 70 * row), line, fill="black", font=font)
     pixels = (np.asarray(image, np.float32) / 255 - 0.5) / 0.5
     return np.ascontiguousarray(pixels.transpose(2, 0, 1)[None])
 
@@ -427,6 +427,28 @@ def test_paddleocr_detector_under_force_fp16_finds_the_text_onnxruntime_finds(
     assert (text & found).sum() / (text | found).sum() >= 0.99  # IoU of the text masks
     result = compare_arrays("om", "maps", got, want, Thresholds())
     assert not result.problem and result.cosine >= 0.999
+
+
+def ctc_labels(scores: np.ndarray) -> list[int]:
+    """Greedy CTC decoding of [1, steps, classes] scores: the best class per step, repeats
+    merged, the blank (0) dropped."""
+    best = scores[0].argmax(axis=-1)
+    return [int(c) for i, c in enumerate(best) if c != 0 and (i == 0 or c != best[i - 1])]
+
+
+def test_paddleocr_recognizer_under_force_fp16_reads_what_onnxruntime_reads(
+    tmp_path: Path,
+) -> None:
+    """PP-OCRv4's recognizer (SVTR: its LayerNorms exported as small operators, which ATC on
+    310P3 does not fuse) under force_fp16 reads the same labels as onnxruntime in float32."""
+    recognizer = model_file(RAPIDOCR, PPOCR_RECOGNIZER)
+    line = rendered_text(["Ascend 310P3 2026"], (320, 48), top=8)
+    want = reference(recognizer, [line])["softmax_11.tmp_0"]
+    om = compile_onnx(recognizer, tmp_path / "rec", input_shape="x:1,3,48,320")
+    got = run(om, line)[0]
+    labels = ctc_labels(want)
+    assert len(labels) >= 10 and ctc_labels(got) == labels
+    assert compare_arrays("om", "scores", got, want, Thresholds()).cosine >= 0.999
 
 
 # ----------------------------------------------------------------------------- output types
