@@ -56,9 +56,12 @@ COMPILE_HELP = "compile an ONNX model into an emulator .om (ATC's flags)"
 COMPILE_DESCRIPTION = """\
 Compile an ONNX model into an emulator .om for the CPU emulator of pyACL. The flags are ATC's, with
 ATC's meaning; the file written is <output>.om. As ATC does for inference, the model computes in
-FP16 unless --precision_mode (or --precision_mode_v2) says otherwise: the emulator rounds weights
-and the tensors of FP16 operators to float16, so its answers differ from onnxruntime's float32 as
-the device's do; --precision_mode must_keep_origin_dtype keeps float32.
+FP16 unless --precision_mode (or --precision_mode_v2) says otherwise: after ATC's fusions (a
+Conv's BatchNorm folded in float32), the emulator rounds weights and the tensors of FP16 operators
+to float16 (parameters an operator takes in float32 only stay float32), so its answers differ from
+onnxruntime's float32 as the device's do; --precision_mode must_keep_origin_dtype keeps float32.
+What ATC's ONNX parser cannot take (custom-domain operators, opsets outside 8-18, string tensors)
+is refused with migrate's message.
 
 The result is an emulator .om (the ONNX model plus the description ATC would compile), NOT a real
 Ascend .om: real pyACL cannot load it, and the emulator refuses real .om files. For real hardware,
