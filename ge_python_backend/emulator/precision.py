@@ -2,7 +2,7 @@
 
 ATC's `--precision_mode` (or `--precision_mode_v2`), `--keep_dtype` and `--modify_mixlist` choose
 the data type each operator computes in, `--output_type` the type of each model output (CANN
-8.0.0 ATC pages and hicann/ge's CLI_options pages; see docs/internals/conformance/compiling.md).
+8.0.0 ATC pages and hicann/ge's CLI_options pages; see docs/internals/conformance/precision.md).
 Before the mode applies, ATC's graph fusion changes what is computed: `fuse_graph` folds what ATC
 folds on the host in float32 (a Conv's BatchNorm, ConvBatchnormFusionPass; Constant nodes are
 ATC's Const). onnxruntime runs the emulator's graph in float32, so `apply_precision` rewrites it:
