@@ -523,6 +523,9 @@ class PrecisionMode(str, enum.Enum):
     ALLOW_FP32_TO_FP16 = "allow_fp32_to_fp16"
     MUST_KEEP_ORIGIN_DTYPE = "must_keep_origin_dtype"
     FORCE_FP32 = "force_fp32"
+    # bfloat16: Atlas A2/A3, Atlas 200I/500 A2 and 950 only (`emulator.precision.BF16_SOCS`)
+    ALLOW_MIX_PRECISION_BF16 = "allow_mix_precision_bf16"
+    ALLOW_FP32_TO_BF16 = "allow_fp32_to_bf16"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -546,15 +549,11 @@ PRECISION_MODES_V2: Mapping[str, PrecisionMode] = MappingProxyType(
         "origin": PrecisionMode.MUST_KEEP_ORIGIN_DTYPE,
         "cube_fp16in_fp32out": PrecisionMode.FORCE_FP32,
         "mixed_float16": PrecisionMode.ALLOW_MIX_PRECISION,
+        "mixed_bfloat16": PrecisionMode.ALLOW_MIX_PRECISION_BF16,
     }
 )
-# bfloat16 and HiFloat8 modes ATC has for other SoCs (Atlas A2 and later); not emulated.
-PRECISION_MODES_NOT_EMULATED = (
-    "allow_fp32_to_bf16",
-    "allow_mix_precision_bf16",
-    "mixed_bfloat16",
-    "mixed_hif8",
-)
+# The HiFloat8 mode ATC has for Ascend 950 only; not emulated.
+PRECISION_MODES_NOT_EMULATED = ("mixed_hif8",)
 # ATC's --output_type names (one for all outputs, or per output `node:idx:TYPE`); they are
 # Triton's type names too. CANN 8.0.0 lists these four; later CANN adds more.
 ATC_OUTPUT_TYPES = ("FP32", "FP16", "UINT8", "INT8")

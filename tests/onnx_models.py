@@ -186,6 +186,50 @@ def build_fp16_overflow(path: Path) -> Path:
     )
 
 
+def build_cancelling(path: Path) -> Path:
+    """`x` FLOAT[4,16] -> `y` = x * 1e10 - x * 1e10: zeros in float32; in float16 the weight
+    is inf and every nonzero x gives inf - inf = NaN."""
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["up"], name="up"),
+        helper.make_node("Sub", ["up", "up"], ["y"], name="cancel"),
+    ]
+    return _save(
+        path,
+        "cancelling",
+        nodes,
+        [_value("x", TensorProto.FLOAT, [4, 16])],
+        [_value("y", TensorProto.FLOAT, [4, 16])],
+        [_tensor("big", np.array(1e10, np.float32))],
+    )
+
+
+def build_quantized_lstm(path: Path) -> Path:
+    """An LSTM (`x` FLOAT[5,1,4] -> `y` FLOAT[5,1,1,8]) quantized by onnxruntime's
+    `quantize_dynamic`: one com.microsoft `DynamicQuantizeLSTM` with INT8 weights, which
+    onnxruntime runs and ATC cannot parse."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(7)
+    hidden, features = 8, 4
+    weights = [
+        _tensor("W", rng.standard_normal((1, 4 * hidden, features)).astype(np.float32)),
+        _tensor("R", rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)),
+        _tensor("B", rng.standard_normal((1, 8 * hidden)).astype(np.float32)),
+    ]
+    lstm = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, name="lstm")
+    float_model = path.with_name(f"{path.stem}.float.onnx")
+    _save(
+        float_model,
+        "lstm",
+        [lstm],
+        [_value("x", TensorProto.FLOAT, [5, 1, features])],
+        [_value("y", TensorProto.FLOAT, [5, 1, 1, hidden])],
+        weights,
+    )
+    quantize_dynamic(float_model, path, weight_type=QuantType.QInt8)
+    return path
+
+
 def build_dims_model(path: Path) -> Path:
     """`input_ids`, `attention_mask` INT64[N,S] -> `hidden` FLOAT[N,S,4] = embedding(input_ids) *
     mask. The vocabulary has 32 tokens (ids 0..31)."""

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from e2e_helpers import http_address, running_server
 from onnx import numpy_helper
-from onnx_models import KEEP_FP32, build_add_mul, build_nms, onnx_path_of
+from onnx_models import KEEP_FP32, build_add_mul, build_cancelling, build_nms, onnx_path_of
 
 from ge_python_backend.cli import main
 from ge_python_backend.client import INT_HIGH
@@ -144,6 +144,37 @@ def test_compare_arrays_statistics() -> None:
     assert compare_arrays("om", "y", ref, ref, limits).passed
     shape = compare_arrays("om", "y", ref[:3], ref, limits)
     assert not shape.passed and "shape [3]" in shape.problem
+
+
+def test_nan_and_inf_fail_by_name_and_are_no_perfect_score() -> None:
+    limits = Thresholds()
+    ref = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    all_nan = compare_arrays("om", "y", np.full(4, np.nan, np.float32), ref, limits)
+    assert not all_nan.passed
+    assert all_nan.problem == "NaN in 4 of 4 elements, where the ONNX output has none"
+    assert np.isnan([all_nan.max_abs, all_nan.max_rel, all_nan.cosine]).all()  # no statistic
+    some = compare_arrays("om", "y", np.array([1.0, np.inf, np.nan, 4.0], np.float32), ref, limits)
+    assert not some.passed and "NaN in 1 and inf in 1 of 4" in some.problem
+    assert some.max_abs == 0.0 and some.cosine == pytest.approx(1.0)  # over the finite ones
+    masked = np.array([1.0, -np.inf, 3.0, 4.0], np.float32)  # the ONNX's own -inf: an answer
+    assert compare_arrays("om", "y", masked, masked, limits).passed
+    flipped = compare_arrays("om", "y", -masked, masked, limits)
+    assert "inf in 1" in flipped.problem
+
+
+def test_all_nan_om_output_fails_with_the_word_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    onnx_file = build_cancelling(tmp_path / "cancelling.onnx")
+    om = compile_onnx(onnx_file, tmp_path / "cancelling", precision_mode="force_fp16")
+    report = compare(om, onnx_file, runtime="emulator")
+    (y,) = report.comparisons
+    assert not report.passed and y.problem.startswith("NaN in 64 of 64 elements")
+    code = main(["compare", "--om", str(om), "--onnx", str(onnx_file), *EMULATOR])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL: NaN in 64 of 64 elements, where the ONNX output has none" in out
+    assert "1.0000" not in out  # no cosine of a perfect score
 
 
 def test_cosine_similarity_edges() -> None:

@@ -197,6 +197,24 @@ def test_preflight_custom_domain(tmp_path: Path) -> None:
     assert "Relu of custom domain 'com.acme'" in problem and "no ATC parser" in problem
 
 
+def test_emulator_compile_refuses_what_migrate_refuses_with_its_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quantized = onnx_models.build_quantized_lstm(tmp_path / "lstm.onnx")
+    config = _config('input [{ name: "x" data_type: TYPE_FP32 dims: [5, 1, 4] }]')
+    (problem,) = preflight("lstm", onnx.load(str(quantized)), config)
+    reason = problem.removeprefix("model 'lstm': ")
+    assert reason.startswith("operators DynamicQuantizeLSTM of custom domain 'com.microsoft'")
+    command = ["emulator", "compile", "--model", str(quantized), "--framework", "5"]
+    assert main([*command, "--output", str(tmp_path / "lstm")]) == 2
+    captured = capsys.readouterr()
+    assert f"--model {quantized}: {reason}" in captured.err
+    assert "atc " not in captured.out and not (tmp_path / "lstm.om").exists()
+    onnx.save(_graph(tmp_path, [("", 21)]), str(tmp_path / "new.onnx"))
+    with pytest.raises(UserError, match="opset 21 is outside what ATC parses"):
+        compile_onnx(tmp_path / "new.onnx", tmp_path / "new")
+
+
 def test_preflight_axis_the_config_cannot_gear(tmp_path: Path) -> None:
     proto = onnx.load(str(onnx_models.build_dims_model(tmp_path / "d.onnx")))
     config = _config("max_batch_size: 4")
@@ -299,16 +317,16 @@ def test_preflight_refuses_string_tensors(tmp_path: Path) -> None:
         "a string tensor, and ATC compiles no string tensors; keep the model as a Python model, "
         "or move the strings out of the graph"
     )
-    assert [p.split(": ", 1)[0] for p in problems] == [
-        "model 'simple_string', input 'INPUT0' is STRING in the ONNX graph",
-        "model 'simple_string', output 'OUTPUT0' is STRING in the ONNX graph",
+    assert [p.split(": ", 2)[1] for p in problems] == [
+        "input 'INPUT0' is STRING in the ONNX graph",
+        "output 'OUTPUT0' is STRING in the ONNX graph",
     ]  # each tensor once, though the config names it too
     assert all(advice in problem for problem in problems)
     # the config alone says so too (a graph that leaves the type out)
     proto.graph.input[0].type.tensor_type.ClearField("elem_type")
     problems = preflight("simple_string", proto, _config(SIMPLE_STRING_CONFIG))
     assert len(problems) == 2 and any(
-        p.startswith("model 'simple_string', input 'INPUT0' is TYPE_STRING in config.pbtxt")
+        p.startswith("model 'simple_string': input 'INPUT0' is TYPE_STRING in config.pbtxt")
         for p in problems
     )
 
@@ -324,9 +342,9 @@ def test_preflight_refuses_types_the_om_cannot_hold(tmp_path: Path) -> None:
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     problems = preflight("m", proto, _config("max_batch_size: 4"))
-    assert [p.split(",", 2)[1] for p in problems] == [
-        " input 'x' is BFLOAT16 in the ONNX graph",
-        " initializer 'w' is COMPLEX64 in the ONNX graph",
+    assert [p.split(",", 1)[0] for p in problems] == [
+        "model 'm': input 'x' is BFLOAT16 in the ONNX graph",
+        "model 'm': initializer 'w' is COMPLEX64 in the ONNX graph",
     ]
     assert "ATC and this backend take FLOAT, FLOAT16, INT8" in problems[0]
     assert "cast it to one of those in the graph" in problems[0]
@@ -342,7 +360,7 @@ def test_migrate_of_a_string_model_says_why(tmp_path: Path) -> None:
     )
     (model,) = migrate(options).models
     assert model.status == "failed" and len(model.errors) == 2
-    assert "version 1: model 'simple_string', input 'INPUT0' is STRING" in model.errors[0]
+    assert "version 1: model 'simple_string': input 'INPUT0' is STRING" in model.errors[0]
     assert "ATC compiles no string tensors" in model.errors[0]
     assert not any("no precision mode compiled" in error for error in model.errors)
 

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from google.protobuf import text_format
 from onnx import helper
-from onnx_models import build_fp16_overflow, build_mlp, onnx_path_of
+from onnx_models import build_cancelling, build_fp16_overflow, build_mlp, onnx_path_of
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.ascend import PRECISION_LADDER, PrecisionMode
@@ -251,6 +251,18 @@ def test_an_om_of_another_graph_fails_on_the_output_that_differs(
         ("y", True),
         ("z", False),
     ]
+
+
+def test_an_all_nan_output_fails_the_gate_by_name(tmp_path: Path) -> None:
+    onnx_path = build_cancelling(tmp_path / "cancelling.onnx")  # NaN everywhere in float16
+    om = compile_onnx(onnx_path, tmp_path / "cancelling", precision_mode="force_fp16")
+    config = parse_config('input [{ name: "x" data_type: TYPE_FP32 dims: [4, 16] }]')
+    sets = gate_inputs(tmp_path, config, onnx_path, samples=None)
+    result = check_accuracy(onnx_path, om, sets, Thresholds(), runtime=EMULATOR)
+    (y,) = result.outputs
+    assert not result.passed and y.problem.startswith("NaN in 64 of 64 elements")
+    record = json.loads(json.dumps(result.as_dict(), allow_nan=False))
+    assert record["outputs"][0]["cosine"] is None  # no statistic, not a perfect 1.0
 
 
 def test_top_k_agreement_of_a_classifier() -> None:

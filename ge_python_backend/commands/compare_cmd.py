@@ -83,13 +83,15 @@ def _number(value: float) -> str:
 
 def _row(item: OutputComparison) -> str:
     verdict = "ok" if item.passed else "FAIL"
-    if item.problem:
+    if item.problem and math.isnan(item.max_abs):  # no statistic to show
         return f"  {item.target:<7} {item.name:<20} {verdict}: {item.problem}"
     cosine = "-" if math.isnan(item.cosine) else f"{item.cosine:.6f}"
     text = (
         f"  {item.target:<7} {item.name:<20} {str(list(item.shape)):<16} "
         f"{_number(item.max_abs):>10} {_number(item.max_rel):>10} {cosine:>9}  {verdict}"
     )
+    if item.problem:
+        text += f": {item.problem}"
     if item.mismatched:
         text += f" ({item.mismatched} elements outside atol + rtol*|onnx|)"
     if item.top_k is not None:

@@ -46,6 +46,7 @@ ATC_FLAGS = (
     "precision_mode",
     "precision_mode_v2",
     "keep_dtype",
+    "modify_mixlist",
     "output_type",
 )
 
@@ -54,9 +55,12 @@ COMPILE_HELP = "compile an ONNX model into an emulator .om (ATC's flags)"
 COMPILE_DESCRIPTION = """\
 Compile an ONNX model into an emulator .om for the CPU emulator of pyACL. The flags are ATC's, with
 ATC's meaning; the file written is <output>.om. As ATC does for inference, the model computes in
-FP16 unless --precision_mode (or --precision_mode_v2) says otherwise: the emulator rounds weights
-and the tensors of FP16 operators to float16, so its answers differ from onnxruntime's float32 as
-the device's do; --precision_mode must_keep_origin_dtype keeps float32.
+FP16 unless --precision_mode (or --precision_mode_v2) says otherwise: after ATC's fusions (a
+Conv's BatchNorm folded in float32), the emulator rounds weights and the tensors of FP16 operators
+to float16 (parameters an operator takes in float32 only stay float32), so its answers differ from
+onnxruntime's float32 as the device's do; --precision_mode must_keep_origin_dtype keeps float32.
+What ATC's ONNX parser cannot take (custom-domain operators, opsets outside 8-18, string tensors)
+is refused with migrate's message.
 
 The result is an emulator .om (the ONNX model plus the description ATC would compile), NOT a real
 Ascend .om: real pyACL cannot load it, and the emulator refuses real .om files. For real hardware,
@@ -153,6 +157,11 @@ def register(subparsers: Any) -> None:
         "operator name, or OpType::TypeName (no effect with must_keep_origin_dtype)",
     )
     compile_parser.add_argument(
+        "--modify_mixlist",
+        help="allow_mix_precision: a JSON file moving operator types between its lists, e.g. "
+        '{"black-list": {"to-add": ["Exp"]}, "white-list": {"to-remove": ["MatMulV2"]}}',
+    )
+    compile_parser.add_argument(
         "--output_type",
         help=f"the outputs' data type: one of {', '.join(ATC_OUTPUT_TYPES)} for all outputs, or "
         '"node:index:TYPE;..." per output with --out_nodes (emulated: FP32, FP16)',
@@ -183,6 +192,7 @@ def run_compile(args: argparse.Namespace) -> int:
         precision_mode_v2=args.precision_mode_v2,
         keep_dtype=args.keep_dtype,
         output_type=args.output_type,
+        modify_mixlist=args.modify_mixlist,
     )
     model = OmModel.load(path)
     print(path)

@@ -31,6 +31,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ge_python_backend.emulator.precision import FP32_INPUTS
+
 if TYPE_CHECKING:
     import onnx
 
@@ -125,6 +127,8 @@ def plan_memory(
         if elem != _FLOAT or not steps or any(step not in fp16 for step in steps):
             return math.prod(dims) * _ITEMSIZE.get(elem, 4)
         read_as = [(nodes[s].op_type, list(nodes[s].input).index(name)) for s in steps]
+        if any(i in FP32_INPUTS.get(op, ()) for op, i in read_as):  # e.g. BatchNorm's mean
+            return math.prod(dims) * 4
         if len(dims) >= 2 and any(op in _FILTER_OPS and i == 1 for op, i in read_as):
             dims = (_pad(dims[0]), _pad(dims[1]), *dims[2:])
         elif len(dims) >= 2 and any(op in _MATRIX_OPS and i < 2 for op, i in read_as):

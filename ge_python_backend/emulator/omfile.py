@@ -51,6 +51,7 @@ from ge_python_backend.ascend import (
     PrecisionMode,
     om_output_path,
 )
+from ge_python_backend.atc_onnx import parse_problems
 from ge_python_backend.emulator import memory_plan, precision
 from ge_python_backend.environment import EMULATOR_ORT_THREADS
 from ge_python_backend.errors import UserError
@@ -314,6 +315,7 @@ def compile_onnx(
     precision_mode_v2: str | None = None,
     keep_dtype: PathLike | None = None,
     output_type: str | None = None,
+    modify_mixlist: PathLike | None = None,
 ) -> Path:
     """Compile an ONNX file into an emulator `.om` as ATC would; returns the path written.
 
@@ -323,10 +325,12 @@ def compile_onnx(
     3 compiles the ONNX as a stand-in for a TensorFlow model (its outputs get TensorFlow's names).
     Output names are ATC's (see `_output_names`). `insert_op_conf` is ATC's AIPP config file (see
     `aipp.parse_aipp_config`). `precision_mode` or `precision_mode_v2` (ATC's flags, one at
-    most; default force_fp16), `keep_dtype` (ATC's file of operators kept in their type) and
-    `output_type` (ATC's `FP16` or `node:idx:FP16;...`) set the precision the compiled graph
+    most; default force_fp16), `keep_dtype` (ATC's file of operators kept in their type),
+    `modify_mixlist` (ATC's JSON changes to allow_mix_precision's lists) and `output_type`
+    (ATC's `FP16` or `node:idx:FP16;...`) set the precision the compiled graph
     computes in (see `precision`); the header records the resolved mode. Raises OmCompileError
-    for anything ATC or the emulator would refuse.
+    for anything ATC or the emulator would refuse: first what ATC's ONNX parser cannot take
+    (`atc_onnx.parse_problems`, the pre-flight `migrate` runs too).
     """
     import onnx
 
@@ -338,6 +342,9 @@ def compile_onnx(
         raise OmCompileError(f"cannot read --model {model_path}: {exc.strerror or exc}") from exc
     except Exception as exc:  # onnx raises protobuf's DecodeError and others
         raise OmCompileError(f"--model {model_path} is not a valid ONNX model: {exc}") from exc
+    refused = parse_problems(proto)
+    if refused:
+        raise OmCompileError("\n".join(f"--model {model_path}: {problem}" for problem in refused))
     if input_format is None:
         input_format = "ND" if dynamic_dims is not None else "NCHW"
     accepted = [f.name for f in ATC_INPUT_FORMATS]
@@ -348,6 +355,7 @@ def compile_onnx(
 
     try:
         mode = precision.resolve_mode(precision_mode, precision_mode_v2)
+        precision.check_soc(mode, soc_version)
     except precision.PrecisionError as exc:
         raise OmCompileError(str(exc)) from None
     if framework not in STAND_IN_FRAMEWORKS:
@@ -362,8 +370,9 @@ def compile_onnx(
         _check_dims_inputs(inputs, order, input_format)
     kind, gears = _gears(inputs, order, dynamic_batch_size, dynamic_image_size, dynamic_dims)
     output_names = _output_names(proto, out_nodes, framework)
-    graph_outline = memory_plan.outline(proto)
-    fp16_nodes = _apply_precision(proto, mode, keep_dtype, output_type, out_nodes)
+    graph_outline, fp16_nodes = _apply_precision(
+        proto, mode, keep_dtype, output_type, out_nodes, modify_mixlist, soc_version
+    )
     aipp_config = "" if insert_op_conf is None else _read_aipp_config(insert_op_conf, kind)
     onnx_bytes = proto.SerializeToString()
     probed = inputs if kind != GearKind.STATIC else _probe_inputs(inputs)
@@ -395,6 +404,7 @@ def compile_onnx(
         "precision_mode": mode.value,
         "precision_mode_v2": precision_mode_v2,
         "keep_dtype": None if keep_dtype is None else os.fspath(keep_dtype),
+        "modify_mixlist": None if modify_mixlist is None else os.fspath(modify_mixlist),
         "output_type": output_type,
     }
     header = _description_to_header(dataclasses.replace(desc, outputs=outputs))
@@ -827,26 +837,38 @@ def _apply_precision(
     keep_dtype: PathLike | None,
     output_type: str | None,
     out_nodes: str | None,
-) -> list[int]:
+    modify_mixlist: PathLike | None,
+    soc_version: str,
+) -> tuple[onnx.ModelProto, list[int]]:
     """Rewrite the graph for ATC's precision flags (see `precision`), outputs already chosen;
-    returns the indexes of the nodes that compute in FP16."""
+    returns the graph's outline after ATC's fusions (`memory_plan.outline`, before the
+    rewrite) and the indexes of its nodes that compute in FP16."""
     names = _node_names(proto)
     producers = _producers(proto)
     try:
+        op_types = [node.op_type for node in proto.graph.node]
         keep = precision.KeepDtype()
         if keep_dtype is not None:
-            op_types = [node.op_type for node in proto.graph.node]
             keep = precision.read_keep_dtype(Path(keep_dtype), names, op_types)
+        mix = precision.MixLists()
+        if modify_mixlist is not None:
+            mix = precision.read_modify_mixlist(Path(modify_mixlist), op_types)
+            if mode != PrecisionMode.ALLOW_MIX_PRECISION:
+                logger.info(
+                    "--modify_mixlist changes allow_mix_precision's lists; %s ignores it", mode
+                )
         types: list[str | None] = []
         if output_type is not None:
             outputs = [producers.get(o.name, (o.name, 0)) for o in proto.graph.output]
             types = precision.parse_output_type(output_type, outputs, out_nodes)
-        fp16 = precision.apply_precision(proto, mode, names, keep, types)
+        fused = precision.fuse_graph(proto, names)
+        graph_outline = memory_plan.outline(proto)
+        fp16 = precision.apply_precision(proto, mode, fused, keep, types, mix, soc_version)
     except precision.PrecisionError as exc:
         raise OmCompileError(str(exc)) from None
-    logger.debug("%s: %d of %d operators run in FP16", mode, len(fp16), len(names))
+    logger.debug("%s: %d of %d operators run in FP16", mode, len(fp16), len(fused))
     reduced = set(fp16)
-    return [index for index, name in enumerate(names) if name in reduced]
+    return graph_outline, [index for index, name in enumerate(fused) if name in reduced]
 
 
 def _planned_input_shapes(desc: OmDescription) -> dict[str, Shape]:

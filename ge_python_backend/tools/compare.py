@@ -5,8 +5,8 @@ on the CPU, the served model through tritonclient. Every output is compared with
 max absolute error, max relative error (over elements whose reference magnitude exceeds `atol`)
 and cosine similarity, plus top-k agreement for a classifier-like output (`top_k_agreement`).
 An output passes when every element satisfies `|x - ref| <= atol + rtol * |ref|` (numpy's
-`isclose` rule) and its cosine similarity is at least `min_cosine`; top-k agreement is reported,
-not judged.
+`isclose` rule) and its cosine similarity is at least `min_cosine`; NaN or inf the ONNX output
+does not have fails it by itself (`non_finite_problem`); top-k agreement is reported, not judged.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class OutputComparison:
     cosine: float
     mismatched: int  # elements outside atol + rtol * |ref|
     passed: bool
-    problem: str = ""  # shape mismatch or missing output
+    problem: str = ""  # shape mismatch, missing output, NaN or inf (`non_finite_problem`)
     top_k: TopKAgreement | None = None  # for a classifier-like output (`top_k_agreement`)
 
 
@@ -139,7 +139,9 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
 def compare_arrays(
     target: str, name: str, value: np.ndarray, reference: np.ndarray, thresholds: Thresholds
 ) -> OutputComparison:
-    """Errors of `value` against `reference` (statistics over the elements finite in both)."""
+    """Errors of `value` against `reference`. NaN or inf in `value` where the reference does
+    not hold the same is a failure of its own, named in `problem`: the statistics then cover
+    the elements finite in both (NaN when there are none: no statistic, never a perfect one)."""
     if value.shape != reference.shape:
         return OutputComparison(
             target,
@@ -159,14 +161,18 @@ def compare_arrays(
             ~np.isclose(x, ref, rtol=thresholds.rtol, atol=thresholds.atol, equal_nan=True)
         )
     )
+    problem = non_finite_problem(x, ref)
     finite = np.isfinite(x) & np.isfinite(ref)
-    diff = np.abs(x[finite] - ref[finite])
-    magnitude = np.abs(ref[finite])
-    large = magnitude > thresholds.atol
-    max_abs = float(diff.max()) if diff.size else 0.0
-    max_rel = float((diff[large] / magnitude[large]).max()) if large.any() else 0.0
-    cosine = cosine_similarity(x[finite], ref[finite])
-    passed = mismatched == 0 and cosine >= thresholds.min_cosine
+    if not finite.any():
+        max_abs = max_rel = cosine = math.nan
+    else:
+        diff = np.abs(x[finite] - ref[finite])
+        magnitude = np.abs(ref[finite])
+        large = magnitude > thresholds.atol
+        max_abs = float(diff.max())
+        max_rel = float((diff[large] / magnitude[large]).max()) if large.any() else 0.0
+        cosine = cosine_similarity(x[finite], ref[finite])
+    passed = not problem and mismatched == 0 and cosine >= thresholds.min_cosine
     return OutputComparison(
         target,
         name,
@@ -176,8 +182,26 @@ def compare_arrays(
         cosine,
         mismatched,
         passed,
-        top_k=top_k_agreement(value, reference),
+        problem,
+        top_k_agreement(value, reference),
     )
+
+
+def non_finite_problem(value: np.ndarray, reference: np.ndarray) -> str:
+    """The NaN and inf `value` holds where `reference` (same shape, numbers) holds no such
+    value: "NaN in 12 and inf in 3 of 100 elements, where the ONNX output has none"; "" when
+    there are none. An inf of the reference's sign at the same element (a mask) is an answer,
+    not a failure; NaN is one only where the reference has NaN too."""
+    nan = np.isnan(value) & ~np.isnan(reference)
+    inf = np.isinf(value) & (value != reference)
+    if not nan.any() and not inf.any():
+        return ""
+    counts = [
+        f"{kind} in {int(np.count_nonzero(mask))}"
+        for kind, mask in (("NaN", nan), ("inf", inf))
+        if mask.any()
+    ]
+    return f"{' and '.join(counts)} of {value.size} elements, where the ONNX output has none"
 
 
 def default_shapes(

@@ -146,6 +146,12 @@ def _statistic(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
+def _failure(output: dict[str, Any]) -> str:
+    """Where an output failed, and why when the comparison named it (NaN, inf, a shape)."""
+    problem = output.get("problem")
+    return f"{output['worst_input']} ({problem})" if problem else output["worst_input"]
+
+
 def _accuracy_lines(accuracy: dict[str, Any] | None) -> list[str]:
     """The accuracy gate's ladder per version: one row per output of every mode tried."""
     if accuracy is None:
@@ -171,7 +177,7 @@ def _accuracy_lines(accuracy: dict[str, Any] | None) -> list[str]:
                     f"| {version} | {mode} | {output['name']} | "
                     f"{_statistic(output['max_abs'], 3)} | {_statistic(output['max_rel'], 3)} | "
                     f"{_statistic(output['cosine'], 6)} | {_statistic(output['top1'], 3)} | "
-                    f"{'yes' if output['passed'] else 'NO: ' + output['worst_input']} |"
+                    f"{'yes' if output['passed'] else 'NO: ' + _failure(output)} |"
                 )
     return lines
 
