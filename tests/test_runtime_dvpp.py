@@ -164,3 +164,14 @@ def test_sizes_dvpp_refuses_are_refused_from_the_header_before_any_decode(
         # request 0's file and request 1's first were queued; the huge one never reached JPEGD
         assert emulator.stats()["jpegd_calls"] == decodes + 2
         assert session.infer({"image": files(jpeg(64, 48, 3))})["logits"].shape == (1, 10)
+
+
+def test_the_limits_are_the_devices_soc_family(
+    tmp_path: Path, clean_acl: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GE_EMULATOR_SOC", "Ascend910B2")
+    huge = with_frame_size(jpeg(64, 64, 9), 8192, 8192)
+    om = classifier(tmp_path / "m", 32, 32)
+    session = Session(om, runtime="emulator", image=ImageInput("image"))
+    with session, pytest.raises(ImageError, match=r"by 1/32 to 16 \(Ascend910B\)"):
+        session.infer({"image": files(huge)})
