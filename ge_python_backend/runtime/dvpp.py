@@ -3,7 +3,8 @@ VPC into the rows of a YUV420SP_U8 AIPP input's batch buffer (docs/guides/image-
 
 A model served with an image input (`ImageInput`, the config's `image_input` parameter) takes,
 for that input, a BYTES tensor of JPEG files, one per row. `ImageStage.decode` does, for every
-file of a batch: the host checks (`acl.media.dvpp_jpeg_get_image_info`, the sides DVPP takes,
+file of a batch: the host checks (`acl.media.dvpp_jpeg_get_image_info`; from that header
+alone, the sizes JPEGD and VPC take on the device's SoC, `size_refusal`;
 `dvpp_jpeg_predict_dec_size`), a copy of the file into DVPP memory and the JPEGD decode into an
 NV12 picture of the stage's pool, on the stage's own stream, then one synchronize: a file DVPP
 refused (the host call's code, or its picture's ret code) is an `ImageError` naming the
@@ -669,17 +670,13 @@ def soc_dvpp_limits(acl: ModuleType) -> DvppLimits:
     """The DVPP limits of the device's SoC (`acl.get_soc_name()`), or what every known family
     takes when its family is not known (logged)."""
     soc = getattr(acl, "get_soc_name", lambda: None)()
-    if isinstance(soc, str):
-        try:
-            return dvpp_limits(soc)
-        except ValueError:
-            pass
-    logger.warning(
-        "image input: the DVPP limits of SoC %r are not known; JPEG files are checked against "
-        "what every known SoC family takes",
-        soc,
-    )
-    return _EVERY_SOC
+    try:
+        return dvpp_limits(str(soc))
+    except ValueError as exc:
+        logger.warning(
+            "image input: %s; JPEG files are checked against what every one of them takes", exc
+        )
+        return _EVERY_SOC
 
 
 def letterbox(width: int, height: int, to_w: int, to_h: int) -> tuple[int, int, int, int]:
