@@ -362,8 +362,8 @@ def _header(data: bytes) -> _jpeg.JpegHeader:
 
 
 def _refuse(refusal: str | None) -> None:
-    """A limit of `ascend.DvppLimits` broken: ACL_ERROR_INVALID_PARAM with its wording (the
-    code VPC gives: UNCONFIRMED)."""
+    """A limit of `ascend.DvppLimits` broken: ACL_ERROR_INVALID_PARAM with its wording (ACL's
+    code for JPEGD's sides; VPC's code is UNCONFIRMED)."""
     if refusal is not None:
         raise AclFailure(_AclCode.INVALID_PARAM, refusal)
 
