@@ -59,6 +59,7 @@ __all__ = [
     "PrecisionMode",
     "RunMode",
     "SocDevice",
+    "common_dvpp_limits",
     "converted_tensor_name",
     "describe_code",
     "dvpp_limits",
@@ -672,10 +673,15 @@ class PixelFormat(enum.IntEnum):
 @dataclasses.dataclass(frozen=True)
 class DvppLimits:
     """What DVPP's JPEGD and VPC accept on one SoC family (sources in
-    docs/internals/conformance/dvpp.md): JPEG sides in [jpegd_min, jpegd_max]; JPEGD's NV12 output
-    width stride a multiple of `jpegd_width_align` and height stride of 16; VPC sides in
-    [vpc_min_w x vpc_min_h, vpc_max]; JPEGD 1080p frames per second per channel and per chip
-    (all channels)."""
+    docs/internals/conformance/dvpp.md): JPEG sides in [jpegd_min, jpegd_max]; JPEGD's NV12
+    output width stride a multiple of `jpegd_width_align` and height stride of
+    `jpegd_height_align`; VPC reads pictures of `vpc_min_w` x `vpc_min_h` to `vpc_in_max` x
+    `vpc_in_max`, writes `vpc_min_w` x `vpc_min_h` to `vpc_out_max_w` x `vpc_out_max_h` and
+    scales each side by `vpc_min_scale` to `vpc_max_scale`; JPEGD 1080p frames per second per
+    channel and per chip (all channels).
+
+    The `*_refusal` methods say why a size breaks a limit (None when it does not): the one
+    wording of the emulator's JPEGD and VPC and of the runtime's checks before decoding."""
 
     family: str
     jpegd_min: int
@@ -684,26 +690,93 @@ class DvppLimits:
     jpegd_height_align: int
     vpc_min_w: int
     vpc_min_h: int
-    vpc_max: int
+    vpc_in_max: int
+    vpc_out_max_w: int
+    vpc_out_max_h: int
+    vpc_min_scale: float
+    vpc_max_scale: float
     jpegd_channel_fps: float
     jpegd_chip_fps: float
 
+    def jpegd_refusal(self, width: int, height: int) -> str | None:
+        """Why JPEGD refuses a `width` x `height` JPEG."""
+        low, high = self.jpegd_min, self.jpegd_max
+        if low <= width <= high and low <= height <= high:
+            return None
+        return (
+            f"the JPEG is {width}x{height}; JPEGD decodes {low}x{low} to {high}x{high} "
+            f"({self.family})"
+        )
 
-# By SoC (the prefix of `--soc_version`). Ascend310 (Atlas 200/300/500 inference): JPEGD output
-# strides 128/16, 128 fps on one channel, 256 on two or more (CANN 6.0.1 aclcppdevg_03_0187).
-# Ascend310P (Atlas inference series), Ascend310B (Atlas 200I/500 A2), Ascend910B (Atlas A2):
-# strides 64/16 (CANN 8.0.RC1 aclpythondevg_01_0321); 310P n x 128 fps up to 16 channels, 2048
-# beyond (CANN 6.0.1 aclcppdevg_03_0279). 310B and 910B rates: not read (UNCONFIRMED, 310P's
-# used). JPEG sides 32..8192 (hicann ImageProcessor::acldvppJpegPredictDecSize); VPC 10x6 to
-# 4096x4096 (CANN 8.5 aclpythondevg_01_0295).
+    def vpc_input_refusal(self, width: int, height: int) -> str | None:
+        """Why VPC refuses to read a `width` x `height` picture."""
+        if (
+            self.vpc_min_w <= width <= self.vpc_in_max
+            and self.vpc_min_h <= height <= self.vpc_in_max
+        ):
+            return None
+        return (
+            f"VPC's input is {width}x{height}; VPC reads {self.vpc_min_w}x{self.vpc_min_h} to "
+            f"{self.vpc_in_max}x{self.vpc_in_max} ({self.family})"
+        )
+
+    def vpc_output_refusal(self, width: int, height: int) -> str | None:
+        """Why VPC refuses to write a `width` x `height` picture."""
+        w_ok = self.vpc_min_w <= width <= self.vpc_out_max_w
+        if w_ok and self.vpc_min_h <= height <= self.vpc_out_max_h:
+            return None
+        return (
+            f"VPC's output is {width}x{height}; VPC writes {self.vpc_min_w}x{self.vpc_min_h} to "
+            f"{self.vpc_out_max_w}x{self.vpc_out_max_h} ({self.family})"
+        )
+
+    def vpc_scale_refusal(self, source: tuple[int, int], target: tuple[int, int]) -> str | None:
+        """Why VPC refuses to resize a `source` (width, height) region to `target`."""
+        ratios = [to / side for side, to in zip(source, target)]
+        if all(self.vpc_min_scale <= ratio <= self.vpc_max_scale for ratio in ratios):
+            return None
+        return (
+            f"VPC would resize {source[0]}x{source[1]} to {target[0]}x{target[1]} (by "
+            f"{' x '.join(map(_ratio_text, ratios))}); VPC scales each side by "
+            f"{_ratio_text(self.vpc_min_scale)} to {_ratio_text(self.vpc_max_scale)} "
+            f"({self.family})"
+        )
+
+
+def _ratio_text(ratio: float) -> str:
+    """`1/32`, `16`, `1/36.6`: a scale as people write it."""
+    return f"{ratio:.3g}" if ratio >= 1 else f"1/{1 / ratio:.3g}"
+
+
+# By SoC (the prefix of `--soc_version`); every source is in docs/internals/conformance/dvpp.md.
+# JPEG sides 32..8192 on every family (hicann ImageProcessor::acldvppJpegPredictDecSize; JPEGD
+# restrictions pages). JPEGD output strides: Ascend310 128/16 (CANN 6.0.1 aclcppdevg_03_0187),
+# the others 64/16 (CANN 8.0.RC1 aclpythondevg_01_0321). VPC (CANN 8.5/9.0 "VPC restrictions",
+# aclcppdevg_03_0337, aclpythondevg_01_0295): input 10x6 to 8192x8192 (above 4096: YUV420SP
+# among others, on every family); output 10x6 to 4096x4096 on Atlas inference (310P) and
+# training (910), 4096 wide x 8192 high on the A2/A3 series (910B) and Atlas 200I/500 A2 (310B);
+# Ascend310's (Atlas 200/300/500) output 4096x4096 (atlasdvpp_07_0004). Scaling 1/32 to 16 per
+# side: Ascend310's VPC page and mxVision's VpcResize (every family); not on the acldvpp pages
+# of 310P/310B/910B (UNCONFIRMED there, kept: a refusal by VPC fails the whole batch). JPEGD
+# rates: Ascend310 128 fps on one channel, 256 on two or more (6.0.1 aclcppdevg_03_0187); 310P
+# n x 128 up to 16 channels, 2048 beyond (6.0.1 aclcppdevg_03_0279); 310B, 910B: not read
+# (UNCONFIRMED, 310P's used).
 DVPP_LIMITS: Mapping[str, DvppLimits] = MappingProxyType(
     {
         limits.family: limits
         for limits in (
-            DvppLimits("Ascend310", 32, 8192, 128, 16, 10, 6, 4096, 128.0, 256.0),
-            DvppLimits("Ascend310P", 32, 8192, 64, 16, 10, 6, 4096, 128.0, 2048.0),
-            DvppLimits("Ascend310B", 32, 8192, 64, 16, 10, 6, 4096, 128.0, 2048.0),
-            DvppLimits("Ascend910B", 32, 8192, 64, 16, 10, 6, 4096, 128.0, 2048.0),
+            DvppLimits(
+                "Ascend310", 32, 8192, 128, 16, 10, 6, 8192, 4096, 4096, 1 / 32, 16, 128.0, 256.0
+            ),
+            DvppLimits(
+                "Ascend310P", 32, 8192, 64, 16, 10, 6, 8192, 4096, 4096, 1 / 32, 16, 128.0, 2048.0
+            ),
+            DvppLimits(
+                "Ascend310B", 32, 8192, 64, 16, 10, 6, 8192, 4096, 8192, 1 / 32, 16, 128.0, 2048.0
+            ),
+            DvppLimits(
+                "Ascend910B", 32, 8192, 64, 16, 10, 6, 8192, 4096, 8192, 1 / 32, 16, 128.0, 2048.0
+            ),
         )
     }
 )
@@ -715,3 +788,30 @@ def dvpp_limits(soc: str) -> DvppLimits:
         if soc.startswith(family) and (soc[len(family) :][:1].isdigit() or family == soc):
             return DVPP_LIMITS[family]
     raise ValueError(f"no DVPP limits are known for SoC {soc!r}; known: {', '.join(DVPP_LIMITS)}")
+
+
+# The limits whose strictest value is the largest (lower bounds, alignments); of the others
+# (upper bounds, rates) it is the smallest.
+_DVPP_LOWER_LIMITS = frozenset(
+    {
+        "jpegd_min",
+        "jpegd_width_align",
+        "jpegd_height_align",
+        "vpc_min_w",
+        "vpc_min_h",
+        "vpc_min_scale",
+    }
+)
+
+
+def common_dvpp_limits() -> DvppLimits:
+    """What every family of `DVPP_LIMITS` takes (the strictest of each limit; JPEGD strides
+    aligned for all), for a SoC whose family is not known."""
+    strictest = {
+        field.name: (max if field.name in _DVPP_LOWER_LIMITS else min)(
+            getattr(limits, field.name) for limits in DVPP_LIMITS.values()
+        )
+        for field in dataclasses.fields(DvppLimits)
+        if field.name != "family"
+    }
+    return DvppLimits("every SoC family known", **strictest)

@@ -2,7 +2,8 @@
 optional hard-edged shapes, sensor-like noise; for the JPEG tests and `make bench` section 11.
 
 `jpeg` makes one file of a given size and seed; `photo_like` a varied set (sizes, shapes, noise,
-quality and chroma subsampling drawn from one seed). Pillow (the emulator extra) encodes them.
+quality and chroma subsampling drawn from one seed); `with_frame_size` gives a file the size
+of a huge one in its header alone. Pillow (the emulator extra) encodes them.
 """
 
 from __future__ import annotations
@@ -79,3 +80,13 @@ def photo_like(count: int, seed: int) -> list[bytes]:
         )
         for i in range(count)
     ]
+
+
+def with_frame_size(data: bytes, width: int, height: int) -> bytes:
+    """`data` (a JPEG) with the size in its frame header (SOF) set to `width` x `height`: what
+    the header says, not what its scan holds; decoding it fails, reading its header does not."""
+    at = 2  # after SOI; every segment up to the frame has a length
+    while data[at + 1] not in (0xC0, 0xC1, 0xC2):
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    size = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return data[: at + 5] + size + data[at + 9 :]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from emulator_helpers import D2H, H2D
 
-from ge_python_backend.ascend import AclCode
+from ge_python_backend.ascend import AclCode, dvpp_limits
 from ge_python_backend.emulator import acl, set_timing, timing
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
@@ -316,3 +316,43 @@ def test_descriptions_need_a_context_as_their_device_part_does(clean_acl: None) 
     assert acl.media.dvpp_create_channel_desc() == 0
     assert acl.media.dvpp_create_pic_desc() == 0
     assert "no current context" in acl.get_recent_err_msg()
+
+
+def test_vpc_reads_8k_pictures_and_scales_each_side_by_1_32_to_16(dvpp: tuple[int, int]) -> None:
+    # VPC restrictions (CANN 8.5/9.0): input up to 8192 x 8192 (YUV420SP above 4096); output
+    # 4096 x 4096 on Atlas inference (the emulator's Ascend310P3); each side scaled 1/32..16
+    channel, stream = dvpp
+    ret, src = decode(channel, stream, jpeg(8192, 32))
+    assert ret == 0
+    config = acl.media.dvpp_create_resize_config()
+    for width, height, expected in ((256, 32, 0), (128, 32, AclCode.INVALID_PARAM)):
+        size = width * height * 3 // 2
+        out, _ = acl.media.dvpp_malloc(size)
+        dst = pic(out, size, width, height, width, height)
+        assert acl.media.dvpp_vpc_resize_async(channel, src, dst, config, stream) == 0
+        assert acl.rt.synchronize_stream(stream) == expected
+    assert (
+        "VPC would resize 8192x32 to 128x32 (by 1/64 x 1); VPC scales each side by 1/32 to 16"
+        in (acl.get_recent_err_msg())
+    )
+    size = 4112 * 32 * 3 // 2
+    out, _ = acl.media.dvpp_malloc(size)
+    dst = pic(out, size, 4112, 32, 4112, 32)
+    assert acl.media.dvpp_vpc_resize_async(channel, src, dst, config, stream) == 0
+    assert acl.rt.synchronize_stream(stream) == AclCode.INVALID_PARAM
+    assert "VPC writes 10x6 to 4096x4096 (Ascend310P)" in acl.get_recent_err_msg()
+
+
+@pytest.mark.parametrize(
+    ("soc", "output", "refused"),
+    [
+        ("Ascend310P3", (4096, 8192), True),
+        ("Ascend910B2", (4096, 8192), False),  # the A2 series writes up to 8192 high
+        ("Ascend910B2", (8192, 4096), True),
+        ("Ascend310B1", (4096, 8192), False),
+    ],
+)
+def test_vpc_output_limits_follow_the_soc_family(
+    soc: str, output: tuple[int, int], refused: bool
+) -> None:
+    assert (dvpp_limits(soc).vpc_output_refusal(*output) is not None) == refused

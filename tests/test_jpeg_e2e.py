@@ -11,6 +11,7 @@ VPC definition; letterbox: `dvpp.letterbox`'s region on the fill), NumPy AIPP
 from __future__ import annotations
 
 import io
+import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ import onnx_models
 import pytest
 from e2e_helpers import grpc_address, http_address, running_server
 from onnx_models import onnx_path_of, reference
+from tritonclient.grpc import model_config_pb2
 
 from ge_python_backend.aipp import bind_static, parse_aipp_config
 from ge_python_backend.ascend import DTYPES_BY_NUMPY, Format
@@ -29,13 +31,16 @@ from ge_python_backend.emulator import _jpeg
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.validation import validate_model
 from ge_python_backend.runtime import placement
 from ge_python_backend.runtime.dvpp import letterbox
 from ge_python_backend.server import TritonServer
+from ge_python_backend.tools.probe import probe
+from ge_python_backend.tools.watch import Watcher
 
 pytestmark = pytest.mark.e2e
 Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
-from jpeg_files import jpeg  # noqa: E402  (Pillow's)
+from jpeg_files import jpeg, with_frame_size  # noqa: E402  (Pillow's)
 
 W, H = 32, 32  # the AIPP source: NV12 rows of 32 x 32 (1,536 bytes: VPC writes them in place)
 MAX_JPEG_BYTES = 60_000
@@ -174,6 +179,10 @@ def bad_files() -> dict[str, tuple[bytes, str]]:
         "empty": (b"", "empty (0 bytes)"),
         "oversize": (big, f"max_jpeg_bytes allows {MAX_JPEG_BYTES}"),
         "small": (jpeg(20, 64, 10), "JPEGD decodes 32x32"),
+        # sizes in the header alone (a decode would fail with 500001): refused before JPEGD
+        "8192x8192": (with_frame_size(good, 8192, 8192), "the JPEG is 8192x8192"),
+        "4097 wide": (with_frame_size(good, 4097, 64), "VPC scales each side by 1/32 to 16"),
+        "8193 wide": (with_frame_size(good, 8193, 64), "JPEGD decodes 32x32 to 8192x8192"),
     }
 
 
@@ -195,6 +204,7 @@ def test_a_bad_file_fails_its_request_alone(served: tuple[TritonServer, Path], m
         assert isinstance(answer, str), kind
         assert "input 'image' file 1 (of 2 in this request)" in answer, (kind, answer)
         assert words in answer, (kind, answer)
+        assert "INVALID_ARG" in answer, (kind, answer)
 
 
 def test_the_hosted_model_is_served_by_the_device_host(served: tuple[TritonServer, Path]) -> None:
@@ -207,3 +217,35 @@ def test_the_hosted_model_is_served_by_the_device_host(served: tuple[TritonServe
     }
     assert b"ge_python_backend.devicehost" in commands["hosted"], commands["hosted"]
     assert b"ge_python_backend.devicehost" not in commands["stretch"], commands["stretch"]
+
+
+def test_probe_and_watcher_find_every_image_model_healthy(
+    served: tuple[TritonServer, Path],
+) -> None:
+    """They send a real JPEG (`probe.PROBE_JPEG`) to the image input, not an empty file."""
+    server = served[0]
+    for model in RESIZE:
+        result = probe(http_address(server), model)
+        assert result.ok, result.message
+    watcher = Watcher(http_address(server), models=tuple(RESIZE))
+    watcher.check_once()
+    for model in RESIZE:
+        assert watcher.metrics.value("ge_watch_probes_total", model) == 1
+        assert watcher.metrics.value("ge_watch_failures_total", model) == 0, model
+
+
+def test_validate_accepts_what_scaffold_wrote_and_refuses_a_wrong_image_input(
+    served: tuple[TritonServer, Path], tmp_path: Path
+) -> None:
+    repository = Path(served[0].repository)
+    for model in RESIZE:
+        report = validate_model(repository / model)
+        assert report.problems == [], report.problems
+    # the image input declared as the .om's own UINT8 rows: Triton would send no JPEG files
+    wrong = tmp_path / "stretch"
+    shutil.copytree(repository / "stretch", wrong)
+    config = load_model_config(wrong / "config.pbtxt")
+    config.input[0].data_type = model_config_pb2.TYPE_UINT8
+    write_model_config(config, wrong / "config.pbtxt")
+    (problem,) = validate_model(wrong).problems
+    assert "input 'image': config data_type TYPE_UINT8 but the .om has TYPE_STRING" in problem

@@ -7,6 +7,7 @@ fails (exit 1) within its timeout, saying so.
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import urllib.request
@@ -17,10 +18,11 @@ import numpy as np
 import pytest
 from e2e_helpers import grpc_address, http_address, running_server
 
+from ge_python_backend.ascend import DVPP_LIMITS
 from ge_python_backend.cli import main
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
-from ge_python_backend.tools.probe import output_problems, probe_inputs
+from ge_python_backend.tools.probe import PROBE_JPEG, output_problems, probe_inputs
 
 HANG = {"GE_EMULATOR_FAULTS": "mdl.execute_async:hang:*"}
 
@@ -49,6 +51,28 @@ def test_probe_inputs_follow_the_config(
     assert probe_inputs(hw.config)["image"][0].shape == (1, 3, 16, 16)  # the first HW gear
     bare = scaffold(om_hw, tmp_path, name="conv", runtime="emulator", dry_run=True, warmup=False)
     assert probe_inputs(bare.config)["image"][0].shape == (1, 3, 1, 1)  # -1 axes as 1
+
+
+def test_an_image_input_is_probed_with_a_jpeg_every_soc_decodes(
+    om_aipp_yuv: Path, tmp_path: Path
+) -> None:
+    config = scaffold(
+        om_aipp_yuv, tmp_path, name="yuv", runtime="emulator", dry_run=True, image_input="image"
+    ).config
+    array, datatype = probe_inputs(config)["image"]
+    assert (array.shape, datatype) == ((1, 1), "BYTES") and array[0, 0] == PROBE_JPEG
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
+    from PIL import JpegImagePlugin
+
+    with image_module.open(io.BytesIO(PROBE_JPEG)) as image:
+        assert (image.format, image.size, image.mode) == ("JPEG", (256, 256), "RGB")
+        assert "progressive" not in image.info
+        assert JpegImagePlugin.get_sampling(image) == 2  # 4:2:0
+        assert (np.asarray(image) == 128).all()  # mid-grey
+    for limits in DVPP_LIMITS.values():  # JPEGD decodes it; VPC scales it into any rows
+        assert limits.jpegd_refusal(256, 256) is None
+        for rows in ((8, 8), (224, 224), (640, 480), (4096, 4096)):
+            assert limits.vpc_scale_refusal((256, 256), rows) is None, (limits.family, rows)
 
 
 def test_output_problems_name_what_is_wrong(om_dynamic_batch: Path, tmp_path: Path) -> None:

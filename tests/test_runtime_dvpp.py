@@ -11,11 +11,13 @@ import numpy as np
 import onnx_models
 import pytest
 
+from ge_python_backend import emulator
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import InputError, ModelFileError, Session
 from ge_python_backend.runtime.dvpp import ImageError, ImageInput, letterbox
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
+from jpeg_files import with_frame_size  # noqa: E402  (Pillow's)
 
 AIPP = onnx_models.AIPP_YUV420SP_ANY_SIZE.replace(
     "input_format: YUV420SP_U8",
@@ -120,3 +122,56 @@ def test_a_picture_grown_while_the_last_batch_still_reads_it_waits_for_that_batc
         for (_, v), batch in zip(((48, 0), (400, 200), (800, 0)), pending):
             logits = batch.result()[0]["logits"]
             np.testing.assert_allclose(logits[0], single[v][0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("resize", "size", "words"),
+    [
+        (
+            "stretch",
+            (8192, 8192),
+            "the JPEG is 8192x8192, decoded to 8192x8192: VPC would resize 8192x8192 to 32x32 "
+            "(by 1/256 x 1/256); VPC scales each side by 1/32 to 16 (Ascend310P)",
+        ),
+        (
+            "stretch",
+            (4097, 64),
+            "the JPEG is 4097x64, decoded to 4096x64: VPC would resize 4096x64 to 32x32 "
+            "(by 1/128 x 1/2)",
+        ),
+        ("stretch", (8193, 64), "the JPEG is 8193x64; JPEGD decodes 32x32 to 8192x8192"),
+        ("letterbox", (8192, 40), "VPC would resize 8192x40 to 32x6 (by 1/256 x 1/6.67)"),
+    ],
+)
+def test_sizes_dvpp_refuses_are_refused_from_the_header_before_any_decode(
+    tmp_path: Path, resize: str, size: tuple[int, int], words: str
+) -> None:
+    # the header says `size`, the scan is a 64 x 64 one: a decode would fail with 500001
+    huge = with_frame_size(jpeg(64, 64, 9), *size)
+    om = classifier(tmp_path / "m", 32, 32)
+    with Session(om, runtime="emulator", image=ImageInput("image", resize)) as session:
+        session.infer({"image": files(jpeg(64, 48, 3))})
+        decodes = emulator.stats()["jpegd_calls"]
+        with pytest.raises(ImageError, match=r"file 1 \(of 2 in this request\)") as caught:
+            session.infer_many(
+                [
+                    {"image": files(jpeg(64, 48, 3))},
+                    {"image": files(jpeg(40, 40, 5), huge)},
+                ]
+            )
+        assert words in str(caught.value)
+        assert (caught.value.request, caught.value.file, caught.value.code) == (1, 1, None)
+        # request 0's file and request 1's first were queued; the huge one never reached JPEGD
+        assert emulator.stats()["jpegd_calls"] == decodes + 2
+        assert session.infer({"image": files(jpeg(64, 48, 3))})["logits"].shape == (1, 10)
+
+
+def test_the_limits_are_the_devices_soc_family(
+    tmp_path: Path, clean_acl: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GE_EMULATOR_SOC", "Ascend910B2")
+    huge = with_frame_size(jpeg(64, 64, 9), 8192, 8192)
+    om = classifier(tmp_path / "m", 32, 32)
+    session = Session(om, runtime="emulator", image=ImageInput("image"))
+    with session, pytest.raises(ImageError, match=r"by 1/32 to 16 \(Ascend910B\)"):
+        session.infer({"image": files(huge)})

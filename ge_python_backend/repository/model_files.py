@@ -14,6 +14,7 @@ from ge_python_backend.errors import GeBackendError, UserError
 
 if TYPE_CHECKING:
     from ge_python_backend.runtime import Session
+    from ge_python_backend.runtime.dvpp import ImageInput
 
 
 @contextlib.contextmanager
@@ -24,11 +25,12 @@ def open_session(
     device_id: int = 0,
     aipp_config: Path | None = None,
     max_output_bytes: int | None = None,
+    image: ImageInput | None = None,
 ) -> Iterator[Session]:
     """A runtime `Session` on `om_path` with `runtime` (None: the one the `.om`'s container is
-    made for, `runtime.selected_runtime`; `input_shape_order`, `aipp_config` and
-    `max_output_bytes`: the parameters, for dims, dynamic-AIPP and dynamic-shape models);
-    failures to open it become one-line `UserError`s."""
+    made for, `runtime.selected_runtime`; `input_shape_order`, `aipp_config`,
+    `max_output_bytes` and `image`: the parameters, for dims, dynamic-AIPP, dynamic-shape and
+    image-input models); failures to open it become one-line `UserError`s."""
     from ge_python_backend.runtime import Session, selected_runtime
 
     try:
@@ -39,6 +41,7 @@ def open_session(
             input_shape_order=input_shape_order,
             aipp_config=aipp_config,
             max_output_bytes=max_output_bytes,
+            image=image,
         )
     except UserError:
         raise

@@ -5,11 +5,12 @@ Per model: the config (when there is one) parses and names the directory, the pa
 directory has `model.py` and exactly one `.om` (or the `om_file` one) whose SHA-256 matches its
 `<file>.om.sha256` (else `om_sha256`). Each version's config is then completed as Triton's
 auto-complete will (`autocomplete.complete_version`, from the `.om` read without a device) and
-compared with the `.om` loaded (`triton_config.compare_config_with_session`). A model directory
-name or repository path that `serve` refuses (`config.check_model_name`, `check_shell_safe_path`)
-is refused here too. Problems make a model
-invalid; notes (what auto-complete will fill, the `.om` cannot be opened on this machine, an
-outdated `model.py`, no checksum, parameters this package does not know) do not.
+compared with the `.om` loaded as the model instance loads it
+(`triton_config.compare_config_with_session`; an `image_input` takes JPEG files, `TYPE_STRING`).
+A model directory name or repository path that `serve` refuses (`config.check_model_name`,
+`check_shell_safe_path`) is refused here too. Problems make a model invalid; notes (what
+auto-complete will fill, the `.om` cannot be opened on this machine, an outdated `model.py`, no
+checksum, parameters this package does not know) do not.
 
 A repository also holds models that are not ours, and they are checked as Triton checks them:
 a Python model with no `.om`, none of our parameters and a `model.py` that does not import
@@ -123,6 +124,7 @@ def _check_version(
             runtime or params.acl_runtime,
             params.input_shape_order,
             max_output_bytes=params.max_output_bytes,
+            image=params.image,
         ) as session:
             problems = compare_config_with_session(
                 completion.config, session.inputs, session.outputs, session.gears

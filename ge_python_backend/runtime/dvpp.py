@@ -3,7 +3,8 @@ VPC into the rows of a YUV420SP_U8 AIPP input's batch buffer (docs/guides/image-
 
 A model served with an image input (`ImageInput`, the config's `image_input` parameter) takes,
 for that input, a BYTES tensor of JPEG files, one per row. `ImageStage.decode` does, for every
-file of a batch: the host checks (`acl.media.dvpp_jpeg_get_image_info`, the sides DVPP takes,
+file of a batch: the host checks (`acl.media.dvpp_jpeg_get_image_info`; from that header
+alone, the sizes JPEGD and VPC take on the device's SoC, `size_refusal`;
 `dvpp_jpeg_predict_dec_size`), a copy of the file into DVPP memory and the JPEGD decode into an
 NV12 picture of the stage's pool, on the stage's own stream, then one synchronize: a file DVPP
 refused (the host call's code, or its picture's ret code) is an `ImageError` naming the
@@ -37,7 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from ge_python_backend.ascend import DVPP_LIMITS, MemcpyKind, PixelFormat, describe_code
+from ge_python_backend.ascend import (
+    DvppLimits,
+    MemcpyKind,
+    PixelFormat,
+    common_dvpp_limits,
+    describe_code,
+    dvpp_limits,
+)
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
@@ -71,15 +79,12 @@ RESIZE_MODES = ("stretch", "letterbox")
 # (Y 16, U and V 128).
 DEFAULT_FILL = (16, 128, 128)
 DEFAULT_MAX_JPEG_BYTES = 4 << 20
-# What every SoC family of DVPP_LIMITS takes: JPEG sides, VPC sides.
-JPEG_MIN_SIDE = max(limits.jpegd_min for limits in DVPP_LIMITS.values())
-JPEG_MAX_SIDE = min(limits.jpegd_max for limits in DVPP_LIMITS.values())
-VPC_MIN_W = max(limits.vpc_min_w for limits in DVPP_LIMITS.values())
-VPC_MIN_H = max(limits.vpc_min_h for limits in DVPP_LIMITS.values())
-VPC_MAX_SIDE = min(limits.vpc_max for limits in DVPP_LIMITS.values())
-# JPEGD's output strides: Ascend310's 128 x 16 is a multiple of every other family's.
-JPEGD_WIDTH_STRIDE = max(limits.jpegd_width_align for limits in DVPP_LIMITS.values())
-JPEGD_HEIGHT_STRIDE = max(limits.jpegd_height_align for limits in DVPP_LIMITS.values())
+# What every SoC family takes: VPC's smallest picture (letterbox regions), JPEGD's output
+# strides (Ascend310's 128 x 16 is a multiple of every other family's).
+_EVERY_SOC = common_dvpp_limits()
+VPC_MIN_W, VPC_MIN_H = _EVERY_SOC.vpc_min_w, _EVERY_SOC.vpc_min_h
+JPEGD_WIDTH_STRIDE = _EVERY_SOC.jpegd_width_align
+JPEGD_HEIGHT_STRIDE = _EVERY_SOC.jpegd_height_align
 VPC_WIDTH_STRIDE = 16  # VPC output width stride (acllite; docs/internals/conformance/dvpp.md)
 DVPP_ALIGN = 128  # start address of every DVPP picture
 NV12 = int(PixelFormat.YUV_SEMIPLANAR_420)
@@ -252,10 +257,11 @@ class ImageStage(Resource):
         self.spec = spec  # the model's input (UINT8 [n, h * 3 / 2, w, 1])
         self.width, self.height = image_size(spec, image.name)
         w, h = self.width, self.height
-        if not (VPC_MIN_W <= w <= VPC_MAX_SIDE and VPC_MIN_H <= h <= VPC_MAX_SIDE):
+        self.limits = soc_dvpp_limits(context.acl)
+        refusal = self.limits.vpc_output_refusal(w, h)
+        if refusal is not None:
             raise ModelFileError(
-                f"image_input {image.name!r}: the AIPP source is {w}x{h}; VPC writes "
-                f"{VPC_MIN_W}x{VPC_MIN_H} to {VPC_MAX_SIDE}x{VPC_MAX_SIDE}"
+                f"image_input {image.name!r}: the AIPP source is {w}x{h}; {refusal}"
             )
         self.row_bytes = w * h * 3 // 2
         if w % VPC_WIDTH_STRIDE or (rows > 1 and self.row_bytes % DVPP_ALIGN):
@@ -387,6 +393,25 @@ class ImageStage(Resource):
         targets.event.record(stream)
         targets.used = True
 
+    def size_refusal(self, width: int, height: int) -> str | None:
+        """Why JPEGD and VPC cannot bring a `width` x `height` JPEG into this input's rows
+        (None when they can), from its header alone: JPEGD's sides, then VPC's input (the
+        picture JPEGD writes: sides rounded down to even) and its scale to the row (stretch)
+        or to the row's letterbox region."""
+        limits = self.limits
+        refusal = limits.jpegd_refusal(width, height)
+        if refusal is not None:
+            return refusal
+        decoded = (width & ~1, height & ~1)
+        if self.image.resize == "letterbox":
+            target = letterbox(*decoded, self.width, self.height)[2:]
+        else:
+            target = (self.width, self.height)
+        refusal = limits.vpc_input_refusal(*decoded) or limits.vpc_scale_refusal(decoded, target)
+        if refusal is None:
+            return None
+        return f"the JPEG is {width}x{height}, decoded to {decoded[0]}x{decoded[1]}: {refusal}"
+
     # -- pieces ------------------------------------------------------------------------------
 
     def _files(self, feeds: Mapping[str, np.ndarray], number: int | None) -> list[bytes] | None:
@@ -457,15 +482,9 @@ class ImageStage(Resource):
                 ret,
                 "acl.media.dvpp_jpeg_get_image_info cannot read it as a JPEG",
             )
-        low, high = JPEG_MIN_SIDE, JPEG_MAX_SIDE
-        if not (low <= width <= high and low <= height <= high):
-            raise self._error(
-                number,
-                row,
-                count,
-                None,
-                f"the JPEG is {width}x{height}; JPEGD decodes {low}x{low} to {high}x{high}",
-            )
+        refusal = self.size_refusal(width, height)
+        if refusal is not None:
+            raise self._error(number, row, count, None, refusal)
         size, ret = acl.media.dvpp_jpeg_predict_dec_size(host, len(data), NV12)
         if ret:
             raise self._error(
@@ -645,6 +664,19 @@ class ImageStage(Resource):
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""
         return f"ImageStage({self.image.name!r}, {self.width}x{self.height}{state})"
+
+
+def soc_dvpp_limits(acl: ModuleType) -> DvppLimits:
+    """The DVPP limits of the device's SoC (`acl.get_soc_name()`), or what every known family
+    takes when its family is not known (logged)."""
+    soc = getattr(acl, "get_soc_name", lambda: None)()
+    try:
+        return dvpp_limits(str(soc))
+    except ValueError as exc:
+        logger.warning(
+            "image input: %s; JPEG files are checked against what every one of them takes", exc
+        )
+        return _EVERY_SOC
 
 
 def letterbox(width: int, height: int, to_w: int, to_h: int) -> tuple[int, int, int, int]:

@@ -3,8 +3,9 @@
 Triton's `/v2/health/live` and `/v2/health/ready` keep answering while a model's NPU hangs: the
 server process is fine, only the executions never finish. `probe` asks the server for the model's
 config, sends one request of zeros shaped from it (batch 1; the first gear's shape, taken from the
-smallest `model_warmup`, for HW/dims gears; 1 for any other -1 axis) and succeeds only when every
-output arrives in time with the configured data type and shape. Kubernetes runs it as the exec
+smallest `model_warmup`, for HW/dims gears; 1 for any other -1 axis; the input the `image_input`
+parameter names gets a real JPEG file, `PROBE_JPEG`) and succeeds only when every output arrives
+in time with the configured data type and shape. Kubernetes runs it as the exec
 livenessProbe (`ge-python-model k8s`), so a hung device gets its pod restarted.
 
 `probe_repository` checks a whole repository the same way (`validate --serve`, and `migrate` on
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
+import struct
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,9 +29,11 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from ge_python_backend.ascend import common_dvpp_limits
 from ge_python_backend.client import CONNECTION_ERRORS, TritonClient, error_text, server_url
 from ge_python_backend.errors import UserError
 from ge_python_backend.progress import Progress
+from ge_python_backend.repository.parameters import parse_image_input
 from ge_python_backend.runtime import ENV_VAR
 from ge_python_backend.server import TritonServer, describe_python, find_server
 
@@ -52,6 +57,42 @@ class ProbeResult:
     timed_out: bool = False
 
 
+def grey_jpeg(width: int, height: int) -> bytes:
+    """A baseline JPEG of `width` x `height` mid-grey pixels (YCbCr 4:2:0, what cameras write):
+    every 8 x 8 block's coefficients are 0, so one Huffman code of one bit (symbol 0: DC
+    difference 0, AC end of block) and 2 bits a block make the whole scan."""
+
+    def segment(marker: int, body: bytes) -> bytes:
+        return bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body
+
+    one_code = bytes([1] + [0] * 15) + b"\x00"  # one code of length 1, for symbol 0
+    frame = struct.pack(">BHHB", 8, height, width, 3) + bytes([1, 0x22, 0, 2, 0x11, 0, 3, 0x11, 0])
+    scan_header = bytes([3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 63, 0])
+    bits = math.ceil(width / 16) * math.ceil(height / 16) * 6 * 2  # 6 blocks an MCU
+    scan = bytes(bits // 8) + (bytes([0xFF >> bits % 8]) if bits % 8 else b"")  # 1s pad
+    return b"".join(
+        (
+            b"\xff\xd8",  # SOI
+            segment(0xDB, b"\x00" + bytes([1]) * 64),  # quantisation table 0: all 1
+            segment(0xC0, frame),  # baseline frame: Y 2x2, Cb and Cr 1x1, table 0
+            segment(0xC4, b"\x00" + one_code + b"\x10" + one_code),  # DC 0 and AC 0 tables
+            segment(0xDA, scan_header),
+            scan,
+            b"\xff\xd9",  # EOI
+        )
+    )
+
+
+# The probe's JPEG file: square, of the side VPC scales (1/32 to 16 per side) into any image
+# input's rows up to the largest VPC writes on every SoC (4096 x 4096 / 16 = 256), and the
+# smallest rows down to 8 x 8; JPEGD decodes it on every SoC (32..8192).
+_LIMITS = common_dvpp_limits()
+PROBE_JPEG_SIDE = math.ceil(
+    max(_LIMITS.vpc_out_max_w, _LIMITS.vpc_out_max_h) / _LIMITS.vpc_max_scale
+)
+PROBE_JPEG = grey_jpeg(PROBE_JPEG_SIDE, PROBE_JPEG_SIDE)
+
+
 def triton_datatype(data_type: int) -> str:
     """Triton protocol name ("FP32", "BYTES", ...) of a config `DataType` value."""
     name = str(model_config_pb2.DataType.Name(data_type)).removeprefix("TYPE_")
@@ -60,9 +101,12 @@ def triton_datatype(data_type: int) -> str:
 
 def probe_inputs(config: ModelConfig) -> dict[str, tuple[np.ndarray, str]]:
     """`{input: (zeros, Triton data type)}`: batch 1 for a batched model, the smallest warmup's
-    dims (the first HW/dims gear) where the config has one, and 1 for any remaining -1 axis."""
+    dims (the first HW/dims gear) where the config has one, and 1 for any remaining -1 axis;
+    `PROBE_JPEG` in every element of the input the `image_input` parameter names."""
     from tritonclient.utils import triton_to_np_dtype
 
+    given = config.parameters.get("image_input")
+    image_input = parse_image_input(None if given is None else given.string_value)
     warmup = min(config.model_warmup, key=lambda entry: entry.batch_size, default=None)
     batch = [1] if config.max_batch_size > 0 else []
     inputs: dict[str, tuple[np.ndarray, str]] = {}
@@ -73,7 +117,7 @@ def probe_inputs(config: ModelConfig) -> dict[str, tuple[np.ndarray, str]]:
         shape = batch + [1 if dim < 0 else int(dim) for dim in dims]
         datatype = triton_datatype(tensor.data_type)
         if datatype == "BYTES":
-            array = np.full(shape, b"", dtype=object)
+            array = np.full(shape, PROBE_JPEG if tensor.name == image_input else b"", dtype=object)
         else:
             array = np.zeros(shape, dtype=triton_to_np_dtype(datatype))
         inputs[tensor.name] = (array, datatype)

@@ -361,14 +361,11 @@ def _header(data: bytes) -> _jpeg.JpegHeader:
         raise AclFailure(_AclCode.FAILURE, f"libjpeg cannot read the header: {exc}") from exc
 
 
-def _check_side(width: int, height: int, limits: _DvppLimits) -> None:
-    low, high = limits.jpegd_min, limits.jpegd_max
-    if not (low <= width <= high and low <= height <= high):
-        raise AclFailure(
-            _AclCode.INVALID_PARAM,
-            f"the JPEG is {width}x{height}; JPEGD decodes {low}x{low} to {high}x{high} "
-            f"({limits.family})",
-        )
+def _refuse(refusal: str | None) -> None:
+    """A limit of `ascend.DvppLimits` broken: ACL_ERROR_INVALID_PARAM with its wording (ACL's
+    code for JPEGD's sides; VPC's code is UNCONFIRMED)."""
+    if refusal is not None:
+        raise AclFailure(_AclCode.INVALID_PARAM, refusal)
 
 
 @api("acl.media.dvpp_jpeg_get_image_info", int, int, fail=lambda code, args: (0, 0, 0, code))
@@ -386,7 +383,7 @@ def dvpp_jpeg_predict_dec_size(data: int, size: int, fmt: int) -> tuple[int, int
     JPEGD does not output, 100000 for a size out of range."""
     _check_jpegd_format(fmt)
     header = _header(_host_bytes(data, size))
-    _check_side(header.width, header.height, _limits())
+    _refuse(_limits().jpegd_refusal(header.width, header.height))
     return _align(header.width, 128) * _align(header.height, 16) * 3 // 2, 0
 
 
@@ -427,7 +424,7 @@ def dvpp_jpeg_decode_async(channel: int, data: int, size: int, out: int, stream:
             reason = _jpeg.unsupported(header)
             if reason is not None:
                 raise AclFailure(_AclCode.UNSUPPORTED_JPEG, f"JPEGD cannot decode {reason}")
-            _check_side(header.width, header.height, limits)
+            _refuse(limits.jpegd_refusal(header.width, header.height))
             _check_strides(snapshot, header.width, header.height, limits.jpegd_width_align, 16)
             target_view = _dvpp_view(snapshot.data, snapshot.size, "JPEGD output")
             pixels = header.width * header.height
@@ -473,14 +470,10 @@ def _vpc_checks(
 
 
 def _vpc_image(desc: PicDesc, what: str, limits: _DvppLimits) -> np.ndarray:
-    """The NV12 view of a VPC picture after the device's checks."""
+    """The NV12 view of a VPC picture ("input" or "output") after the device's checks."""
     w, h = desc.width, desc.height
-    if not (limits.vpc_min_w <= w <= limits.vpc_max and limits.vpc_min_h <= h <= limits.vpc_max):
-        raise AclFailure(
-            _AclCode.INVALID_PARAM,
-            f"VPC {what} is {w}x{h}; VPC handles {limits.vpc_min_w}x{limits.vpc_min_h} to "
-            f"{limits.vpc_max}x{limits.vpc_max} ({limits.family})",
-        )
+    check = limits.vpc_input_refusal if what == "input" else limits.vpc_output_refusal
+    _refuse(check(w, h))
     if w % 2 or h % 2:
         raise AclFailure(_AclCode.INVALID_PARAM, f"VPC {what} {w}x{h}: YUV420SP needs even sides")
     _check_strides(desc, w, h, VPC_WIDTH_ALIGN, VPC_HEIGHT_ALIGN)
@@ -508,6 +501,7 @@ def dvpp_vpc_resize_async(channel: int, src: int, dst: int, config: int, stream:
     def run() -> None:
         image = _vpc_image(source, "input", limits)
         canvas = _vpc_image(dest, "output", limits)
+        _refuse(limits.vpc_scale_refusal(_size(source), _size(dest)))
         pixels = max(source.width * source.height, dest.width * dest.height)
         with _dvpp_time(ctx, "vpc", pixels):
             resized = _jpeg.resize_nv12(_plain(image, source), dest.height, dest.width, nearest)
@@ -552,6 +546,8 @@ def dvpp_vpc_crop_and_paste_async(
                     f"{what} region to ({roi.right}, {roi.bottom}) is outside the "
                     f"{desc.width}x{desc.height} picture",
                 )
+        out_w, out_h = _size(place)
+        _refuse(limits.vpc_scale_refusal(_size(cut), (out_w, out_h)))
         plain = _plain(image, source)
         h = source.height
         region = np.concatenate(
@@ -560,7 +556,6 @@ def dvpp_vpc_crop_and_paste_async(
                 plain[h + cut.top // 2 : h + (cut.bottom + 1) // 2, cut.left : cut.right + 1],
             ]
         )
-        out_w, out_h = place.right - place.left + 1, place.bottom - place.top + 1
         with _dvpp_time(ctx, "vpc", max(region.size, out_w * out_h)):
             resized = _jpeg.resize_nv12(region, out_h, out_w)
             _paste(canvas, dest, resized, place.left, place.top)
@@ -571,6 +566,13 @@ def dvpp_vpc_crop_and_paste_async(
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _size(picture: PicDesc | RoiConfig) -> tuple[int, int]:
+    """(width, height) of a picture or of a region (inclusive bounds)."""
+    if isinstance(picture, RoiConfig):
+        return picture.right - picture.left + 1, picture.bottom - picture.top + 1
+    return picture.width, picture.height
 
 
 def _align(number: int, to: int) -> int:
