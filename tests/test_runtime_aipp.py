@@ -166,7 +166,8 @@ def test_scaffold_writes_the_batch_and_the_per_image_dims(tmp_path: Path) -> Non
     assert cli.main([*argv, "--runtime", "emulator"]) == 0
     text = (tmp_path / "repo" / "yuv" / "config.pbtxt").read_text()
     assert "max_batch_size: 4" in text
-    image = 'input {\n  name: "image"\n  data_type: TYPE_UINT8\n  dims: 15\n  dims: 12\n  dims: 1\n'
+    image = 'input {\n  name: "image"\n  data_type: TYPE_UINT8\n  format: FORMAT_NHWC\n  dims: 15\n'
+    image += "  dims: 12\n  dims: 1\n"  # the layout the .om records for its AIPP input
     assert image in text  # per image: v2 without the batch axis
     assert "dynamic_batching {" in text
 

@@ -74,6 +74,7 @@ STUB_FILES = (
     "__init__.py",
     "aipp.py",
     "ascend.py",
+    "atc_onnx.py",
     "environment.py",
     "errors.py",
     "modelinfo.py",
