@@ -310,6 +310,27 @@ def test_jpegd_device_time_follows_the_soc_profile(dvpp: tuple[int, int]) -> Non
     assert timing.current().dvpp_seconds("jpegd", 1920 * 1080) == (1 / 128, 1 / 2048)
 
 
+def test_a_decode_holds_the_chips_jpegd_engine_for_its_chip_share_only(
+    dvpp: tuple[int, int],
+) -> None:
+    # JPEGD's channels decode side by side (16 on the 310P): the emulator's decode runs on the
+    # job's channel, and the chip's engine is held 1/2048 s per 1080p frame, not for as long as
+    # the emulator took to decode (which held every other channel's jobs when it was)
+    channel, stream = dvpp
+    set_timing("profile=dvpp-310p3")
+    data = jpeg(1920, 1080)
+    host = acl.util.bytes_to_ptr(data)
+    size, _ = acl.media.dvpp_jpeg_predict_dec_size(host, len(data), NV12)
+    out, _ = acl.media.dvpp_malloc(size)
+    desc = pic(out, size, 1920, 1080, 1920, 1088)
+    src = dvpp_copy(data)
+    timing.start_trace()
+    assert acl.media.dvpp_jpeg_decode_async(channel, src, len(data), desc, stream) == 0
+    assert acl.rt.synchronize_stream(stream) == 0
+    ((_device, engine, start, end),) = timing.stop_trace()
+    assert engine == "jpegd" and end - start == pytest.approx(1 / 2048, abs=1e-9)
+
+
 def test_descriptions_need_a_context_as_their_device_part_does(clean_acl: None) -> None:
     # ImageProcessor::CreateChannelDescOnHost / CreatePicDescOnHost allocate device memory
     assert acl.init() == 0

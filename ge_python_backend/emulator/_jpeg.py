@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -141,23 +142,42 @@ def decode_nv12(data: bytes, header: JpegHeader) -> np.ndarray:
     sides rounded down to even, 400 with U, V 0x80. JpegError for a corrupt or truncated scan."""
     from PIL import Image  # the emulator extra: never imported by the runtime
 
+    h, w = header.height & ~1, header.width & ~1
+    out = np.empty((h * 3 // 2, w), np.uint8)
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.draft("YCbCr", image.size)
             image.load()
-            planes = np.asarray(image)
+            planes = _pixels(image)
+            # libjpeg upsampled the chroma to full size; Pillow's 2x2 mean, (sum + 2) // 4,
+            # gives the 4:2:0 samples back
+            halves = None if planes.ndim == 2 else _pixels(image.reduce(2, (0, 0, w, h)))
     except (OSError, SyntaxError, ValueError) as exc:
         raise JpegError(f"corrupt or truncated scan data: {exc}") from exc
-    h, w = header.height & ~1, header.width & ~1
-    out = np.empty((h * 3 // 2, w), np.uint8)
-    if planes.ndim == 2:
+    if halves is None:
         out[:h] = planes[:h, :w]
         out[h:] = 0x80
         return out
     out[:h] = planes[:h, :w, 0]
-    # libjpeg upsampled the chroma to full size; a 2x2 mean gives the 4:2:0 samples back
-    chroma = planes[:h, :w, 1:].reshape(h // 2, 2, w // 2, 2, 2).astype(np.uint16)
-    out[h:] = ((chroma.sum(axis=(1, 3)) + 2) // 4).astype(np.uint8).reshape(h // 2, w)
+    out[h:] = halves[:, :, 1:].reshape(h // 2, w)
+    return out
+
+
+_STRIP_BYTES = 1 << 20
+
+
+def _pixels(image: Any) -> np.ndarray:
+    """A Pillow image's pixels (`[h, w]` or `[h, w, bands]` uint8), copied out in strips of
+    about 1 MiB: `np.asarray(image)` joins one `bytes` of the whole image holding the GIL (tens
+    of ms for a large JPEG, during which no other thread of the process runs)."""
+    w, h = image.size
+    bands = len(image.getbands())
+    out = np.empty((h, w, bands) if bands > 1 else (h, w), np.uint8)
+    rows = max(1, _STRIP_BYTES // (w * bands))
+    for top in range(0, h, rows):
+        bottom = min(h, top + rows)
+        strip = image.crop((0, top, w, bottom)).tobytes()
+        out[top:bottom] = np.frombuffer(strip, np.uint8).reshape(out[top:bottom].shape)
     return out
 
 
@@ -175,9 +195,13 @@ def resize_plane(plane: np.ndarray, height: int, width: int, nearest: bool = Fal
     y0, x0 = np.floor(ys).astype(np.intp), np.floor(xs).astype(np.intp)
     y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
     fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
-    src = plane.astype(np.float32)
-    top = src[y0][:, x0] * (1 - fx) + src[y0][:, x1] * fx
-    bottom = src[y1][:, x0] * (1 - fx) + src[y1][:, x1] * fx
+    top_rows, bottom_rows = plane[y0], plane[y1]  # only the pixels the output reads, as floats
+
+    def pixels(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return rows[:, cols].astype(np.float32)
+
+    top = pixels(top_rows, x0) * (1 - fx) + pixels(top_rows, x1) * fx
+    bottom = pixels(bottom_rows, x0) * (1 - fx) + pixels(bottom_rows, x1) * fx
     return np.floor(top * (1 - fy) + bottom * fy + 0.5).clip(0, 255).astype(np.uint8)
 
 

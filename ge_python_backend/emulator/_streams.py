@@ -5,7 +5,9 @@ A context and its streams name each other, so both live here with their registri
 as in the real runtime); callers of the registries hold `LOCK`.
 
 Without a timing model (nothing sleeps) a stream is lazy: its work runs when somebody waits for
-it (`wait`, `wait_for`), in the waiting thread. That is at least as strict as a device that runs
+it (`wait`, `wait_for`), in the waiting thread, one thread at a time per stream (its `_runner`):
+the streams of a process run their work side by side, as a device's engines do (a long JPEG
+decode on one stream holds no other stream). That is at least as strict as a device that runs
 the work early (results exist only after a synchronize; a host write to a pinned buffer before
 the synchronize lands in the queued copy, as a DMA that has not started yet would read it) and
 costs no thread hand-off per call. Under a timing model the work must overlap the host and the
@@ -68,9 +70,6 @@ class Mark:
     stamp: float | None = None  # None until the stream reached it
 
 
-_LAZY = threading.RLock()  # held by the one thread running lazy streams' work
-
-
 class StreamHung(Exception):
     """Raised into a queued wait (`stream_wait_event`) whose event sits behind hung work: the
     waiting stream hangs too, as on a device, instead of blocking its runner."""
@@ -83,6 +82,9 @@ class Stream:
         self.handle = handle
         self.context = context
         self._lock = threading.RLock()  # taken directly (cheaper than through the condition)
+        # held by the one thread running this stream's lazy work (re-entrant: a work that waits
+        # for another stream's event runs that stream's work, which may wait for this one's)
+        self._runner = threading.RLock()
         self._cond = threading.Condition(self._lock)
         # (api, work, hang fault, perf_counter when submitted)
         self._queue: collections.deque[tuple[str, Work | Mark, faults.Fault | None, float]] = (
@@ -194,10 +196,14 @@ class Stream:
     def _run_lazily(self, ticket: int) -> None:
         """Run the queued work up to `ticket` in the calling thread, unless a worker runs it.
 
-        One thread at a time runs lazy work, of any stream (`_LAZY`, re-entrant): a work that
-        waits for another stream's event (`stream_wait_event`) runs that stream's work itself.
+        One thread at a time runs a stream's lazy work (`_runner`); a work that waits for another
+        stream's event (`stream_wait_event`) runs that stream's work itself. Two streams' runners
+        wait for each other only when each waits for work the other has not reached, which
+        hangs a device too.
         """
-        with _LAZY:
+        if self.reached(ticket):
+            return
+        with self._runner:
             while True:
                 with self._lock:
                     if (

@@ -15,7 +15,9 @@ locks still serialize work on a device (of this process).
 DVPP (`acl.media`): a JPEGD decode or VPC job holds the chip's engine (`jpegd`, `vpc`) for
 pixels / 1080p / `*_chip_fps` seconds and its stream for pixels / 1080p / `*_channel_fps`
 (`channel`): one stream (a channel, in the pages' words) runs at the channel rate, many together
-at most at the chip's (the shape of CANN's JPEGD and VPC performance pages).
+at most at the chip's (the shape of CANN's JPEGD and VPC performance pages). The job's own work
+runs on its channel, outside the chip's engine: channels decode side by side, and a long decode
+holds neither the VPC nor the execute engine.
 
 With a spec the engines are the host's, shared by every emulator process like a real NPU is by
 every process that sets it (Triton's stubs are one process per instance): each (device, engine)
