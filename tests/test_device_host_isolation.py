@@ -14,8 +14,11 @@ from pathlib import Path
 import numpy as np
 import onnx_models
 import pytest
+from onnx_models import reference
 
-from ge_python_backend.devicehost.client import RemoteSession
+from ge_python_backend.devicehost import client
+from ge_python_backend.devicehost.client import RemoteSession, ReplyLate
+from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.emulator.timing import ENV as TIMING_ENV
 from ge_python_backend.processes import RUN_DIR_ENV
@@ -159,3 +162,36 @@ def test_without_a_timing_model_no_request_of_another_model_waits_for_a_decode(
     finally:
         images.close()
         other.close()
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["inline", "pipelined"])
+def test_a_batch_answered_after_the_reply_timeout_never_writes_into_a_later_ones_buffer(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch, pipelined: bool
+) -> None:
+    """The host stalls 2 s in its second launch (`mdl.execute_async:stall=2000:2`), past the
+    stub's reply timeout (1.2 s: 100 ms per lane and a margin of 1 s here), then resumes and
+    writes that batch's outputs. The stub gave the batch up and retired its buffer, so the
+    batch it sends meanwhile goes in another buffer and is answered right (it was answered
+    with the stalled batch's outputs over its inputs, with a success status)."""
+    monkeypatch.setattr(client, "REPLY_MARGIN_S", 1.0)
+    monkeypatch.setenv(FAULTS_ENV, "mdl.execute_async:stall=2000:2")
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", execute_timeout_ms=100)
+    try:
+        assert session.reply_timeout_s == pytest.approx(1.2)
+        inputs = [np.full((2, 16), value, np.float32) for value in (1.0, 2.0, 3.0, 4.0)]
+        answers = []
+
+        def infer(x: np.ndarray) -> np.ndarray:
+            return session.submit([{"x": x}], pipelined=pipelined).result()[0]["y"]
+
+        answers.append(infer(inputs[0]))
+        used = {slot.number for slot in session._free}
+        with pytest.raises(ReplyLate, match="did not answer within 1.2 s"):
+            infer(inputs[1])
+        answers.append(infer(inputs[2]))  # sent while the host still stalls
+        answers.append(infer(inputs[3]))
+        for x, y in zip(inputs[:1] + inputs[2:], answers):
+            np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
+        assert not used & {slot.number for slot in session._free}  # retired, never pooled
+    finally:
+        session.close()

@@ -126,6 +126,18 @@ def test_an_injected_synchronize_fault_waits_for_the_queued_work_first(ctx: int)
     assert acl.rt.destroy_stream(stream) == 0
 
 
+def test_a_stall_returns_late_and_succeeds(ctx: int) -> None:
+    set_faults("rt.malloc:stall=200:2")
+    first = malloc(64)
+    before = stats()["faults_injected"]
+    start = time.perf_counter()
+    second, ret = acl.rt.malloc(64, 0)
+    assert ret == 0 and time.perf_counter() - start >= 0.2
+    assert stats()["faults_injected"] == before + 1
+    for address in (first, second):
+        assert acl.rt.free(address) == 0
+
+
 @pytest.mark.parametrize(
     "spec",
     [
@@ -139,6 +151,9 @@ def test_an_injected_synchronize_fault_waits_for_the_queued_work_first(ctx: int)
         "rt.malloc:207001:1,garbage",
         "rt.malloc:hang:1",
         "mdl.execute_async:hangs:1",
+        "rt.malloc:stall=0:1",
+        "rt.malloc:stall=-5:1",
+        "rt.malloc:stall:1",
     ],
 )
 def test_bad_specs_raise_value_error_naming_the_entry(spec: str) -> None:

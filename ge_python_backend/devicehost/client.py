@@ -6,8 +6,9 @@ device) and opens the session there. It offers what `triton.ModelInstance` uses 
 `inputs`, `outputs`, `gears`, `runtime`, `submit(feeds_list, pipelined) -> RemoteBatch` (whose
 `result()` waits), `wait_ready`, `counters`, `device_memory`, `close`. A request's tensors are
 written once into a buffer the host gave this connection and its outputs copied once out of it
-(the host reuses the buffer for the next batch). An `InputError` raised in the host comes back
-as one, with its `request`.
+(the host reuses the buffer for the next batch). A batch whose answer is later than the reply
+timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host may still write
+its outputs there. An `InputError` raised in the host comes back as one, with its `request`.
 
 The host dying fails every request in flight at once (`DeviceHostGone`); the next `submit`
 starts a host again and reopens the session (`counters` keep counting across hosts). Standard
@@ -65,7 +66,14 @@ from ge_python_backend.environment import DEVICE_HOST_IDLE_EXIT_S, DEVICE_HOST_S
 from ge_python_backend.errors import InputError
 from ge_python_backend.modelinfo import SessionCounters
 
-__all__ = ["IDLE_EXIT_ENV", "RemoteBatch", "RemoteSession", "python_interpreter", "start_host"]
+__all__ = [
+    "IDLE_EXIT_ENV",
+    "RemoteBatch",
+    "RemoteSession",
+    "ReplyLate",
+    "python_interpreter",
+    "start_host",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +84,8 @@ IDLE_EXIT_ENV = DEVICE_HOST_IDLE_EXIT_S.name
 SHARE_CPU_ENV = DEVICE_HOST_SHARE_CPU.name
 DEFAULT_IDLE_EXIT_S = 10.0
 START_TIMEOUT_S = 120.0
+# Seconds a reply may take beyond every lane's execute_timeout_ms before the host counts as stuck.
+REPLY_MARGIN_S = 30.0
 _OPEN_ATTEMPTS = 3
 _started: list[subprocess.Popen[bytes]] = []  # hosts this process started, reaped when they end
 
@@ -210,6 +220,11 @@ def start_host(
         os.close(lock)  # releases the lock
 
 
+class ReplyLate(DeviceHostError):
+    """The device host did not answer within the reply timeout; it may still (its buffer is
+    retired)."""
+
+
 # a message and its descriptors (Union: evaluated at import, and the stub may run Python 3.9)
 Reply = tuple[Union[dict[str, Any], BatchFrame], list[int]]
 
@@ -237,6 +252,7 @@ class _Link:
         self._send_lock = threading.Lock()
         self._state = threading.Condition()  # guards _calls, _reading and lost
         self._calls: dict[int, _Call] = {}
+        self._given_up: set[int] = set()  # calls whose reply came too late: dropped when it does
         self._reading = False
         self._ids = itertools.count(1)
         self._layouts: dict[Any, Layout] = {}  # the batches' shapes named on this connection
@@ -320,28 +336,31 @@ class _Link:
                 while not call.replies and call.error is None and self._reading:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
-                        raise self._late()
+                        raise self._late(call)
                     self._state.wait(left)
                 if call.replies:
                     return call.replies.popleft()
                 if call.error is not None:
                     raise call.error
                 if deadline is not None and time.monotonic() > deadline:
-                    raise self._late()  # (the others' replies kept coming, not this one's)
+                    raise self._late(call)  # (the others' replies kept coming, not this one's)
                 self._reading = True
             try:
-                self._read_one()
+                self._read_one(call)
             finally:
                 with self._state:
                     self._reading = False
                     self._state.notify_all()
 
-    def _read_one(self) -> None:
-        """Read one frame and hand it to its call (the caller holds the reading turn)."""
+    def _read_one(self, waiting: _Call) -> None:
+        """Read one frame and hand it to its call (the caller, waiting for `waiting`, holds the
+        reading turn)."""
         try:
             item = self._frames.read()
         except socket.timeout:
-            raise self._late() from None
+            with self._state:
+                late = self._late(waiting)
+            raise late from None
         except (OSError, ValueError, DeviceHostError) as exc:
             self._lose(exc)
             return
@@ -362,12 +381,28 @@ class _Link:
             if call is not None:
                 call.replies.append((reply, fds))
                 return
-        logger.warning("the device host answered a message never sent: %s", reply)
+            ident = reply[1] if type(reply) is tuple else int(reply.get("id") or 0)
+            late = ident in self._given_up
+            if late and not (type(reply) is dict and reply.get("more")):
+                self._given_up.discard(ident)  # its last reply
+        if late:
+            logger.info("the device host answered message %d after it was given up; dropped", ident)
+        else:
+            logger.warning("the device host answered a message never sent: %s", reply)
         for fd in fds:
             os.close(fd)
 
-    def _late(self) -> DeviceHostError:
-        return DeviceHostError(f"the device host did not answer within {self._timeout_s:g} s")
+    def _late(self, call: _Call) -> ReplyLate:
+        """Give up on `call` (state held): a reply that comes after is dropped."""
+        for ident, waiting in list(self._calls.items()):
+            if waiting is call:
+                del self._calls[ident]
+                self._given_up.add(ident)
+        return ReplyLate(
+            f"the device host did not answer within {self._timeout_s:g} s (the reply timeout: "
+            f"execute_timeout_ms for each lane and {REPLY_MARGIN_S:g} s); this batch's buffer is "
+            "retired"
+        )
 
     def alive(self) -> bool:
         """Whether the host is still at the other end (an idle link reads nobody's replies:
@@ -479,7 +514,7 @@ class RemoteBatch:
             reply, fds = _reply(self._link, self._call)
         except BaseException as exc:
             self._error = exc
-            self._session._give_back(self._link, slot)
+            self._session._give_back(self._link, slot, exc)
             return
         if type(reply) is tuple:  # an ANSWER record: the outputs' layout has a number
             number = reply[3]
@@ -522,7 +557,9 @@ class RemoteSession:
         depth = int(arguments.get("pipeline_depth") or 1)
         # The host bounds every execution by execute_timeout_ms; a reply later than every lane's
         # timeout and a margin means the host itself is stuck.
-        self.reply_timeout_s = timeout_ms / 1000 * (depth + 1) + 30 if timeout_ms else None
+        self.reply_timeout_s = (
+            timeout_ms / 1000 * (depth + 1) + REPLY_MARGIN_S if timeout_ms else None
+        )
         self._paths = host_paths(device_id)
         self._lock = threading.Lock()  # (re)connecting
         self._free: list[_Slot] = []
@@ -599,8 +636,19 @@ class RemoteSession:
         reply, fds = _json_reply(link, link.call({"op": "buffer", "bytes": size}))
         return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
 
-    def _give_back(self, link: _Link, slot: _Slot) -> None:
-        if link is self._link and link.lost is None:
+    def _give_back(self, link: _Link, slot: _Slot, failure: BaseException | None = None) -> None:
+        """Return `slot` to the pool once its batch is over: unless the host went away, or the
+        batch's answer was late (`failure` a `ReplyLate`), when the host may still write it:
+        then it is retired (the host told to free it once that batch is done), never reused."""
+        if isinstance(failure, ReplyLate) and link.lost is None:
+            logger.warning(
+                "%r: buffer %d retired: its batch was given up, the device host may still write it",
+                self,
+                slot.number,
+            )
+            link.tell({"op": "free", "buffer": slot.number})
+            slot.buffer.close()
+        elif link is self._link and link.lost is None:
             with self._free_lock:
                 self._free.append(slot)
         else:
@@ -636,8 +684,8 @@ class RemoteSession:
             batch = RemoteBatch(self, link, call, slot)
             try:
                 accepted, _ = _json_reply(link, call)  # (or refused before any work)
-            except BaseException:
-                self._give_back(link, slot)
+            except BaseException as exc:
+                self._give_back(link, slot, exc)
                 raise
             self._ready = bool(accepted.get("ready"))
             return batch

@@ -86,6 +86,11 @@ class _Connection:
         self.label = "(no model yet)"
         self._send_lock = threading.Lock()
         self._buffers: dict[int, Buffer] = {}
+        # The fence: the batch (its message id) each buffer's outputs are due from; a buffer in
+        # it takes no other batch, and one the stub frees meanwhile is retired: that batch's
+        # outputs are dropped, never written, and the buffer closed after it.
+        self._writing: dict[int, Any] = {}
+        self._retired: set[int] = set()
         self._buffers_lock = threading.Lock()
         self._buffer_ids = itertools.count(1)
         self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
@@ -153,9 +158,7 @@ class _Connection:
                     {"id": ident, "counters": counters, "memory": self.session.device_memory()}
                 )
             elif op == "free":
-                with self._buffers_lock:
-                    buffer = self._buffers.pop(self._buffer_id(message.get("buffer")))
-                buffer.close()
+                self._free(message.get("buffer"))
             else:
                 raise Refused(f"unknown message {op!r}")
         except Exception as exc:  # answered to the stub, which fails that request with it
@@ -225,6 +228,17 @@ class _Connection:
             }
         )
 
+    def _free(self, number: Any) -> None:
+        """The stub is done with a buffer: closed now, or, while a batch's outputs are due in
+        it (the stub gave that batch up), retired until that batch is over."""
+        with self._buffers_lock:
+            number = self._buffer_id(number)
+            if number in self._writing:
+                self._retired.add(number)
+                return
+            buffer = self._buffers.pop(number)
+        buffer.close()
+
     def _buffer_id(self, value: Any) -> int:
         if not isinstance(value, int) or value not in self._buffers:
             raise Refused(f"buffer {value!r} was not given to this connection")
@@ -260,7 +274,33 @@ class _Connection:
         assert self.session is not None
         with self._buffers_lock:
             number = self._buffer_id(buffer_number)
+            if number in self._retired or number in self._writing:
+                raise Refused(
+                    f"buffer {number} still waits for the outputs of batch "
+                    f"{self._writing.get(number)!r}: a buffer takes one batch at a time"
+                )
             buffer = self._buffers[number]
+            self._writing[number] = ident
+        try:
+            self._launch(ident, number, buffer, places, named, pipelined, cpu)
+        except BaseException:  # refused before any work: nothing is due in the buffer
+            with self._buffers_lock:
+                self._writing.pop(number, None)
+            raise
+
+    def _launch(
+        self,
+        ident: Any,
+        number: int,
+        buffer: Buffer,
+        places: Any,
+        named: Any,
+        pipelined: bool,
+        cpu: Any,
+    ) -> None:
+        """Submit the batch in `buffer` (`_submit` fenced it) and answer it, or hand it to the
+        completer (pipelined)."""
+        assert self.session is not None
         if named is None:
             if not isinstance(places, list):
                 raise Refused("a submit names its feeds' places or a layout")
@@ -332,10 +372,20 @@ class _Connection:
         places otherwise (numbered for the next batches when they can be)."""
         try:
             results = pending.result()
-            with self._buffers_lock:
-                buffer = self._buffers[number]
         except Exception as exc:
+            self._done_writing(number)
             self._send_error(ident, exc)
+            return
+        buffer = self._done_writing(number)
+        if buffer is None:
+            logger.warning(
+                "stub pid %d (%s): batch %r finished after the stub gave it up; its outputs "
+                "are dropped, buffer %d is freed",
+                self.peer_pid,
+                self.label,
+                ident,
+                number,
+            )
             return
         key = signature(results)
         try:
@@ -366,6 +416,18 @@ class _Connection:
             logger.info("stub pid %d (%s): cannot answer: %s", self.peer_pid, self.label, exc)
         except Exception as exc:
             self._send_error(ident, exc)
+
+    def _done_writing(self, number: int) -> Buffer | None:
+        """The batch due in buffer `number` is over: the buffer to write its outputs in, or
+        None when the stub retired it meanwhile (then closed here)."""
+        with self._buffers_lock:
+            self._writing.pop(number, None)
+            if number not in self._retired:
+                return self._buffers[number]
+            self._retired.discard(number)
+            buffer = self._buffers.pop(number)
+        buffer.close()
+        return None
 
     def close(self) -> None:
         """The stub left: answer what is in flight, close the session, free the buffers."""

@@ -9,6 +9,7 @@ recent error message of the thread and returns the failure in the function's ret
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -74,6 +75,9 @@ def api(
                 raise TypeError(f"<{name}> args parse failed")
             TLS.api = name
             before = faults.take(call) if fault == "before" else None
+            if before is not None and before.stall_s:
+                _stall(before)
+                before = None
             if before is not None:
                 if not before.hang:
                     return fail(_injected(before), args)
@@ -87,7 +91,9 @@ def api(
                 if before is not None:
                     faults.set_hanging(None)
             injected = faults.take(call) if fault == "after" else None
-            if injected is not None:
+            if injected is not None and injected.stall_s:
+                _stall(injected)
+            elif injected is not None:
                 return fail(_injected(injected), args)
             return result
 
@@ -95,6 +101,12 @@ def api(
         return cast(F, wrapper)
 
     return decorate
+
+
+def _stall(fault: faults.Fault) -> None:
+    """The calling thread stalls in the call for the fault's time (then the call goes on)."""
+    STATE.count("faults_injected")
+    time.sleep(fault.stall_s)
 
 
 def _injected(fault: faults.Fault) -> int:

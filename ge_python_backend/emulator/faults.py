@@ -5,7 +5,9 @@ on its n-th call (1-based, counted from when the spec was installed) or on every
 A failing call has no side effects. `<call>:hang:<n>` (calls that queue work on a stream, e.g.
 `mdl.execute_async:hang:3`) makes the call succeed but the work it queues never complete, like a
 hung NPU: `synchronize_stream` blocks, `synchronize_stream_with_timeout` times out, and only
-destroying the stream releases it. The spec is read when the emulator is imported; `set_faults`
+destroying the stream releases it. `<call>:stall=<ms>:<n>` makes the call take `ms` milliseconds
+longer, then succeed as usual: a host thread stuck in the driver that resumes (what a caller's
+own timeouts must survive). The spec is read when the emulator is imported; `set_faults`
 replaces it (and restarts the call counts).
 """
 
@@ -20,11 +22,13 @@ from ge_python_backend.environment import EMULATOR_FAULTS
 
 ENV = EMULATOR_FAULTS.name
 FORMAT = (
-    '<call>:<code>|hang:<n>|* separated by ",", e.g. "mdl.execute:507011:3,rt.malloc:207001:*" '
-    "(call without the acl. prefix, code a positive ACL error code or hang for a call that "
-    "queues work on a stream, n the 1-based call number or * for every call)"
+    '<call>:<code>|hang|stall=<ms>:<n>|* separated by ",", e.g. '
+    '"mdl.execute:507011:3,rt.malloc:207001:*" (call without the acl. prefix, code a positive '
+    "ACL error code, hang for a call that queues work on a stream, stall=<ms> for a call that "
+    "returns that many milliseconds late, n the 1-based call number or * for every call)"
 )
 HANG = "hang"
+STALL = "stall="
 
 # Calls that can be made to fail, and those that queue work on a stream (can hang); the `acl`
 # modules register theirs when imported.
@@ -35,15 +39,17 @@ HANGABLE: set[str] = set()
 @dataclass(frozen=True)
 class Fault:
     """Return `code` from `call` on its `nth` call (every call if `nth` is None); code 0 is a
-    hang: the call succeeds and the work it queues never completes."""
+    hang (the call succeeds and the work it queues never completes) or, with `stall_s`, a
+    stall (the call returns that many seconds late, and succeeds)."""
 
     call: str
     code: int
     nth: int | None
+    stall_s: float = 0.0
 
     @property
     def hang(self) -> bool:
-        return self.code == 0
+        return self.code == 0 and not self.stall_s
 
 
 _lock = threading.Lock()
@@ -80,17 +86,22 @@ def _parse_entry(parts: list[str]) -> Fault | None:
     if len(parts) != 3 or not parts[0]:
         return None
     call, code_text, nth_text = parts
+    stall_s = 0.0
     if code_text == HANG:
         code = 0
+    elif code_text.startswith(STALL) and code_text[len(STALL) :].isdigit():
+        code, stall_s = 0, int(code_text[len(STALL) :]) / 1000
+        if not stall_s:
+            return None
     elif code_text.isdigit() and int(code_text) != 0:
         code = int(code_text)
     else:
         return None
     if nth_text == "*":
-        return Fault(call, code, None)
+        return Fault(call, code, None, stall_s)
     if not nth_text.isdigit() or int(nth_text) == 0:
         return None
-    return Fault(call, code, int(nth_text))
+    return Fault(call, code, int(nth_text), stall_s)
 
 
 def set_faults(spec: str | None) -> None:
