@@ -7,6 +7,7 @@ it, and a model whose `.om` changed on disk is refused with the reason when the 
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from onnx_models import reference
 
 from ge_python_backend.devicehost import client
+from ge_python_backend.devicehost.buffers import Buffer
 from ge_python_backend.devicehost.client import RemoteSession, ReplyLate
 from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
@@ -195,3 +197,62 @@ def test_a_batch_answered_after_the_reply_timeout_never_writes_into_a_later_ones
         assert not used & {slot.number for slot in session._free}  # retired, never pooled
     finally:
         session.close()
+
+
+def host_memfds(pid: int) -> list[str]:
+    """The /proc paths of process `pid`'s descriptors of device host buffers."""
+    directory = Path(f"/proc/{pid}/fd")
+    found = []
+    for entry in directory.iterdir():
+        try:
+            if "memfd:ge-device-host" in os.readlink(entry):
+                found.append(str(entry))
+        except OSError:  # closed meanwhile
+            continue
+    return found
+
+
+def test_a_peer_cannot_shrink_or_grow_a_buffer_under_the_host(
+    run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    """A same-user process opens the host's buffers through /proc and truncates them: refused
+    (sealed), where the host died of SIGBUS at its next access and logged nothing."""
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+    try:
+        x = np.ones((2, 16), np.float32)
+        expected = reference(om_dynamic_batch, {"x": x})["y"]
+        np.testing.assert_allclose(session.submit([{"x": x}]).result()[0]["y"], expected, rtol=1e-5)
+        paths = host_memfds(session.host_pid)
+        assert paths
+        for path in paths:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                for size in (0, 1 << 30):
+                    with pytest.raises(PermissionError):
+                        os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+        for _ in range(3):
+            y = session.submit([{"x": x}], pipelined=False).result()[0]["y"]
+            np.testing.assert_allclose(y, expected, rtol=1e-5)
+        os.kill(session.host_pid, 0)  # alive
+    finally:
+        session.close()
+
+
+def test_neither_side_maps_a_buffer_whose_size_is_not_sealed() -> None:
+    fd = os.memfd_create("not-sealed", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, 1 << 20)
+        with pytest.raises(ValueError, match="a buffer's size is sealed"):
+            Buffer(fd, 1 << 20)
+    finally:
+        os.close(fd)
+    buffer = Buffer.create(1 << 20)
+    again = os.dup(buffer.fd)
+    try:
+        with pytest.raises(ValueError, match="1048576 bytes"):
+            Buffer(again, 2 << 20)  # more than it holds
+    finally:
+        os.close(again)
+        buffer.close()

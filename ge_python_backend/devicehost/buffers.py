@@ -3,7 +3,10 @@
 The host creates each buffer (`Buffer.create`: an anonymous `memfd` of its own, mode 0600
 like every shmem file, never linked into a directory, so nothing is left behind when either
 side dies) and hands its descriptor to the one connection it belongs to (`protocol`'s
-`SCM_RIGHTS`); both sides map it with `mmap`. A request's tensors are written once into a buffer
+`SCM_RIGHTS`); both sides map it with `mmap`. Its size is sealed (`SEALS`: it can neither
+shrink nor grow, and no seal can be added): a same-user process that opens it through /proc
+and truncates it would otherwise make the next access of either side die of SIGBUS; each side
+maps only a buffer so sealed. A request's tensors are written once into a buffer
 by the stub and read in place by the host's `Session` (which stages them into its pinned
 buffers); the outputs are written once by the host and read by the stub. Not
 `multiprocessing.shared_memory`, whose resource tracker would unlink segments behind us.
@@ -13,6 +16,7 @@ Standard library and numpy only: the stub imports it.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import logging
 import math
@@ -39,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 ALIGN = 64  # every tensor starts on a 64-byte boundary
 MIN_BUFFER = 1 << 20
+# A buffer's size is fixed (a bigger one is a new buffer): no shrinking under a mapping (SIGBUS),
+# no growing, and no further seal (a write seal would fail the other side's mapping).
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
 def buffer_bytes(nbytes: int) -> int:
@@ -119,6 +126,15 @@ class Buffer:
     """One shared-memory buffer mapped in this process."""
 
     def __init__(self, fd: int, nbytes: int) -> None:
+        """Map `nbytes` of the buffer `fd` (ValueError unless its size is sealed and holds
+        them)."""
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        size = os.fstat(fd).st_size
+        if seals & SEALS != SEALS or size < nbytes:
+            raise ValueError(
+                f"not a device host buffer of {nbytes} bytes: {size} bytes, seals {seals:#x} "
+                f"(a buffer's size is sealed: {SEALS:#x})"
+            )
         self.fd = fd
         self.nbytes = nbytes
         self._map = mmap.mmap(fd, nbytes)
@@ -128,9 +144,10 @@ class Buffer:
     def create(cls, nbytes: int, name: str = "ge-device-host") -> Buffer:
         """A new buffer of `nbytes` (rounded up to whole pages)."""
         nbytes = max(mmap.PAGESIZE, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, nbytes)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
             return cls(fd, nbytes)
         except BaseException:
             os.close(fd)

@@ -482,6 +482,17 @@ class _Slot:
     buffer: Buffer
 
 
+def _given_slot(reply: dict[str, Any], fds: list[int]) -> _Slot:
+    """The buffer a host's reply gives (DeviceHostError, its descriptor closed, when it is not
+    one a device host makes)."""
+    try:
+        return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+    except (ValueError, OSError, KeyError, IndexError) as exc:
+        for fd in fds:
+            os.close(fd)
+        raise DeviceHostError(f"the device host gave a buffer this stub cannot map: {exc}") from exc
+
+
 class RemoteBatch:
     """A batch submitted to the device host; `result()` waits for it (like `PendingBatch`)."""
 
@@ -530,7 +541,7 @@ class RemoteBatch:
             if fds:  # the outputs needed a bigger buffer: it replaces this one
                 self._link.tell({"op": "free", "buffer": slot.number})
                 slot.buffer.close()
-                slot = _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+                slot = _given_slot(reply, fds)
             named = reply.get("layout")
             key = None if named is None else ("outputs", named)
             tensors = slot.buffer.tensors(reply["outputs"], key)
@@ -634,7 +645,7 @@ class RemoteSession:
                     return self._free.pop(index)
         size = buffer_bytes(nbytes)
         reply, fds = _json_reply(link, link.call({"op": "buffer", "bytes": size}))
-        return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
+        return _given_slot(reply, fds)
 
     def _give_back(self, link: _Link, slot: _Slot, failure: BaseException | None = None) -> None:
         """Return `slot` to the pool once its batch is over: unless the host went away, or the
