@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import io
 import os
+import resource
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +24,7 @@ from onnx_models import reference
 from ge_python_backend.devicehost import client
 from ge_python_backend.devicehost.buffers import Buffer
 from ge_python_backend.devicehost.client import RemoteSession, ReplyLate
+from ge_python_backend.devicehost.protocol import host_paths
 from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.emulator.timing import ENV as TIMING_ENV
@@ -256,3 +261,53 @@ def test_neither_side_maps_a_buffer_whose_size_is_not_sealed() -> None:
     finally:
         os.close(again)
         buffer.close()
+
+
+def test_the_host_survives_a_full_descriptor_table_and_serves_once_it_has_room(
+    run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    """A host limited to 64 descriptors, 100 connections at once: accept() fails with EMFILE,
+    logged with a backoff (it exited on the uncaught error); once they are gone a stub opens a
+    session in that same host and is answered right."""
+    run_dir.mkdir(mode=0o700)
+    paths = host_paths(0)
+    with open(paths.log, "wb") as log:
+        host = subprocess.Popen(
+            [sys.executable, "-m", "ge_python_backend.devicehost", "--device", "0"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)),
+        )
+    flood: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(paths.socket) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(100):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(paths.socket)
+            flood.append(sock)
+        deadline = time.monotonic() + 30
+        while "Too many open files" not in Path(paths.log).read_text():
+            assert time.monotonic() < deadline and host.poll() is None, Path(paths.log).read_text()
+            time.sleep(0.05)
+        for sock in flood:
+            sock.close()
+        time.sleep(0.5)
+        assert host.poll() is None
+        session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+        try:
+            assert session.host_pid == host.pid
+            x = np.ones((2, 16), np.float32)
+            y = session.submit([{"x": x}], pipelined=False).result()[0]["y"]
+            np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
+        finally:
+            session.close()
+        log_text = Path(paths.log).read_text()
+        assert "cannot accept a connection: [Errno 24] Too many open files" in log_text
+        assert "Traceback" not in log_text
+    finally:
+        for sock in flood:
+            sock.close()
+        host.terminate()
+        host.wait(30)

@@ -68,6 +68,11 @@ _ALLOWED_CPUS = os.sched_getaffinity(0)  # the host's, as started
 # large batch's copies, the emulator's JPEG decodes) delays each step of another model's batch
 # by up to 5 ms; at 0.5 ms it waits at most that.
 GIL_SWITCH_S = 0.0005
+# After accept() fails (EMFILE, ENFILE, ENOBUFS, ...) the host waits this long before the next
+# attempt, twice as long after each failure in a row up to the maximum (a full descriptor table
+# stays full until connections end: without a wait the loop would spin on the pending one).
+FIRST_ACCEPT_BACKOFF_S = 0.05
+MAX_ACCEPT_BACKOFF_S = 2.0
 # What a stub may pass to `Session`: its keyword arguments, nothing else.
 SESSION_ARGUMENTS = frozenset(inspect.signature(Session).parameters)
 
@@ -452,6 +457,17 @@ def _peer(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
+def _admit(sock: socket.socket) -> _Connection | None:
+    """The connection of a stub of this user on `sock`; None (closed) for another user's."""
+    pid, uid = _peer(sock)
+    if uid != os.getuid():
+        logger.warning("refused a connection from pid %d of uid %d (not ours)", pid, uid)
+        sock.close()
+        return None
+    sock.settimeout(None)
+    return _Connection(sock, pid)
+
+
 def serve(device: int, idle_exit_s: float = 0.0) -> int:
     """Run the device host of `device` until SIGTERM/SIGINT (or, with `idle_exit_s` > 0, that
     long after the last stub left); 0 also when another host of the device already runs."""
@@ -496,6 +512,7 @@ def serve(device: int, idle_exit_s: float = 0.0) -> int:
                 connections.discard(connection)
                 idle_since = time.monotonic()
 
+    backoff = 0.0
     try:
         while not stop.is_set():
             try:
@@ -509,18 +526,36 @@ def serve(device: int, idle_exit_s: float = 0.0) -> int:
                     )
                     break
                 continue
-            pid, uid = _peer(sock)
-            if uid != os.getuid():
-                logger.warning("refused a connection from pid %d of uid %d (not ours)", pid, uid)
-                sock.close()
+            except OSError as exc:  # the stubs connected keep being served meanwhile
+                backoff = min(MAX_ACCEPT_BACKOFF_S, backoff * 2 or FIRST_ACCEPT_BACKOFF_S)
+                logger.error(
+                    "cannot accept a connection: %s (%d stub(s) connected); retrying in %g s",
+                    exc,
+                    len(connections),
+                    backoff,
+                )
+                stop.wait(backoff)
                 continue
-            sock.settimeout(None)
-            connection = _Connection(sock, pid)
-            with changed:
-                connections.add(connection)
-            threading.Thread(
-                target=run, args=(connection,), name=f"ge-host-stub-{pid}", daemon=True
-            ).start()
+            backoff = 0.0
+            admitted = None
+            try:
+                admitted = _admit(sock)
+                if admitted is None:
+                    continue
+                with changed:
+                    connections.add(admitted)
+                threading.Thread(
+                    target=run,
+                    args=(admitted,),
+                    name=f"ge-host-stub-{admitted.peer_pid}",
+                    daemon=True,
+                ).start()
+            except (OSError, RuntimeError) as exc:  # e.g. no thread can start: refused alone
+                logger.error("cannot serve a new connection: %s; closed", exc)
+                if admitted is not None:
+                    with changed:
+                        connections.discard(admitted)
+                sock.close()
     finally:
         os.unlink(paths.socket)
         listener.close()
