@@ -7,29 +7,44 @@ it, and a model whose `.om` changed on disk is refused with the reason when the 
 from __future__ import annotations
 
 import io
+import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx_models
 import pytest
+from e2e_helpers import grpc_address, http_address, model_states, running_server
+from google.protobuf import json_format
 from onnx_models import reference
+from reliability_helpers import wait_for_exit
 
+from ge_python_backend.client import TritonClient, error_text, typed
 from ge_python_backend.devicehost import client
 from ge_python_backend.devicehost.buffers import Buffer
 from ge_python_backend.devicehost.client import RemoteSession, ReplyLate
-from ge_python_backend.devicehost.protocol import host_paths
+from ge_python_backend.devicehost.protocol import RELOAD_NEEDED, host_paths
 from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.emulator.timing import ENV as TIMING_ENV
 from ge_python_backend.processes import RUN_DIR_ENV
+from ge_python_backend.repository.config import load_model_config
+from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.repository.versions import checksum_path
+from ge_python_backend.runtime import placement
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.tools.probe import ProbeResult
+from ge_python_backend.tools.watch import Watcher, needs_reload
+from ge_python_backend.triton import testing
+from ge_python_backend.triton.instance import ModelInstance
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
 
@@ -311,3 +326,110 @@ def test_the_host_survives_a_full_descriptor_table_and_serves_once_it_has_room(
             sock.close()
         host.terminate()
         host.wait(30)
+
+
+def retrained(tmp_path: Path) -> Path:
+    """The `om_dynamic_batch` model with other weights: the same inputs, outputs and gears, other
+    answers (what a replaced `.om` that still fits the config looks like)."""
+    return compile_onnx(
+        onnx_models.build_mlp(tmp_path / "retrained.onnx", seed=17),
+        tmp_path / "retrained",
+        input_shape="x:-1,16",
+        dynamic_batch_size="1,2,4,8",
+        **onnx_models.KEEP_FP32,
+    )
+
+
+def model_args(result: Any, name: str) -> dict[str, str]:
+    """The `args` Triton gives the `initialize` of `name`'s first instance (`result`: scaffold's),
+    with `device_host` on."""
+    config = load_model_config(result.config_path)
+    config.parameters["device_host"].string_value = "on"
+    return {
+        "model_config": json.dumps(json_format.MessageToDict(config)),
+        "model_instance_kind": "CPU",
+        "model_instance_name": f"{name}_0_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(result.model_dir),
+        "model_version": "1",
+        "model_name": name,
+    }
+
+
+@pytest.mark.parametrize("checksum", [True, False], ids=["checksum-file", "no-checksum-file"])
+def test_an_om_changed_on_disk_is_refused_with_the_reason_when_the_host_reopens_it(
+    tmp_path: Path,
+    run_dir: Path,
+    om_dynamic_batch: Path,
+    checksum: bool,
+) -> None:
+    """The host restarts after the instance's `.om` was replaced: the session is not opened on
+    the new file (it was, or failed every request as INTERNAL): every request is answered
+    UNAVAILABLE with the reason, the same digest check with or without a checksum file (the
+    first host's digest of what the instance loaded)."""
+    result = scaffold(om_dynamic_batch, tmp_path / "models", name="m", runtime="emulator")
+    om = next(result.model_dir.glob("1/*.om"))
+    if not checksum:
+        checksum_path(om).unlink()
+    pb_utils = testing.StandInUtils()
+    instance = ModelInstance(model_args(result, "m"), pb_utils)
+    try:
+        x = np.ones((2, 16), np.float32)
+        request = testing.InferenceRequest([pb_utils.Tensor("x", x)], ["y"])
+        (answer,) = instance.execute([request])
+        assert answer.error() is None
+        first_host = instance.session.host_pid
+        os.kill(first_host, signal.SIGKILL)
+        wait_for_exit(first_host, 10)
+        om.write_bytes(retrained(tmp_path).read_bytes())  # replaced while no host runs
+        (answer,) = instance.execute([request])  # (may still find the old host dying)
+        error = answer.error()
+        assert error is not None
+        if error.code() != testing.TritonError.UNAVAILABLE:
+            assert "went away" in error.message(), error.message()
+        for _ in range(2):  # then each at once, from what reopening it found
+            (answer,) = instance.execute([request])
+            error = answer.error()
+            assert error is not None
+            message = error.message()
+            assert error.code() == testing.TritonError.UNAVAILABLE, message
+            assert "sha256 mismatch" in message and RELOAD_NEEDED in message, message
+        assert needs_reload(ProbeResult(False, message, 0.1))
+    finally:
+        instance.close()
+
+
+@pytest.mark.e2e
+def test_through_triton_a_changed_om_answers_unavailable_and_the_watcher_makes_it_unavailable(
+    tmp_path: Path, run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    """tritonserver (explicit model control), one device-host model: its host killed and its
+    `.om` replaced, a request is answered UNAVAILABLE with the reason; the watcher's round
+    reloads the model, whose load fails with it: the model is UNAVAILABLE in the repository
+    index, its reason the sha256 mismatch (it stayed READY, failing every request)."""
+    result = scaffold(
+        om_dynamic_batch, tmp_path / "models", name="m", runtime="emulator", device_host=True
+    )
+    om = next(result.model_dir.glob("1/*.om"))
+    x = np.ones((2, 16), np.float32)
+    with running_server(
+        tmp_path / "models",
+        log_path=tmp_path / "triton.log",
+        model_control_mode="explicit",
+        load_models=["m"],
+    ) as server:
+        with TritonClient(grpc_address(server), "grpc", timeout_s=60) as triton:
+            assert triton.infer("m", typed({"x": x}))["y"].shape == (2, 8)
+            (hosting,) = {holding.pid for holding in placement.holders(0)}
+            os.kill(hosting, signal.SIGKILL)
+            wait_for_exit(hosting, 10)
+            om.write_bytes(retrained(tmp_path).read_bytes())
+            errors = []
+            for _ in range(2):  # (the first may still find the old host dying)
+                with pytest.raises(Exception) as caught:
+                    triton.infer("m", typed({"x": x}))
+                errors.append(error_text(caught.value))
+            assert "sha256 mismatch" in errors[-1] and RELOAD_NEEDED in errors[-1], errors
+        Watcher(http_address(server), retries=1).check_once()
+        state, reason = model_states(server)["m"]
+        assert state == "UNAVAILABLE" and "sha256 mismatch" in reason, (state, reason)

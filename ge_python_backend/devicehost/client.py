@@ -11,7 +11,10 @@ timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host ma
 its outputs there. An `InputError` raised in the host comes back as one, with its `request`.
 
 The host dying fails every request in flight at once (`DeviceHostGone`); the next `submit`
-starts a host again and reopens the session (`counters` keep counting across hosts). Standard
+starts a host again and reopens the session (`counters` keep counting across hosts) on the very
+`.om` this instance loaded (its sha256, from the first host): when that file changed or went
+away meanwhile, every later `submit` raises `ModelUnavailable` with the reason, until the model
+is reloaded. Standard
 library, numpy and the ground floor only: no `acl`, no runtime.
 """
 
@@ -48,12 +51,14 @@ from ge_python_backend.devicehost.buffers import (
 )
 from ge_python_backend.devicehost.protocol import (
     MAX_LAYOUTS,
+    RELOAD_NEEDED,
     SUBMIT,
     BatchFrame,
     DeviceHostError,
     DeviceHostGone,
     FrameReader,
     HostPaths,
+    ModelUnavailable,
     RemoteError,
     counters_from_json,
     gears_from_json,
@@ -453,6 +458,8 @@ def _raise_error(error: dict[str, Any]) -> None:
         raise exc
     if kind == "acl":
         raise RemoteError(message, int(error.get("code", 0)), str(error.get("name", "")))
+    if kind == "model":
+        raise ModelUnavailable(message)
     raise DeviceHostError(f"the device host failed: {message}")
 
 
@@ -582,8 +589,10 @@ class RemoteSession:
         self._ready = False  # the last submit's acceptance said the session could take the next
         self._share_cpu = share_cpu_wanted()
         self._closed = False
+        self._unavailable: ModelUnavailable | None = None  # the model cannot be opened again
         self._link: _Link | None = None
         reply = self._open()
+        self._arguments["sha256"] = reply["sha256"]  # a host that opens it again checks it
         self.inputs = specs_from_json(reply["inputs"])
         self.outputs = specs_from_json(reply["outputs"])
         self.gears = gears_from_json(reply["gears"])
@@ -619,6 +628,8 @@ class RemoteSession:
             link = self._link
             if link is not None and link.alive():
                 return link
+            if self._unavailable is not None:
+                raise self._unavailable
             if link is not None:
                 logger.warning("%s; reconnecting", link.lost)
                 link.close()
@@ -629,7 +640,16 @@ class RemoteSession:
                     slot.buffer.close()
                 self._base = _add(self._base, self._last)
                 self._last = SessionCounters()
-            self._open()
+            try:
+                self._open()
+            except ModelUnavailable as exc:
+                self._unavailable = ModelUnavailable(
+                    f"{self._arguments.get('label') or self._arguments['om_path']} cannot be "
+                    f"opened again in the device host of device {self.device_id}: {exc}; this "
+                    f"instance {RELOAD_NEEDED}"
+                )
+                logger.error("%s", self._unavailable)
+                raise self._unavailable from exc
             logger.info(
                 "the session of %s is open again in the device host of device %d",
                 self._arguments.get("label") or self._arguments["om_path"],

@@ -54,7 +54,8 @@ from ge_python_backend.devicehost.protocol import (
     specs_to_json,
 )
 from ge_python_backend.errors import InputError
-from ge_python_backend.runtime import AclError, PendingBatch, Session
+from ge_python_backend.runtime import AclError, ModelFileError, PendingBatch, Session
+from ge_python_backend.runtime.checksum import file_sha256
 from ge_python_backend.runtime.dvpp import ImageInput
 
 __all__ = ["add_arguments", "main", "serve"]
@@ -186,6 +187,8 @@ class _Connection:
             error.update(kind="input", request=exc.request)
         elif isinstance(exc, AclError):
             error.update(kind="acl", code=exc.code, name=exc.name)
+        elif isinstance(exc, ModelFileError):
+            error.update(kind="model")
         elif not isinstance(exc, (Refused, ValueError, KeyError, TypeError)):
             logger.exception("stub pid %d (%s): serving a request", self.peer_pid, self.label)
         if isinstance(exc, Refused):
@@ -210,9 +213,14 @@ class _Connection:
                 "image": ImageInput(**{**image, "fill": tuple(image["fill"])}),
             }
         try:
+            # the digest of what this instance serves: a host that opens it again (after this
+            # one stopped) refuses a changed file (Session verifies a digest it is given)
+            digest = arguments.get("sha256") or file_sha256(str(arguments.get("om_path")))
             session = Session(**arguments)
         except Exception as exc:
             logger.error("stub pid %d: %s does not load: %s", self.peer_pid, self.label, exc)
+            if isinstance(exc, OSError):  # the .om went away
+                raise ModelFileError(f"cannot read {arguments.get('om_path')}: {exc}") from exc
             raise
         self.session = session
         logger.info(
@@ -230,6 +238,7 @@ class _Connection:
                 "gears": gears_to_json(session.gears),
                 "runtime": session.runtime,
                 "pid": os.getpid(),
+                "sha256": digest,
             }
         )
 

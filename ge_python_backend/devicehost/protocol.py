@@ -10,8 +10,9 @@ that keeps them in arrival order gives each message its own. Standard library, n
 ground floor only: the stub imports it.
 
 Messages (stub -> host; each one with replies has an `id` they repeat):
-  open {session: Session's keyword arguments}   -> {inputs, outputs, gears, runtime, pid}
-        (paths as text, the image input's settings as their fields)
+  open {session: Session's keyword arguments}   -> {inputs, outputs, gears, runtime, pid, sha256}
+        (paths as text, the image input's settings as their fields; sha256: the `.om`'s, which
+        the stub passes when it opens the session again in another host)
   buffer {bytes}                                -> {buffer, bytes, fds: 1}
   layout {layout, feeds: [{name: place}]}       (no reply) `buffers.layout`'s places, named
         by a number of the stub's for the batches of that shape (up to MAX_LAYOUTS)
@@ -27,8 +28,9 @@ Messages (stub -> host; each one with replies has an `id` they repeat):
   wait_ready {}                                 -> {}   (only after a submit not `ready`)
   stats {}                                      -> {counters, device_memory}
   free {buffer}                                 (no reply)
-A failure is `{id, error: {kind: input|acl|other, message, request?, code?, name?}}` (of a
-message without a reply, a line in the host's log).
+A failure is `{id, error: {kind: input|acl|model|other, message, request?, code?, name?}}` (of
+a message without a reply, a line in the host's log); `model`: the `.om` cannot be served (gone,
+changed, refused by the runtime).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ __all__ = [
     "DeviceHostError",
     "DeviceHostGone",
     "FrameReader",
+    "ModelUnavailable",
+    "RELOAD_NEEDED",
     "RemoteError",
     "check_private_directory",
     "counters_from_json",
@@ -88,6 +92,17 @@ class DeviceHostError(GeBackendError):
 
 class DeviceHostGone(DeviceHostError):
     """The device host went away with this request in flight (it died or was stopped)."""
+
+
+# What an instance's every failure says once its model cannot be opened again (the watcher
+# reloads a model whose probe says it: the load then fails with the reason, the model
+# UNAVAILABLE).
+RELOAD_NEEDED = "serves nothing until the model is reloaded"
+
+
+class ModelUnavailable(DeviceHostError):
+    """The device host cannot serve this instance's `.om` (it changed or went away since the
+    instance loaded it, or the runtime refuses it)."""
 
 
 class RemoteError(GeBackendError):

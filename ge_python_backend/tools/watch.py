@@ -3,9 +3,11 @@
 Triton 2.51 keeps a model READY after its Python-backend stub process died (killed, or crashed by
 a request): every request then fails with `Stub process ... is not healthy`, nothing is logged
 and nothing restarts it. The watcher probes every READY model at an interval with the probe's
-real inference (`tools.probe`); a model whose stub is dead or whose probe exceeds the timeout is
-reloaded through the model-control API (unload, then load: Triton's load alone keeps the dead
-stub), which needs a server in explicit model-control mode. Reloads are retried with a doubling
+real inference (`tools.probe`); a model whose stub is dead, whose probe exceeds the timeout, or
+one of whose instances serves nothing until the model is reloaded (a device-host instance whose
+`.om` changed on disk: the load then fails with the reason, the model UNAVAILABLE) is reloaded
+through the model-control API (unload, then load: Triton's load alone keeps the dead stub), which
+needs a server in explicit model-control mode. Reloads are retried with a doubling
 backoff, at most `retries` times in a row; a server that refuses them (mode none) is reported.
 Every probe failure and action is logged; `WatchMetrics` counts them for Prometheus.
 """
@@ -21,6 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from ge_python_backend.client import TritonClient, error_text, server_url
+from ge_python_backend.devicehost.protocol import RELOAD_NEEDED
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.probe import DEFAULT_TIMEOUT_S, ProbeResult, probe
 
@@ -196,7 +199,7 @@ class Watcher:
     def heal(self, model: str, failure: ProbeResult) -> bool:
         """Reload `model` (unload, then load) until a probe passes, at most `retries` times with
         a doubling backoff; False if it still fails or the server refuses reloads."""
-        why = "its probe timed out" if failure.timed_out else "its stub process is dead"
+        why = reload_reason(failure)
         for attempt, backoff in enumerate(_backoffs(self.retries), start=1):
             if attempt > 1:
                 logger.info("retrying the reload of %r in %g s", model, backoff)
@@ -244,8 +247,18 @@ class Watcher:
 
 
 def needs_reload(result: ProbeResult) -> bool:
-    """Whether a failed probe shows a dead stub or a hang (a reload may fix those)."""
-    return result.timed_out or DEAD_STUB_TEXT in result.message
+    """Whether a failed probe shows a dead stub, a hang, or an instance that serves nothing
+    until it is reloaded (a reload fixes those, or the load fails with the reason)."""
+    return result.timed_out or DEAD_STUB_TEXT in result.message or RELOAD_NEEDED in result.message
+
+
+def reload_reason(result: ProbeResult) -> str:
+    """Why a failed probe (one that `needs_reload`) calls for a reload, in a few words."""
+    if result.timed_out:
+        return "its probe timed out"
+    if DEAD_STUB_TEXT in result.message:
+        return "its stub process is dead"
+    return f"an instance {RELOAD_NEEDED} (its .om cannot be opened again)"
 
 
 def _backoffs(retries: int) -> Iterator[float]:

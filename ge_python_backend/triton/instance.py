@@ -5,7 +5,10 @@
 
 One path for every pipeline depth: the requests are submitted to the session together, a bad one
 fails alone (answered INVALID_ARG; `Session.submit` names it, the others are submitted again),
-and their responses are built from the batch's result. At depth 1 `execute` waits for the batch
+and their responses are built from the batch's result. In the device host, an instance whose
+`.om` changed on disk cannot open its session again after the host restarted: every request is
+answered UNAVAILABLE with the reason (the watcher then reloads the model, whose load fails with
+it). At depth 1 `execute` waits for the batch
 and returns the responses; at depth 2 it returns `None` once the execution before this one has
 left the device's execute engine (`Session.wait_ready`), and a completion thread answers through
 each request's response sender: Triton forms the next batch while this one executes, from the
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ge_python_backend.devicehost.client import RemoteBatch, RemoteSession
-from ge_python_backend.devicehost.protocol import DeviceHostError, RemoteError
+from ge_python_backend.devicehost.protocol import DeviceHostError, ModelUnavailable, RemoteError
 from ge_python_backend.modelinfo import gears_text
 from ge_python_backend.repository.parameters import (
     ModelParameters,
@@ -256,6 +259,12 @@ class ModelInstance:
             except InputError as exc:
                 assert exc.request is not None  # `submit` names the request
                 responses[accepted.pop(exc.request).position] = self._invalid(exc)
+            except ModelUnavailable as exc:  # its .om changed since it loaded (logged once)
+                for parsed in accepted:
+                    responses[parsed.position] = error_response(
+                        self._pb_utils, str(exc), "UNAVAILABLE"
+                    )
+                return None
             except Exception as exc:  # not expected; never leave a request hanging
                 logger.exception("model %s: submitting a batch", self._name)
                 for parsed in accepted:
