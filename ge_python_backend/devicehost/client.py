@@ -375,22 +375,22 @@ class _Link:
         reply, fds = item
         with self._state:
             if type(reply) is tuple:  # an ANSWER record
-                call = self._calls.pop(reply[1], None)
+                ident, more = reply[1], False
+                call = self._calls.pop(ident, None)
             else:
                 assert isinstance(reply, dict)
                 ident = int(reply.get("id") or 0)
-                more = reply.get("more")
+                more = bool(reply.get("more"))
                 call = self._calls.get(ident) if more else self._calls.pop(ident, None)
                 if "layout" in reply and "outputs" in reply:  # named before any record uses it
                     self._answer_places[int(reply["layout"])] = reply["outputs"]
             if call is not None:
                 call.replies.append((reply, fds))
                 return
-            ident = reply[1] if type(reply) is tuple else int(reply.get("id") or 0)
-            late = ident in self._given_up
-            if late and not (type(reply) is dict and reply.get("more")):
+            given_up = ident in self._given_up
+            if given_up and not more:
                 self._given_up.discard(ident)  # its last reply
-        if late:
+        if given_up:
             logger.info("the device host answered message %d after it was given up; dropped", ident)
         else:
             logger.warning("the device host answered a message never sent: %s", reply)
