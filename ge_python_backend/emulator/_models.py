@@ -460,7 +460,7 @@ class Execution:
             arrays.append(self._graph_input(i, span, t.acl_dtype, shape, gear))
         rows = arrays[0].shape[0] if dynamic and arrays and arrays[0].ndim else model.rows(gear)
         seconds = timing.current().execute_seconds(rows)
-        with timing.engine(model.context.device.id, "execute", seconds):
+        with timing.shared_engine(model.context.device.id, "execute", seconds):
             try:
                 results = model.om.run(arrays, gear)
             except Exception as exc:  # onnxruntime raises its own exception types

@@ -4,9 +4,15 @@
 sources in BENCHMARKS.md); keys given next to it override its values, e.g.
 `GE_EMULATOR_TIMING="profile=resnet50-310p3,copy_gbps=5"`.
 
-Each device has three engines (model execution, host-to-device copy, device-to-host copy). An
+Each device has three engines (model execution, host-to-device copy, device-to-host copy). A copy
 engine is a lock held while the work runs and then while sleeping the rest of its modelled time:
-work on one engine serializes, the three engines overlap. Execution takes
+copies in one direction serialize, the engines overlap. The execute engine (the AI Core) is
+shared instead (`shared_engine`): tasks of different streams interleave on it at the granularity
+of a kernel (GE's stream allocator design: "tasks between different streams can execute in
+parallel"), so executions of several streams take it in turns of `SLICE_S` of device time, each
+progressing at its share of the rate, and a long execution delays another by its share, not by
+its whole length (in this process the turns go first come, first served; between processes the
+engine file's lock decides, which may keep one process's turns together). Execution takes
 `execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
 dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds, or as
 long as the work really took if that is longer. Without a spec nothing sleeps, but the engine
@@ -44,6 +50,7 @@ timelines from them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import functools
@@ -53,8 +60,9 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ge_python_backend.environment import EMULATOR_HOST_DIR, EMULATOR_TIMING
 
@@ -134,6 +142,35 @@ FORMAT = (
 
 
 _FREE_AT = struct.Struct("<d")  # an engine file's content
+SLICE_S = 0.002  # a turn on a shared engine, in device time (about a kernel's)
+
+
+class _Turns:
+    """A lock taken first come, first served (`threading.Lock` lets the thread that released it
+    take it again at once: turns would not alternate). The holder hands it straight to the
+    longest waiter, waking that thread alone."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._waiting: collections.deque[Any] = collections.deque()  # each waiter's baton
+        self._held = False
+
+    def __enter__(self) -> None:
+        with self._guard:
+            if not self._held:
+                self._held = True
+                return
+            baton = threading.Lock()
+            baton.acquire()
+            self._waiting.append(baton)
+        baton.acquire()  # released by the holder that hands over its turn
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._guard:
+            if self._waiting:
+                self._waiting.popleft().release()  # still held: by the waiter now
+            else:
+                self._held = False
 
 
 class _Engine:
@@ -143,7 +180,8 @@ class _Engine:
     def __init__(self, device_id: int, name: str) -> None:
         self.device_id = device_id
         self.name = name
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # an exclusive engine's
+        self.turns = _Turns()  # a shared engine's
         self.free_at = 0.0
         self.file: int | None = None
         self.directory = ""
@@ -274,16 +312,22 @@ def end_work(outer: float | None) -> float:
     return reached
 
 
-@contextlib.contextmanager
-def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
-    """Hold the device's `name` engine for the body and until its modelled `seconds` have passed
-    in device time (see the module docstring); the running work reaches the end."""
+def _unit(device_id: int, name: str) -> tuple[_Engine, str | None]:
+    """The device's engine `name`, and the host's directory of engine files (None: no spec)."""
     with _lock:
         unit = _engines.get((device_id, name))
         if unit is None:
             unit = _engines[(device_id, name)] = _Engine(device_id, name)
-        directory = _host_dir
-    with unit.lock:
+        return unit, _host_dir
+
+
+@contextlib.contextmanager
+def _claimed(
+    unit: _Engine, directory: str | None, guard: Any
+) -> Iterator[tuple[float, Callable[[float], None]]]:
+    """Hold `unit` (`guard` in this process, then the host's engine file, if any): when its last
+    work ended, and the function that records when this work ends."""
+    with guard:
         shared = None if directory is None else unit.host_file(directory)
         if shared is None:
             free_at = unit.free_at
@@ -291,24 +335,74 @@ def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
             fcntl.flock(shared, fcntl.LOCK_EX)
             stored = os.pread(shared, _FREE_AT.size, 0)
             free_at = min(_FREE_AT.unpack(stored)[0], time.perf_counter()) if stored else 0.0
-        try:
-            start = max(work_time(), free_at)
-            began = time.perf_counter()
-            yield
-            end = start + max(seconds, time.perf_counter() - began)
-            remaining = end - time.perf_counter()
-            if remaining > 0:
-                time.sleep(remaining)
+
+        def ends(end: float) -> None:
             unit.free_at = end
             if shared is not None:
                 os.pwrite(shared, _FREE_AT.pack(end), 0)
+
+        try:
+            yield free_at, ends
         finally:
             if shared is not None:
                 fcntl.flock(shared, fcntl.LOCK_UN)
-        reach(end)
-        trace = _trace
-        if trace is not None:
-            trace.append((device_id, name, start, end))
+
+
+def _sleep_until(end: float) -> None:
+    remaining = end - time.perf_counter()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+def _traced(device_id: int, name: str, start: float, end: float) -> None:
+    trace = _trace
+    if trace is not None:
+        trace.append((device_id, name, start, end))
+
+
+@contextlib.contextmanager
+def engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
+    """Hold the device's `name` engine for the body and until its modelled `seconds` have passed
+    in device time (see the module docstring); the running work reaches the end."""
+    unit, directory = _unit(device_id, name)
+    with _claimed(unit, directory, unit.lock) as (free_at, ends):
+        start = max(work_time(), free_at)
+        began = time.perf_counter()
+        yield
+        end = start + max(seconds, time.perf_counter() - began)
+        _sleep_until(end)
+        ends(end)
+    reach(end)
+    _traced(device_id, name, start, end)
+
+
+@contextlib.contextmanager
+def shared_engine(device_id: int, name: str, seconds: float) -> Iterator[None]:
+    """The device's `name` engine shared by every stream (the AI Core): the body (the emulator's
+    own work) runs outside it, then the work takes its `seconds` of device time (or as long as
+    the body really took, if longer) in turns of `SLICE_S` with the other work waiting for it;
+    the running work reaches the end of its last turn."""
+    unit, directory = _unit(device_id, name)
+    began = time.perf_counter()
+    yield
+    remaining = max(seconds, time.perf_counter() - began)
+    turn = SLICE_S if current().sleeps else remaining  # (nothing sleeps: no turns to take)
+    first: float | None = None
+    end = work_time()  # the work's own device time, turn after turn
+    while True:
+        with _claimed(unit, directory, unit.turns) as (free_at, ends):
+            start = max(end, free_at)
+            piece = min(turn, remaining)
+            end = start + piece
+            _sleep_until(end)
+            ends(end)
+        first = start if first is None else first
+        remaining -= piece
+        if remaining <= 1e-12:
+            break
+    reach(end)
+    assert first is not None
+    _traced(device_id, name, first, end)
 
 
 @contextlib.contextmanager
