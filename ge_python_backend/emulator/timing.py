@@ -15,8 +15,9 @@ its whole length (in this process the turns go first come, first served; between
 engine file's lock decides, which may keep one process's turns together). Execution takes
 `execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
 dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds, or as
-long as the work really took if that is longer. Without a spec nothing sleeps, but the engine
-locks still serialize work on a device (of this process).
+long as the work really took if that is longer (an execution: its device time). Without a spec
+nothing sleeps, but the copy engines' locks still serialize copies on a device (of this process);
+executions run side by side.
 
 DVPP (`acl.media`): a JPEGD decode or VPC job holds the chip's engine (`jpegd`, `vpc`) for
 pixels / 1080p / `*_chip_fps` seconds and its stream for pixels / 1080p / `*_channel_fps`
