@@ -189,11 +189,11 @@ def test_without_a_timing_model_no_request_of_another_model_waits_for_a_decode(
 def test_another_models_batches_share_the_ai_core_with_a_long_execution(
     run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two models in one host, executions of 20 ms a row: one runs 8-row batches (160 ms each)
-    back to back, the other's 1-row batches (20 ms) take the AI Core in turns with them (about
-    40 ms: half the rate), instead of waiting for each long execution to end (180 ms, when an
-    execution held the execute engine for its whole length)."""
-    monkeypatch.setenv(TIMING_ENV, "execute_us_per_row=20000")
+    """Two models in one host, executions of 50 ms a row: one runs 8-row batches (400 ms each)
+    back to back, the other's 1-row batches (50 ms) take the AI Core in turns with them (about
+    100 ms: half the rate), instead of waiting for each long execution to end (about 450 ms,
+    when an execution held the execute engine for its whole length)."""
+    monkeypatch.setenv(TIMING_ENV, "execute_us_per_row=50000")
     long = RemoteSession(om_dynamic_batch, 0, runtime="emulator", label="long")
     short = RemoteSession(om_dynamic_batch, 0, runtime="emulator", label="short")
     try:
@@ -208,14 +208,14 @@ def test_another_models_batches_share_the_ai_core_with_a_long_execution(
         time.sleep(0.1)
         x = np.ones((1, 16), np.float32)
         seconds = []
-        for _ in range(25):
+        for _ in range(15):
             start = time.perf_counter()
             short.submit([{"x": x}], pipelined=False).result()
             seconds.append(time.perf_counter() - start)
         stop.set()
         worker.join()
         p99 = np.percentile(seconds, 99)
-        assert p99 < 0.08, f"p99 {p99 * 1e3:.1f} ms beside executions of 160 ms"
+        assert p99 < 0.25, f"p99 {p99 * 1e3:.1f} ms beside executions of 400 ms"
     finally:
         long.close()
         short.close()
