@@ -491,7 +491,7 @@ def test_a_killed_instance_of_a_busy_model_is_healed_within_one_interval(
                         outcomes.append((sent, False))
                         stop.wait(0.01)
 
-        killed = math.inf
+        killed = killed_again = math.inf
         watcher = Watcher(address, interval=WATCH_INTERVAL_S, timeout=5.0)
         threads = [threading.Thread(target=send) for _ in range(4)]
         threads.append(threading.Thread(target=watcher.run))
@@ -512,25 +512,39 @@ def test_a_killed_instance_of_a_busy_model_is_healed_within_one_interval(
                 time.sleep(0.05)
             healed = time.monotonic() - killed
             time.sleep(2 * WATCH_INTERVAL_S)  # answering on both new instances
+            # Again: an old stub the unload left behind must not stand in for a new dead one.
+            second = {p.pid for p in stub_processes(server)}
+            next(p for p in stub_processes(server) if p.pid not in old).kill()
+            killed_again = time.monotonic()
+            while watcher.metrics.value("ge_watch_reloads_total", "pair") == 1:
+                assert time.monotonic() - killed_again < 3 * WATCH_INTERVAL_S, "no 2nd reload"
+                time.sleep(0.05)
+            noticed_again = time.monotonic() - killed_again
+            while len(new_instances(server, second)) < 2 or not answers_pair(address):
+                assert time.monotonic() - killed_again < 30, "not healed again"
+                time.sleep(0.05)
         finally:
             stop.set()
             watcher.stop.set()
             for thread in threads:
                 thread.join()
     after_kill = [ok for sent, ok in outcomes if sent > killed]
-    after_heal = [ok for sent, ok in outcomes if sent > killed + healed]
+    # Until 1 s before the second kill: a request in flight on a killed stub waits its deadline.
+    after_heal = [ok for sent, ok in outcomes if killed + healed < sent < killed_again - 1.0]
     print(
         f"\nwatch, 2 instances under load: killed stub noticed in {noticed:.2f} s (interval "
         f"{WATCH_INTERVAL_S:g} s), answering on new instances {healed:.1f} s after the kill; "
         f"{after_kill.count(False)} of {len(after_kill)} requests sent after the kill failed, "
-        f"0 of {len(after_heal)} after the heal"
+        f"0 of {len(after_heal)} after the heal; a new stub killed: noticed in "
+        f"{noticed_again:.2f} s"
     )
     # The round's probe first: Triton fails one that lands on the dead stub after about 1 s.
     assert noticed <= WATCH_INTERVAL_S + 2.0
+    assert noticed_again <= WATCH_INTERVAL_S + 2.0
     assert healed <= WATCH_INTERVAL_S + DRAIN_TIMEOUT_S + 10.0  # + loading 2 instances
     assert new == ["pair_0_0", "pair_0_1"]
     assert after_heal and all(after_heal), errors[-3:]
-    assert watcher.metrics.value("ge_watch_reloads_total", "pair") == 1
+    assert watcher.metrics.value("ge_watch_reloads_total", "pair") == 2
 
 
 def new_instances(server: TritonServer, old: set[int]) -> list[str]:

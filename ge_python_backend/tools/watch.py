@@ -214,6 +214,7 @@ class Watcher:
         self._given_up: set[str] = set()  # models whose reloads all failed, until they recover
         self._server_pid: int | None = None  # the tritonserver listening at `url`, if visible
         self._unseen_logged = False
+        self._retired: set[int] = set()  # stubs of instances unloaded by a reload
 
     def run(self) -> None:
         """Probe and heal at every interval until `stop` is set."""
@@ -275,8 +276,9 @@ class Watcher:
             self.heal(model, result)
 
     def _stubs(self) -> list[StubProcess] | None:
-        """The live stubs of the server at `url`; None when its processes are not visible (a
-        server on another host, in another PID namespace or of another user: logged once)."""
+        """The live stubs of the server at `url`, but those of instances this watcher unloaded
+        (an unload Triton never finishes leaves them); None when its processes are not visible
+        (a server on another host, in another PID namespace or of another user: logged once)."""
         if self._server_pid is None or not os.path.isdir(f"/proc/{self._server_pid}"):
             port = int(self.url.rpartition(":")[2])
             pids = listening_pids(port)
@@ -290,7 +292,9 @@ class Watcher:
                     )
                     self._unseen_logged = True
                 return None
-        return live_stubs(self._server_pid)
+        stubs = live_stubs(self._server_pid)
+        self._retired &= {stub.pid for stub in stubs}
+        return [stub for stub in stubs if stub.pid not in self._retired]
 
     def _check_instances(self, model: str, versions: int, stubs: list[StubProcess]) -> ProbeResult:
         """A failed result when an instance of `model` (`versions` READY) has no live stub, else
@@ -362,8 +366,9 @@ class Watcher:
     def _reload(self, model: str) -> None:
         # A load alone keeps a dead stub: Triton reuses the loaded instance.
         stubs = self._stubs()
+        old = {stub.pid for stub in stubs or () if stub.model == model}
         with TritonClient(self.url, self.protocol) as client:
-            if stubs is not None and not any(stub.model == model for stub in stubs):
+            if stubs is not None and not old:
                 client.unload_model(model)  # no stub of it is alive: nothing to drain
             elif not client.unload_drained(model, DRAIN_TIMEOUT_S):
                 # Its old instances linger beside the new ones until the server exits.
@@ -374,6 +379,7 @@ class Watcher:
                     model,
                     DRAIN_TIMEOUT_S,
                 )
+            self._retired |= old
             client.load_model(model)
 
 
