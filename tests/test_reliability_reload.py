@@ -9,7 +9,8 @@ Reloads under load: a 2-instance model whose executions hold the emulated device
 (`GE_EMULATOR_TIMING`) is unloaded and at once loaded `GE_RELOAD_CYCLES` times while clients keep
 sending, so that old instances still execute (and publish their `ge_*` metrics) while the new
 ones start: Triton must keep answering right, with no heap corruption or signal in its log (it
-crashed in 9 of 14 such runs while the instances shared one Prometheus series: RELIABILITY.md).
+crashed in 5 of 5 such runs while the instances shared one Prometheus series:
+docs/guides/reliability/soak-reload.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ instance's labels. Triton 2.51 shares a Prometheus series between the stubs that
 labels to a family of the same name, but counts references per stub: the first stub to delete
 its metric frees the series while the other still writes to it (heap corruption, then a hung or
 crashed server). Instances of one model overlap whenever a model is reloaded while it executes,
-or runs more than one instance and unloads (docs/RELIABILITY.md).
+or runs more than one instance and unloads (docs/guides/reliability/soak-reload.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from ge_python_backend.tools.tune.trials import (
 )
 
 # Each trial unloads the model and waits until Triton has drained it before loading the next
-# config: no trial's instances measure beside the previous trial's (docs/RELIABILITY.md).
+# config: no trial's instances measure beside the previous trial's (docs/guides/tune.md).
 UNLOAD_TIMEOUT_S = 60.0
 
 
