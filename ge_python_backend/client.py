@@ -17,6 +17,7 @@ import dataclasses
 import http.client
 import importlib
 import math
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ TypedArrays = Mapping[str, tuple[np.ndarray, str]]
 # refused or reset connections (OSError) and replies that are not HTTP/1.1 (tritonclient.http's
 # geventhttpclient raises HTTPParseError, an http.client.HTTPException, e.g. at a gRPC port).
 CONNECTION_ERRORS = (OSError, http.client.HTTPException)
+DRAIN_POLL_S = 0.05  # how often `unload_drained` reads the model's state
 
 
 def server_url(url: str | None, protocol: str) -> str:
@@ -150,6 +152,21 @@ class TritonClient:
     def unload_model(self, model: str) -> None:
         """Unload `model`; needs `--model-control-mode=explicit`."""
         self._client.unload_model(model, **self._options)
+
+    def unload_drained(self, model: str, timeout_s: float) -> bool:
+        """Unload `model` and wait until Triton has drained it: answered its executions in
+        flight and finalized its instances (no version READY or UNLOADING in the index; Triton's
+        unload call returns before). False when that took more than `timeout_s` seconds."""
+        self.unload_model(model)
+        deadline = time.monotonic() + timeout_s
+        while any(
+            entry.get("name") == model and entry.get("state") in ("READY", "UNLOADING")
+            for entry in self.repository_index()
+        ):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(DRAIN_POLL_S)
+        return True
 
     def prepare(self, inputs: TypedArrays, outputs: Sequence[str] | None) -> PreparedRequest:
         """The request carrying `inputs` and asking for `outputs` (binary data over HTTP; None:

@@ -798,6 +798,18 @@ class TritonServer:
         except urllib.error.HTTPError as exc:
             return int(exc.code), bytes(exc.read())
 
+    def is_live(self, timeout: float = 2.0) -> bool:
+        """Whether `/v2/health/live` answers 200 within `timeout` seconds."""
+        try:
+            return self._request("GET", "/v2/health/live", timeout=timeout)[0] == 200
+        except OSError:
+            return False
+
+    def kill(self) -> int | None:
+        """SIGKILL the server and its stubs at once (a hung server drains nothing); the exit
+        code (see `stop`)."""
+        return self.stop(timeout=0.0)
+
     def is_ready(self) -> bool:
         """Whether `/v2/health/ready` answers 200."""
         try:

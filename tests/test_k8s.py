@@ -49,6 +49,7 @@ from ge_python_backend.repository.shm import (
 from ge_python_backend.runtime import ENV_VAR
 from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.server import find_server, server_environment
+from ge_python_backend.tools.bench import metric_samples
 from ge_python_backend.tools.k8s import (
     DEVICE_METRIC,
     EXIT_TIMEOUT_SECONDS,
@@ -663,10 +664,11 @@ def test_the_pod_command_line_serves_the_repository(
         # device.
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as reply:
             exported = reply.read().decode()
-        for model in ("mlp", "conv"):
-            assert f'ge_device_busy_seconds_total{{device="0",model="{model}",version="1"}}' in (
-                exported
-            )
+        busy = metric_samples(exported, "ge_device_busy_seconds_total")
+        for model in ("mlp", "conv"):  # a series per instance
+            assert {(s["device"], s["version"]) for s, _ in busy if s["model"] == model} == {
+                ("0", "1")
+            }, busy
     finally:
         process.send_signal(signal.SIGINT)
         try:

@@ -74,6 +74,7 @@ RESTRICTED = {
         f"{PACKAGE}.commands.serve_cmd",
         f"{PACKAGE}.tools.doctor",
         f"{PACKAGE}.tools.probe",
+        f"{PACKAGE}.tools.watch",  # the process listening at the watched URL: listening_pids
     ),
     f"{PACKAGE}.triton.testing": (),
 }

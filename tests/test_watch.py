@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,14 +29,19 @@ import psutil
 import pytest
 from e2e_helpers import free_port, running_server
 from reliability_helpers import install_faults, stub_processes, wait_for_exit
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer, exit_description
 from ge_python_backend.tools.probe import ProbeResult
 from ge_python_backend.tools.watch import (
+    DRAIN_TIMEOUT_S,
     Watcher,
     WatchMetrics,
+    configured_instances,
+    dead_instances,
+    live_stubs,
     needs_reload,
     serve_metrics,
 )
@@ -138,6 +145,43 @@ def test_only_a_dead_stub_or_a_timeout_calls_for_a_reload() -> None:
     assert needs_reload(ProbeResult(False, dead, 0.01))
     assert needs_reload(ProbeResult(False, "no answer within the 3 s timeout", 3.0, True))
     assert not needs_reload(ProbeResult(False, "malformed answer: output 'y' is missing", 0.1))
+
+
+def test_the_stub_processes_of_a_server_are_read_from_proc(tmp_path: Path) -> None:
+    """A shell named as the stub, started by this process (standing in for tritonserver) with a
+    stub's command line (`model.py` a script it runs): listed while it runs, no longer once
+    killed (a zombie)."""
+    stub = tmp_path / "triton_python_backend_stub"
+    shutil.copy("/bin/sh", stub)
+    script = tmp_path / "mlp" / "2" / "model.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("sleep 30\n")
+    argv = [str(stub), str(script), "region", "1", "1", "1", "dir", "3", "mlp_0_1", "DEFAULT"]
+    process = subprocess.Popen(argv)
+    try:
+        time.sleep(0.2)
+        (found,) = live_stubs(os.getpid())
+        assert (found.pid, found.model, found.version, found.instance) == (
+            process.pid,
+            "mlp",
+            "2",
+            "mlp_0_1",
+        )
+        assert dead_instances("mlp", 2, [found]) == 1
+        assert dead_instances("mlp", 1, [found, found]) == 0
+        process.kill()
+        time.sleep(0.2)  # not waited for: a zombie
+        assert live_stubs(os.getpid()) == []
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_configured_instances_count_each_group_per_gpu() -> None:
+    config = ModelConfig()
+    config.instance_group.add(count=2)
+    config.instance_group.add(count=3, gpus=[0, 1])
+    assert configured_instances(config) == 8
 
 
 def test_bad_watcher_settings_are_refused() -> None:
@@ -293,12 +337,12 @@ def test_watch_reloads_a_model_whose_inference_hangs(
 class Serve:
     """`ge-python-model serve` as a process, with its output collected line by line."""
 
-    def __init__(self, repository: Path, log: Path) -> None:
+    def __init__(self, repository: Path, log: Path, *options: str) -> None:
         self.http, self.grpc = free_port(), free_port()
         command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
         command += ["--emulator", "--http-port", str(self.http), "--grpc-port", str(self.grpc)]
         command += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
-        command += ["--watch-interval", "0.5", "--watch-timeout", "5"]
+        command += ["--watch-interval", "0.5", "--watch-timeout", "5", *options]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -375,3 +419,149 @@ def test_serve_heals_a_dead_stub_and_restarts_a_killed_or_aborted_server(
         serve.process.send_signal(signal.SIGINT)
         serve.process.wait(60)
     assert serve.process.returncode == 0, serve.output
+
+
+@pytest.mark.e2e
+def test_serve_restarts_a_hung_server_and_ctrl_c_kills_one(
+    repository: Path, tmp_path: Path
+) -> None:
+    """A stopped tritonserver (SIGSTOP) is alive and answers nothing, as a corrupted one."""
+    serve = Serve(repository, tmp_path / "triton.log", "--hung-timeout", "3")
+    address = f"127.0.0.1:{serve.http}"
+    try:
+        serve.wait_for("Press Ctrl-C")
+        serve.tritonserver().suspend()
+        hung = time.monotonic()
+        serve.wait_for("Triton restarted.")
+        restarted = time.monotonic() - hung
+        assert "is alive but answered no health check for 3 s; killing it" in serve.output
+        assert "tritonserver killed by SIGKILL; restarting it (restart 1 of" in serve.output
+        seconds_until_it_answers(address)
+
+        serve.tritonserver().suspend()
+        serve.process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        serve.process.wait(20)
+        stopped = time.monotonic() - interrupted
+    finally:
+        serve.process.send_signal(signal.SIGINT)
+        serve.process.wait(60)
+    print(f"\nserve: hung server restarted {restarted:.1f} s after it hung; Ctrl-C {stopped:.1f} s")
+    assert "Triton answers no health check: killing it" in serve.output
+    assert serve.process.returncode == 1
+    assert stopped < 10  # not the 30 s exit timeout
+
+
+# --- every instance -----------------------------------------------------------------------
+
+WATCH_INTERVAL_S = 1.0
+
+
+@pytest.mark.e2e
+def test_a_killed_instance_of_a_busy_model_is_healed_within_one_interval(
+    om_dynamic_batch: Path, tmp_path: Path
+) -> None:
+    """Two instances under load: the probe lands on the live one, the instance check does not
+    miss the dead one; a merely busy model is never reloaded."""
+    models = tmp_path / "models"
+    scaffold(om_dynamic_batch, models, name="pair", runtime="emulator", instances=2, warmup=False)
+    with running_server(
+        models,
+        env={"GE_EMULATOR_TIMING": "execute_us=20000"},  # busy: requests queue behind others
+        log_path=tmp_path / "triton.log",
+        model_control_mode="explicit",
+        load_models=["pair"],
+    ) as server:
+        address = server.urls.http.removeprefix("http://")
+        x = np.ones((1, 16), np.float32)
+        stop = threading.Event()
+        outcomes: list[tuple[float, bool]] = []
+        errors: list[str] = []
+
+        def send() -> None:
+            with TritonClient(server.urls.grpc, "grpc", timeout_s=10) as client:
+                request = client.prepare(typed({"x": x}), None)
+                while not stop.is_set():
+                    sent = time.monotonic()
+                    try:
+                        client.send("pair", request)
+                        outcomes.append((sent, True))
+                    except Exception as exc:  # the dead instance's, then the reload's
+                        errors.append(f"{sent - killed:.1f} s: {exc}")
+                        outcomes.append((sent, False))
+                        stop.wait(0.01)
+
+        killed = killed_again = math.inf
+        watcher = Watcher(address, interval=WATCH_INTERVAL_S, timeout=5.0)
+        threads = [threading.Thread(target=send) for _ in range(4)]
+        threads.append(threading.Thread(target=watcher.run))
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(3 * WATCH_INTERVAL_S)  # busy, every instance alive: nothing to heal
+            assert watcher.metrics.value("ge_watch_reloads_total", "pair") == 0
+            old = {p.pid for p in stub_processes(server)}
+            stub_processes(server)[0].kill()
+            killed = time.monotonic()
+            while watcher.metrics.value("ge_watch_reloads_total", "pair") == 0:
+                assert time.monotonic() - killed < 3 * WATCH_INTERVAL_S, "no reload"
+                time.sleep(0.05)
+            noticed = time.monotonic() - killed
+            while len(new := new_instances(server, old)) < 2 or not answers_pair(address):
+                assert time.monotonic() - killed < 30, "not healed"
+                time.sleep(0.05)
+            healed = time.monotonic() - killed
+            time.sleep(2 * WATCH_INTERVAL_S)  # answering on both new instances
+            # Again: an old stub the unload left behind must not stand in for a new dead one.
+            second = {p.pid for p in stub_processes(server)}
+            next(p for p in stub_processes(server) if p.pid not in old).kill()
+            killed_again = time.monotonic()
+            while watcher.metrics.value("ge_watch_reloads_total", "pair") == 1:
+                assert time.monotonic() - killed_again < 3 * WATCH_INTERVAL_S, "no 2nd reload"
+                time.sleep(0.05)
+            noticed_again = time.monotonic() - killed_again
+            while len(new_instances(server, second)) < 2 or not answers_pair(address):
+                assert time.monotonic() - killed_again < 30, "not healed again"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            watcher.stop.set()
+            for thread in threads:
+                thread.join()
+    after_kill = [ok for sent, ok in outcomes if sent > killed]
+    # Until 1 s before the second kill: a request in flight on a killed stub waits its deadline.
+    after_heal = [ok for sent, ok in outcomes if killed + healed < sent < killed_again - 1.0]
+    print(
+        f"\nwatch, 2 instances under load: killed stub noticed in {noticed:.2f} s (interval "
+        f"{WATCH_INTERVAL_S:g} s), answering on new instances {healed:.1f} s after the kill; "
+        f"{after_kill.count(False)} of {len(after_kill)} requests sent after the kill failed, "
+        f"0 of {len(after_heal)} after the heal; a new stub killed: noticed in "
+        f"{noticed_again:.2f} s"
+    )
+    # The round's probe first: Triton fails one that lands on the dead stub after about 1 s.
+    assert noticed <= WATCH_INTERVAL_S + 2.0
+    assert noticed_again <= WATCH_INTERVAL_S + 2.0
+    assert healed <= WATCH_INTERVAL_S + DRAIN_TIMEOUT_S + 10.0  # + loading 2 instances
+    assert new == ["pair_0_0", "pair_0_1"]
+    assert after_heal and all(after_heal), errors[-3:]
+    assert watcher.metrics.value("ge_watch_reloads_total", "pair") == 2
+
+
+def new_instances(server: TritonServer, old: set[int]) -> list[str]:
+    """The instance names of the live stub processes not in `old`."""
+    names = []
+    for stub in stub_processes(server):
+        with contextlib.suppress(psutil.Error):  # a zombie, or gone meanwhile
+            argv = stub.cmdline()
+            if stub.pid not in old and len(argv) > 8 and argv[8] != "pair":  # not autocomplete
+                names.append(argv[8])
+    return sorted(names)
+
+
+def answers_pair(address: str) -> bool:
+    """Whether model pair answers one request now."""
+    try:
+        with TritonClient(address, "http", timeout_s=5) as client:
+            return client.infer("pair", typed({"x": np.ones((1, 16), np.float32)}))["y"].size == 8
+    except Exception:
+        return False

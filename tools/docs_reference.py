@@ -244,8 +244,10 @@ def metrics_page() -> str:
     lines = _page(
         "Metrics",
         "Every `ge_*` metric a model instance publishes on Triton's metrics port",
-        "(`:8002/metrics`), next to Triton's own `nv_inference_*`, labelled by `model`, `version`",
-        "and `device`.",
+        "(`:8002/metrics`), next to Triton's own `nv_inference_*`, labelled by `model`, `version`,",
+        "`device`, `model_instance` and the stub's `pid`: a series per stub process, since Triton",
+        "2.51 frees a series two stubs share ([reloads under",
+        "load](../guides/reliability/soak-reload.md#reloads-under-load)); sum over them.",
         "Device times come from ACL events around the executions and copies on their stream",
         "([lanes](../learn/concepts/lanes.md)), so `rate(ge_device_busy_seconds_total[1m])` is the",
         "device's utilization by the instance.",

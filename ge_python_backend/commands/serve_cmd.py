@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 EXIT_TIMEOUT_S = 30
 MAX_RESTARTS = 3
 RESTART_WINDOW_S = 600.0
+HUNG_TIMEOUT_S = 30.0
+LIVENESS_INTERVAL_S = 2.0  # how often serve asks /v2/health/live
 WATCH_PREFIX = "watch-"
 
 HELP = "run Triton Inference Server on a model repository"
@@ -70,7 +72,10 @@ with every model loaded (--model-control-mode none turns reloads off). The watch
 counters are on --watch-metrics-port (at --host; by default the port above Triton's highest, a
 free one when Triton's are all 0). When tritonserver dies by a signal (a crash, SIGKILL), serve
 removes what the dead server left in /dev/shm and starts it again on the same ports, at most
---max-restarts times in --restart-window seconds; an exit without a signal ends serve.
+--max-restarts times in --restart-window seconds; an exit without a signal ends serve. A
+tritonserver that is alive but answers no health check for --hung-timeout seconds (a corrupted
+heap leaves it so) is killed and restarted the same way; Ctrl-C kills a server that does not
+answer at once, instead of waiting for it to drain.
 
 The server log goes to a new directory in the temp directory, removed when the server stops
 cleanly (a --log-file stays). Who owns each server's shared-memory regions is recorded in
@@ -158,6 +163,14 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help=f"seconds over which --max-restarts counts (default: {RESTART_WINDOW_S:g})",
     )
+    parser.add_argument(
+        "--hung-timeout",
+        type=float,
+        default=HUNG_TIMEOUT_S,
+        metavar="S",
+        help="kill and restart a tritonserver whose /v2/health/live answers nothing for this "
+        f"long (default: {HUNG_TIMEOUT_S:g})",
+    )
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -208,6 +221,30 @@ class RestartBudget:
 
     def __len__(self) -> int:
         return len(self._times)
+
+
+class Liveness:
+    """Whether a running tritonserver still answers `/v2/health/live`, asked at most every
+    `LIVENESS_INTERVAL_S`: `hung()` once it has answered nothing for `timeout` seconds."""
+
+    def __init__(self, server: TritonServer, timeout: float) -> None:
+        self.server = server
+        self.timeout = timeout
+        self.reset()
+
+    def reset(self) -> None:
+        """Count from now (a server just started)."""
+        self._answered = self._asked = time.monotonic()
+
+    def hung(self) -> bool:
+        now = time.monotonic()
+        if now - self._asked < LIVENESS_INTERVAL_S:
+            return False
+        self._asked = now
+        if self.server.is_live():
+            self._answered = now
+            return False
+        return now - self._answered >= self.timeout
 
 
 def _model_control(args: argparse.Namespace) -> tuple[str, list[str]]:
@@ -348,6 +385,7 @@ def run(args: argparse.Namespace) -> int:
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = [signal.signal(signum, _raise_interrupt) for signum in stop_signals]
     watcher: Watcher | None = None
+    liveness: Liveness | None = None  # once the server is ready
     hosts = DeviceHosts(args.repository, env)
     try:
         hosts.start()
@@ -365,10 +403,19 @@ def run(args: argparse.Namespace) -> int:
         if endpoint is not None:
             watcher = _start_watcher(args, server, endpoint, metrics)
         print("Press Ctrl-C to stop.", flush=True)
+        liveness = Liveness(server, args.hung_timeout)
         while True:
             while (code := server.poll()) is None:
                 time.sleep(0.5)
                 hosts.keep_up()
+                if liveness.hung():
+                    print(
+                        f"tritonserver (pid {server.pid}) is alive but answered no health check "
+                        f"for {args.hung_timeout:g} s; killing it",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    server.kill()
             ended = f"tritonserver {exit_description(code)}"
             if code >= 0 or not budget.take():
                 if code >= 0:
@@ -394,6 +441,7 @@ def run(args: argparse.Namespace) -> int:
             )
             _print_removed(server.restart(), "the dead server")
             server.wait_ready()
+            liveness.reset()
             _print_ready(server, server.repository_index())
             print("Triton restarted.", flush=True)
     except ServerError as exc:
@@ -401,6 +449,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         _stop_watcher(watcher, endpoint)  # no reloads while the server drains
+        if liveness is not None and server.poll() is None and not server.is_live():
+            print("Triton answers no health check: killing it", file=sys.stderr, flush=True)
+            server.kill()
+            return 1
         print("stopping Triton (answering the requests in flight)...", file=sys.stderr)
         code = server.stop()
         if code != 0:

@@ -15,18 +15,22 @@ from ge_python_backend.commands.options import (
     watch_metrics_port,
     watch_option,
 )
-from ge_python_backend.tools.watch import Watcher, WatchMetrics, serve_metrics
+from ge_python_backend.tools.watch import DRAIN_TIMEOUT_S, Watcher, WatchMetrics, serve_metrics
 
 logger = logging.getLogger(__name__)
 
 HELP = "probe every READY model at an interval; reload those whose stub died or hangs"
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Watch a running tritonserver (bare host, container or Kubernetes sidecar): every --interval
 seconds, send each READY model one real inference shaped from its config (as `probe` does). A
 model whose Python-backend stub process is dead (Triton 2.51 keeps such a model READY, failing
 every request with `Stub process ... is not healthy`) or whose inference exceeds --timeout is
 reloaded through the model-control API, unload then load, up to --retries times in a row with a
-doubling backoff. Reloads need the server in explicit model-control mode
+doubling backoff. One probe reaches one instance: when the server's processes are visible (a
+server on this host), each model's live stub processes are also counted against its config's
+instances, so that a dead one of several instances is reloaded too. A reload first waits
+(at most {DRAIN_TIMEOUT_S:g} s) for Triton to answer the model's executions in flight and
+finalize its instances, then loads. Reloads need the server in explicit model-control mode
 (`--model-control-mode=explicit`, e.g. with `--load-model=*`); otherwise the failure is
 reported. Every failure and action is logged to stderr. Prometheus counters
 ge_watch_probes_total, ge_watch_failures_total and ge_watch_reloads_total, labelled by model,

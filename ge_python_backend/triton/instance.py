@@ -166,6 +166,7 @@ class ModelInstance:
             "model": args["model_name"],
             "version": args["model_version"],
             "device": str(device_id),
+            "model_instance": args["model_instance_name"],
         }
         self._metrics = MetricsPublisher(
             pb_utils, labels, self.session.counters, self.session.device_memory()

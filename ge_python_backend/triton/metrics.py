@@ -5,10 +5,18 @@ must only be called from the thread that runs `initialize` or `execute`. It publ
 the session's cumulative counters since the previous flush. Each metric update is a round trip to
 the Triton process, so `execute` flushes only when `due()`: at most every `FLUSH_INTERVAL_S`
 (counts of the last executions before an idle spell show with the next execution).
+
+Each stub process publishes series of its own: `series_labels` adds the stub's pid to the
+instance's labels. Triton 2.51 shares a Prometheus series between the stubs that add the same
+labels to a family of the same name, but counts references per stub: the first stub to delete
+its metric frees the series while the other still writes to it (heap corruption, then a hung or
+crashed server). Instances of one model overlap whenever a model is reloaded while it executes,
+or runs more than one instance and unloads (docs/guides/reliability/soak-reload.md).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -70,8 +78,21 @@ GAUGES = (
 FLUSH_INTERVAL_S = 0.1
 
 
+def series_labels(labels: dict[str, str]) -> dict[str, str]:
+    """`labels` with this stub process's pid (`pid`), so that no two stubs add the same series.
+
+    Triton core's `MetricFamily` (src/metric_family.cc) keeps a reference count per family
+    object, and the Python backend makes one family object per stub; prometheus-cpp's registry
+    merges families of one name and `Family::Add` returns the existing series for equal labels.
+    Two stubs with equal labels thus hold one series with a count of 1 each, and the first
+    `Metric` deleted removes (frees) it under the other.
+    """
+    return {**labels, "pid": str(os.getpid())}
+
+
 class MetricsPublisher:
-    """Owns the metric families of one model instance and publishes counter deltas."""
+    """Owns the metric families of one model instance and publishes counter deltas (its series
+    labelled `series_labels(labels)`)."""
 
     def __init__(
         self,
@@ -85,6 +106,7 @@ class MetricsPublisher:
             family(name=spec.name, description=spec.description, kind=family.COUNTER)
             for spec in COUNTERS
         ]
+        labels = series_labels(labels)
         self._metrics = [f.Metric(labels=labels) for f in self._families]
         self._gauge_families = [
             family(name=name, description=description, kind=family.GAUGE)

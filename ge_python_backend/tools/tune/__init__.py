@@ -73,7 +73,6 @@ from ge_python_backend.tools.tune.search import (
     SearchResult,
 )
 from ge_python_backend.tools.tune.served import (
-    UNLOAD_POLL_S,
     UNLOAD_TIMEOUT_S,
     ServedModel,
     load_reason,
@@ -140,7 +139,6 @@ __all__ = [
     "Snapshot",
     "Trial",
     "TrialProbe",
-    "UNLOAD_POLL_S",
     "UNLOAD_TIMEOUT_S",
     "WAITING_DELAY_STEPS",
     "advise_gears",

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import time
-
 from ge_python_backend.client import TritonClient, error_text
 from ge_python_backend.errors import UserError
 from ge_python_backend.tools.bench import Target
@@ -18,11 +16,9 @@ from ge_python_backend.tools.tune.trials import (
     measurement_of,
 )
 
-# Each trial unloads the model before loading the next config: a reload runs the old and the
-# new instances side by side, whose ge_* series have the same labels; Triton 2.51 shares and
-# then removes their counter (series jump or vanish, a later reload crashed the server once).
+# Each trial unloads the model and waits until Triton has drained it before loading the next
+# config: no trial's instances measure beside the previous trial's (docs/guides/tune.md).
 UNLOAD_TIMEOUT_S = 60.0
-UNLOAD_POLL_S = 0.05
 
 
 # -- the served model --------------------------------------------------------------------------
@@ -59,20 +55,12 @@ class ServedModel:
         """Unload the model, wait until it is, load it with `config` (None: config.pbtxt)."""
         from tritonclient.utils import InferenceServerException
 
-        self.client.unload_model(self.model)
-        deadline = time.monotonic() + UNLOAD_TIMEOUT_S
-        while self._state() in ("READY", "UNLOADING"):
-            if time.monotonic() > deadline:
-                raise UserError(f"model {self.model!r} did not unload in {UNLOAD_TIMEOUT_S:g} s")
-            time.sleep(UNLOAD_POLL_S)
+        if not self.client.unload_drained(self.model, UNLOAD_TIMEOUT_S):
+            raise UserError(f"model {self.model!r} did not unload in {UNLOAD_TIMEOUT_S:g} s")
         try:
             self.client.load_model(self.model, config=config)
         except InferenceServerException as exc:
             raise LoadFailed(load_reason(exc)) from None
-
-    def _state(self) -> str:
-        entries = [e for e in self.client.repository_index() if e.get("name") == self.model]
-        return str(entries[0].get("state", "")) if entries else ""
 
     def measure(self) -> Measurement:
         self.probe.snapshots.clear()
