@@ -28,7 +28,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from types import TracebackType
 from typing import Any
 
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.processes import records_directory
+from ge_python_backend.processes import NotPrivateError, private_directory, records_directory
 from ge_python_backend.repository.config import (
     check_model_directory_names,
     check_shell_safe_path,
@@ -420,18 +419,15 @@ def server_records_directory() -> Path:
     """`/dev/shm/ge-python-backend-<uid>/servers` (mode 0700), holding a `ServerRecord` per
     server this user runs: beside the regions it describes, gone with them at a reboot, and apart
     from the runtime's placement records (`processes.records_directory`). UserError when
-    `/dev/shm/ge-python-backend-<uid>` is not a private directory of this user."""
+    `/dev/shm/ge-python-backend-<uid>` is not a private directory of this user
+    (`processes.private_directory`)."""
     base = SHM_DIRECTORY / f"ge-python-backend-{os.getuid()}"
     try:
-        base.mkdir(mode=0o700, exist_ok=True)
-        info = base.lstat()
+        private_directory(os.fspath(base))
+    except NotPrivateError as exc:
+        raise UserError(f"{exc}; it holds the servers' records") from None
     except OSError as exc:
         raise UserError(f"cannot create {base} for the servers' records: {exc}") from None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise UserError(
-            f"{base} is not a private directory of this user (owner uid {info.st_uid}, "
-            f"mode {stat.filemode(info.st_mode)}): remove it, it holds the servers' records"
-        )
     try:
         return Path(records_directory(SERVER_RECORDS, os.fspath(base)))
     except OSError as exc:
