@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import importlib.util
 import json
@@ -41,6 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ge_python_backend import repository_key
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.processes import NotPrivateError, private_directory, records_directory
 from ge_python_backend.repository.config import (
@@ -450,8 +452,13 @@ def write_server_record(record: ServerRecord) -> None:
         }
     )
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text + "\n")
-    partial.replace(path)
+    try:
+        partial.write_text(text + "\n")
+        partial.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise UserError(f"cannot write the server's record in {path.parent}: {exc}") from None
 
 
 def remove_server_record(prefix: str) -> None:
@@ -511,6 +518,64 @@ def remove_dead_servers_regions() -> list[tuple[ServerRecord, list[Path]]]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     return reclaimed
+
+
+def check_restricted_api(binary: ServerBinary, python: StubPython) -> None:
+    """UserError when `binary` lacks the options that close its model-repository API
+    (`repository_key.OPTIONS`: a Triton before 2.40), as its `--help` lists them."""
+    missing = [
+        option
+        for option in repository_key.OPTIONS
+        if option not in _help_text(binary, server_environment(binary, None, python))
+    ]
+    if missing:
+        raise UserError(
+            f"{binary.executable} has no {' or '.join(missing)}: Triton "
+            f"{repository_key.FIRST_RELEASE} or later is needed, so that other local users "
+            "cannot load code through its model-repository API"
+        )
+
+
+def _help_text(binary: ServerBinary, env: Mapping[str, str]) -> str:
+    return _help_of(binary.executable, binary.executable.stat().st_mtime_ns, env["LD_LIBRARY_PATH"])
+
+
+@functools.lru_cache(maxsize=8)
+def _help_of(executable: Path, mtime_ns: int, library_path: str) -> str:
+    """`executable --help` (exit code 1 in Triton 2.51), read once per binary."""
+    env = {**os.environ, "LD_LIBRARY_PATH": library_path}
+    try:
+        result = subprocess.run(
+            [str(executable), "--help"], capture_output=True, text=True, timeout=60, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"{executable} --help could not be run: {exc}") from None
+    return result.stdout + result.stderr
+
+
+def hide_in_command_line(pid: int, secret: str) -> str | None:
+    """Overwrite `secret` with '*'s in the command line of process `pid` (its argv strings in
+    memory, which `/proc/<pid>/cmdline` shows every local user). None when done, else why it
+    could not be: writing another process's memory needs ptrace rights over it (Yama's
+    ptrace_scope 1 allows a parent, 2 only CAP_SYS_PTRACE)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()  # from field 3, the state
+        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49: arg_start, arg_end
+        if not 0 < start < end:
+            return "/proc does not show this process where its command line is"
+        needle = secret.encode()
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as memory:
+            memory.seek(start)
+            args = memory.read(end - start)
+            at = args.find(needle)
+            while at >= 0:
+                memory.seek(start + at)
+                memory.write(b"*" * len(needle))
+                at = args.find(needle, at + len(needle))
+    except (OSError, IndexError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -598,7 +663,10 @@ class TritonServer:
     Without a `log_path` the log goes to a new directory in the temp directory, which
     `remove_log` removes (a `with` block does after a clean stop). Each launch records who owns
     the server's shared-memory regions (`ServerRecord`); `stop` removes the regions and the
-    record.
+    record. Each launch also closes the model-repository API (index, load, unload) to all but
+    the holders of a fresh `repository_key`, left for this user's tools in the run directory
+    (`repository_key.publish`) and hidden from the server's command line where this process
+    may write its memory (`key_hidden`).
     """
 
     def __init__(
@@ -641,6 +709,8 @@ class TritonServer:
         self.log_path = Path(log_path) if log_path is not None else None
         self._log_directory: Path | None = None  # the one `start` made, when no log_path
         self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
+        self.repository_key: str | None = None  # this launch's (`repository_key`)
+        self.key_hidden = False  # whether it is gone from the server's /proc/<pid>/cmdline
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -681,8 +751,13 @@ class TritonServer:
         )
 
     def command(self) -> list[str]:
-        """The `tritonserver` command line (ports must be chosen, i.e. after `start`)."""
-        if self._ports is None or self.binary is None or self.shm_sizes is None:
+        """The `tritonserver` command line (ports and key must be chosen, i.e. after `start`)."""
+        if (
+            self._ports is None
+            or self.binary is None
+            or self.shm_sizes is None
+            or self.repository_key is None
+        ):
             raise ServerError("the server has not been started")
         http, grpc, metrics = self._ports
         command = [
@@ -701,6 +776,7 @@ class TritonServer:
             f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_region_prefix}",
+            *repository_key.server_options(self.repository_key),
         ]
         if self.binary.backend_directory is not None:
             command.append(f"--backend-directory={self.binary.backend_directory}")
@@ -720,6 +796,7 @@ class TritonServer:
             raise ServerError("the server was already started")
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
+        check_restricted_api(self.binary, self.stub_python)
         check_shell_safe_paths(self.repository, self.binary)
         server_records_directory()  # refused before anything runs when it is not private
         self.check_ports()
@@ -734,7 +811,16 @@ class TritonServer:
         self._launch("wb")
 
     def _launch(self, log_mode: str) -> None:
-        assert self.binary is not None and self.log_path is not None
+        assert self.binary is not None and self.log_path is not None and self._ports is not None
+        key = repository_key.new_key()
+        try:
+            repository_key.publish(key, self._ports[:2])
+        except OSError as exc:
+            raise UserError(
+                f"cannot leave the server's model-repository key in the run directory: {exc}"
+            ) from None
+        self.repository_key = key
+        logged = self.log_path.stat().st_size if log_mode == "ab" else 0
         with open(self.log_path, log_mode) as log:
             self._process = subprocess.Popen(
                 self.command(),
@@ -745,9 +831,38 @@ class TritonServer:
                 start_new_session=True,  # Ctrl-C reaches us, and we stop the server cleanly
             )
         self._finalizer = weakref.finalize(self, _stop_process, self._process, 10.0)
-        write_server_record(
-            ServerRecord.of(self.shm_region_prefix, (os.getpid(), self._process.pid), self.log_path)
-        )
+        self._hide_key(logged)
+        try:
+            write_server_record(
+                ServerRecord.of(
+                    self.shm_region_prefix, (os.getpid(), self._process.pid), self.log_path
+                )
+            )
+        except UserError:
+            self.stop(0.0)
+            raise
+
+    def _hide_key(self, logged: int, timeout: float = 10.0) -> None:
+        """Overwrite the key in the server's command line once Triton has parsed it (the first
+        line it logs comes after), or say in one log line why it stays readable there."""
+        assert self._process is not None and self.log_path is not None
+        deadline = time.monotonic() + timeout
+        while self.log_path.stat().st_size <= logged and self._process.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        assert self.repository_key is not None
+        why = hide_in_command_line(self._process.pid, self.repository_key)
+        self.key_hidden = why is None
+        if why is not None and self._process.poll() is None:
+            logger.warning(
+                "the model-repository key of tritonserver (pid %d) stays readable by local "
+                "users in /proc/%d/cmdline (%s); mount /proc with hidepid=invisible or run "
+                "the server in a PID namespace of its own (docs/RELIABILITY.md)",
+                self._process.pid,
+                self._process.pid,
+                why,
+            )
 
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""
@@ -786,8 +901,16 @@ class TritonServer:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-    def _request(self, method: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-        request = urllib.request.Request(self.urls.http + path, method=method)
+    def _request(
+        self,
+        method: str,
+        path: str,
+        timeout: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        request = urllib.request.Request(
+            self.urls.http + path, method=method, headers=dict(headers or {})
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return int(response.status), bytes(response.read())
@@ -835,7 +958,8 @@ class TritonServer:
 
     def repository_index(self) -> list[dict[str, Any]]:
         """`POST /v2/repository/index`: name, version, state and reason of every model."""
-        status, body = self._request("POST", "/v2/repository/index")
+        headers = repository_key.request_headers(self.repository_key, "http")
+        status, body = self._request("POST", "/v2/repository/index", headers=headers)
         if status != 200:
             raise ServerError(
                 f"repository index failed ({status}): {body.decode(errors='replace')}"
@@ -857,4 +981,6 @@ class TritonServer:
             self._finalizer.detach()
         self.remove_shm_regions()  # what a crash left; a clean exit removed its own
         remove_server_record(self.shm_region_prefix)
+        if self.repository_key is not None and self._ports is not None:
+            repository_key.withdraw(self.repository_key, self._ports[:2])
         return code
