@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ge_python_backend import repository_key
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_repository_argument,
@@ -71,6 +72,13 @@ counters are on --watch-metrics-port (at --host; by default the port above Trito
 free one when Triton's are all 0). When tritonserver dies by a signal (a crash, SIGKILL), serve
 removes what the dead server left in /dev/shm and starts it again on the same ports, at most
 --max-restarts times in --restart-window seconds; an exit without a signal ends serve.
+
+Triton's model-repository API (index, load with file overrides, unload) takes only a key made
+fresh at each server start (header ge-repository-key, gRPC metadata
+triton-grpc-protocol-ge-repository-key): the watcher, `watch` and `tune` of this user find it in
+the run directory (a 0600 file per port; GE_PYTHON_BACKEND_REPOSITORY_KEY overrides it), other
+users get 403 (gRPC: UNAVAILABLE). Triton takes the key on its command line only; serve
+overwrites it there once Triton has read it, or says why it could not (docs/RELIABILITY.md).
 
 The server log goes to a new directory in the temp directory, removed when the server stops
 cleanly (a --log-file stays). Who owns each server's shared-memory regions is recorded in
@@ -256,6 +264,11 @@ def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     print(f"  HTTP     {urls.http}")
     print(f"  gRPC     {urls.grpc}")
     print(f"  metrics  {urls.metrics}")
+    key_file = repository_key.key_path(int(urls.http.rsplit(":", 1)[1]))
+    print(
+        f"  model-repository API (index, load, unload) restricted to header "
+        f"{repository_key.HEADER}; its key: {key_file} (this user's only)"
+    )
     print("models:" if index else "models: none loaded")
     for line in _model_lines(index):
         print(line)

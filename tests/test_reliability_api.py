@@ -1,0 +1,245 @@
+"""Triton's model-repository API closed to strangers (docs/RELIABILITY.md, "The model-control API").
+
+`serve` runs Triton in explicit model-control mode for its watcher; Triton's load takes file
+overrides, so whoever may call it runs a `model.py` of their own as the server's user. Here a
+second local user (created for the test where the machine allows it: root with `useradd` and
+`setpriv`; else this user without the key) tries a load with a file override, an unload of the
+served model and the repository index over HTTP and gRPC against a real `serve`: each is refused,
+their code never runs, the key file is unreadable to them and the key is gone from tritonserver's
+command line. The watcher, which holds the key, still heals a killed stub.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from e2e_helpers import free_port, write_python_model
+from reliability_helpers import wait_for_exit
+
+from ge_python_backend import repository_key
+from ge_python_backend.client import TritonClient, typed
+
+CONFIG = """\
+name: "add_one"
+backend: "python"
+max_batch_size: 8
+input { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }
+"""
+
+MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]
+            )
+            for r in requests
+        ]
+"""
+
+# What the attacker runs: every call of the model-repository API without the key, over HTTP
+# and gRPC, a load carrying its own model.py (which would leave `marker` behind); then the key
+# file and tritonserver's command line. Prints {attempt: "allowed" or the error}.
+ATTACK = r"""
+import json, sys
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+http_url, grpc_url, key_file, pid, marker = sys.argv[1:]
+model_py = (
+    "import pathlib\n"
+    f"pathlib.Path({marker!r}).write_text('ran as the server')\n"
+    "class TritonPythonModel:\n"
+    "    def execute(self, requests):\n"
+    "        return []\n"
+)
+config = json.dumps({"backend": "python", "max_batch_size": 0})
+files = {"file:1/model.py": model_py.encode()}
+found = {}
+
+def attempt(name, call):
+    try:
+        call()
+        found[name] = "allowed"
+    except Exception as error:
+        found[name] = str(error)
+
+for protocol, client in (
+    ("http", httpclient.InferenceServerClient(http_url)),
+    ("grpc", grpcclient.InferenceServerClient(grpc_url)),
+):
+    attempt(f"{protocol} load", lambda: client.load_model("evil", config=config, files=files))
+    attempt(f"{protocol} unload", lambda: client.unload_model("add_one"))
+    attempt(f"{protocol} index", lambda: client.get_model_repository_index())
+attempt("key file", lambda: open(key_file).read())
+found["cmdline"] = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+print(json.dumps(found))
+"""
+
+
+@contextlib.contextmanager
+def stranger() -> Iterator[list[str]]:
+    """The command prefix running a program as another local user: a user created for the
+    test (root with useradd and setpriv) and removed afterwards; else [] (this user, who then
+    attacks without the key, as any client that does not send it)."""
+    if os.getuid() != 0 or not (shutil.which("useradd") and shutil.which("setpriv")):
+        yield []
+        return
+    name = f"ge-attacker-{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        ["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+    )
+    try:
+        yield ["setpriv", f"--reuid={name}", f"--regid={name}", "--clear-groups", "--"]
+    finally:
+        subprocess.run(["userdel", name], check=True)
+
+
+def attacker_python(prefix: list[str]) -> list[str]:
+    """A Python with tritonclient that the attacker may run: this one, or the system's of the
+    same version on this venv's site-packages (a venv under /root is closed to others)."""
+    site = sysconfig.get_paths()["purelib"]
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [[sys.executable]]
+    for python in (os.path.realpath(sys.executable), shutil.which(version, path="/usr/bin")):
+        if python:
+            candidates.append(["env", f"PYTHONPATH={site}", python])
+    for python in candidates:
+        check = [*prefix, *python, "-c", "import tritonclient.grpc, tritonclient.http"]
+        if subprocess.run(check, capture_output=True, cwd="/").returncode == 0:
+            return python
+    raise AssertionError("no Python with tritonclient runs as the attacker")
+
+
+class Serve:
+    """`ge-python-model serve` with its watcher, as a process, its output collected."""
+
+    def __init__(self, repository: Path, log: Path) -> None:
+        self.http, self.grpc = free_port(), free_port()
+        command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
+        command += ["--http-port", str(self.http), "--grpc-port", str(self.grpc)]
+        command += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
+        command += ["--watch-interval", "0.5", "--watch-timeout", "5", "--exit-timeout-secs", "2"]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            assert self.process.poll() is None, self.output
+            assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output}"
+            time.sleep(0.1)
+
+    def tritonserver(self) -> psutil.Process:
+        (server,) = [
+            child
+            for child in psutil.Process(self.process.pid).children()
+            if child.name() == "tritonserver"
+        ]
+        return server
+
+
+def answers(address: str) -> bool:
+    try:
+        with TritonClient(address, "http", timeout_s=5) as client:
+            answer = client.infer("add_one", typed({"X": np.ones((1, 4), np.float32)}))["Y"]
+            return bool((answer == 2).all())
+    except Exception:
+        return False
+
+
+@pytest.mark.e2e
+def test_a_stranger_cannot_load_unload_or_list_models_and_the_watcher_still_heals(
+    tmp_path: Path,
+) -> None:
+    repository = tmp_path / "models"
+    write_python_model(repository, "add_one", CONFIG, MODEL)
+    shared = Path(f"/tmp/ge-attack-{uuid.uuid4().hex[:8]}")  # where the attacker may write
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    marker = shared / "ran"
+    serve = Serve(repository, tmp_path / "triton.log")
+    http = f"127.0.0.1:{serve.http}"
+    try:
+        serve.wait_for("Press Ctrl-C")
+        key_file = Path(repository_key.key_path(serve.http))
+        assert f"restricted to header ge-repository-key; its key: {key_file}" in serve.output
+        key = key_file.read_text().strip()
+        assert len(key) == 64 and (key_file.stat().st_mode & 0o777) == 0o600
+        assert (key_file.parent.stat().st_mode & 0o777) == 0o700
+        server = serve.tritonserver()
+        with stranger() as prefix:
+            command = [*prefix, *attacker_python(prefix), "-c", ATTACK]
+            command += [http, f"127.0.0.1:{serve.grpc}", str(key_file), str(server.pid)]
+            command += [str(marker)]
+            run = subprocess.run(command, capture_output=True, text=True, cwd="/", timeout=120)
+        assert run.returncode == 0, run.stderr
+        found = json.loads(run.stdout)
+        print(f"\nas {'another user' if prefix else 'this user without the key'}: {found}")
+        for name in ("load", "unload", "index"):
+            assert (
+                "[403] This API is restricted, expecting header 'ge-repository-key'"
+                in (found[f"http {name}"])
+            )
+            assert (
+                "This protocol is restricted, expecting header "
+                "'triton-grpc-protocol-ge-repository-key'" in found[f"grpc {name}"]
+            )
+        assert not marker.exists(), "the stranger's model.py ran"
+        if prefix:
+            assert "Permission denied" in found["key file"]
+        hidden = "stays readable by local users" not in serve.output
+        assert (key not in found["cmdline"]) is hidden
+        assert "--http-restricted-api=model-repository:ge-repository-key=" in found["cmdline"]
+        with TritonClient(http, "http") as client:  # ours finds the key
+            states = {e["name"]: e.get("state") for e in client.repository_index()}
+        assert states == {"add_one": "READY"}  # not unloaded, nothing loaded beside it
+
+        # The watcher holds the key: a killed stub is reloaded through the restricted API.
+        (stub,) = server.children(recursive=True)
+        stub.kill()
+        wait_for_exit(stub.pid, 10)
+        deadline = time.monotonic() + 30
+        while not answers(http):
+            assert time.monotonic() < deadline, serve.output
+            time.sleep(0.2)
+        assert "healed by reload" in serve.output
+    finally:
+        serve.process.send_signal(signal.SIGINT)
+        serve.process.wait(60)
+        shutil.rmtree(shared, ignore_errors=True)
+    # (The exit code is not judged: Triton 2.51 keeps the killed stub's instance until it exits.)
+    assert "Triton stopped" in serve.output or "did not stop cleanly" in serve.output
+    assert not key_file.exists(), "the key stays after the server stopped"
