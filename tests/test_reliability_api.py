@@ -33,6 +33,14 @@ from reliability_helpers import wait_for_exit
 
 from ge_python_backend import repository_key
 from ge_python_backend.client import TritonClient, typed
+from ge_python_backend.errors import UserError
+from ge_python_backend.server import (
+    ServerBinary,
+    check_restricted_api,
+    describe_python,
+    find_server,
+    hide_in_command_line,
+)
 
 CONFIG = """\
 name: "add_one"
@@ -243,3 +251,63 @@ def test_a_stranger_cannot_load_unload_or_list_models_and_the_watcher_still_heal
     # (The exit code is not judged: Triton 2.51 keeps the killed stub's instance until it exits.)
     assert "Triton stopped" in serve.output or "did not stop cleanly" in serve.output
     assert not key_file.exists(), "the key stays after the server stopped"
+
+
+# --- without a server ---------------------------------------------------------------------------
+
+
+def test_a_triton_without_the_restricted_api_options_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """A release before 2.40 lists no --http-restricted-api in its --help (as this stand-in)."""
+    old = tmp_path / "tritonserver"
+    old.write_text("#!/bin/sh\necho 'Usage: tritonserver [options]'\necho '  --grpc-port <int>'\n")
+    old.chmod(0o755)
+    binary = ServerBinary(old, None, ())
+    with pytest.raises(UserError) as refused:
+        check_restricted_api(binary, describe_python())
+    assert str(refused.value) == (
+        f"{old} has no --http-restricted-api or --grpc-restricted-protocol: Triton 2.40 "
+        "(NGC 23.11) or later is needed, so that other local users cannot load code through "
+        "its model-repository API"
+    )
+    check_restricted_api(find_server(), describe_python())  # the bundled 2.51 has both
+
+
+def test_the_key_goes_only_to_a_server_of_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port()
+    repository_key.publish("k" * 64, (port,))
+    try:
+        assert repository_key.find_key(f"127.0.0.1:{port}") == "k" * 64
+        assert repository_key.find_key(f"localhost:{port}") == "k" * 64
+        assert repository_key.find_key(f"192.0.2.1:{port}") is None  # TEST-NET-1: not ours
+        assert repository_key.find_key(f"127.0.0.1:{free_port()}") is None  # no server there
+        monkeypatch.setenv(repository_key.ENV, "given")
+        assert repository_key.find_key(f"192.0.2.1:{port}") == "given"
+    finally:
+        repository_key.withdraw("k" * 64, (port,))
+    assert not os.path.exists(repository_key.key_path(port))
+    assert repository_key.request_headers("x", "http") == {"ge-repository-key": "x"}
+    assert repository_key.request_headers("x", "grpc") == {
+        "triton-grpc-protocol-ge-repository-key": "x"
+    }
+
+
+def test_a_secret_is_overwritten_in_a_childs_command_line_or_the_reason_given() -> None:
+    secret = repository_key.new_key()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", secret])
+    try:
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while secret not in cmdline.read_text():  # until the child has exec'd
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        why = hide_in_command_line(child.pid, secret)
+        shown = cmdline.read_text()
+        if why is None:
+            assert secret not in shown and "*" * len(secret) in shown
+        else:  # no ptrace rights over the child (Yama's ptrace_scope 2 or 3, not root)
+            assert secret in shown and os.getuid() != 0
+    finally:
+        child.kill()
+        child.wait()
