@@ -32,8 +32,11 @@ from e2e_helpers import free_port, write_python_model
 from reliability_helpers import wait_for_exit
 
 from ge_python_backend import repository_key
+from ge_python_backend import server as server_module
+from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.errors import UserError
+from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.server import (
     ServerBinary,
     check_restricted_api,
@@ -256,6 +259,7 @@ def test_a_stranger_cannot_load_unload_or_list_models_and_the_watcher_still_heal
 # --- without a server ---------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # runs the bundled tritonserver's --help
 def test_a_triton_without_the_restricted_api_options_is_refused_in_one_line(
     tmp_path: Path,
 ) -> None:
@@ -311,3 +315,45 @@ def test_a_secret_is_overwritten_in_a_childs_command_line_or_the_reason_given() 
     finally:
         child.kill()
         child.wait()
+
+
+@contextlib.contextmanager
+def full_filesystem(directory: Path) -> Iterator[Path]:
+    """A tmpfs at `directory` holding `run/` and `records/` (0700) and no free inode (root
+    only: mount; skipped elsewhere)."""
+    directory.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=8,mode=0700", "tmpfs", str(directory)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        for name in ("run", f"ge-python-backend-{os.getuid()}"):
+            (directory / name).mkdir(mode=0o700)
+        with contextlib.suppress(OSError):
+            for number in range(100):
+                (directory / f"filler-{number}").touch()
+        yield directory
+    finally:
+        subprocess.run(["umount", str(directory)], check=True)
+
+
+@pytest.mark.e2e  # runs the bundled tritonserver's --help
+def test_serve_refuses_a_run_directory_out_of_inodes_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repository = tmp_path / "models"
+    write_python_model(repository, "add_one", CONFIG, MODEL)
+    with full_filesystem(tmp_path / "full") as full:
+        monkeypatch.setattr(server_module, "SHM_DIRECTORY", full)
+        monkeypatch.setenv(RUN_DIR_ENV, str(full / "run"))
+        free = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+        code = main(["serve", str(repository), *free, "--watch-metrics-port", "0"])
+    printed = capsys.readouterr()
+    assert code == 2 and "Triton is ready" not in printed.out
+    (line,) = printed.err.strip().splitlines()
+    assert line.startswith(
+        "ge-python-model serve: error: cannot leave the server's model-repository key in the run "
+        "directory: [Errno 28] No space left on device"
+    )
