@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +54,9 @@ from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 logger = logging.getLogger(__name__)
 
 MODEL_CONTROL_MODES = ("none", "explicit")
+STOP_LOOK_S = 0.5  # while a server stops: how often its connections and requests are looked at
+# Triton's gauge of the requests each model has queued or executing.
+PENDING_METRIC = "nv_inference_pending_request_count"
 PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
 # The Python backend names its shared-memory regions /dev/shm/<prefix><uuid>; each TritonServer
 # gives its own prefix (this one, "ge", a tag of 8 hex digits and "_"), so the regions a crashed
@@ -311,16 +314,26 @@ def _pytriton_libraries(server_root: Path) -> tuple[Path, ...]:
     return (libs,) if is_pytriton and libs.is_dir() else ()
 
 
-def listening_pids(port: int) -> set[int]:
-    """The processes with a TCP socket listening on `port` in this network namespace, as far as
-    Linux's `/proc` shows them (empty when it shows none: another OS, or no permission)."""
+_TCP_LISTEN, _TCP_ESTABLISHED = "0A", "01"  # socket states in /proc/net/tcp
+
+
+def _tcp_sockets(port: int, state: str) -> set[str]:
+    """The TCP sockets of local port `port` in `state` in this network namespace, as the
+    targets of the fds holding them (`socket:[inode]`)."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()  # sl local_address rem_address st ... inode
-                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                if fields[3] == state and int(fields[1].rsplit(":", 1)[1], 16) == port:
                     inodes.add(f"socket:[{fields[9]}]")
+    return inodes
+
+
+def listening_pids(port: int) -> set[int]:
+    """The processes with a TCP socket listening on `port` in this network namespace, as far as
+    Linux's `/proc` shows them (empty when it shows none: another OS, or no permission)."""
+    inodes = _tcp_sockets(port, _TCP_LISTEN)
     pids = set()
     for fds in Path("/proc").glob("[0-9]*/fd") if inodes else ():
         with contextlib.suppress(OSError):  # a process gone, or not ours to look at
@@ -335,6 +348,46 @@ def _fd_target(fd: Path) -> str:
         return os.readlink(fd)
     except OSError:
         return ""
+
+
+def client_connections(pid: int, port: int) -> list[int]:
+    """The fds of process `pid` holding the established connections its clients made to its
+    `port` (none when `/proc` does not show them)."""
+    inodes = _tcp_sockets(port, _TCP_ESTABLISHED)
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir()) if inodes else []
+    except OSError:
+        return []
+    return sorted(int(fd.name) for fd in fds if _fd_target(fd) in inodes)
+
+
+_SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture
+
+
+def shut_down_connections(pid: int, fds: Sequence[int]) -> str | None:
+    """Shut down the sockets behind `fds` of process `pid` (a copy of each through
+    pidfd_getfd(2), Linux 5.6): the process reads their end and closes them. None when done,
+    else why not (it needs ptrace rights over the process, as `hide_in_command_line`)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        for fd in fds:
+            copy = libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+            if copy < 0:
+                number = ctypes.get_errno()
+                if number == errno.EBADF:
+                    continue  # closed meanwhile
+                return f"pidfd_getfd: {os.strerror(number)}"
+            with socket.socket(fileno=copy) as connection, contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+    finally:
+        os.close(pidfd)
+    return None
 
 
 def describe_process(pid: int) -> str:
@@ -628,19 +681,31 @@ def exit_description(code: int) -> str:
         return f"killed by signal {-code}"
 
 
-def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> int:
+def _stop_process(
+    process: subprocess.Popen[bytes],
+    timeout: float,
+    stopping: Callable[[], None] | None = None,
+) -> int:
     """SIGINT (Triton's clean shutdown), SIGKILL after `timeout`; then end the process group.
+    `stopping` is called right after the SIGINT and then every STOP_LOOK_S while it stops.
 
     The Python backend's stub processes share the server's process group; after a crash they
     are left behind, so whatever remains of the group is killed once the server is gone.
     """
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        deadline = time.monotonic() + timeout
+        while True:
+            if stopping is not None:
+                stopping()
+            try:
+                process.wait(max(0.0, min(STOP_LOOK_S, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    process.kill()
+                    process.wait()
+                    break
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     return int(process.returncode)
@@ -711,6 +776,12 @@ class TritonServer:
         self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
         self.repository_key: str | None = None  # this launch's (`repository_key`)
         self.key_hidden = False  # whether it is gone from the server's /proc/<pid>/cmdline
+        # While stopping: requests in flight at the last look (None: unknown), and the idle
+        # client connections closed (or why they could not be).
+        self.in_flight_at_stop: int | None = None
+        self.idle_connections_closed = 0
+        self._quiet_looks = 0
+        self._cannot_close: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -966,17 +1037,65 @@ class TritonServer:
             )
         return list(json.loads(body))
 
+    def pending_requests(self) -> int | None:
+        """The requests queued or executing in every model (`PENDING_METRIC` on the metrics
+        endpoint); None when it does not answer."""
+        try:
+            with urllib.request.urlopen(self.urls.metrics, timeout=1.0) as reply:
+                text = reply.read().decode()
+        except (OSError, ValueError):
+            return None
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines()
+            if line.startswith(PENDING_METRIC + "{")
+        )
+
+    def _look_while_stopping(self) -> None:
+        """While Triton stops: count the requests in flight (`in_flight_at_stop`); after two
+        looks with none, shut down the HTTP connections clients keep open (keep-alive), which
+        Triton would otherwise wait for until its exit timeout, or say once why not."""
+        if self._process is None or self._ports is None:
+            return
+        self.in_flight_at_stop = self.pending_requests()
+        self._quiet_looks = self._quiet_looks + 1 if self.in_flight_at_stop == 0 else 0
+        if self._quiet_looks < 2 or self._cannot_close is not None:
+            return
+        idle = client_connections(self._process.pid, self._ports[0])
+        if not idle:
+            return
+        why = shut_down_connections(self._process.pid, idle)
+        if why is None:
+            self.idle_connections_closed += len(idle)
+            logger.info(
+                "closed %d idle HTTP client connection(s) of the stopping server", len(idle)
+            )
+            return
+        self._cannot_close = why
+        logger.warning(
+            "tritonserver waits for %d idle HTTP client connection(s) until its exit timeout "
+            "(%d s), no request being in flight: they cannot be closed from here (%s)",
+            len(idle),
+            self.exit_timeout,
+            why,
+        )
+
     def stop(self, timeout: float | None = None) -> int | None:
         """Stop with SIGINT and return the exit code (what a crashed server left in `/dev/shm`
         is removed).
 
         Triton lets in-flight requests and open HTTP connections finish for `exit_timeout`
-        seconds, then unloads the models; the process group is killed after `timeout` seconds
-        (default `exit_timeout` + 20).
+        seconds, then unloads the models; HTTP connections that stay open with no request in
+        flight are shut down (`_look_while_stopping`); the process group is killed after
+        `timeout` seconds (default `exit_timeout` + 20).
         """
         if self._process is None:
             return None
-        code = _stop_process(self._process, self.exit_timeout + 20 if timeout is None else timeout)
+        code = _stop_process(
+            self._process,
+            self.exit_timeout + 20 if timeout is None else timeout,
+            self._look_while_stopping,
+        )
         if self._finalizer is not None:
             self._finalizer.detach()
         self.remove_shm_regions()  # what a crash left; a clean exit removed its own

@@ -258,6 +258,16 @@ def _print_removed(regions: list[Path], whose: str) -> None:
         )
 
 
+def _left_unanswered(server: TritonServer) -> str:
+    """What a server that did not stop cleanly left unanswered, as far as its last look while
+    stopping saw (`TritonServer.in_flight_at_stop`)."""
+    if server.in_flight_at_stop == 0:
+        return "no request was in flight at the end, none was left unanswered"
+    if server.in_flight_at_stop is None:
+        return "requests may have been left unanswered"
+    return f"{server.in_flight_at_stop} requests in flight at the end may be left unanswered"
+
+
 def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     urls = server.urls
     print(f"Triton is ready (pid {server.pid}); log: {server.log_path}")
@@ -418,8 +428,8 @@ def run(args: argparse.Namespace) -> int:
         code = server.stop()
         if code != 0:
             print(
-                f"Triton did not stop cleanly (exit code {code}): requests may have been left "
-                f"unanswered; log {server.log_path}:\n{server.log_tail()}",
+                f"Triton did not stop cleanly (exit code {code}): {_left_unanswered(server)}; "
+                f"log {server.log_path}:\n{server.log_tail()}",
                 file=sys.stderr,
             )
             return 1
