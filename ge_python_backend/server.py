@@ -573,14 +573,11 @@ def remove_dead_servers_regions() -> list[tuple[ServerRecord, list[Path]]]:
     return reclaimed
 
 
-def check_restricted_api(binary: ServerBinary, python: StubPython) -> None:
+def check_restricted_api(binary: ServerBinary) -> None:
     """UserError when `binary` lacks the options that close its model-repository API
     (`repository_key.OPTIONS`: a Triton before 2.40), as its `--help` lists them."""
-    missing = [
-        option
-        for option in repository_key.OPTIONS
-        if option not in _help_text(binary, server_environment(binary, None, python))
-    ]
+    text = _help_of(binary.executable, binary.executable.stat().st_mtime_ns, binary.library_path)
+    missing = [option for option in repository_key.OPTIONS if option not in text]
     if missing:
         raise UserError(
             f"{binary.executable} has no {' or '.join(missing)}: Triton "
@@ -589,14 +586,11 @@ def check_restricted_api(binary: ServerBinary, python: StubPython) -> None:
         )
 
 
-def _help_text(binary: ServerBinary, env: Mapping[str, str]) -> str:
-    return _help_of(binary.executable, binary.executable.stat().st_mtime_ns, env["LD_LIBRARY_PATH"])
-
-
 @functools.lru_cache(maxsize=8)
-def _help_of(executable: Path, mtime_ns: int, library_path: str) -> str:
+def _help_of(executable: Path, mtime_ns: int, library_path: tuple[Path, ...]) -> str:
     """`executable --help` (exit code 1 in Triton 2.51), read once per binary."""
-    env = {**os.environ, "LD_LIBRARY_PATH": library_path}
+    libraries = [*map(str, library_path), os.environ.get("LD_LIBRARY_PATH", "")]
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, libraries))}
     try:
         result = subprocess.run(
             [str(executable), "--help"], capture_output=True, text=True, timeout=60, env=env
@@ -867,7 +861,7 @@ class TritonServer:
             raise ServerError("the server was already started")
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
-        check_restricted_api(self.binary, self.stub_python)
+        check_restricted_api(self.binary)
         check_shell_safe_paths(self.repository, self.binary)
         server_records_directory()  # refused before anything runs when it is not private
         self.check_ports()

@@ -41,7 +41,6 @@ from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.server import (
     ServerBinary,
     check_restricted_api,
-    describe_python,
     find_server,
     hide_in_command_line,
 )
@@ -301,13 +300,13 @@ def test_a_triton_without_the_restricted_api_options_is_refused_in_one_line(
     old.chmod(0o755)
     binary = ServerBinary(old, None, ())
     with pytest.raises(UserError) as refused:
-        check_restricted_api(binary, describe_python())
+        check_restricted_api(binary)
     assert str(refused.value) == (
         f"{old} has no --http-restricted-api or --grpc-restricted-protocol: Triton 2.40 "
         "(NGC 23.11) or later is needed, so that other local users cannot load code through "
         "its model-repository API"
     )
-    check_restricted_api(find_server(), describe_python())  # the bundled 2.51 has both
+    check_restricted_api(find_server())  # the bundled 2.51 has both
 
 
 def test_the_key_goes_only_to_a_server_of_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
