@@ -38,6 +38,7 @@ from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.errors import UserError
 from ge_python_backend.processes import RUN_DIR_ENV
+from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import (
     ServerBinary,
     check_restricted_api,
@@ -371,11 +372,21 @@ def full_filesystem(directory: Path) -> Iterator[Path]:
 
 
 @pytest.mark.e2e  # runs the bundled tritonserver's --help
+@pytest.mark.parametrize("hosted", [False, True], ids=["in-stub", "device-host"])
 def test_serve_refuses_a_run_directory_out_of_inodes_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    om_dynamic_batch: Path,
+    hosted: bool,
 ) -> None:
+    """Out of inodes, the first file `serve` writes there fails: the model-repository key, or
+    before it the device host's files of a `device_host` model."""
     repository = tmp_path / "models"
-    write_python_model(repository, "add_one", CONFIG, MODEL)
+    if hosted:
+        scaffold(om_dynamic_batch, repository, name="hosted", runtime="emulator", device_host=True)
+    else:
+        write_python_model(repository, "add_one", CONFIG, MODEL)
     with full_filesystem(tmp_path / "full") as full:
         monkeypatch.setattr(server_module, "SHM_DIRECTORY", full)
         monkeypatch.setenv(RUN_DIR_ENV, str(full / "run"))
@@ -384,7 +395,9 @@ def test_serve_refuses_a_run_directory_out_of_inodes_in_one_line(
     printed = capsys.readouterr()
     assert code == 2 and "Triton is ready" not in printed.out
     (line,) = printed.err.strip().splitlines()
-    assert line.startswith(
-        "ge-python-model serve: error: cannot leave the server's model-repository key in the run "
-        "directory: [Errno 28] No space left on device"
+    what = (
+        "cannot start the device host of device 0"
+        if hosted
+        else "cannot leave the server's model-repository key in the run directory"
     )
+    assert line.startswith(f"ge-python-model serve: error: {what}: [Errno 28] No space left")

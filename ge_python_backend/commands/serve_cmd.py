@@ -25,8 +25,9 @@ from ge_python_backend.commands.options import (
 )
 from ge_python_backend.commands.watch_cmd import watcher_from
 from ge_python_backend.devicehost.client import start_host
-from ge_python_backend.devicehost.protocol import host_paths
+from ge_python_backend.devicehost.protocol import DeviceHostError, host_paths
 from ge_python_backend.environment import ACL_RUNTIME
+from ge_python_backend.errors import UserError
 from ge_python_backend.repository.budget import footprints
 from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.server import (
@@ -297,9 +298,13 @@ class DeviceHosts:
         self.links: dict[int, socket.socket] = {}
 
     def start(self) -> None:
-        """Start (or join) the host of every device."""
+        """Start (or join) the host of every device; UserError when the run directory cannot
+        take its files (full, or not private)."""
         for device in self.devices:
-            self.links[device] = start_host(device, host_paths(device), self.env)
+            try:
+                self.links[device] = start_host(device, host_paths(device), self.env)
+            except (OSError, DeviceHostError) as exc:
+                raise UserError(f"cannot start the device host of device {device}: {exc}") from None
             print(f"device host of device {device}: {host_paths(device).log}", flush=True)
 
     def keep_up(self) -> None:
