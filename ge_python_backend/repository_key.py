@@ -12,7 +12,8 @@ Secret), else the file of a server of this machine at that port.
 
 Triton 2.51 takes the options on its command line only (no file, no environment variable), which
 every local user reads in `/proc/<pid>/cmdline`: `TritonServer` overwrites the key there once
-Triton has parsed it, where it may write the process's memory (docs/RELIABILITY.md).
+Triton has parsed it, where it may write the process's memory
+(docs/guides/reliability/other-users.md).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import os
 import secrets
 import socket
 
+from ge_python_backend.environment import REPOSITORY_KEY
 from ge_python_backend.processes import run_directory
 
-ENV = "GE_PYTHON_BACKEND_REPOSITORY_KEY"
+ENV = REPOSITORY_KEY.name
 HEADER = "ge-repository-key"
 # Triton's prefix of the metadata key a restricted gRPC protocol expects
 # (src/grpc/grpc_server.h kRestrictedProtocolHeaderTemplate).

@@ -923,7 +923,7 @@ class TritonServer:
             logger.warning(
                 "the model-repository key of tritonserver (pid %d) stays readable by local "
                 "users in /proc/%d/cmdline (%s); mount /proc with hidepid=invisible or run "
-                "the server in a PID namespace of its own (docs/RELIABILITY.md)",
+                "the server in a PID namespace of its own (docs/guides/reliability/other-users.md)",
                 self._process.pid,
                 self._process.pid,
                 why,

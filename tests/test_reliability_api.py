@@ -1,4 +1,4 @@
-"""Triton's model-repository API closed to strangers (docs/RELIABILITY.md, "The model-control API").
+"""Triton's model-repository API closed to strangers (docs/guides/reliability/other-users.md).
 
 `serve` runs Triton in explicit model-control mode for its watcher; Triton's load takes file
 overrides, so whoever may call it runs a `model.py` of their own as the server's user. Here a

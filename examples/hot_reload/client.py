@@ -15,9 +15,10 @@ answering, switches, and unloads the old one (`version_policy` latest 1). The se
 happened and how many failed (the exit status is 1 if any did).
 
 The model-repository API (load, unload, index) of a server `serve` runs takes only its key
-(docs/RELIABILITY.md): the client sends it in the `ge-repository-key` header, found as the
-project's tools find it (`repository_key.find_key`: `GE_PYTHON_BACKEND_REPOSITORY_KEY`, else the
-file `serve` left in the run directory for the port, readable by the server's user only).
+(docs/guides/reliability/other-users.md): the client sends it in the `ge-repository-key`
+header, found as the project's tools find it (`repository_key.find_key`:
+`GE_PYTHON_BACKEND_REPOSITORY_KEY`, else the file `serve` left in the run directory for the port,
+readable by the server's user only).
 
 Model control goes over HTTP: in Triton 2.51 the HTTP worker thread that handles `load` is busy
 for the whole load, so HTTP inference requests that land on that thread (for any model) wait as

@@ -79,7 +79,8 @@ fresh at each server start (header ge-repository-key, gRPC metadata
 triton-grpc-protocol-ge-repository-key): the watcher, `watch` and `tune` of this user find it in
 the run directory (a 0600 file per port; GE_PYTHON_BACKEND_REPOSITORY_KEY overrides it), other
 users get 403 (gRPC: UNAVAILABLE). Triton takes the key on its command line only; serve
-overwrites it there once Triton has read it, or says why it could not (docs/RELIABILITY.md).
+overwrites it there once Triton has read it, or says why it could not
+(docs/guides/reliability/other-users.md).
 
 The server log goes to a new directory in the temp directory, removed when the server stops
 cleanly (a --log-file stays). Who owns each server's shared-memory regions is recorded in
