@@ -573,17 +573,11 @@ def remove_dead_servers_regions() -> list[tuple[ServerRecord, list[Path]]]:
     return reclaimed
 
 
-def check_restricted_api(binary: ServerBinary) -> None:
-    """UserError when `binary` lacks the options that close its model-repository API
-    (`repository_key.OPTIONS`: a Triton before 2.40), as its `--help` lists them."""
+def missing_restricted_api(binary: ServerBinary) -> list[str]:
+    """The options closing the model-repository API (`repository_key.OPTIONS`) that `binary`
+    lacks, as its `--help` lists them: both before Triton 2.33, the HTTP one before 2.40."""
     text = _help_of(binary.executable, binary.executable.stat().st_mtime_ns, binary.library_path)
-    missing = [option for option in repository_key.OPTIONS if option not in text]
-    if missing:
-        raise UserError(
-            f"{binary.executable} has no {' or '.join(missing)}: Triton "
-            f"{repository_key.FIRST_RELEASE} or later is needed, so that other local users "
-            "cannot load code through its model-repository API"
-        )
+    return [option for option in repository_key.OPTIONS if option not in text]
 
 
 @functools.lru_cache(maxsize=8)
@@ -770,6 +764,7 @@ class TritonServer:
         self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
         self.repository_key: str | None = None  # this launch's (`repository_key`)
         self.key_hidden = False  # whether it is gone from the server's /proc/<pid>/cmdline
+        self._restricted = False  # whether the binary closes its model-repository API
         # While stopping: requests in flight at the last look (None: unknown), and the idle
         # client connections closed (or why they could not be).
         self.in_flight_at_stop: int | None = None
@@ -817,12 +812,7 @@ class TritonServer:
 
     def command(self) -> list[str]:
         """The `tritonserver` command line (ports and key must be chosen, i.e. after `start`)."""
-        if (
-            self._ports is None
-            or self.binary is None
-            or self.shm_sizes is None
-            or self.repository_key is None
-        ):
+        if self._ports is None or self.binary is None or self.shm_sizes is None:
             raise ServerError("the server has not been started")
         http, grpc, metrics = self._ports
         command = [
@@ -841,7 +831,7 @@ class TritonServer:
             f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_region_prefix}",
-            *repository_key.server_options(self.repository_key),
+            *(repository_key.server_options(self.repository_key) if self.repository_key else []),
         ]
         if self.binary.backend_directory is not None:
             command.append(f"--backend-directory={self.binary.backend_directory}")
@@ -861,7 +851,7 @@ class TritonServer:
             raise ServerError("the server was already started")
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
-        check_restricted_api(self.binary)
+        self._check_restricted_api()
         check_shell_safe_paths(self.repository, self.binary)
         server_records_directory()  # refused before anything runs when it is not private
         self.check_ports()
@@ -875,16 +865,40 @@ class TritonServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launch("wb")
 
+    def _check_restricted_api(self) -> None:
+        """Refuse, in explicit model-control mode, a Triton that cannot close its model-repository
+        API (load with file overrides, unload) to a key; in mode none (where Triton refuses every
+        load and unload) serve it with an open repository index, and say so."""
+        assert self.binary is not None
+        missing = missing_restricted_api(self.binary)
+        self._restricted = not missing
+        if not missing:
+            return
+        lacks = f"{self.binary.executable} has no {' or '.join(missing)}"
+        if self.model_control_mode == "explicit":
+            raise UserError(
+                f"{lacks}: explicit model-control mode (the watcher's) needs Triton "
+                f"{repository_key.FIRST_RELEASE} or later, so that other local users cannot load "
+                "code through its model-repository API (or serve with --no-watch in mode none)"
+            )
+        logger.warning(
+            "%s (a Triton before %s): its repository index stays open to every client (mode "
+            "none refuses every load and unload)",
+            lacks,
+            repository_key.FIRST_RELEASE,
+        )
+
     def _launch(self, log_mode: str) -> None:
         assert self.binary is not None and self.log_path is not None and self._ports is not None
-        key = repository_key.new_key()
-        try:
-            repository_key.publish(key, self._ports[:2])
-        except OSError as exc:
-            raise UserError(
-                f"cannot leave the server's model-repository key in the run directory: {exc}"
-            ) from None
-        self.repository_key = key
+        if self._restricted:
+            key = repository_key.new_key()
+            try:
+                repository_key.publish(key, self._ports[:2])
+            except OSError as exc:
+                raise UserError(
+                    f"cannot leave the server's model-repository key in the run directory: {exc}"
+                ) from None
+            self.repository_key = key
         logged = self.log_path.stat().st_size if log_mode == "ab" else 0
         with open(self.log_path, log_mode) as log:
             self._process = subprocess.Popen(
@@ -896,7 +910,8 @@ class TritonServer:
                 start_new_session=True,  # Ctrl-C reaches us, and we stop the server cleanly
             )
         self._finalizer = weakref.finalize(self, _stop_process, self._process, 10.0)
-        self._hide_key(logged)
+        if self.repository_key is not None:
+            self._hide_key(logged)
         try:
             write_server_record(
                 ServerRecord.of(

@@ -41,9 +41,10 @@ from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import (
     ServerBinary,
-    check_restricted_api,
+    TritonServer,
     find_server,
     hide_in_command_line,
+    missing_restricted_api,
 )
 
 CONFIG = """\
@@ -292,22 +293,29 @@ def test_ctrl_c_with_an_idle_keep_alive_client_stops_at_once_and_cleanly(tmp_pat
 
 
 @pytest.mark.e2e  # runs the bundled tritonserver's --help
-def test_a_triton_without_the_restricted_api_options_is_refused_in_one_line(
+def test_a_triton_without_the_restricted_api_options_is_refused_in_explicit_mode(
     tmp_path: Path,
 ) -> None:
-    """A release before 2.40 lists no --http-restricted-api in its --help (as this stand-in)."""
+    """A release before 2.40 lists no --http-restricted-api in its --help (as this stand-in):
+    refused in one line where loads and unloads are open (explicit mode)."""
     old = tmp_path / "tritonserver"
     old.write_text("#!/bin/sh\necho 'Usage: tritonserver [options]'\necho '  --grpc-port <int>'\n")
     old.chmod(0o755)
     binary = ServerBinary(old, None, ())
+    assert missing_restricted_api(binary) == list(repository_key.OPTIONS)
+    assert missing_restricted_api(find_server()) == []  # the bundled 2.51 has both
+    repository = tmp_path / "models"
+    write_python_model(repository, "add_one", CONFIG, MODEL)
+    server = TritonServer(repository, model_control_mode="explicit", binary=binary)
     with pytest.raises(UserError) as refused:
-        check_restricted_api(binary)
+        server.start()
     assert str(refused.value) == (
-        f"{old} has no --http-restricted-api or --grpc-restricted-protocol: Triton 2.40 "
-        "(NGC 23.11) or later is needed, so that other local users cannot load code through "
-        "its model-repository API"
+        f"{old} has no --http-restricted-api or --grpc-restricted-protocol: explicit "
+        "model-control mode (the watcher's) needs Triton 2.40 (NGC 23.11) or later, so that "
+        "other local users cannot load code through its model-repository API (or serve with "
+        "--no-watch in mode none)"
     )
-    check_restricted_api(find_server())  # the bundled 2.51 has both
+    assert server.pid is None  # nothing started
 
 
 def test_the_key_goes_only_to_a_server_of_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,8 +359,8 @@ def test_a_secret_is_overwritten_in_a_childs_command_line_or_the_reason_given() 
 
 @contextlib.contextmanager
 def full_filesystem(directory: Path) -> Iterator[Path]:
-    """A tmpfs at `directory` holding `run/` and `records/` (0700) and no free inode (root
-    only: mount; skipped elsewhere)."""
+    """A tmpfs at `directory` holding the run directory `run/` and serve's records directory
+    (0700) and no free inode (root only: mount; skipped elsewhere)."""
     directory.mkdir()
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=8,mode=0700", "tmpfs", str(directory)],
@@ -361,7 +369,11 @@ def full_filesystem(directory: Path) -> Iterator[Path]:
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
-        for name in ("run", f"ge-python-backend-{os.getuid()}"):
+        for name in (
+            "run",
+            f"ge-python-backend-{os.getuid()}",
+            f"ge-python-backend-{os.getuid()}/servers",
+        ):
             (directory / name).mkdir(mode=0o700)
         with contextlib.suppress(OSError):
             for number in range(100):

@@ -276,11 +276,12 @@ def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     print(f"  HTTP     {urls.http}")
     print(f"  gRPC     {urls.grpc}")
     print(f"  metrics  {urls.metrics}")
-    key_file = repository_key.key_path(int(urls.http.rsplit(":", 1)[1]))
-    print(
-        f"  model-repository API (index, load, unload) restricted to header "
-        f"{repository_key.HEADER}; its key: {key_file} (this user's only)"
-    )
+    if server.repository_key is not None:
+        key_file = repository_key.key_path(int(urls.http.rsplit(":", 1)[1]))
+        print(
+            f"  model-repository API (index, load, unload) restricted to header "
+            f"{repository_key.HEADER}; its key: {key_file} (this user's only)"
+        )
     print("models:" if index else "models: none loaded")
     for line in _model_lines(index):
         print(line)
