@@ -26,6 +26,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from ge_python_backend import repository_key
 from ge_python_backend.errors import UserError
 
 PROTOCOLS = ("http", "grpc")
@@ -57,7 +58,13 @@ def error_text(exc: BaseException) -> str:
         return f"the reply is not HTTP/1.1 ({detail}): is this Triton's HTTP port?"
     text = getattr(exc, "message", None)
     text = text() if callable(text) else text
-    return str(text or exc) or type(exc).__name__
+    text = str(text or exc) or type(exc).__name__
+    if "is restricted, expecting header" in text and f"{repository_key.HEADER}'" in text:
+        text += (
+            f" (the server's model-repository API needs its key: {repository_key.ENV}, or "
+            "the file its `serve` left in the run directory, readable by its user only)"
+        )
+    return text
 
 
 @contextlib.contextmanager
@@ -86,12 +93,22 @@ class TritonClient:
     """One tritonclient client of `url` (HOST:PORT) over `protocol`. Over HTTP use it from one
     thread; tritonclient's gRPC client may be shared by threads.
 
-    `timeout_s` bounds connecting and each call (None: tritonclient's defaults).
+    `timeout_s` bounds connecting and each call (None: tritonclient's defaults). The calls of
+    the model-repository API (index, load, unload) carry `repository_key`, by default the one
+    `repository_key.find_key` finds for `url`.
     """
 
-    def __init__(self, url: str, protocol: str = "http", *, timeout_s: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        protocol: str = "http",
+        *,
+        timeout_s: float | None = None,
+        repository_key: str | None = None,
+    ):
         self.url = server_url(url, protocol)
         self.protocol = protocol
+        self._repository_key = repository_key
         self._module = importlib.import_module(f"tritonclient.{protocol}")
         self._options: dict[str, Any] = {}  # per call: gRPC's client_timeout
         if protocol == "http" and timeout_s is not None:
@@ -139,19 +156,27 @@ class TritonClient:
     def repository_index(self) -> list[dict[str, Any]]:
         """Every model of the repository: `{"name", "version", "state", "reason"}` (a model
         never loaded has no version or state)."""
+        options = self._repository_options()
         if self.protocol == "grpc":
-            index = self._client.get_model_repository_index(as_json=True, **self._options)
+            index = self._client.get_model_repository_index(as_json=True, **options)
             return list(index.get("models", []))
-        return list(self._client.get_model_repository_index())
+        return list(self._client.get_model_repository_index(**options))
 
     def load_model(self, model: str, config: str | None = None) -> None:
         """Load (or reload) `model`; needs `--model-control-mode=explicit`. `config` (the
         model config as JSON) overrides the repository's config.pbtxt for this load."""
-        self._client.load_model(model, config=config, **self._options)
+        self._client.load_model(model, config=config, **self._repository_options())
 
     def unload_model(self, model: str) -> None:
         """Unload `model`; needs `--model-control-mode=explicit`."""
-        self._client.unload_model(model, **self._options)
+        self._client.unload_model(model, **self._repository_options())
+
+    def _repository_options(self) -> dict[str, Any]:
+        """The call options of a model-repository call: the key's header, where there is one."""
+        if self._repository_key is None:
+            self._repository_key = repository_key.find_key(self.url)
+        headers = repository_key.request_headers(self._repository_key, self.protocol)
+        return {**self._options, "headers": headers} if headers else self._options
 
     def unload_drained(self, model: str, timeout_s: float) -> bool:
         """Unload `model` and wait until Triton has drained it: answered its executions in

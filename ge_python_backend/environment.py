@@ -36,6 +36,12 @@ RUN_DIR = EnvironmentVariable(
     "sockets and logs",
     SERVER,
 )
+REPOSITORY_KEY = EnvironmentVariable(
+    "GE_PYTHON_BACKEND_REPOSITORY_KEY",
+    "the key `serve` left for the server's port in the run directory",
+    "the key of Triton's model-repository API (load, unload, index) the project's clients send",
+    "the commands (`watch`, `tune`, `serve`'s watcher)",
+)
 DEVICE_HOST_SHARE_CPU = EnvironmentVariable(
     "GE_DEVICE_HOST_SHARE_CPU",
     "`1`",
@@ -115,6 +121,7 @@ EMULATOR_STATS_DIR = EnvironmentVariable(
 VARIABLES = (
     ACL_RUNTIME,
     RUN_DIR,
+    REPOSITORY_KEY,
     DEVICE_HOST_SHARE_CPU,
     DEVICE_HOST_IDLE_EXIT_S,
     EMULATOR_DEVICE_COUNT,

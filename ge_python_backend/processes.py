@@ -6,19 +6,24 @@ since boot (`/proc/<pid>/stat` field 22). A process killed by SIGKILL leaves its
 `is_alive` tells such a record from a live one, and from a new process that got the same pid.
 `run_directory` is the per-user directory (0700) of this host's records and of the device
 hosts' sockets; `records_directory` gives each kind of record a directory of its own in it, so a
-reader of one kind never meets files of another. Standard library only: the Triton stub imports it.
+reader of one kind never meets files of another; `private_directory` is the one check of such a
+directory (the run directory, `serve`'s records, the emulator's host directory). Standard
+library only: the Triton stub imports it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 from ge_python_backend.environment import RUN_DIR
 
 __all__ = [
     "RUN_DIR_ENV",
+    "NotPrivateError",
     "is_alive",
+    "private_directory",
     "records_directory",
     "run_directory",
     "start_time",
@@ -75,14 +80,36 @@ def is_alive(pid: int, started: int) -> bool:
     return now is not None and (started == 0 or now == 0 or now == started)
 
 
+class NotPrivateError(PermissionError):
+    """A directory that is not this user's alone: another owner, access for the group or
+    others, or a symbolic link."""
+
+
+def private_directory(directory: str) -> str:
+    """`directory`, created (mode 0700) when missing, checked to be this user's alone: a real
+    directory (a symbolic link is not followed), owned by this uid, mode 0700 or narrower.
+    `NotPrivateError` otherwise: a user who made the path first could read what it holds, or
+    plant links in it that turn our writes onto another file; other `OSError`s when it cannot
+    be made."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise NotPrivateError(
+            f"{directory} is not a private directory of this user (owner uid {info.st_uid}, "
+            f"mode {stat.filemode(info.st_mode)}; uid {os.getuid()} with mode 0700 needed): "
+            "remove it, or fix its owner and mode"
+        )
+    return directory
+
+
 def run_directory() -> str:
-    """The records' directory (`GE_PYTHON_BACKEND_RUN_DIR`, else one per user), created 0700."""
+    """The records' directory (`GE_PYTHON_BACKEND_RUN_DIR`, else one per user), created 0700
+    and checked private (`private_directory`)."""
     directory = os.environ.get(RUN_DIR_ENV)
     if not directory:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         directory = os.path.join(base, f"ge-python-backend-{os.getuid()}")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    return directory
+    return private_directory(directory)
 
 
 def records_directory(kind: str, base: str | None = None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import importlib.util
 import json
@@ -28,7 +29,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -36,14 +36,15 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ge_python_backend import repository_key
 from ge_python_backend.errors import GeBackendError, UserError
-from ge_python_backend.processes import records_directory
+from ge_python_backend.processes import NotPrivateError, private_directory, records_directory
 from ge_python_backend.repository.config import (
     check_model_directory_names,
     check_shell_safe_path,
@@ -53,6 +54,9 @@ from ge_python_backend.repository.shm import ShmSizes, shm_sizes_for_repository
 logger = logging.getLogger(__name__)
 
 MODEL_CONTROL_MODES = ("none", "explicit")
+STOP_LOOK_S = 0.5  # while a server stops: how often its connections and requests are looked at
+# Triton's gauge of the requests each model has queued or executing.
+PENDING_METRIC = "nv_inference_pending_request_count"
 PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
 # The Python backend names its shared-memory regions /dev/shm/<prefix><uuid>; each TritonServer
 # gives its own prefix (this one, "ge", a tag of 8 hex digits and "_"), so the regions a crashed
@@ -310,16 +314,26 @@ def _pytriton_libraries(server_root: Path) -> tuple[Path, ...]:
     return (libs,) if is_pytriton and libs.is_dir() else ()
 
 
-def listening_pids(port: int) -> set[int]:
-    """The processes with a TCP socket listening on `port` in this network namespace, as far as
-    Linux's `/proc` shows them (empty when it shows none: another OS, or no permission)."""
+_TCP_LISTEN, _TCP_ESTABLISHED = "0A", "01"  # socket states in /proc/net/tcp
+
+
+def _tcp_sockets(port: int, state: str) -> set[str]:
+    """The TCP sockets of local port `port` in `state` in this network namespace, as the
+    targets of the fds holding them (`socket:[inode]`)."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()  # sl local_address rem_address st ... inode
-                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                if fields[3] == state and int(fields[1].rsplit(":", 1)[1], 16) == port:
                     inodes.add(f"socket:[{fields[9]}]")
+    return inodes
+
+
+def listening_pids(port: int) -> set[int]:
+    """The processes with a TCP socket listening on `port` in this network namespace, as far as
+    Linux's `/proc` shows them (empty when it shows none: another OS, or no permission)."""
+    inodes = _tcp_sockets(port, _TCP_LISTEN)
     pids = set()
     for fds in Path("/proc").glob("[0-9]*/fd") if inodes else ():
         with contextlib.suppress(OSError):  # a process gone, or not ours to look at
@@ -334,6 +348,46 @@ def _fd_target(fd: Path) -> str:
         return os.readlink(fd)
     except OSError:
         return ""
+
+
+def client_connections(pid: int, port: int) -> list[int]:
+    """The fds of process `pid` holding the established connections its clients made to its
+    `port` (none when `/proc` does not show them)."""
+    inodes = _tcp_sockets(port, _TCP_ESTABLISHED)
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir()) if inodes else []
+    except OSError:
+        return []
+    return sorted(int(fd.name) for fd in fds if _fd_target(fd) in inodes)
+
+
+_SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture
+
+
+def shut_down_connections(pid: int, fds: Sequence[int]) -> str | None:
+    """Shut down the sockets behind `fds` of process `pid` (a copy of each through
+    pidfd_getfd(2), Linux 5.6): the process reads their end and closes them. None when done,
+    else why not (it needs ptrace rights over the process, as `hide_in_command_line`)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        for fd in fds:
+            copy = libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+            if copy < 0:
+                number = ctypes.get_errno()
+                if number == errno.EBADF:
+                    continue  # closed meanwhile
+                return f"pidfd_getfd: {os.strerror(number)}"
+            with socket.socket(fileno=copy) as connection, contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+    finally:
+        os.close(pidfd)
+    return None
 
 
 def describe_process(pid: int) -> str:
@@ -420,18 +474,15 @@ def server_records_directory() -> Path:
     """`/dev/shm/ge-python-backend-<uid>/servers` (mode 0700), holding a `ServerRecord` per
     server this user runs: beside the regions it describes, gone with them at a reboot, and apart
     from the runtime's placement records (`processes.records_directory`). UserError when
-    `/dev/shm/ge-python-backend-<uid>` is not a private directory of this user."""
+    `/dev/shm/ge-python-backend-<uid>` is not a private directory of this user
+    (`processes.private_directory`)."""
     base = SHM_DIRECTORY / f"ge-python-backend-{os.getuid()}"
     try:
-        base.mkdir(mode=0o700, exist_ok=True)
-        info = base.lstat()
+        private_directory(os.fspath(base))
+    except NotPrivateError as exc:
+        raise UserError(f"{exc}; it holds the servers' records") from None
     except OSError as exc:
         raise UserError(f"cannot create {base} for the servers' records: {exc}") from None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise UserError(
-            f"{base} is not a private directory of this user (owner uid {info.st_uid}, "
-            f"mode {stat.filemode(info.st_mode)}): remove it, it holds the servers' records"
-        )
     try:
         return Path(records_directory(SERVER_RECORDS, os.fspath(base)))
     except OSError as exc:
@@ -454,8 +505,13 @@ def write_server_record(record: ServerRecord) -> None:
         }
     )
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text + "\n")
-    partial.replace(path)
+    try:
+        partial.write_text(text + "\n")
+        partial.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise UserError(f"cannot write the server's record in {path.parent}: {exc}") from None
 
 
 def remove_server_record(prefix: str) -> None:
@@ -517,6 +573,52 @@ def remove_dead_servers_regions() -> list[tuple[ServerRecord, list[Path]]]:
     return reclaimed
 
 
+def missing_restricted_api(binary: ServerBinary) -> list[str]:
+    """The options closing the model-repository API (`repository_key.OPTIONS`) that `binary`
+    lacks, as its `--help` lists them: both before Triton 2.33, the HTTP one before 2.40."""
+    text = _help_of(binary.executable, binary.executable.stat().st_mtime_ns, binary.library_path)
+    return [option for option in repository_key.OPTIONS if option not in text]
+
+
+@functools.lru_cache(maxsize=8)
+def _help_of(executable: Path, mtime_ns: int, library_path: tuple[Path, ...]) -> str:
+    """`executable --help` (exit code 1 in Triton 2.51), read once per binary."""
+    libraries = [*map(str, library_path), os.environ.get("LD_LIBRARY_PATH", "")]
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, libraries))}
+    try:
+        result = subprocess.run(
+            [str(executable), "--help"], capture_output=True, text=True, timeout=60, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"{executable} --help could not be run: {exc}") from None
+    return result.stdout + result.stderr
+
+
+def hide_in_command_line(pid: int, secret: str) -> str | None:
+    """Overwrite `secret` with '*'s in the command line of process `pid` (its argv strings in
+    memory, which `/proc/<pid>/cmdline` shows every local user). None when done, else why it
+    could not be: writing another process's memory needs ptrace rights over it (Yama's
+    ptrace_scope 1 allows a parent, 2 only CAP_SYS_PTRACE)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()  # from field 3, the state
+        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49: arg_start, arg_end
+        if not 0 < start < end:
+            return "/proc does not show this process where its command line is"
+        needle = secret.encode()
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as memory:
+            memory.seek(start)
+            args = memory.read(end - start)
+            at = args.find(needle)
+            while at >= 0:
+                memory.seek(start + at)
+                memory.write(b"*" * len(needle))
+                at = args.find(needle, at + len(needle))
+    except (OSError, IndexError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -567,19 +669,31 @@ def exit_description(code: int) -> str:
         return f"killed by signal {-code}"
 
 
-def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> int:
+def _stop_process(
+    process: subprocess.Popen[bytes],
+    timeout: float,
+    stopping: Callable[[], None] | None = None,
+) -> int:
     """SIGINT (Triton's clean shutdown), SIGKILL after `timeout`; then end the process group.
+    `stopping` is called right after the SIGINT and then every STOP_LOOK_S while it stops.
 
     The Python backend's stub processes share the server's process group; after a crash they
     are left behind, so whatever remains of the group is killed once the server is gone.
     """
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        deadline = time.monotonic() + timeout
+        while True:
+            if stopping is not None:
+                stopping()
+            try:
+                process.wait(max(0.0, min(STOP_LOOK_S, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    process.kill()
+                    process.wait()
+                    break
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     return int(process.returncode)
@@ -602,7 +716,10 @@ class TritonServer:
     Without a `log_path` the log goes to a new directory in the temp directory, which
     `remove_log` removes (a `with` block does after a clean stop). Each launch records who owns
     the server's shared-memory regions (`ServerRecord`); `stop` removes the regions and the
-    record.
+    record. Each launch also closes the model-repository API (index, load, unload) to all but
+    the holders of a fresh `repository_key`, left for this user's tools in the run directory
+    (`repository_key.publish`) and hidden from the server's command line where this process
+    may write its memory (`key_hidden`).
     """
 
     def __init__(
@@ -645,6 +762,15 @@ class TritonServer:
         self.log_path = Path(log_path) if log_path is not None else None
         self._log_directory: Path | None = None  # the one `start` made, when no log_path
         self.shm_region_prefix = f"{SHM_REGION_PREFIX}ge{secrets.token_hex(4)}_"
+        self.repository_key: str | None = None  # this launch's (`repository_key`)
+        self.key_hidden = False  # whether it is gone from the server's /proc/<pid>/cmdline
+        self._restricted = False  # whether the binary closes its model-repository API
+        # While stopping: requests in flight at the last look (None: unknown), and the idle
+        # client connections closed (or why they could not be).
+        self.in_flight_at_stop: int | None = None
+        self.idle_connections_closed = 0
+        self._quiet_looks = 0
+        self._cannot_close: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -685,7 +811,7 @@ class TritonServer:
         )
 
     def command(self) -> list[str]:
-        """The `tritonserver` command line (ports must be chosen, i.e. after `start`)."""
+        """The `tritonserver` command line (ports and key must be chosen, i.e. after `start`)."""
         if self._ports is None or self.binary is None or self.shm_sizes is None:
             raise ServerError("the server has not been started")
         http, grpc, metrics = self._ports
@@ -705,6 +831,7 @@ class TritonServer:
             f"--backend-config=python,shm-default-byte-size={self.shm_sizes.default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_sizes.growth_bytes}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_region_prefix}",
+            *(repository_key.server_options(self.repository_key) if self.repository_key else []),
         ]
         if self.binary.backend_directory is not None:
             command.append(f"--backend-directory={self.binary.backend_directory}")
@@ -724,6 +851,7 @@ class TritonServer:
             raise ServerError("the server was already started")
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
+        self._check_restricted_api()
         check_shell_safe_paths(self.repository, self.binary)
         server_records_directory()  # refused before anything runs when it is not private
         self.check_ports()
@@ -737,8 +865,41 @@ class TritonServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launch("wb")
 
+    def _check_restricted_api(self) -> None:
+        """Refuse, in explicit model-control mode, a Triton that cannot close its model-repository
+        API (load with file overrides, unload) to a key; in mode none (where Triton refuses every
+        load and unload) serve it with an open repository index, and say so."""
+        assert self.binary is not None
+        missing = missing_restricted_api(self.binary)
+        self._restricted = not missing
+        if not missing:
+            return
+        lacks = f"{self.binary.executable} has no {' or '.join(missing)}"
+        if self.model_control_mode == "explicit":
+            raise UserError(
+                f"{lacks}: explicit model-control mode (the watcher's) needs Triton "
+                f"{repository_key.FIRST_RELEASE} or later, so that other local users cannot load "
+                "code through its model-repository API (or serve with --no-watch in mode none)"
+            )
+        logger.warning(
+            "%s (a Triton before %s): its repository index stays open to every client (mode "
+            "none refuses every load and unload)",
+            lacks,
+            repository_key.FIRST_RELEASE,
+        )
+
     def _launch(self, log_mode: str) -> None:
-        assert self.binary is not None and self.log_path is not None
+        assert self.binary is not None and self.log_path is not None and self._ports is not None
+        if self._restricted:
+            key = repository_key.new_key()
+            try:
+                repository_key.publish(key, self._ports[:2])
+            except OSError as exc:
+                raise UserError(
+                    f"cannot leave the server's model-repository key in the run directory: {exc}"
+                ) from None
+            self.repository_key = key
+        logged = self.log_path.stat().st_size if log_mode == "ab" else 0
         with open(self.log_path, log_mode) as log:
             self._process = subprocess.Popen(
                 self.command(),
@@ -749,9 +910,39 @@ class TritonServer:
                 start_new_session=True,  # Ctrl-C reaches us, and we stop the server cleanly
             )
         self._finalizer = weakref.finalize(self, _stop_process, self._process, 10.0)
-        write_server_record(
-            ServerRecord.of(self.shm_region_prefix, (os.getpid(), self._process.pid), self.log_path)
-        )
+        if self.repository_key is not None:
+            self._hide_key(logged)
+        try:
+            write_server_record(
+                ServerRecord.of(
+                    self.shm_region_prefix, (os.getpid(), self._process.pid), self.log_path
+                )
+            )
+        except UserError:
+            self.stop(0.0)
+            raise
+
+    def _hide_key(self, logged: int, timeout: float = 10.0) -> None:
+        """Overwrite the key in the server's command line once Triton has parsed it (the first
+        line it logs comes after), or say in one log line why it stays readable there."""
+        assert self._process is not None and self.log_path is not None
+        deadline = time.monotonic() + timeout
+        while self.log_path.stat().st_size <= logged and self._process.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        assert self.repository_key is not None
+        why = hide_in_command_line(self._process.pid, self.repository_key)
+        self.key_hidden = why is None
+        if why is not None and self._process.poll() is None:
+            logger.warning(
+                "the model-repository key of tritonserver (pid %d) stays readable by local "
+                "users in /proc/%d/cmdline (%s); mount /proc with hidepid=invisible or run "
+                "the server in a PID namespace of its own (docs/guides/reliability/other-users.md)",
+                self._process.pid,
+                self._process.pid,
+                why,
+            )
 
     def poll(self) -> int | None:
         """The exit code if the server has exited, else None."""
@@ -790,8 +981,16 @@ class TritonServer:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-    def _request(self, method: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-        request = urllib.request.Request(self.urls.http + path, method=method)
+    def _request(
+        self,
+        method: str,
+        path: str,
+        timeout: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        request = urllib.request.Request(
+            self.urls.http + path, method=method, headers=dict(headers or {})
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return int(response.status), bytes(response.read())
@@ -851,26 +1050,77 @@ class TritonServer:
 
     def repository_index(self) -> list[dict[str, Any]]:
         """`POST /v2/repository/index`: name, version, state and reason of every model."""
-        status, body = self._request("POST", "/v2/repository/index")
+        headers = repository_key.request_headers(self.repository_key, "http")
+        status, body = self._request("POST", "/v2/repository/index", headers=headers)
         if status != 200:
             raise ServerError(
                 f"repository index failed ({status}): {body.decode(errors='replace')}"
             )
         return list(json.loads(body))
 
+    def pending_requests(self) -> int | None:
+        """The requests queued or executing in every model (`PENDING_METRIC` on the metrics
+        endpoint); None when it does not answer."""
+        try:
+            with urllib.request.urlopen(self.urls.metrics, timeout=1.0) as reply:
+                text = reply.read().decode()
+        except (OSError, ValueError):
+            return None
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines()
+            if line.startswith(PENDING_METRIC + "{")
+        )
+
+    def _look_while_stopping(self) -> None:
+        """While Triton stops: count the requests in flight (`in_flight_at_stop`); after two
+        looks with none, shut down the HTTP connections clients keep open (keep-alive), which
+        Triton would otherwise wait for until its exit timeout, or say once why not."""
+        if self._process is None or self._ports is None:
+            return
+        self.in_flight_at_stop = self.pending_requests()
+        self._quiet_looks = self._quiet_looks + 1 if self.in_flight_at_stop == 0 else 0
+        if self._quiet_looks < 2 or self._cannot_close is not None:
+            return
+        idle = client_connections(self._process.pid, self._ports[0])
+        if not idle:
+            return
+        why = shut_down_connections(self._process.pid, idle)
+        if why is None:
+            self.idle_connections_closed += len(idle)
+            logger.info(
+                "closed %d idle HTTP client connection(s) of the stopping server", len(idle)
+            )
+            return
+        self._cannot_close = why
+        logger.warning(
+            "tritonserver waits for %d idle HTTP client connection(s) until its exit timeout "
+            "(%d s), no request being in flight: they cannot be closed from here (%s)",
+            len(idle),
+            self.exit_timeout,
+            why,
+        )
+
     def stop(self, timeout: float | None = None) -> int | None:
         """Stop with SIGINT and return the exit code (what a crashed server left in `/dev/shm`
         is removed).
 
         Triton lets in-flight requests and open HTTP connections finish for `exit_timeout`
-        seconds, then unloads the models; the process group is killed after `timeout` seconds
-        (default `exit_timeout` + 20).
+        seconds, then unloads the models; HTTP connections that stay open with no request in
+        flight are shut down (`_look_while_stopping`); the process group is killed after
+        `timeout` seconds (default `exit_timeout` + 20).
         """
         if self._process is None:
             return None
-        code = _stop_process(self._process, self.exit_timeout + 20 if timeout is None else timeout)
+        code = _stop_process(
+            self._process,
+            self.exit_timeout + 20 if timeout is None else timeout,
+            self._look_while_stopping,
+        )
         if self._finalizer is not None:
             self._finalizer.detach()
         self.remove_shm_regions()  # what a crash left; a clean exit removed its own
         remove_server_record(self.shm_region_prefix)
+        if self.repository_key is not None and self._ports is not None:
+            repository_key.withdraw(self.repository_key, self._ports[:2])
         return code

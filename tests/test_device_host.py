@@ -30,7 +30,6 @@ from ge_python_backend.devicehost.protocol import (
     MAX_LAYOUTS,
     SUBMIT,
     DeviceHostError,
-    check_private_directory,
     host_paths,
     send_batch,
 )
@@ -107,7 +106,7 @@ def test_a_stub_under_the_device_host_imports_no_acl_and_answers_as_the_session(
 
 
 def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
-    run_dir: Path, om_dynamic_batch: Path
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", label="m")
     try:
@@ -127,8 +126,9 @@ def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
     open_dir = run_dir.parent / "shared"
     open_dir.mkdir(mode=0o755)
     open_dir.chmod(0o755)
+    monkeypatch.setenv(RUN_DIR_ENV, str(open_dir))
     with pytest.raises(DeviceHostError, match="mode 0700"):
-        check_private_directory(str(open_dir))
+        host_paths(0)
 
 
 def test_batches_of_a_known_shape_travel_as_records_and_the_rest_as_places(

@@ -337,3 +337,31 @@ def held(path: Path) -> bool:
 def test_the_default_host_is_one_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(timing.HOST_DIR_ENV)
     assert timing.host_directory() == f"/dev/shm/ge-emulator-{os.getuid()}"
+
+
+def test_a_host_directory_that_is_not_this_users_alone_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user who made the directory first (with a link in it to a file of ours), a
+    directory others may enter, or a link in the directory's place: each is refused before a
+    file in it is opened, and the link's target is left as it was."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    (planted / "device0-execute").symlink_to(victim)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "mine")
+    (tmp_path / "mine").mkdir(mode=0o700)
+    cases = {planted: "mode drwxrwxrwx", link: "mode lrwxrwxrwx"}
+    if os.getuid() == 0:  # a directory of another user (uid 65534: nobody), private to them
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 65534, 65534)
+        cases[foreign] = "owner uid 65534"
+    for directory, why in cases.items():
+        monkeypatch.setenv(timing.HOST_DIR_ENV, str(directory))
+        with pytest.raises(ValueError, match=f"is not a private directory of this user .*{why}"):
+            timing.host_directory()
+    assert victim.read_bytes() == b"precious"

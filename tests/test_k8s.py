@@ -33,8 +33,11 @@ import pytest
 import yaml
 from e2e_helpers import free_port
 from onnx_models import KEEP_FP32, build_mlp
+from tritonclient.utils import InferenceServerException
 
+from ge_python_backend import repository_key
 from ge_python_backend.cli import main
+from ge_python_backend.client import TritonClient
 from ge_python_backend.devicehost.buffers import buffer_bytes
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
@@ -61,6 +64,7 @@ from ge_python_backend.tools.k8s import (
     QUEUE_METRIC,
     K8sOptions,
     build_manifests,
+    repository_key_env,
     to_yaml,
 )
 
@@ -400,10 +404,12 @@ def test_containers_run_as_hwhiaiuser_without_capabilities(repository: Path) -> 
             assert context["capabilities"] == {"drop": ["ALL"]}
             assert context["allowPrivilegeEscalation"] is False
         # ASCEND_VISIBLE_DEVICES is the device plugin's to set, for the container it allocates
-        # NPUs to: no container sets it (nor any other env).
+        # NPUs to: no container sets it, nor any env but the model-repository key.
         for document in documents:
             if document["kind"] in ("Deployment", "ServingRuntime", "InferenceService"):
-                assert all("env" not in container for container in containers_of(document))
+                for container in containers_of(document):
+                    names = [variable["name"] for variable in container.get("env", [])]
+                    assert names in ([], [repository_key.ENV])
     root = build_manifests(repository, K8sOptions(name="m", run_as_user=0, run_as_group=1001))
     context = root.documents[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (
@@ -423,6 +429,13 @@ def test_watch_sidecar_runs_the_watcher_on_an_explicit_mode_server(repository: P
     assert "resources" not in watch  # the NPUs are tritonserver's
     args = shlex.split(server["command"][2].split(" && exec ", 1)[1])
     assert "--model-control-mode=explicit" in args and "--load-model=*" in args
+    # The model-repository API takes the Secret's key, which both containers get.
+    key = "$(GE_PYTHON_BACKEND_REPOSITORY_KEY)"
+    assert f"--http-restricted-api=model-repository:ge-repository-key={key}" in args
+    assert f"--grpc-restricted-protocol=model-repository:ge-repository-key={key}" in args
+    secret = {"secretKeyRef": {"name": "m-repository-key", "key": "key"}}
+    for container in (server, watch):
+        assert container["env"] == [{"name": repository_key.ENV, "valueFrom": secret}]
     validate_core(deployment)
     plain = build_manifests(repository, K8sOptions(name="m")).documents[0]
     assert len(plain["spec"]["template"]["spec"]["containers"]) == 1
@@ -430,6 +443,7 @@ def test_watch_sidecar_runs_the_watcher_on_an_explicit_mode_server(repository: P
         "--model-control-mode=none"
         in plain["spec"]["template"]["spec"]["containers"][0]["command"][2]
     )
+    assert "restricted" not in plain["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
 
 KSERVE_FACTS = json.loads((Path(__file__).parent / "kserve_crd_facts.json").read_text())
@@ -574,6 +588,12 @@ def test_kserve_contents(repository: Path) -> None:
     watched = build_manifests(repository, K8sOptions(name="m", kserve=True, watch_sidecar=True))
     sidecar = watched.documents[1]["spec"]["predictor"]["containers"][0]
     assert sidecar["command"] == ["ge-python-model", "watch", "--url", "127.0.0.1:8080"]
+    server = watched.documents[0]["spec"]["containers"][0]
+    assert sidecar["env"] == server["env"] == repository_key_env(K8sOptions(name="m"))
+    assert (
+        "model-repository:ge-repository-key=$(GE_PYTHON_BACKEND_REPOSITORY_KEY)"
+        in (server["command"][2])
+    )
 
 
 def test_kserve_cli(repository: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -589,8 +609,14 @@ def test_kserve_cli(repository: Path, capsys: pytest.CaptureFixture[str]) -> Non
         ["k8s", str(repository), "--name", "m", "--kserve", "--watch-sidecar"]
         + ["--run-as-user", "2000", "--run-as-group", "3000", "--prometheus", "http://p:9090"]
     )
-    runtime, service = documents_of(capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    runtime, service = documents_of(printed)
     assert code == 0
+    assert (
+        "# the model-repository API takes only the key of Secret m-repository-key; create it "
+        'first: kubectl create secret generic m-repository-key --from-literal=key="$(openssl '
+        'rand -hex 32)"' in printed
+    )
     for container in (
         runtime["spec"]["containers"][0],
         *service["spec"]["predictor"]["containers"],
@@ -615,7 +641,9 @@ def test_the_pod_command_line_serves_the_repository(
     repository: Path, tmp_path: Path, watch_sidecar: bool
 ) -> None:
     """The container's tritonserver flags, run here: only paths, ports and addresses differ
-    (with the watch sidecar, explicit model-control mode loading every model at start)."""
+    (with the watch sidecar, explicit model-control mode loading every model at start, its
+    model-repository API closed to a client without the Secret's key, which the kubelet
+    expands into the arguments)."""
     options = K8sOptions(name="mlp", cann_env="", watch_sidecar=watch_sidecar)
     deployment = build_manifests(repository, options).documents[0]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -632,8 +660,10 @@ def test_the_pod_command_line_serves_the_repository(
         "--metrics-address": "127.0.0.1",
     }
     command = [str(binary.executable), f"--backend-directory={binary.backend_directory}"]
+    key = repository_key.new_key()  # the kubelet expands $(VAR) of the container's env
     for arg in args[1:]:
         flag, _, value = arg.partition("=")
+        value = value.replace(f"$({repository_key.ENV})", key)
         command.append(f"{flag}={local.get(flag, value)}")
     env = server_environment(binary, {"GE_PYTHON_BACKEND_ACL": "emulator"})
     with open(tmp_path / "triton.log", "wb") as log:
@@ -648,6 +678,14 @@ def test_the_pod_command_line_serves_the_repository(
             time.sleep(0.2)
         for model in ("mlp", "conv"):
             assert ready(f"http://127.0.0.1:{http}/v2/models/{model}/ready")
+        if watch_sidecar:
+            stranger = TritonClient(f"127.0.0.1:{http}", repository_key="not the key")
+            with stranger, pytest.raises(InferenceServerException, match="restricted"):
+                stranger.unload_model("mlp")
+            with TritonClient(f"127.0.0.1:{http}", repository_key=key) as client:
+                client.unload_model("mlp")
+                client.load_model("mlp")
+            assert ready(f"http://127.0.0.1:{http}/v2/models/mlp/ready")
         liveness = deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
         script = liveness["exec"]["command"][2].replace("127.0.0.1:8000", f"127.0.0.1:{http}")
         path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])

@@ -14,6 +14,12 @@ answering, switches, and unloads the old one (`version_policy` latest 1). The se
 `--after` seconds. The report shows how many requests each version answered, when the switch
 happened and how many failed (the exit status is 1 if any did).
 
+The model-repository API (load, unload, index) of a server `serve` runs takes only its key
+(docs/guides/reliability/other-users.md): the client sends it in the `ge-repository-key`
+header, found as the project's tools find it (`repository_key.find_key`:
+`GE_PYTHON_BACKEND_REPOSITORY_KEY`, else the file `serve` left in the run directory for the port,
+readable by the server's user only).
+
 Model control goes over HTTP: in Triton 2.51 the HTTP worker thread that handles `load` is busy
 for the whole load, so HTTP inference requests that land on that thread (for any model) wait as
 long; gRPC inference does not.
@@ -39,6 +45,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+
+from ge_python_backend import repository_key
 
 HERE = Path(__file__).resolve().parent
 FEATURES = 64
@@ -75,14 +83,17 @@ def sender(url: str, model: str, seed: int, stop: threading.Event, log: list[Ans
             log.append(Answer(sent, answered, result.get_response().model_version))
 
 
-def settled_versions(admin: httpclient.InferenceServerClient, model: str) -> list[str]:
+def settled_versions(
+    admin: httpclient.InferenceServerClient, model: str, control: dict[str, str]
+) -> list[str]:
     """`version N: STATE (reason)` of the model's versions, once none is still (un)loading.
 
     Triton unloads the old version after `load_model` returns, when its last request is done.
     """
     deadline = time.monotonic() + 30
     while True:
-        entries = [e for e in admin.get_model_repository_index() if e["name"] == model]
+        index = admin.get_model_repository_index(headers=control)
+        entries = [e for e in index if e["name"] == model]
         busy = any(e.get("state") in ("LOADING", "UNLOADING") for e in entries)
         if not busy or time.monotonic() > deadline:
             return [
@@ -127,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    # The header of the model-repository API's key (none found: Triton refuses the load).
+    control = repository_key.request_headers(repository_key.find_key(args.url), "http")
     with httpclient.InferenceServerClient(args.url) as admin:
         if not admin.is_model_ready(args.model):
             raise SystemExit(
@@ -167,17 +180,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_started = time.monotonic() - start
         if args.unload_first:
             print(f"[{load_started:5.2f} s] unload_model({args.model!r}) ...", flush=True)
-            admin.unload_model(args.model)
+            admin.unload_model(args.model, headers=control)
             print(f"[{time.monotonic() - start:5.2f} s] unload_model returned", flush=True)
         print(f"[{time.monotonic() - start:5.2f} s] load_model({args.model!r}) ...", flush=True)
-        admin.load_model(args.model)
+        admin.load_model(args.model, headers=control)
         load_ended = time.monotonic() - start
         print(f"[{load_ended:5.2f} s] load_model returned", flush=True)
         time.sleep(args.after)
         stop.set()
         for thread in threads:
             thread.join()
-        states = settled_versions(admin, args.model)
+        states = settled_versions(admin, args.model, control)
 
     answers = sorted((a for log in logs for a in log), key=lambda a: a.sent)
     failed = [a for a in answers if a.error]

@@ -32,6 +32,8 @@ from ge_python_backend.tools.k8s import (
     SCALE_ON,
     K8sOptions,
     build_manifests,
+    repository_key_secret,
+    secret_command,
     to_yaml,
 )
 
@@ -60,7 +62,9 @@ With --kserve: a KServe ServingRuntime for the model format {MODEL_FORMAT} (trit
 8080 and gRPC 9000) and an InferenceService serving R from --storage-uri (at {KSERVE_MODELS_PATH})
 on it, autoscaled by KEDA on the same metric from Prometheus (--prometheus). --watch-sidecar adds
 a container running `ge-python-model watch --url 127.0.0.1:<http port>` and starts tritonserver
-in explicit model-control mode, so the watcher can reload a model whose stub died.
+in explicit model-control mode, so the watcher can reload a model whose stub died; the
+model-repository API (load with file overrides, unload, index) then takes only the key of the
+Secret <name>-repository-key, which you create (the command is printed as a comment).
 
 examples:
   ge-python-model k8s models --name resnet > resnet.yaml
@@ -255,6 +259,11 @@ def run(args: argparse.Namespace) -> int:
         f"{manifests.shm_limit_bytes // MIB} MiB; Python backend shm-default-byte-size "
         f"{sizes.default_bytes}, shm-growth-byte-size {sizes.growth_bytes}{hosts}"
     )
+    if options.watch_sidecar:
+        print(
+            "# the model-repository API takes only the key of Secret "
+            f"{repository_key_secret(options)}; create it first: {secret_command(options)}"
+        )
     print(to_yaml(manifests.documents), end="")
     for warning in manifests.warnings:
         print(f"ge-python-model k8s: warning: {warning}", file=sys.stderr)

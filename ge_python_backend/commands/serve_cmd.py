@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ge_python_backend import repository_key
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_repository_argument,
@@ -24,8 +25,9 @@ from ge_python_backend.commands.options import (
 )
 from ge_python_backend.commands.watch_cmd import watcher_from
 from ge_python_backend.devicehost.client import start_host
-from ge_python_backend.devicehost.protocol import host_paths
+from ge_python_backend.devicehost.protocol import DeviceHostError, host_paths
 from ge_python_backend.environment import ACL_RUNTIME
+from ge_python_backend.errors import UserError
 from ge_python_backend.repository.budget import footprints
 from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.server import (
@@ -76,6 +78,14 @@ removes what the dead server left in /dev/shm and starts it again on the same po
 tritonserver that is alive but answers no health check for --hung-timeout seconds (a corrupted
 heap leaves it so) is killed and restarted the same way; Ctrl-C kills a server that does not
 answer at once, instead of waiting for it to drain.
+
+Triton's model-repository API (index, load with file overrides, unload) takes only a key made
+fresh at each server start (header ge-repository-key, gRPC metadata
+triton-grpc-protocol-ge-repository-key): the watcher, `watch` and `tune` of this user find it in
+the run directory (a 0600 file per port; GE_PYTHON_BACKEND_REPOSITORY_KEY overrides it), other
+users get 403 (gRPC: UNAVAILABLE). Triton takes the key on its command line only; serve
+overwrites it there once Triton has read it, or says why it could not
+(docs/guides/reliability/other-users.md).
 
 The server log goes to a new directory in the temp directory, removed when the server stops
 cleanly (a --log-file stays). Who owns each server's shared-memory regions is recorded in
@@ -287,12 +297,28 @@ def _print_removed(regions: list[Path], whose: str) -> None:
         )
 
 
+def _left_unanswered(server: TritonServer) -> str:
+    """What a server that did not stop cleanly left unanswered, as far as its last look while
+    stopping saw (`TritonServer.in_flight_at_stop`)."""
+    if server.in_flight_at_stop == 0:
+        return "no request was in flight at the end, none was left unanswered"
+    if server.in_flight_at_stop is None:
+        return "requests may have been left unanswered"
+    return f"{server.in_flight_at_stop} requests in flight at the end may be left unanswered"
+
+
 def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
     urls = server.urls
     print(f"Triton is ready (pid {server.pid}); log: {server.log_path}")
     print(f"  HTTP     {urls.http}")
     print(f"  gRPC     {urls.grpc}")
     print(f"  metrics  {urls.metrics}")
+    if server.repository_key is not None:
+        key_file = repository_key.key_path(int(urls.http.rsplit(":", 1)[1]))
+        print(
+            f"  model-repository API (index, load, unload) restricted to header "
+            f"{repository_key.HEADER}; its key: {key_file} (this user's only)"
+        )
     print("models:" if index else "models: none loaded")
     for line in _model_lines(index):
         print(line)
@@ -311,9 +337,13 @@ class DeviceHosts:
         self.links: dict[int, socket.socket] = {}
 
     def start(self) -> None:
-        """Start (or join) the host of every device."""
+        """Start (or join) the host of every device; UserError when the run directory cannot
+        take its files (full, or not private)."""
         for device in self.devices:
-            self.links[device] = start_host(device, host_paths(device), self.env)
+            try:
+                self.links[device] = start_host(device, host_paths(device), self.env)
+            except (OSError, DeviceHostError) as exc:
+                raise UserError(f"cannot start the device host of device {device}: {exc}") from None
             print(f"device host of device {device}: {host_paths(device).log}", flush=True)
 
     def keep_up(self) -> None:
@@ -457,8 +487,8 @@ def run(args: argparse.Namespace) -> int:
         code = server.stop()
         if code != 0:
             print(
-                f"Triton did not stop cleanly (exit code {code}): requests may have been left "
-                f"unanswered; log {server.log_path}:\n{server.log_tail()}",
+                f"Triton did not stop cleanly (exit code {code}): {_left_unanswered(server)}; "
+                f"log {server.log_path}:\n{server.log_tail()}",
                 file=sys.stderr,
             )
             return 1

@@ -37,6 +37,10 @@ ge_watch_probes_total, ge_watch_failures_total and ge_watch_reloads_total, label
 are served on http://0.0.0.0:--metrics-port/metrics. --model watches that model alone. Runs
 until SIGINT (Ctrl-C) or SIGTERM.
 
+A server whose model-repository API is restricted (as `serve` and `k8s --watch-sidecar` run
+it) takes its key: from GE_PYTHON_BACKEND_REPOSITORY_KEY or, for a `serve` of this user on this
+machine, from the file it left in the run directory (as `tune` finds it).
+
 examples:
   ge-python-model watch --url 127.0.0.1:8000
   ge-python-model watch --url 127.0.0.1:8001 --protocol grpc --interval 2 --timeout 5

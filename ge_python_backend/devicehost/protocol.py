@@ -48,7 +48,7 @@ import numpy as np
 from ge_python_backend.ascend import GearKind
 from ge_python_backend.errors import GeBackendError
 from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
-from ge_python_backend.processes import run_directory
+from ge_python_backend.processes import RUN_DIR_ENV, NotPrivateError, run_directory
 
 __all__ = [
     "ANSWER",
@@ -61,7 +61,6 @@ __all__ = [
     "ModelUnavailable",
     "RELOAD_NEEDED",
     "RemoteError",
-    "check_private_directory",
     "counters_from_json",
     "gears_from_json",
     "gears_to_json",
@@ -126,22 +125,17 @@ class HostPaths:
 
 
 def host_paths(device: int) -> HostPaths:
-    """The socket, locks and log of device `device`'s host (the run directory, checked private)."""
-    directory = run_directory()
-    check_private_directory(directory)
+    """The socket, locks and log of device `device`'s host (the run directory, checked private:
+    `DeviceHostError` when another user may enter it)."""
+    try:
+        directory = run_directory()
+    except NotPrivateError as error:
+        raise DeviceHostError(
+            f"the device host's socket needs a private run directory: {error} (or set "
+            f"{RUN_DIR_ENV} to a private directory)"
+        ) from None
     base = os.path.join(directory, f"device-host-{device}")
     return HostPaths(f"{base}.sock", f"{base}.start.lock", f"{base}.lock", f"{base}.log")
-
-
-def check_private_directory(directory: str) -> None:
-    """Refuse a directory another user owns or may enter: the socket and buffers live there."""
-    info = os.stat(directory)
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise DeviceHostError(
-            f"{directory} must belong to this user (uid {os.getuid()}) with mode 0700 for the "
-            f"device host's socket (it has uid {info.st_uid}, mode {info.st_mode & 0o777:o}); "
-            "fix its permissions or set GE_PYTHON_BACKEND_RUN_DIR to a private directory"
-        )
 
 
 def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:

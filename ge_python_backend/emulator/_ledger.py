@@ -185,7 +185,8 @@ class DeviceLedger:
     def _locked(self) -> _LedgerLock:
         pid = os.getpid()
         if self._fd is None or self._pid != pid:  # first use, or a forked child: a row of its own
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            self._fd = os.open(self.path, flags, 0o600)
             self._pid, self._row = pid, None
         return _LedgerLock(self)
 

@@ -66,6 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ge_python_backend.environment import EMULATOR_HOST_DIR, EMULATOR_TIMING
+from ge_python_backend.processes import private_directory
 
 ENV = EMULATOR_TIMING.name
 HOST_DIR_ENV = EMULATOR_HOST_DIR.name
@@ -194,7 +195,7 @@ class _Engine:
             if self.file is not None:
                 os.close(self.file)
             path = engine_path(directory, self.device_id, self.name)
-            self.file = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self.file = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self.directory = directory
         return self.file
 
@@ -206,16 +207,16 @@ def engine_path(directory: str, device_id: int, name: str) -> str:
 
 def host_directory() -> str:
     """The directory of the host's shared engines (`GE_EMULATOR_HOST_DIR`, else one per user),
-    created if missing."""
+    created if missing and checked to be this user's alone (`processes.private_directory`:
+    another user who made it first could plant links that turn our writes onto their target)."""
     directory = os.environ.get(HOST_DIR_ENV)
     if not directory:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         directory = os.path.join(base, f"ge-emulator-{os.getuid()}")
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        return private_directory(directory)
     except OSError as error:
-        raise ValueError(f"{HOST_DIR_ENV}: cannot create {directory!r}: {error}") from error
-    return directory
+        raise ValueError(f"{HOST_DIR_ENV}: cannot use {directory!r}: {error}") from error
 
 
 _lock = threading.Lock()

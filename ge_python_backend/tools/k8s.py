@@ -29,7 +29,9 @@ With `kserve`, the documents are a KServe `ServingRuntime` for our own model for
 (`MODEL_FORMAT`, so KServe never picks NVIDIA's tritonserver image for an Ascend model) and an
 `InferenceService` on it (`kserve_manifests`); with `watch_sidecar`, a container beside
 tritonserver runs `ge-python-model watch` and tritonserver runs in explicit model-control mode,
-so the watcher can reload a dead model.
+so the watcher can reload a dead model; the model-repository API (index, load with file
+overrides, unload) is then restricted to the key of a Secret (`repository_key_secret`), which
+both containers take as `GE_PYTHON_BACKEND_REPOSITORY_KEY` and tritonserver's arguments expand.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend import repository_key
 from ge_python_backend.devicehost.buffers import buffer_bytes
 from ge_python_backend.errors import UserError
 from ge_python_backend.repository.budget import (
@@ -159,9 +162,15 @@ def tritonserver_args(
     explicit: bool = False,
 ) -> list[str]:
     """The `tritonserver` command line inside the pod; `explicit`: every model loaded at start
-    in explicit model-control mode, so a watcher can unload and load one."""
+    in explicit model-control mode, so a watcher can unload and load one, the model-repository
+    API restricted to the key the kubelet expands from the container's environment
+    (`repository_key_env`)."""
     control = (
-        ["--model-control-mode=explicit", "--load-model=*"]
+        [
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            *repository_key.server_options(f"$({repository_key.ENV})"),
+        ]
         if explicit
         else ["--model-control-mode=none"]
     )
@@ -305,12 +314,35 @@ def security_context(options: K8sOptions) -> dict[str, Any]:
     }
 
 
+def repository_key_secret(options: K8sOptions) -> str:
+    """The Secret holding the key of the model-repository API (under `key`), which the
+    operator creates (`secret_command`)."""
+    return f"{options.name}-repository-key"
+
+
+def secret_command(options: K8sOptions) -> str:
+    """The command creating `repository_key_secret` with a random key."""
+    namespace = f" --namespace {options.namespace}" if options.namespace else ""
+    return (
+        f"kubectl create secret generic {repository_key_secret(options)}{namespace} "
+        '--from-literal=key="$(openssl rand -hex 32)"'
+    )
+
+
+def repository_key_env(options: K8sOptions) -> list[dict[str, Any]]:
+    """The environment giving a container the key of `repository_key_secret`: tritonserver's
+    arguments expand it, the watcher sends it."""
+    secret = {"name": repository_key_secret(options), "key": "key"}
+    return [{"name": repository_key.ENV, "valueFrom": {"secretKeyRef": secret}}]
+
+
 def watch_container(options: K8sOptions, http_port: int) -> dict[str, Any]:
-    """The sidecar running `ge-python-model watch` on the pod's tritonserver."""
+    """The sidecar running `ge-python-model watch` on the pod's tritonserver, with its key."""
     return {
         "name": "watch",
         "image": options.image,
         "command": ["ge-python-model", "watch", "--url", f"127.0.0.1:{http_port}"],
+        "env": repository_key_env(options),
         "securityContext": security_context(options),
     }
 
@@ -366,6 +398,7 @@ def _container(options: K8sOptions, sizes: ShmSizes, models: Sequence[str]) -> d
         "ports": [
             {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS.items()
         ],
+        **({"env": repository_key_env(options)} if options.watch_sidecar else {}),
         "resources": {"requests": dict(npus), "limits": dict(npus)},
         **_probes(options, models, "http", PORTS["http"]),
         "lifecycle": _drain(),
@@ -571,6 +604,7 @@ def kserve_manifests(
                     "name": "kserve-container",
                     "image": options.image,
                     "command": _server_command(options, args),
+                    **({"env": repository_key_env(options)} if options.watch_sidecar else {}),
                     "ports": [
                         {"name": "http1", "containerPort": http, "protocol": "TCP"},
                         {"name": "h2c", "containerPort": KSERVE_PORTS["grpc"], "protocol": "TCP"},
