@@ -393,7 +393,7 @@ def test_atc_flags_batch_gears(tmp_path: Path) -> None:
         f"--output={tmp_path / 'out' / 'model'}",
         "--soc_version=Ascend910B",
         "--input_shape=x:-1,16",
-        "--dynamic_batch_size=2,4,8",
+        "--dynamic_batch_size=1,2,4,8",
         "--precision_mode=force_fp16",
     ]
     # without preferred sizes: the powers of two up to max_batch_size
@@ -521,7 +521,7 @@ def test_migrate_repository_on_the_emulator(
         "pre": "copied",
     }
     classifier = models["classifier"]
-    assert classifier["gears"] == "batch 2,4,8"
+    assert classifier["gears"] == "batch 1,2,4,8"
     assert classifier["precision_mode"] == "must_keep_origin_dtype"
     for entry in classifier["versions"]:
         version_dir = destination / "classifier" / str(entry["version"])
@@ -530,7 +530,7 @@ def test_migrate_repository_on_the_emulator(
         assert entry["source_sha256"] == file_sha256(
             source / "classifier" / str(entry["version"]) / "model.onnx"
         )
-        assert "--dynamic_batch_size=2,4,8" in entry["atc_command"]
+        assert "--dynamic_batch_size=1,2,4,8" in entry["atc_command"]
         assert (version_dir / "model.py").is_file()
     assert (destination / "classifier" / "config.pbtxt").is_file()
     assert (destination / "pre" / "1" / "model.py").read_text() == GPU_MODEL_PY
@@ -543,7 +543,7 @@ def test_migrate_repository_on_the_emulator(
     diff = classifier["config_diff"]  # the config rewritten field by field
     assert not diff["refused"] and {"field": "name", "detail": "as written"} in diff["kept"]
     markdown = (destination / "MIGRATION.md").read_text()
-    assert "| classifier | onnxruntime_onnx | converted | batch 2,4,8 | 1, 2 |" in markdown
+    assert "| classifier | onnxruntime_onnx | converted | batch 1,2,4,8 | 1, 2 |" in markdown
     assert not [p for p in destination.iterdir() if p.name.startswith(".")]  # staging removed
     # into the same destination again: refused, nothing touched
     assert main(argv) == 2

@@ -295,15 +295,16 @@ def graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def batch_gears(config: ModelConfig) -> tuple[int, ...]:
-    """The batch sizes to compile: the config's preferred batch sizes up to `max_batch_size`
-    and `max_batch_size` itself; without preferred sizes, the powers of two below it too."""
+    """The batch sizes to compile: 1, the config's preferred batch sizes up to `max_batch_size`
+    and `max_batch_size` itself (a request of one row runs unpadded); without preferred sizes,
+    the powers of two below it too."""
     largest = config.max_batch_size
     if largest < 1:
         return ()
     preferred = {size for size in config.dynamic_batching.preferred_batch_size if size <= largest}
     if not preferred:
         preferred = {2**k for k in range(largest.bit_length()) if 2**k < largest}
-    return tuple(sorted(preferred | {largest}))
+    return tuple(sorted(preferred | {1, largest}))
 
 
 @dataclasses.dataclass(frozen=True)
