@@ -77,16 +77,20 @@ def test_migrate_converts_copies_and_names_what_to_provide(
     assert {p["name"]: p["ok"] for p in serving} == dict.fromkeys([*CONVERTED, *COPIED], True)
 
 
-def test_the_gate_catches_what_float16_breaks_and_climbs_the_ladder(
+def test_the_gate_catches_what_float16_breaks_and_keeps_an_fp32_island(
     migrated: tuple[Path, Path, int],
 ) -> None:
     _, destination, _ = migrated
     ladder = _report(destination)["overflow"]["accuracy"]["1"]
     first, *_ = ladder["attempts"]
     assert first["precision_mode"] == "force_fp16" and not first["passed"]
-    assert ladder["passed_mode"] not in (None, "force_fp16")
+    # the two operators whose values pass float16's range stay in FP32; the rest keeps FP16
+    assert ladder["passed_mode"] == "force_fp16"
+    assert ladder["fp32_operators"] == ["scale_up", "scale_down"]
     command = _report(destination)["overflow"]["versions"][0]["atc_command"]
-    assert f"--precision_mode={ladder['passed_mode']}" in command
+    keep_file = destination / "overflow" / "1" / "keep_dtype.cfg"
+    assert f"--keep_dtype={keep_file}" in command
+    assert keep_file.read_text().split() == ["scale_up", "scale_down"]
     # the classifier passes at ATC's default
     assert _report(destination)["classifier"]["accuracy"]["1"]["passed_mode"] == "force_fp16"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -143,7 +144,8 @@ def test_samples_come_after_the_warmups(tmp_path: Path) -> None:
         samples=samples,
         random_sets=1,
     )
-    assert [item.origin for item in sets][3:] == ["sample a.npz", "sample b.npz", "random #1"]
+    # the user's samples decide: no random set beside them
+    assert [item.origin for item in sets][3:] == ["sample a.npz", "sample b.npz"]
     assert sets[3].arrays["x"].dtype == np.float32
     np.testing.assert_allclose(sets[3].arrays["x"], given["a"], rtol=1e-6)
 
@@ -229,6 +231,12 @@ def test_an_om_passes_against_its_own_onnx(tmp_path: Path, om_dynamic_batch: Pat
         "top5": 1.0,
         "worst_input": y.worst,
         "problem": "",
+        "metric": "classes",
+        "per_input": [
+            {"input": origin, "passed": True, "top1": 1.0, "cosine": pytest.approx(1.0)}
+            | {"problem": None}
+            for origin in result.origins
+        ],
     }
 
 
@@ -245,7 +253,7 @@ def test_an_om_of_another_graph_fails_on_the_output_that_differs(
     y, z = result.outputs
     assert y.passed and not z.passed
     assert z.cosine < 0 and z.mismatched > 0
-    assert z.worst == "random #1"  # the most rows outside the tolerance, first of the ties
+    assert z.worst == "warmup 'w0'"  # the lowest cosine (-1 on every set), first of the ties
     record = result.as_dict()
     assert [(item["name"], item["passed"]) for item in record["outputs"]] == [
         ("y", True),
@@ -298,7 +306,7 @@ def test_ladder_records_a_compile_error_and_moves_on(
         tmp_path, parse_config(MLP_CONFIG.split("model_warmup")[0]), onnx_path, samples=None
     )
 
-    def compile_at(mode: PrecisionMode) -> Path:
+    def compile_at(mode: PrecisionMode, keep: Sequence[str]) -> Path:
         source = broken if mode == PrecisionMode.FORCE_FP16 else onnx_path
         return compile_onnx(
             source,
@@ -335,7 +343,7 @@ def test_ladder_without_a_passing_mode(tmp_path: Path, om_dynamic_batch: Path) -
         random_sets=1,
     )
 
-    def compile_at(mode: PrecisionMode) -> Path:
+    def compile_at(mode: PrecisionMode, keep: Sequence[str]) -> Path:
         return compile_onnx(other, tmp_path / mode.value, input_shape="x:8,16", precision_mode=mode)
 
     def check(om: Path) -> AccuracyResult:
@@ -362,7 +370,7 @@ def test_ladder_climbs_past_force_fp16_for_a_model_that_overflows_it(tmp_path: P
     sets = gate_inputs(tmp_path, config, onnx_path, samples=None)
     assert max(abs(item.arrays["x"]).max() for item in sets) > 1  # intermediates above 65504
 
-    def compile_at(mode: PrecisionMode) -> Path:
+    def compile_at(mode: PrecisionMode, keep: Sequence[str]) -> Path:
         return compile_onnx(
             onnx_path,
             tmp_path / mode.value,

@@ -10,6 +10,7 @@ from ge_python_backend.ascend import ATC_DEFAULT_PRECISION_MODE, PrecisionMode
 from ge_python_backend.commands import add_command
 from ge_python_backend.commands.options import (
     add_device_budget_options,
+    add_metric_option,
     add_quiet_option,
     add_runtime_option,
     add_tolerance_options,
@@ -22,6 +23,7 @@ from ge_python_backend.commands.options import (
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.parameters import parse_device_ids
 from ge_python_backend.tools.migrate.atc import parse_gears
+from ge_python_backend.tools.migrate.gate import parse_metrics
 from ge_python_backend.tools.migrate.report import dry_run_script, summary_lines, write_report
 from ge_python_backend.tools.migrate.runner import MigrateOptions, migrate
 
@@ -110,6 +112,7 @@ def register(subparsers: Any) -> None:
         "per input name (batch axis included)",
     )
     add_tolerance_options(parser)
+    add_metric_option(parser)
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -141,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         gears=parse_gears(args.gears),
         samples=args.samples,
         thresholds=parse_thresholds(args),
+        metrics=parse_metrics(args.metric),
         dry_run=args.dry_run,
         jobs=args.jobs,
         check_serving=args.check_serving,

@@ -414,3 +414,19 @@ def watch_metrics_port(
     that follows `server_ports`."""
     port = watch_option(args, "metrics_port", prefix)
     return metrics_port_beside(server_ports) if port is None else int(port)
+
+
+def add_metric_option(parser: argparse.ArgumentParser) -> None:
+    """`--metric [MODEL/]OUTPUT=METRIC[:TOLERANCE]` (repeatable; read back with
+    `tools.migrate.gate.parse_metrics`): how the accuracy gate judges an output whose default
+    metric does not fit."""
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="[MODEL/]OUTPUT=METRIC[:TOL]",
+        help="judge an output by METRIC: classes (top-1 share, default 0.99, and cosine), values "
+        "(cosine and relative L2 error, default 0.05), coordinates (max error in the output's "
+        "units, default 0.5), exact, or elements (--atol/--rtol); e.g. yolo/boxes=coordinates:1 "
+        "(repeatable; default: integers exact, class scores classes, other floats values)",
+    )

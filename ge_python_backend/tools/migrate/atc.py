@@ -319,6 +319,7 @@ class AtcPlan:
     dynamic_batch_size: str | None = None
     dynamic_dims: str | None = None
     input_format: str | None = None
+    keep_dtype: Path | None = None  # ATC's file of the operators kept in FP32 (the gate's island)
 
     def flags(self) -> list[tuple[str, str]]:
         """(flag, value) in ATC's order, the flags not given left out."""
@@ -332,6 +333,7 @@ class AtcPlan:
             ("dynamic_batch_size", self.dynamic_batch_size),
             ("dynamic_dims", self.dynamic_dims),
             ("precision_mode", self.precision_mode.value),
+            ("keep_dtype", None if self.keep_dtype is None else str(self.keep_dtype)),
         ]
         return [(flag, value) for flag, value in items if value is not None]
 
@@ -364,6 +366,10 @@ class AtcPlan:
         """The same plan compiling at another precision mode (the accuracy gate's ladder)."""
         return dataclasses.replace(self, precision_mode=mode)
 
+    def with_keep_dtype(self, path: Path | None) -> AtcPlan:
+        """The same plan keeping the operators `path` lists in FP32 (ATC's --keep_dtype)."""
+        return dataclasses.replace(self, keep_dtype=path)
+
     def compile_emulator(self, compile_onnx: Callable[..., Path]) -> Path:
         """Compile with the emulator's compiler `compile_onnx` (an emulator .om, see
         `emulator.omfile.compile_onnx`); returns the .om."""
@@ -376,6 +382,7 @@ class AtcPlan:
             input_format=self.input_format,
             soc_version=self.soc_version,
             precision_mode=self.precision_mode,
+            keep_dtype=self.keep_dtype,
         )
 
     def run_atc(self) -> Path:

@@ -12,8 +12,8 @@ precision ladder that recompiles a model the gate fails.
 2. the samples (`--samples`): every `*.npz` of the model's samples directory, by name, holding
    one array per model input keyed by input name, shaped as a client sends it (with the batch
    axis in a batched model);
-3. `random_sets` random sets of `RANDOM_ROWS` rows (at most `max_batch_size`): floats ~ N(0, 1),
-   integers (token ids, indices) in [0, `client.INT_HIGH`).
+3. only when no samples are given, `random_sets` random sets of `RANDOM_ROWS` rows (at most
+   `max_batch_size`): floats ~ N(0, 1), integers (token ids, indices) in [0, `client.INT_HIGH`).
 
 Arrays are shaped as the config's dims (and `reshape`, when it has one, as the model receives
 them). `check_accuracy` runs every set through the `.om` (a runtime `Session`) and the ONNX
@@ -25,6 +25,7 @@ and checks up `ascend.PRECISION_LADDER` until a mode passes. Each result has a J
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import logging
 import math
@@ -57,6 +58,8 @@ from ge_python_backend.tools.compare import (
     Thresholds,
     TopKAgreement,
     compare_outputs,
+    cosine_similarity,
+    match_outputs,
 )
 
 logger = logging.getLogger(__name__)
@@ -308,7 +311,7 @@ def gate_inputs(
     dims: Mapping[str, Sequence[int]] | None = None,
 ) -> list[InputSet]:
     """The gate's input sets for the model in `model_dir` with its SOURCE `config`: warmups,
-    then samples, then random (see the module docstring). `dims` gives the -1 sizes of an input's
+    then samples, else random (see the module docstring). `dims` gives the -1 sizes of an input's
     config dims (without the batch axis) for the random sets; without it they take the first
     warmup's or sample's."""
     if random_sets < 0:
@@ -317,8 +320,9 @@ def gate_inputs(
     batched = config.max_batch_size > 0
     rng = np.random.default_rng(seed)
     sets = _warmup_sets(model_dir, config, inputs, rng)
-    if samples is not None:
+    if samples is not None:  # the user's samples decide: no random set beside them
         sets += _sample_sets(samples, inputs, batched)
+        random_sets = 0
     shapes = {spec.name: _random_dims(spec, dims or {}, sets, batched) for spec in inputs}
     rows: tuple[int, ...] = (min(RANDOM_ROWS, config.max_batch_size),) if batched else ()
     sets += [
@@ -347,20 +351,178 @@ def _reshaped(item: InputSet, inputs: Sequence[_ModelInput], batched: bool) -> I
     return InputSet(item.origin, arrays)
 
 
+class Metric(str, enum.Enum):
+    """How the gate judges one output against the ONNX's (`default_metric` picks one; `--metric`
+    chooses another)."""
+
+    CLASSES = "classes"  # class scores: top-1 agreement over the rows, and cosine
+    VALUES = "values"  # probabilities, logits, maps: cosine and relative error (L2)
+    COORDINATES = "coordinates"  # boxes, points: every element within a tolerance in its units
+    EXACT = "exact"  # integers (indices, labels, masks): every element equal
+    ELEMENTS = "elements"  # every element within atol + rtol * |ref| (compare's rule)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+# A class-scores output passes with the ONNX's top-1 class on this share of its rows (and the
+# cosine of `Thresholds.min_cosine`); a values output with an L2 error of at most this share of
+# the ONNX output's norm. FP16 against FP32 stays well inside both where it gives the same
+# answers (cosine >= 0.999 and relative error < 1% on the real models of tests/real_models.py).
+MIN_TOP1_AGREEMENT = 0.99
+MAX_RELATIVE_ERROR = 0.05
+DEFAULT_COORDINATE_TOLERANCE = 0.5  # in the output's own units (half a pixel)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricChoice:
+    """`--metric [MODEL/]OUTPUT=METRIC[:TOLERANCE]`: how to judge one output (of one model)."""
+
+    output: str
+    metric: Metric
+    tolerance: float | None = None
+    model: str | None = None
+
+    def applies_to(self, model: str, output: str) -> bool:
+        return self.output == output and (self.model is None or self.model == model)
+
+
+def parse_metrics(items: Sequence[str]) -> tuple[MetricChoice, ...]:
+    """`--metric` values: `["yolo/boxes=coordinates:0.5", "ids=exact"]` -> MetricChoices."""
+    choices = []
+    for item in items:
+        head, sep, spec = item.partition("=")
+        model, slash, output = head.rpartition("/")
+        kind, colon, tolerance = spec.partition(":")
+        try:
+            metric = Metric(kind)
+            value = float(tolerance) if colon else None
+        except ValueError:
+            metric, value = None, None
+        if not sep or not output or (slash and not model) or metric is None:
+            raise UserError(
+                f"--metric {item!r} must be [MODEL/]OUTPUT=METRIC[:TOLERANCE], METRIC one of "
+                f"{', '.join(m.value for m in Metric)}, e.g. yolo/boxes=coordinates:0.5"
+            )
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise UserError(f"--metric {item!r}: the tolerance must be a finite number >= 0")
+        choices.append(MetricChoice(output, metric, value, model or None))
+    return tuple(choices)
+
+
+def default_metric(reference: np.ndarray) -> Metric:
+    """The metric of an output from the ONNX's answer: integers exact; class scores (a 2-D
+    [rows, classes] float output, or rows of probabilities summing to 1 along the last axis)
+    by top-1 and cosine; any other float output by cosine and relative error."""
+    if reference.dtype.kind in "iub":
+        return Metric.EXACT
+    if reference.dtype.kind != "f" or reference.ndim < 2 or reference.shape[-1] < 2:
+        return Metric.VALUES
+    if reference.ndim == 2:
+        return Metric.CLASSES
+    rows = reference.astype(np.float64).reshape(-1, reference.shape[-1])
+    softmax = bool(np.all(rows >= 0) and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
+    return Metric.CLASSES if softmax else Metric.VALUES
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """One output on one input set: passed, the metric's figures (by name) and the problem."""
+
+    passed: bool
+    figures: Mapping[str, float]
+    problem: str = ""
+
+
+def _non_finite(value: np.ndarray, reference: np.ndarray) -> str:
+    """'NaN in 12 of 40 elements' (or inf) where the ONNX's output is finite; '' otherwise."""
+    if value.dtype.kind != "f":
+        return ""
+    finite = np.isfinite(reference.astype(np.float64))
+    problems = []
+    for word, found in (("NaN", np.isnan(value)), ("inf", np.isinf(value))):
+        count = int(np.count_nonzero(found & finite))
+        if count:
+            problems.append(f"{word} in {count} of {value.size} elements")
+    return "; ".join(problems)
+
+
+def judge(
+    value: np.ndarray,
+    reference: np.ndarray,
+    metric: Metric,
+    thresholds: Thresholds,
+    tolerance: float | None = None,
+) -> Judgement:
+    """Judge `value` (the .om's) against `reference` (the ONNX's) by `metric`. NaN or inf where
+    the ONNX's output is finite fails whatever the metric, and is named."""
+    if value.shape != reference.shape:
+        return Judgement(
+            False, {}, f"shape {list(value.shape)}, the ONNX's {list(reference.shape)}"
+        )
+    problem = _non_finite(value, reference)
+    if problem:
+        return Judgement(False, {}, problem)
+    x = value.astype(np.float64)
+    ref = reference.astype(np.float64)
+    if metric == Metric.EXACT:
+        equal = float(np.count_nonzero(x == ref)) / max(x.size, 1)
+        return Judgement(equal == 1.0, {"equal": equal})
+    if metric == Metric.COORDINATES:
+        limit = DEFAULT_COORDINATE_TOLERANCE if tolerance is None else tolerance
+        error = float(np.abs(x - ref).max()) if x.size else 0.0
+        return Judgement(error <= limit, {"max_abs": error, "tolerance": limit})
+    if metric == Metric.ELEMENTS:
+        close = np.isclose(x, ref, rtol=thresholds.rtol, atol=thresholds.atol, equal_nan=True)
+        mismatched = int(np.count_nonzero(~close))
+        return Judgement(mismatched == 0, {"mismatched": float(mismatched)})
+    cosine = cosine_similarity(x, ref)
+    if metric == Metric.CLASSES:
+        rows_x = x.reshape(-1, x.shape[-1])
+        rows_ref = ref.reshape(-1, ref.shape[-1])
+        top1 = float(np.mean(rows_x.argmax(axis=1) == rows_ref.argmax(axis=1)))
+        least = MIN_TOP1_AGREEMENT if tolerance is None else tolerance
+        passed = top1 >= least and cosine >= thresholds.min_cosine
+        return Judgement(passed, {"top1": top1, "cosine": cosine})
+    norm = float(np.linalg.norm(ref))
+    relative = float(np.linalg.norm(x - ref)) / norm if norm else float(np.linalg.norm(x) > 0)
+    most = MAX_RELATIVE_ERROR if tolerance is None else tolerance
+    passed = cosine >= thresholds.min_cosine and relative <= most
+    return Judgement(passed, {"cosine": cosine, "relative_error": relative})
+
+
 def _number(value: float) -> float | None:
     """A statistic for JSON: None for NaN (no statistic: a shape mismatch, a missing output)."""
     return None if math.isnan(value) else value
 
 
 @dataclasses.dataclass(frozen=True)
+class SetJudgement:
+    """One output on one input set (`origin`): compare's statistics and the metric's judgement."""
+
+    origin: str
+    comparison: OutputComparison
+    judgement: Judgement
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "input": self.origin,
+            "passed": self.judgement.passed,
+            **{name: _number(value) for name, value in self.judgement.figures.items()},
+            "problem": self.judgement.problem or None,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class OutputAccuracy:
-    """One `.om` output over every input set: the largest errors, the lowest cosine, the elements
-    outside the tolerance in all, top-k agreement over every row (None unless classifier-like,
-    `compare.top_k_agreement`, in every set), passed when it passed on every set, and the worst
-    set's origin (a failing set before a passing one, then the most elements outside, then the
-    lowest cosine) with its problem (a shape mismatch, no ONNX output)."""
+    """One `.om` output over every input set, judged by `metric` on each (`sets`): the largest
+    errors, the lowest cosine, the elements outside compare's tolerance in all, top-k agreement
+    over every row (None unless classifier-like in every set), passed when every set passed, and
+    the worst set's origin (the first failing one, else the lowest cosine) with its problem
+    (NaN or inf named, a shape mismatch, no ONNX output)."""
 
     name: str
+    metric: Metric
     max_abs: float
     max_rel: float
     cosine: float
@@ -369,10 +531,12 @@ class OutputAccuracy:
     passed: bool
     worst: str
     problem: str = ""
+    sets: tuple[SetJudgement, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "metric": self.metric.value,
             "passed": self.passed,
             "max_abs": _number(self.max_abs),
             "max_rel": _number(self.max_rel),
@@ -382,6 +546,7 @@ class OutputAccuracy:
             "top5": None if self.top_k is None else self.top_k.top5_fraction,
             "worst_input": self.worst,
             "problem": self.problem,
+            "per_input": [item.as_dict() for item in self.sets],
         }
 
 
@@ -390,36 +555,39 @@ def _extreme(values: Sequence[float], pick: Callable[[list[float]], float]) -> f
     return pick(known) if known else math.nan
 
 
-def _over_sets(name: str, results: Sequence[tuple[str, OutputComparison]]) -> OutputAccuracy:
-    def badness(result: tuple[str, OutputComparison]) -> tuple[bool, int, float]:
-        item = result[1]
-        return item.passed, -item.mismatched, -math.inf if math.isnan(item.cosine) else item.cosine
+def _over_sets(name: str, metric: Metric, results: Sequence[SetJudgement]) -> OutputAccuracy:
+    def badness(result: SetJudgement) -> tuple[bool, float]:
+        cosine = result.comparison.cosine
+        return result.judgement.passed, -math.inf if math.isnan(cosine) else cosine
 
-    worst_origin, worst = min(results, key=badness)
-    items = [item for _, item in results]
+    worst = min(results, key=badness)
+    items = [result.comparison for result in results]
     agreements = [item.top_k for item in items if item.top_k is not None]
     top_k = functools.reduce(operator.add, agreements) if len(agreements) == len(items) else None
     return OutputAccuracy(
         name,
+        metric,
         _extreme([item.max_abs for item in items], max),
         _extreme([item.max_rel for item in items], max),
         _extreme([item.cosine for item in items], min),
         sum(item.mismatched for item in items),
         top_k,
-        all(item.passed for item in items),
-        worst_origin,
-        worst.problem,
+        all(result.judgement.passed for result in results),
+        worst.origin,
+        worst.judgement.problem or worst.comparison.problem,
+        tuple(results),
     )
 
 
 @dataclasses.dataclass(frozen=True)
 class AccuracyResult:
-    """Every output of an `.om` against the ONNX over the input sets (`origins`, in order).
-    Top-k agreement is reported, not judged: `thresholds` decide."""
+    """Every output of an `.om` against the ONNX over the input sets (`origins`, in order), each
+    judged by its metric; `random` says the sets are random (no sample was given)."""
 
     outputs: list[OutputAccuracy]
     origins: list[str]
     thresholds: Thresholds
+    random: bool = False
 
     @property
     def passed(self) -> bool:
@@ -430,8 +598,18 @@ class AccuracyResult:
             "passed": self.passed,
             "thresholds": dataclasses.asdict(self.thresholds),
             "input_sets": list(self.origins),
+            "random_inputs": self.random,
             "outputs": [output.as_dict() for output in self.outputs],
         }
+
+
+def _metric_of(
+    model: str, output: str, reference: np.ndarray, choices: Sequence[MetricChoice]
+) -> tuple[Metric, float | None]:
+    chosen = next((c for c in choices if c.applies_to(model, output)), None)
+    if chosen is not None:
+        return chosen.metric, chosen.tolerance
+    return default_metric(reference), None
 
 
 def check_accuracy(
@@ -441,15 +619,19 @@ def check_accuracy(
     thresholds: Thresholds,
     *,
     runtime: str,
+    metrics: Sequence[MetricChoice] = (),
+    model: str = "",
 ) -> AccuracyResult:
     """Run every input set through the `.om` (a `runtime` Session) and the ONNX (onnxruntime);
-    each output compared as `compare` does, folded over the sets (`OutputAccuracy`)."""
+    each output judged by its metric (`metrics` chosen for `model`, else `default_metric`) on
+    each set, folded over the sets (`OutputAccuracy`)."""
     if not inputs:
         raise UserError("the accuracy gate needs at least one input set")
     if not om_path.is_file():
         raise UserError(f".om file {om_path} does not exist")
     reference = OnnxReference(onnx_path)
-    by_output: dict[str, list[tuple[str, OutputComparison]]] = {}
+    by_output: dict[str, list[SetJudgement]] = {}
+    chosen: dict[str, tuple[Metric, float | None]] = {}
     with open_session(om_path, runtime) as session:
         if session.aipp:
             raise UserError(
@@ -462,14 +644,27 @@ def check_accuracy(
             except InputError as exc:
                 raise UserError(f"{input_set.origin} does not fit {om_path.name}: {exc}") from None
             expected = reference.run(input_set.arrays)
+            matched = match_outputs(list(outputs), list(expected))
             for item in compare_outputs("om", outputs, expected, thresholds):
-                by_output.setdefault(item.name, []).append((input_set.origin, item))
+                if item.name in matched:
+                    wanted = expected[matched[item.name]]
+                    metric, tolerance = chosen.setdefault(
+                        item.name, _metric_of(model, item.name, wanted, metrics)
+                    )
+                    verdict = judge(outputs[item.name], wanted, metric, thresholds, tolerance)
+                else:
+                    chosen.setdefault(item.name, (Metric.VALUES, None))
+                    verdict = Judgement(False, {}, item.problem)
+                by_output.setdefault(item.name, []).append(
+                    SetJudgement(input_set.origin, item, verdict)
+                )
     result = AccuracyResult(
-        [_over_sets(name, results) for name, results in by_output.items()],
+        [_over_sets(name, chosen[name][0], results) for name, results in by_output.items()],
         [input_set.origin for input_set in inputs],
         thresholds,
+        random=all(input_set.origin.startswith("random") for input_set in inputs),
     )
-    failed = [output.name for output in result.outputs if not output.passed]
+    failed = [f"{o.name} ({o.problem or o.worst})" for o in result.outputs if not o.passed]
     logger.info(
         "%s against %s on %d input sets: %s",
         om_path.name,
@@ -489,6 +684,7 @@ class LadderAttempt:
     om: Path | None
     result: AccuracyResult | None
     error: str = ""
+    fp32_operators: tuple[str, ...] = ()  # the island kept in FP32 (ATC's --keep_dtype)
 
     @property
     def passed(self) -> bool:
@@ -497,6 +693,7 @@ class LadderAttempt:
     def as_dict(self) -> dict[str, Any]:
         return {
             "precision_mode": self.mode.value,
+            "fp32_operators": list(self.fp32_operators),
             "passed": self.passed,
             "compile_error": self.error or None,
             "accuracy": None if self.result is None else self.result.as_dict(),
@@ -521,8 +718,10 @@ class LadderResult:
 
     def as_dict(self) -> dict[str, Any]:
         mode = self.passed_mode
+        attempt = self.passed_attempt
         return {
             "passed_mode": None if mode is None else mode.value,
+            "fp32_operators": [] if attempt is None else list(attempt.fp32_operators),
             "attempts": [attempt.as_dict() for attempt in self.attempts],
         }
 
@@ -535,31 +734,108 @@ def ladder_from(start: PrecisionMode) -> list[PrecisionMode]:
     return list(PRECISION_LADDER[PRECISION_LADDER.index(start) :])
 
 
+# Modes whose failure an FP32 island can mend: those that compute some operators in FP16.
+ISLAND_MODES = frozenset(PRECISION_LADDER) - {PrecisionMode.MUST_KEEP_ORIGIN_DTYPE}
+
+
 def climb_ladder(
     start: PrecisionMode,
-    compile_at: Callable[[PrecisionMode], Path],
+    compile_at: Callable[[PrecisionMode, Sequence[str]], Path],
     check: Callable[[Path], AccuracyResult],
     *,
+    island: Callable[[], Sequence[str]] | None = None,
     label: str | None = None,
 ) -> LadderResult:
     """Compile at each mode of `ladder_from(start)` and check the `.om`, up to the first that
-    passes. A compile error (a `UserError`, as ATC's and the emulator's are) is recorded and the
-    ladder goes on. `label` names the model in the log (default: the `.om`'s file name)."""
-    attempts = []
-    for mode in ladder_from(start):
+    passes. When `start` fails, `island()` names the operators to keep in FP32 (the smallest
+    set: those whose FP16 values overflow) and `start` is compiled again keeping them; the
+    ladder climbs on only when that fails too. A compile error (a `UserError`, as ATC's and the
+    emulator's are) is recorded and the ladder goes on. `label` names the model in the log
+    (default: the `.om`'s file name)."""
+    attempts: list[LadderAttempt] = []
+
+    def attempt(mode: PrecisionMode, keep: Sequence[str]) -> bool:
         try:
-            om = compile_at(mode)
+            om = compile_at(mode, keep)
         except UserError as exc:
             logger.warning("%s: compiling at precision mode %s failed: %s", label, mode, exc)
-            attempts.append(LadderAttempt(mode, None, None, str(exc)))
-            continue
+            attempts.append(LadderAttempt(mode, None, None, str(exc), tuple(keep)))
+            return False
         result = check(om)
-        attempts.append(LadderAttempt(mode, om, result))
+        attempts.append(LadderAttempt(mode, om, result, fp32_operators=tuple(keep)))
+        kept = f" with {len(keep)} operators in FP32" if keep else ""
         if result.passed:
-            logger.info("%s passes the accuracy gate at precision mode %s", label or om.name, mode)
-            break
-        failed = ", ".join(output.name for output in result.outputs if not output.passed)
-        logger.warning(
-            "%s fails the accuracy gate at precision mode %s on %s", label or om.name, mode, failed
+            logger.info("%s passes the accuracy gate at %s%s", label or om.name, mode, kept)
+            return True
+        failed = ", ".join(
+            f"{output.name} ({output.problem or output.worst})"
+            for output in result.outputs
+            if not output.passed
         )
+        logger.warning(
+            "%s fails the accuracy gate at %s%s on %s", label or om.name, mode, kept, failed
+        )
+        return False
+
+    for mode in ladder_from(start):
+        if attempt(mode, ()):
+            break
+        if mode == start and island is not None and mode in ISLAND_MODES:
+            keep = list(island())
+            if keep and attempt(mode, keep):
+                break
     return LadderResult(attempts)
+
+
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def overflowing_operators(onnx_path: Path, inputs: Sequence[InputSet]) -> list[str]:
+    """The nodes of the ONNX (by name, in graph order) that read or write a float value beyond
+    float16's range (65504) when onnxruntime runs `inputs` in FP32: in FP16 those values are
+    inf, so these operators are the FP32 island ATC's --keep_dtype keeps. Weights are left out
+    (ATC's fusions fold or keep them); nodes without a name cannot be listed and are logged."""
+    import onnx
+    import onnxruntime
+
+    model = onnx.load(str(onnx_path))
+    weights = {item.name for item in model.graph.initializer}
+    listed = {item.name for item in model.graph.output}
+    for node in model.graph.node:
+        for name in node.output:
+            if name and name not in listed:
+                model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+                listed.add(name)
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    names = [item.name for item in session.get_outputs()]
+    largest: dict[str, float] = {}
+    for input_set in inputs:
+        for name, value in zip(names, session.run(None, dict(input_set.arrays))):
+            array = np.asarray(value)
+            if array.dtype.kind == "f" and array.size:
+                peak = float(np.abs(array.astype(np.float64)).max())
+                largest[name] = max(peak, largest.get(name, 0.0))
+        for item in session.get_inputs():
+            array = np.asarray(input_set.arrays.get(item.name, np.zeros(0)))
+            if array.dtype.kind == "f" and array.size:
+                largest[item.name] = float(np.abs(array).max())
+    island = []
+    for node in model.graph.node:
+        tensors = [name for name in (*node.input, *node.output) if name and name not in weights]
+        if any(largest.get(name, 0.0) > FLOAT16_MAX for name in tensors):
+            if node.name:
+                island.append(node.name)
+            else:
+                logger.warning(
+                    "%s: an unnamed %s node overflows float16", onnx_path.name, node.op_type
+                )
+    return island
+
+
+def write_keep_dtype(path: Path, operators: Sequence[str]) -> Path:
+    """ATC's --keep_dtype file: one operator name a line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{name}\n" for name in operators))
+    return path

@@ -64,6 +64,7 @@ def _model_dict(model: ModelResult, soc_version: str) -> dict[str, Any]:
         "errors": model.errors,
         "provide": model.provide,
         "atc_log_tail": model.atc_log_tail,
+        "fp32_operators": model.fp32_operators,
         "accuracy": model.accuracy,
         "config_diff": model.config_diff,
     }
@@ -146,39 +147,54 @@ def _statistic(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def _failure(output: dict[str, Any]) -> str:
-    """Where an output failed, and why when the comparison named it (NaN, inf, a shape)."""
-    problem = output.get("problem")
-    return f"{output['worst_input']} ({problem})" if problem else output["worst_input"]
+def _figures(item: dict[str, Any]) -> str:
+    """A judgement's figures: 'top1 1, cosine 0.9999'."""
+    skipped = {"input", "passed", "problem", "name"}
+    return ", ".join(
+        f"{key} {_statistic(value, 6)}" for key, value in item.items() if key not in skipped
+    )
 
 
 def _accuracy_lines(accuracy: dict[str, Any] | None) -> list[str]:
-    """The accuracy gate's ladder per version: one row per output of every mode tried."""
+    """The accuracy gate's ladder per version: one row per output and input set of every mode
+    tried, with the operators kept in FP32."""
     if accuracy is None:
         return []
     lines = [
         "",
         "Accuracy against the ONNX (onnxruntime), per precision mode tried:",
         "",
-        "| version | precision mode | output | max abs | max rel | cosine | top-1 | passed |",
+        "| version | precision mode | FP32 operators | output | metric | input | figures "
+        "| passed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for version, ladder in accuracy.items():
         for attempt in ladder["attempts"]:
             mode = attempt["precision_mode"]
+            kept = attempt.get("fp32_operators") or []
+            island = f"{len(kept)}: {', '.join(kept)}" if kept else "0"
             if attempt["accuracy"] is None:
                 error = attempt["compile_error"].splitlines()[0]
                 lines.append(
-                    f"| {version} | {mode} | - | - | - | - | - | compile failed: {error} |"
+                    f"| {version} | {mode} | {island} | - | - | - | - | compile failed: {error} |"
                 )
                 continue
-            for output in attempt["accuracy"]["outputs"]:
+            if attempt["accuracy"].get("random_inputs"):
                 lines.append(
-                    f"| {version} | {mode} | {output['name']} | "
-                    f"{_statistic(output['max_abs'], 3)} | {_statistic(output['max_rel'], 3)} | "
-                    f"{_statistic(output['cosine'], 6)} | {_statistic(output['top1'], 3)} | "
-                    f"{'yes' if output['passed'] else 'NO: ' + _failure(output)} |"
+                    f"| {version} | {mode} | {island} | - | - | random inputs (no --samples "
+                    "given) | - | - |"
                 )
+            for output in attempt["accuracy"]["outputs"]:
+                for item in output.get("per_input", []):
+                    verdict = (
+                        "yes"
+                        if item["passed"]
+                        else "NO" + (f": {item['problem']}" if item.get("problem") else "")
+                    )
+                    lines.append(
+                        f"| {version} | {mode} | {island} | {output['name']} | "
+                        f"{output['metric']} | {item['input']} | {_figures(item)} | {verdict} |"
+                    )
     return lines
 
 
@@ -236,6 +252,8 @@ def summary_lines(report: MigrationReport) -> list[str]:
             line += f" ({model.gears})"
         if model.accuracy is not None:
             line += f" at {model.precision_mode.value}"
+            if model.fp32_operators:
+                line += f", {len(model.fp32_operators)} operators in FP32"
         if model.status == Status.NEEDS_ONNX:
             line += f": provide {', '.join(model.provide)}"
         lines.append(line)

@@ -459,7 +459,7 @@ class _Rewriter:
                     entry.dims.extend(full)
                     self.record(REWRITTEN, where, f"{_served_dims(tensor)} -> {full} (full shape)")
             elif name == "dims" and om is not None:
-                self._check_dims(where, tensor, om)
+                self._check_dims(where, tensor, om, output=kind == "output")
             elif name == "label_filename":
                 self._label_file(where, tensor.label_filename)
             elif name == "is_non_linear_format_io":
@@ -483,15 +483,35 @@ class _Rewriter:
         name = model_config_pb2.ModelInput.Format.Name(om.format)
         self.record(REWRITTEN, where, f"none -> {name} (the .om's input layout)")
 
-    def _check_dims(self, where: str, tensor: Any, om: Any, sent: list[int] | None = None) -> bool:
+    def _check_dims(
+        self,
+        where: str,
+        tensor: Any,
+        om: Any,
+        sent: list[int] | None = None,
+        *,
+        output: bool = False,
+    ) -> bool:
         """Refuse `tensor`'s dims when the full shape its clients send (`sent`, default from
-        the config) does not fit the `.om`'s; keep them as written when it does and `sent` was
-        not given. Whether they fit."""
+        the config) does not fit the `.om`'s, or, for an `output`, when the `.om`'s shape and
+        the config's differ on an axis both fix (-1: any size); keep them as written when it
+        does and `sent` was not given. Whether they fit."""
         given = sent is not None
         if sent is None:
             sent = self._full_dims(tensor, self.config.max_batch_size > 0)
         takes = self._full_dims(om, self.base.max_batch_size > 0)
-        if not shape_fits(sent, takes):
+        compatible = len(takes) == len(sent) and all(
+            have < 0 or want < 0 or have == want for have, want in zip(takes, sent)
+        )
+        if output and not compatible:
+            self.record(
+                REFUSED,
+                where,
+                f"output {tensor.name!r}: the config declares shape {sent}, the .om gives "
+                f"{takes} (-1: any size)",
+            )
+            return False
+        if not output and not shape_fits(sent, takes):
             self.record(
                 REFUSED,
                 where,

@@ -42,9 +42,12 @@ from ge_python_backend.tools.migrate.gate import (
     AccuracyResult,
     InputSet,
     LadderAttempt,
+    MetricChoice,
     check_accuracy,
     climb_ladder,
     gate_inputs,
+    overflowing_operators,
+    write_keep_dtype,
 )
 from ge_python_backend.tools.migrate.preflight import preflight
 from ge_python_backend.tools.migrate.rewrite import ConfigRewrite, refusals, rewrite_config
@@ -60,6 +63,7 @@ from ge_python_backend.tools.probe import ModelProbe, probe_repository
 logger = logging.getLogger(__name__)
 
 OM_NAME = "model"  # each version's .om is <version>/model.om
+KEEP_DTYPE_FILE = "keep_dtype.cfg"  # the FP32 island, ATC's --keep_dtype, next to the .om
 ONNX_FROM_FILE = "model.onnx"  # --onnx-from DIR/<model>/<version>/model.onnx
 
 
@@ -90,6 +94,7 @@ class MigrateOptions:
     gears: tuple[GearRequest, ...] = ()
     samples: Path | None = None  # inputs of the accuracy gate
     thresholds: Thresholds = Thresholds()  # the accuracy gate's limits
+    metrics: tuple[MetricChoice, ...] = ()  # --metric: outputs judged otherwise than by default
     dry_run: bool = False
     jobs: int = 1
     check_serving: bool = False  # then serve DST_REPO once with a throwaway tritonserver
@@ -125,6 +130,7 @@ class ModelResult:
     provide: list[str] = dataclasses.field(default_factory=list)  # files that would convert it
     atc_log_tail: str | None = None
     accuracy: dict[str, object] | None = None  # the accuracy gate's result, per output
+    fp32_operators: list[str] = dataclasses.field(default_factory=list)  # the FP32 island
     config_diff: dict[str, object] | None = None  # the config rewrite's kept/rewritten/...
 
     @property
@@ -423,9 +429,11 @@ def _compile_and_gate(
     inputs: list[InputSet] = []
     log_tails: list[str] = []  # of the compiles that failed
 
-    def compile_at(mode: PrecisionMode) -> Path:
-        staged = plan.with_precision_mode(mode).with_output(
-            staging / str(version.number) / mode.value / OM_NAME
+    def compile_at(mode: PrecisionMode, keep: Sequence[str]) -> Path:
+        where = staging / str(version.number) / (mode.value + ("-island" if keep else ""))
+        keep_file = write_keep_dtype(where / KEEP_DTYPE_FILE, keep) if keep else None
+        staged = (
+            plan.with_precision_mode(mode).with_keep_dtype(keep_file).with_output(where / OM_NAME)
         )
         try:
             if options.emulator_compiler is not None:  # --runtime emulator (checked)
@@ -441,10 +449,21 @@ def _compile_and_gate(
     def check(om: Path) -> AccuracyResult:
         if not inputs:  # made once, with the -1 sizes of the first .om's first gear
             inputs.extend(_gate_inputs(model, onnx_path, om, options))
-        return check_accuracy(onnx_path, om, inputs, options.thresholds, runtime=options.runtime)
+        return check_accuracy(
+            onnx_path,
+            om,
+            inputs,
+            options.thresholds,
+            runtime=options.runtime,
+            metrics=options.metrics,
+            model=model.name,
+        )
+
+    def island() -> list[str]:
+        return overflowing_operators(onnx_path, inputs)
 
     label = f"model {model.name!r} version {version.number}"
-    ladder = climb_ladder(options.precision_mode, compile_at, check, label=label)
+    ladder = climb_ladder(options.precision_mode, compile_at, check, island=island, label=label)
     accuracy = result.accuracy if result.accuracy is not None else {}
     accuracy[str(version.number)] = ladder.as_dict()
     result.accuracy = accuracy
@@ -453,7 +472,10 @@ def _compile_and_gate(
     if kept is None:  # no mode compiled: the report shows the last ATC log
         result.atc_log_tail = log_tails[-1]
     else:
-        version.plan = plan.with_precision_mode(kept.mode)
+        staged_om = kept.om if kept.fp32_operators else None
+        keep_file = None if staged_om is None else staged_om.parent / KEEP_DTYPE_FILE
+        version.plan = plan.with_precision_mode(kept.mode).with_keep_dtype(keep_file)
+        result.fp32_operators = list(kept.fp32_operators)
     return kept
 
 
@@ -507,6 +529,11 @@ def _write_model(
             write_model_config(rewrite.config, written.config_path)
         version.om = written.om_path
         version.om_sha256 = written.om_sha256
+        if version.plan is not None and version.plan.keep_dtype is not None:
+            # the island's file next to the .om, as the printed atc command names it
+            keep_file = written.om_path.parent / KEEP_DTYPE_FILE
+            shutil.copy2(version.plan.keep_dtype, keep_file)
+            version.plan = version.plan.with_keep_dtype(keep_file)
 
 
 def _config_diff(rewrite: ConfigRewrite) -> dict[str, object]:
