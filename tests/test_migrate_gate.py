@@ -20,15 +20,28 @@ from ge_python_backend.ascend import PRECISION_LADDER, PrecisionMode
 from ge_python_backend.client import INT_HIGH
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
-from ge_python_backend.tools.compare import Thresholds, top_k_agreement
+from ge_python_backend.tools.compare import Thresholds, compare_arrays, top_k_agreement
 from ge_python_backend.tools.migrate.gate import (
     RANDOM_ROWS,
     AccuracyResult,
+    InputSet,
+    LadderAttempt,
+    LadderResult,
+    Metric,
+    MetricChoice,
+    SetJudgement,
+    _over_sets,
     check_accuracy,
     climb_ladder,
+    default_metric,
     gate_inputs,
+    judge,
     ladder_from,
+    overflowing_operators,
+    parse_metrics,
+    write_keep_dtype,
 )
+from ge_python_backend.tools.migrate.report import _accuracy_lines
 
 EMULATOR = "emulator"
 # The mlp (onnx_models.build_mlp) as a GPU team configures it, with three warmups.
@@ -389,3 +402,65 @@ def test_ladder_climbs_past_force_fp16_for_a_model_that_overflows_it(tmp_path: P
     assert [(output.name, output.passed) for output in first.result.outputs] == [("y", False)]
     assert ladder.passed_mode not in (None, PrecisionMode.FORCE_FP16)
     assert ladder.attempts[-1].passed
+
+
+def test_nan_or_inf_anywhere_fails_by_name_and_the_report_says_nan() -> None:
+    reference = np.full((2, 3), 0.5, np.float32)
+    for metric in Metric:
+        verdict = judge(np.full((2, 3), np.nan, np.float32), reference, metric, Thresholds())
+        assert not verdict.passed and verdict.problem == "NaN in 6 of 6 elements", metric
+    value = reference.copy()
+    value[0, 1] = np.inf
+    assert judge(value, reference, Metric.VALUES, Thresholds()).problem == "inf in 1 of 6 elements"
+    nan = SetJudgement(
+        "sample a.npz",
+        compare_arrays("om", "y", np.full((2, 3), np.nan), reference, Thresholds()),
+        judge(np.full((2, 3), np.nan, np.float32), reference, Metric.VALUES, Thresholds()),
+    )
+    output = _over_sets("y", Metric.VALUES, [nan])
+    assert not output.passed and output.problem == "NaN in 6 of 6 elements"
+    result = AccuracyResult([output], ["sample a.npz"], Thresholds())
+    ladder = LadderResult([LadderAttempt(PrecisionMode.FORCE_FP16, None, result)])
+    report = "\n".join(_accuracy_lines({"1": ladder.as_dict()}))
+    assert "NO: NaN in 6 of 6 elements" in report
+
+
+def test_each_output_is_judged_by_the_metric_that_fits_it() -> None:
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((4, 10)).astype(np.float32)
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert default_metric(logits) == Metric.CLASSES  # [rows, classes]
+    assert default_metric(probabilities.reshape(2, 2, 10)) == Metric.CLASSES  # rows sum to 1
+    assert default_metric(logits.reshape(2, 2, 10)) == Metric.VALUES  # 3-D, not softmax rows
+    assert default_metric(np.arange(6).reshape(2, 3)) == Metric.EXACT
+    # the same top-1 classes, a little noise: classes pass, element-wise fails
+    noisy = logits + rng.normal(0, 0.02, logits.shape).astype(np.float32)
+    assert (noisy.argmax(axis=1) == logits.argmax(axis=1)).all()
+    assert judge(noisy, logits, Metric.CLASSES, Thresholds()).passed
+    assert not judge(noisy, logits, Metric.ELEMENTS, Thresholds()).passed
+    boxes = np.array([[10.0, 20.0, 110.0, 220.0]], np.float32)
+    assert judge(boxes + 0.4, boxes, Metric.COORDINATES, Thresholds()).passed
+    assert not judge(boxes + 0.4, boxes, Metric.COORDINATES, Thresholds(), 0.25).passed
+    assert parse_metrics(["yolo/boxes=coordinates:1", "ids=exact"]) == (
+        MetricChoice("boxes", Metric.COORDINATES, 1.0, "yolo"),
+        MetricChoice("ids", Metric.EXACT),
+    )
+    for bad in ("boxes", "boxes=pixels", "/boxes=exact", "boxes=coordinates:-1"):
+        with pytest.raises(UserError, match="--metric"):
+            parse_metrics([bad])
+
+
+def test_the_fp32_island_is_the_operators_that_overflow_float16(tmp_path: Path) -> None:
+    onnx_path = build_fp16_overflow(tmp_path / "overflow.onnx")
+    small = InputSet("sample small.npz", {"x": np.full((2, 4), 0.5, np.float32)})
+    large = InputSet("sample large.npz", {"x": np.full((2, 4), 2.0, np.float32)})
+    assert overflowing_operators(onnx_path, [small]) == []
+    # 2e5 is written by scale_up and read by scale_down: both stay in FP32
+    assert overflowing_operators(onnx_path, [small, large]) == ["scale_up", "scale_down"]
+    sets = [small, large]
+    keep = write_keep_dtype(tmp_path / "keep_dtype.cfg", overflowing_operators(onnx_path, sets))
+    om = compile_onnx(onnx_path, tmp_path / "island", input_shape="x:2,4", keep_dtype=keep)
+    assert check_accuracy(onnx_path, om, sets, Thresholds(), runtime=EMULATOR).passed
+    whole = compile_onnx(onnx_path, tmp_path / "fp16", input_shape="x:2,4")
+    result = check_accuracy(onnx_path, whole, sets, Thresholds(), runtime=EMULATOR)
+    assert not result.passed and "inf in 8 of 8 elements" in result.outputs[0].problem
