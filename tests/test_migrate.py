@@ -221,7 +221,7 @@ def test_preflight_axis_the_config_cannot_gear(tmp_path: Path) -> None:
     problems = preflight("bert", proto, config)
     assert problems == [
         f"model 'bert', input {name!r}: axis 1 ('S') is -1 and is not the batch axis; give its "
-        "sizes with --gears S:SIZE,SIZE,..."
+        "sizes with --gears bert/S:SIZE,SIZE,..."
         for name in ("input_ids", "attention_mask")
     ]
     assert preflight("bert", proto, config, parse_gears(["S:8,16"])) == []
@@ -264,7 +264,7 @@ def test_preflight_gear_by_input_name(tmp_path: Path) -> None:
         opset_imports=[helper.make_opsetid("", 17)],
     )
     (problem,) = preflight("m", unnamed, config)
-    assert "axis 1 is -1" in problem and "--gears x.1:SIZE" in problem
+    assert "axis 1 is -1" in problem and "--gears m/x.1:SIZE" in problem
     assert preflight("m", unnamed, config, parse_gears(["x:8,16"])) == []
 
 
@@ -282,8 +282,8 @@ def test_preflight_gear_naming_an_input_with_two_open_axes(tmp_path: Path) -> No
     (problem,) = preflight("det", proto, _config("max_batch_size: 2"), parse_gears(["image:8"]))
     assert problem == (
         "model 'det', input 'image': --gears image:8 names this input, which has 2 axes without "
-        "a size (axis 2 ('H'), axis 3 ('W')); name each axis instead: --gears H:SIZE,SIZE,... "
-        "or --gears W:SIZE,SIZE,..."
+        "a size (axis 2 ('H'), axis 3 ('W')); name each axis instead: --gears det/H:SIZE,SIZE,... "
+        "or --gears det/W:SIZE,SIZE,..."
     )
 
 
@@ -568,7 +568,7 @@ def test_migrate_converts_onnx_from_and_reports_failures(tmp_path: Path) -> None
     report = migrate(options)
     bert, detector = report.models
     assert detector.status == "converted" and detector.gears == "batch 1,2,4"
-    assert bert.status == "failed" and "--gears S:SIZE" in bert.errors[0]
+    assert bert.status == "failed" and "--gears bert/S:SIZE" in bert.errors[0]
     assert not report.passed and not (tmp_path / "dst" / "bert").exists()
     with pytest.raises(UserError, match="outside the source"):
         migrate(MigrateOptions(source, source / "out", runtime="emulator"))

@@ -195,8 +195,9 @@ def plan_axes(
     model: str, proto: onnx.ModelProto, config: ModelConfig, gears: Sequence[GearRequest]
 ) -> dict[str, tuple[Axis, ...]]:
     """Every graph input's axes as the config and `gears` set them (see the module docstring);
-    an axis neither does has a `problem`, as has an input a gear names whose axes without a
-    size are more than one.
+    an axis neither does has a `problem` (its hint names the axis with `model`'s name: exporters
+    reuse axis names in every graph), as has an input a gear names whose axes without a size are
+    more than one.
 
     A gear names an axis by its symbol, by `INPUT.AXIS`, or by the name of an input with one
     axis without a size, which names that axis' symbol (every input with it) when it has one.
@@ -217,7 +218,7 @@ def plan_axes(
             choices = ", ".join(
                 f"axis {a.index}" + (f" ({a.symbol!r})" if a.symbol else "") for a in unsized[name]
             )
-            names = " or ".join(f"--gears {a.key}:SIZE,SIZE,..." for a in unsized[name])
+            names = " or ".join(f"--gears {model}/{a.key}:SIZE,SIZE,..." for a in unsized[name])
             planned[name] = (
                 Axis(
                     problem=f"--gears {requests[name]} names this input, which has "
@@ -240,7 +241,7 @@ def plan_axes(
                 axes.append(
                     Axis(
                         problem=f"axis {axis.index}{label} is -1 and is not the batch axis; "
-                        f"give its sizes with --gears {axis.key}:SIZE,SIZE,..."
+                        f"give its sizes with --gears {model}/{axis.key}:SIZE,SIZE,..."
                     )
                 )
         planned[name] = tuple(axes)
