@@ -31,6 +31,7 @@ from ge_python_backend.tools.migrate.gate import (
     MetricChoice,
     SetJudgement,
     _over_sets,
+    bisect_island,
     check_accuracy,
     climb_ladder,
     default_metric,
@@ -464,3 +465,18 @@ def test_the_fp32_island_is_the_operators_that_overflow_float16(tmp_path: Path) 
     whole = compile_onnx(onnx_path, tmp_path / "fp16", input_shape="x:2,4")
     result = check_accuracy(onnx_path, whole, sets, Thresholds(), runtime=EMULATOR)
     assert not result.passed and "inf in 8 of 8 elements" in result.outputs[0].problem
+
+
+def test_the_bisection_finds_the_operators_an_island_needs() -> None:
+    names = [f"op{k}" for k in range(40)]
+    needed = {"op7", "op31"}
+    checks: list[list[str]] = []
+
+    def passes(keep: Sequence[str]) -> bool:
+        checks.append(list(keep))
+        return needed <= set(keep)
+
+    assert bisect_island(names, passes, budget=40) == ["op7", "op31"]
+    assert len(checks) <= 2 * 2 * 6 + 1
+    assert bisect_island(names, lambda keep: False, budget=40) == []  # no island works
+    assert bisect_island(names, passes, budget=3) == []  # the budget runs out

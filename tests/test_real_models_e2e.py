@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import real_models
 from e2e_helpers import http_address, model_states, running_server
@@ -18,6 +19,7 @@ from onnx_models import reference
 
 from ge_python_backend.cli import main
 from ge_python_backend.client import TritonClient, typed
+from ge_python_backend.repository.config import load_model_config
 
 pytestmark = pytest.mark.e2e
 
@@ -53,6 +55,11 @@ def test_every_real_model_migrates_without_keeping_the_whole_model_in_fp32(
     assert {name: models[name]["status"] for name in SERVED} == dict.fromkeys(SERVED, "converted")
     modes = {name: models[name]["accuracy"]["1"]["passed_mode"] for name in SERVED}
     assert "must_keep_origin_dtype" not in modes.values(), modes
+    # the batch-and-width-gear recognizer keeps Triton's batching: rows are padded within its
+    # gears of the same width
+    config = load_model_config(destination / "ocr_rec" / "config.pbtxt")
+    assert config.max_batch_size == 8 and list(config.input[0].dims) == [3, 48, -1]
+    assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
 
 
 def test_the_overflowing_model_serves_with_an_fp32_island_the_report_names(
@@ -86,3 +93,12 @@ def test_the_served_real_models_give_onnxruntime_s_answers(
                     found = real_models.answer(name, [served[key] for key in expected])
                     wanted = real_models.answer(name, list(expected.values()))
                     assert real_models.same_answer(name, found, wanted), (name, found, wanted)
+            # a GPU client's batch of 6 lines to the batch-and-width-gear recognizer: padded to
+            # its batch-8 gear of width 160, answered as onnxruntime reads the 6 lines
+            lines = [real_models.rendered_text(f"line {k}") for k in range(6)]
+            batch = {"x": np.stack([real_models.ocr_line_input(line, 160) for line in lines])}
+            served = client.infer("ocr_rec", typed(batch))
+            expected = reference(source / "ocr_rec" / "1" / "model.onnx", batch)
+            texts = real_models.answer("ocr_rec", [served["softmax_11.tmp_0"]])
+            assert texts == real_models.answer("ocr_rec", list(expected.values()))
+            assert len(texts) == 6 and all(text.startswith("line ") for text in texts), texts

@@ -682,6 +682,45 @@ def test_an_unbatched_model_runs_whole_requests(om_dims_unbatched: Path) -> None
         assert_outputs_equal(result, reference(om_dims_unbatched, feeds))
 
 
+@pytest.fixture(scope="module")
+def om_dims_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dims model with gears of batch sizes 1, 4 times lengths 8, 16 (as migrate compiles a
+    batched model with a geared axis)."""
+    directory = tmp_path_factory.mktemp("dims_rows")
+    onnx_path = build_dims_model(directory / "dims.onnx")
+    return compile_onnx(
+        onnx_path,
+        directory / "dims_rows",
+        input_shape="input_ids:-1,-1;attention_mask:-1,-1",
+        dynamic_dims="1,8,1,8;1,16,1,16;4,8,4,8;4,16,4,16",
+        input_format="ND",
+        **KEEP_FP32,
+    )
+
+
+def test_dims_gears_of_batch_sizes_pad_rows_as_batch_gears_do(om_dims_rows: Path) -> None:
+    rng = np.random.default_rng(13)
+    parts = [
+        {
+            "input_ids": rng.integers(0, 32, shape, dtype=np.int64),
+            "attention_mask": rng.integers(0, 2, shape, dtype=np.int64),
+        }
+        for shape in ((3, 16), (6, 8), (1, 8))
+    ]
+    with Session(om_dims_rows, runtime="emulator") as session:
+        assert session.gears.batched and session.gears.batch_gears == (1, 4)
+        assert [s.shape for s in session.inputs] == [(-1, -1), (-1, -1)]
+        results = [session.infer(feeds) for feeds in parts]
+        # 3 rows of length 16 on the 4-row gear; 6 rows of length 8 on two; 1 row on one
+        assert session.counters.executions == 1 + 2 + 1
+        with pytest.raises(
+            InputError, match=r"input_ids \(2, 12\), attention_mask \(2, 12\) match"
+        ):
+            session.validate({name: array[:2, :12] for name, array in parts[0].items()})
+    for feeds, result in zip(parts, results):
+        assert_outputs_equal(result, reference(om_dims_rows, feeds))
+
+
 @pytest.mark.parametrize("timeout", [-1, 2**31, True, 1.5])
 def test_execute_timeout_outside_a_c_int_is_refused_before_loading(
     om_static: Path, timeout: object

@@ -48,6 +48,13 @@ class GearTable:
         self.output_shapes: dict[OutputKey, list[Shape]] = {}
         self._desc = desc
         self._path = path
+        # a dims model whose gears vary the rows: its families run as batch gears do
+        self._dims_values = [gear.values for gear in self.gears]
+        self._row_gears: dict[tuple[int, int], int] = {}
+        families = _row_families(self.gears) if self.kind == GearKind.DIMS else None
+        if families is not None:
+            self.gears, self._row_gears, self.batch_sizes = families
+            self.batched_inputs = tuple(True for _ in desc.inputs)
 
     def read_outputs(self, model: Model, inputs: Dataset) -> GearInfo:
         """Read every gear's output shapes (selecting it on `model` and `inputs`); the gear info.
@@ -73,7 +80,7 @@ class GearTable:
         is -1 but a batch axis 0 shared by all inputs and outputs."""
         desc = self._desc
         reported = [info.spec.shape for info in desc.outputs]
-        if self.kind == GearKind.BATCH:
+        if self.kind == GearKind.BATCH or self._row_gears:
             for batch in self.batch_sizes:
                 self.output_shapes[(0, batch)] = [(batch, *shape[1:]) for shape in reported]
         else:
@@ -97,11 +104,12 @@ class GearTable:
             height, width = self.gears[gear].values
             model.set_dynamic_hw_size(inputs, height, width)
         elif self.kind == GearKind.DIMS:
-            model.set_input_dynamic_dims(inputs, self.gears[gear].values)
+            number = self._row_gears[(gear, batch)] if self._row_gears else gear
+            model.set_input_dynamic_dims(inputs, self._dims_values[number])
 
     def output_key(self, gear: int, batch: int) -> OutputKey:
         """The key of `output_shapes` for an execution of `gear` with `batch` rows run."""
-        return (gear, batch if self.kind == GearKind.BATCH else 0)
+        return (gear, batch if self.kind == GearKind.BATCH or self._row_gears else 0)
 
     def input_shapes(self, gear: int, batch: int) -> list[Shape]:
         """Concrete input shapes of an execution (`batch` 0: as the gear says; side inputs
@@ -134,7 +142,7 @@ class GearTable:
 
     def _gear_info(self, desc: ModelDescription, path: Path) -> GearInfo:
         """The description's gears, with the batch axis a non-batch-gear model has fixed."""
-        if self.kind == GearKind.BATCH:
+        if self.kind == GearKind.BATCH or self._row_gears:
             for (_, batch), shapes in self.output_shapes.items():
                 for info, shape in zip(desc.outputs, shapes):
                     if not shape or shape[0] != batch:
@@ -142,7 +150,7 @@ class GearTable:
                             f"{path}: output {info.spec.name!r} has shape {shape} at batch "
                             f"gear {batch}; expected the batch on axis 0"
                         )
-            batch_gears = normalize_gears(desc.gears.batch_gears)
+            batch_gears = normalize_gears(self.batch_sizes)
         elif desc.dynamic_shape:
             batch_gears = ()  # every execution runs one request with its own shapes
         else:
@@ -212,6 +220,36 @@ def _gears(desc: ModelDescription, path: Path) -> list[Gear]:
                 )
         table.append(Gear(gear, values))
     return table
+
+
+def _row_families(
+    gears: Sequence[Gear],
+) -> tuple[list[Gear], dict[tuple[int, int], int], tuple[int, ...]] | None:
+    """Dims gears that vary the rows, as batch gears of families: when axis 0 of every input
+    takes one size per gear, shared by every input, and every family of gears equal past axis 0
+    has the same sizes there (ATC's gears of batch sizes times other sizes, as `migrate`
+    compiles them). Returns the families (axis 0 -1), the dims gear of each (family, rows) and
+    the row sizes; None for any other dims model (its requests run their gear as sent)."""
+    families: dict[tuple[Shape, ...], dict[int, int]] = {}
+    for number, gear in enumerate(gears):
+        heads = {shape[0] if shape else 0 for shape in gear.shapes}
+        if len(heads) != 1 or min(heads) < 1:
+            return None
+        rest = tuple(shape[1:] for shape in gear.shapes)
+        families.setdefault(rest, {})[heads.pop()] = number
+    sizes = {tuple(sorted(rows)) for rows in families.values()}
+    if len(sizes) != 1:
+        return None
+    (batch_sizes,) = sizes
+    if len(batch_sizes) < 2:
+        return None
+    table = [Gear(tuple((-1, *shape) for shape in rest)) for rest in families]
+    numbers = {
+        (family, rows): number
+        for family, by_rows in enumerate(families.values())
+        for rows, number in by_rows.items()
+    }
+    return table, numbers, batch_sizes
 
 
 def _fill(shape: Shape, values: Sequence[int]) -> Shape:

@@ -834,6 +834,64 @@ def overflowing_operators(onnx_path: Path, inputs: Sequence[InputSet]) -> list[s
     return island
 
 
+# Operators that compute no float values of their own: never worth keeping in FP32.
+_NO_ARITHMETIC = frozenset(
+    {"Constant", "ConstantOfShape", "Shape", "Size", "Cast", "Identity", "Reshape", "Squeeze"}
+    | {"Unsqueeze", "Flatten", "Transpose", "Gather", "Slice", "Concat", "Split", "Expand"}
+)
+
+
+def float_operators(onnx_path: Path) -> list[str]:
+    """The named nodes of the ONNX that compute (the bisection's candidates), in graph order."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return [
+        node.name for node in model.graph.node if node.name and node.op_type not in _NO_ARITHMETIC
+    ]
+
+
+class _BudgetSpent(Exception):
+    pass
+
+
+def bisect_island(
+    candidates: Sequence[str], passes: Callable[[Sequence[str]], bool], budget: int
+) -> list[str]:
+    """The smallest set of `candidates` found whose keeping in FP32 `passes`, by bisection over
+    the graph (keep one half; else the other; else both, each shrunk in turn) in at most
+    `budget` checks; [] when keeping them all fails or the budget runs out."""
+    spent = 0
+
+    def check(keep: Sequence[str]) -> bool:
+        nonlocal spent
+        if spent >= budget:
+            raise _BudgetSpent
+        spent += 1
+        return passes(keep)
+
+    def shrink(kept: list[str], part: list[str]) -> list[str]:
+        if len(part) <= 1:
+            return part
+        first, second = part[: len(part) // 2], part[len(part) // 2 :]
+        if check(kept + first):
+            return shrink(kept, first)
+        if check(kept + second):
+            return shrink(kept, second)
+        found = shrink(kept + second, first)
+        return found + shrink(kept + found, second)
+
+    try:
+        if not candidates or not check(list(candidates)):
+            return []
+        found = shrink([], list(candidates))
+    except _BudgetSpent:
+        logger.warning("the FP32 island's bisection stopped after %d checks", budget)
+        return []
+    order = {name: index for index, name in enumerate(candidates)}
+    return sorted(found, key=order.__getitem__)
+
+
 def write_keep_dtype(path: Path, operators: Sequence[str]) -> Path:
     """ATC's --keep_dtype file: one operator name a line."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -43,8 +43,10 @@ from ge_python_backend.tools.migrate.gate import (
     InputSet,
     LadderAttempt,
     MetricChoice,
+    bisect_island,
     check_accuracy,
     climb_ladder,
+    float_operators,
     gate_inputs,
     overflowing_operators,
     write_keep_dtype,
@@ -64,6 +66,9 @@ logger = logging.getLogger(__name__)
 
 OM_NAME = "model"  # each version's .om is <version>/model.om
 KEEP_DTYPE_FILE = "keep_dtype.cfg"  # the FP32 island, ATC's --keep_dtype, next to the .om
+# compiles and checks the bisection for an FP32 island may spend on one model version (a few
+# operators out of a thousand take about 2 * log2(1000) per operator)
+BISECTION_CHECKS = 40
 ONNX_FROM_FILE = "model.onnx"  # --onnx-from DIR/<model>/<version>/model.onnx
 
 
@@ -460,7 +465,20 @@ def _compile_and_gate(
         )
 
     def island() -> list[str]:
-        return overflowing_operators(onnx_path, inputs)
+        """The operators whose FP16 values overflow, else a bisection over the graph."""
+        found = overflowing_operators(onnx_path, inputs)
+        if found:
+            return found
+        mode = options.precision_mode
+
+        def passes(keep: Sequence[str]) -> bool:
+            try:
+                return check(compile_at(mode, keep)).passed
+            except UserError as exc:
+                logger.info("%s: an island of %d operators failed: %s", label, len(keep), exc)
+                return False
+
+        return bisect_island(float_operators(onnx_path), passes, BISECTION_CHECKS)
 
     label = f"model {model.name!r} version {version.number}"
     ladder = climb_ladder(options.precision_mode, compile_at, check, island=island, label=label)
