@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
+import itertools
 import logging
 import multiprocessing
 import shutil
@@ -434,8 +435,12 @@ def _compile_and_gate(
     inputs: list[InputSet] = []
     log_tails: list[str] = []  # of the compiles that failed
 
+    islands = itertools.count(1)
+
     def compile_at(mode: PrecisionMode, keep: Sequence[str]) -> Path:
-        where = staging / str(version.number) / (mode.value + ("-island" if keep else ""))
+        # each island its own directory: a loaded .om is not written over
+        suffix = f"-island{next(islands)}" if keep else ""
+        where = staging / str(version.number) / (mode.value + suffix)
         keep_file = write_keep_dtype(where / KEEP_DTYPE_FILE, keep) if keep else None
         staged = (
             plan.with_precision_mode(mode).with_keep_dtype(keep_file).with_output(where / OM_NAME)
