@@ -287,6 +287,36 @@ def test_preflight_gear_naming_an_input_with_two_open_axes(tmp_path: Path) -> No
     )
 
 
+def test_gears_of_two_axes_in_pairs_compile_only_those_pairs(tmp_path: Path) -> None:
+    node = helper.make_node("Relu", ["image"], ["y"])
+    path = tmp_path / "det.onnx"
+    onnx.save(
+        helper.make_model(
+            helper.make_graph(
+                [node],
+                "g",
+                [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        ),
+        str(path),
+    )
+    config = _config("max_batch_size: 2")
+    paired = parse_gears(["det/H,W:96x320,160x640"])
+    assert [str(request) for request in paired] == ["det/H,W:96x320,160x640"] * 2
+    assert [(r.name, r.sizes) for r in paired] == [("H", (96, 160)), ("W", (320, 640))]
+    plan = plan_atc("det", path, onnx.load(str(path)), config, tmp_path / "det", gears=paired)
+    # the batch sizes times the two pairs, not every height with every width
+    assert plan.dynamic_dims == "1,96,320;1,160,640;2,96,320;2,160,640"
+    every = parse_gears(["det/H:96,160", "det/W:320,640"])
+    plan = plan_atc("det", path, onnx.load(str(path)), config, tmp_path / "det", gears=every)
+    assert plan.dynamic_dims is not None and len(plan.dynamic_dims.split(";")) == 8
+    for bad in ("H,W:96x320,160", "H,W:96x320x1", "H,H:1x2", "H,W:96x320,96x320"):
+        with pytest.raises(UserError, match="--gears"):
+            parse_gears([bad])
+
+
 SIMPLE_STRING_CONFIG = """
 name: "simple_string"
 platform: "onnxruntime_onnx"

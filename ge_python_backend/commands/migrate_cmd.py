@@ -50,7 +50,19 @@ max_batch_size (without preferred sizes, the powers of two up to max_batch_size)
 input_ids[batch, seq]; every input with that axis shares the size), INPUT.AXIS (input_ids.1) or
 an input with one such axis (input_ids: its seq); MODEL limits it to one model. A NAME naming no
 such axis is refused, with the axes that need sizes. Geared axes compile --dynamic_dims (with
---input_format=ND) over every combination of their sizes and the batch sizes.
+--input_format=ND) over every combination of their sizes and the batch sizes; sizes given in
+pairs, --gears [MODEL/]NAME,NAME:SIZExSIZE,... (det/H,W:96x320,160x640, as ATC's
+--dynamic_image_size takes them), compile only those pairs. A batched model whose dims gears are
+its batch sizes times other sizes keeps Triton's batching: rows are padded within the gears of
+the same other sizes, as batch gears pad them.
+
+The accuracy gate runs the .om and the ONNX on the model's warmups and --samples (random inputs
+only when no sample is given; the report says so) and judges each output by what it holds: class
+scores by top-1 agreement and cosine, probabilities and logits by cosine and relative error,
+integers exactly, or as --metric says; NaN or inf fails by name. A precision mode that fails is
+compiled again with the operators whose FP16 values overflow (else those a bisection over the
+graph finds) kept in FP32 (--keep_dtype, written next to the .om); the ladder climbs only when
+that fails too.
 
 Pre-flight, per model (the others carry on): the ONNX opset within what ATC parses, one version
 per domain, no custom-domain operators, no tensor of a type the .om cannot hold (ATC compiles no

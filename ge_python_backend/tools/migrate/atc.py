@@ -67,40 +67,92 @@ class GearRequest:
     """`--gears [MODEL/]NAME:SPEC`: the sizes an axis compiles for. NAME is the axis' symbolic
     name in the ONNX graph (`seq` of `input_ids[N, seq]`), `INPUT.AXIS` (`input_ids.1`), or an
     input whose one axis without a size it names (`input_ids`: its `seq`, shared by every input
-    with that axis); SPEC the sizes, `32,64,128`. MODEL limits it to one model."""
+    with that axis); SPEC the sizes, `32,64,128`. MODEL limits it to one model.
+
+    Several axes with sizes in pairs, as ATC's --dynamic_image_size takes height and width:
+    `NAME,NAME:SIZExSIZE,...` (`x.2,x.3:96x320,160x640`) gears only those combinations; each
+    axis gets its own request, `group` naming the axes and `rows` the combinations."""
 
     name: str
     sizes: tuple[int, ...]
     model: str | None = None
+    group: tuple[str, ...] = ()  # the axes geared together (paired sizes), in SPEC's order
+    rows: tuple[tuple[int, ...], ...] = ()  # their sizes, one tuple per gear
 
     def applies_to(self, model: str) -> bool:
         return self.model is None or self.model == model
 
     def __str__(self) -> str:
         model = f"{self.model}/" if self.model else ""
+        if self.group:
+            spec = ",".join("x".join(map(str, row)) for row in self.rows)
+            return f"{model}{','.join(self.group)}:{spec}"
         return f"{model}{self.name}:{','.join(map(str, self.sizes))}"
 
 
 def parse_gears(items: Sequence[str]) -> tuple[GearRequest, ...]:
-    """`--gears` values: `["seq:32,64,128", "bert/ids.1:16,32"]` -> GearRequests."""
+    """`--gears` values: `["seq:32,64,128", "bert/ids.1:16,32", "det/H,W:96x320,160x640"]` ->
+    GearRequests (one per axis of a paired item)."""
     requests = []
     for item in items:
         head, sep, spec = item.rpartition(":")
         model, slash, name = head.rpartition("/")
+        names = name.split(",")
         try:
-            sizes = tuple(int(size) for size in spec.split(","))
+            rows = tuple(tuple(int(size) for size in row.split("x")) for row in spec.split(","))
         except ValueError:
-            sizes = ()
-        if not sep or not name or (slash and not model) or not sizes or min(sizes) < 1:
+            rows = ()
+        if (
+            not sep
+            or not all(names)
+            or (slash and not model)
+            or not rows
+            or any(len(row) != len(names) or min(row) < 1 for row in rows)
+        ):
             raise UserError(
                 f"--gears {item!r} must be [MODEL/]NAME:SIZE,SIZE,... with sizes >= 1, NAME an "
                 "axis' symbolic name in the ONNX graph, INPUT.AXIS or an input name, e.g. "
-                "seq:32,64,128"
+                "seq:32,64,128; or NAME,NAME:SIZExSIZE,... for sizes in pairs, e.g. "
+                "x.2,x.3:96x320,160x640"
             )
-        if len(set(sizes)) != len(sizes):
+        if len(set(rows)) != len(rows):
             raise UserError(f"--gears {item!r} gives a size twice")
-        requests.append(GearRequest(name, tuple(sorted(sizes)), model or None))
+        if len(set(names)) != len(names):
+            raise UserError(f"--gears {item!r} names an axis twice")
+        if len(names) == 1:
+            requests.append(GearRequest(name, tuple(sorted(r[0] for r in rows)), model or None))
+            continue
+        for column, axis in enumerate(names):
+            sizes = tuple(sorted({row[column] for row in rows}))
+            requests.append(GearRequest(axis, sizes, model or None, tuple(names), rows))
     return tuple(requests)
+
+
+def gear_combinations(
+    names: Sequence[str], requests: Mapping[str, GearRequest]
+) -> list[tuple[int, ...]]:
+    """The sizes of the axes `names` per gear, in that order: every combination of the axes'
+    sizes, but axes geared in pairs (`GearRequest.group`) only in their pairs."""
+    groups: list[tuple[list[str], list[tuple[int, ...]]]] = []
+    placed: set[str] = set()
+    for name in names:
+        if name in placed:
+            continue
+        request = requests[name]
+        members = [axis for axis in request.group if axis in names]
+        if request.group and len(members) == len(request.group):
+            groups.append((list(request.group), list(request.rows)))
+        else:
+            members = [name]
+            groups.append((members, [(size,) for size in request.sizes]))
+        placed.update(members)
+    combinations = []
+    for picks in itertools.product(*(values for _, values in groups)):
+        size_of = {
+            axis: size for (axes, _), pick in zip(groups, picks) for axis, size in zip(axes, pick)
+        }
+        combinations.append(tuple(size_of[name] for name in names))
+    return combinations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,9 +496,8 @@ def plan_atc(
     # the gear names in --input_shape order, the batch axis first
     names = list(dict.fromkeys(a.gear for row in axes.values() for a in row if a.gear))
     batch_in_dims = bool(names) and len(batches) > 1
-    dims_values = [batches] if batch_in_dims else []
-    dims_values += [requests[name].sizes for name in names]
-    combos = list(itertools.product(*dims_values))
+    geared = gear_combinations(names, requests)
+    combos = [(batch, *sizes) for batch in batches for sizes in geared] if batch_in_dims else geared
     if len(combos) > ATC_MAX_GEARS or len(batches) > ATC_MAX_GEARS:
         count = max(len(combos), len(batches))
         raise PlanError(
