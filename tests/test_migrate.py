@@ -688,3 +688,31 @@ def test_atc_failing_at_every_precision_mode_fails_the_model_with_its_log(
     )
     assert models["pre"].status == "copied"  # the others carry on
     assert not (tmp_path / "dst" / "classifier").exists()
+
+
+def test_preflight_refuses_config_dims_the_graph_contradicts(tmp_path: Path) -> None:
+    node = helper.make_node("Relu", ["image"], ["y"])
+    proto = helper.make_model(
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 32, 32])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 32, 32])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    wrong = _config(
+        'max_batch_size: 2 input [{ name: "image" dims: [3, 64, 64] }] '
+        'output [{ name: "y" dims: [3, 32] }]'
+    )
+    assert preflight("det", proto, wrong) == [
+        "model 'det', input 'image': the config's dims [3, 64, 64] ([-1, 3, 64, 64] with the "
+        "batch axis) contradict the graph's [-1, 3, 32, 32] (-1: any size)",
+        "model 'det', output 'y': the config's dims [3, 32] ([-1, 3, 32] with the batch axis) "
+        "contradict the graph's [2, 3, 32, 32] (-1: any size)",
+    ]
+    right = _config(
+        'max_batch_size: 2 input [{ name: "image" dims: [3, -1, 32] }] '
+        'output [{ name: "y" dims: [3, 32, 32] }]'
+    )
+    assert preflight("det", proto, right) == []

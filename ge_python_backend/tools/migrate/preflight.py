@@ -6,6 +6,9 @@ is wrong and what to do.
 * Every input and output of the config has a type the `.om` can hold (`atc_onnx.type_problem`).
 * Every -1 axis is set: the batch axis by `max_batch_size`, any other by the config's dims or
   `--gears` (`atc.plan_axes`).
+* The config's dims fit the graph (`dims_problems`): an input's rank and every size both fix, an
+  output's where the graph fixes its whole shape (exporters leave wrong symbolic output shapes,
+  which only the compiled model tells).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ge_python_backend.ascend import DTYPES_BY_TRITON_CONFIG
 from ge_python_backend.atc_onnx import graph_type_problems, parse_problems, type_problem
-from ge_python_backend.tools.migrate.atc import GearRequest, plan_axes
+from ge_python_backend.tools.migrate.atc import GearRequest, graph_inputs, plan_axes
 
 if TYPE_CHECKING:
     import onnx
@@ -30,6 +33,7 @@ def preflight(
     """Every problem ATC (or the plan) would meet compiling `proto` for `model`; [] when none."""
     problems = [f"model {model!r}: {problem}" for problem in parse_problems(proto)]
     problems.extend(config_type_problems(model, proto, config))
+    problems.extend(dims_problems(model, proto, config))
     for name, axes in plan_axes(model, proto, config, gears).items():
         for axis in axes:
             if axis.problem:
@@ -53,4 +57,36 @@ def config_type_problems(model: str, proto: onnx.ModelProto, config: ModelConfig
         if problem:
             named.add(tensor.name)
             problems.append(f"model {model!r}: {problem}")
+    return problems
+
+
+def dims_problems(model: str, proto: onnx.ModelProto, config: ModelConfig) -> list[str]:
+    """A problem per config input whose dims (with the batch axis when `max_batch_size` > 0)
+    contradict the graph input of its name (rank, or a size both fix), and per config output
+    whose dims contradict a graph output of that name whose shape the graph fixes whole."""
+    batch = [-1] if config.max_batch_size > 0 else []
+    graph = {value.name: ("input", value) for value in graph_inputs(proto)}
+    graph.update({value.name: ("output", value) for value in proto.graph.output})
+    problems = []
+    for kind, tensor in [("input", t) for t in config.input] + [
+        ("output", t) for t in config.output
+    ]:
+        found = graph.get(tensor.name)
+        if found is None or found[0] != kind or not tensor.dims:
+            continue
+        dims = found[1].type.tensor_type.shape.dim
+        shape = [dim.dim_value if dim.HasField("dim_value") else -1 for dim in dims]
+        if kind == "output" and (not shape or min(shape) < 0):
+            continue  # a symbolic output shape: the compiled model tells
+        declared = batch + list(tensor.dims)
+        if len(declared) != len(shape) or any(
+            want >= 0 and have >= 0 and want != have for want, have in zip(declared, shape)
+        ):
+            problems.append(
+                f"model {model!r}, {kind} {tensor.name!r}: the config's dims {list(tensor.dims)} "
+                f"({declared} with the batch axis) contradict the graph's {shape} (-1: any size)"
+                if batch
+                else f"model {model!r}, {kind} {tensor.name!r}: the config's dims "
+                f"{list(tensor.dims)} contradict the graph's {shape} (-1: any size)"
+            )
     return problems
