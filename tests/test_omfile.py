@@ -478,8 +478,7 @@ def test_cli_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0
     assert out[0] == str(tmp_path / "conv.om")
     assert out[1] == (
-        "inputs: image FLOAT[1,3,-1,-1]; outputs: Flatten_2:0:features FLOAT[1,8]; hw gears "
-        "16,16;24,32"
+        "inputs: image FLOAT[1,3,-1,-1]; outputs: features FLOAT[1,8]; hw gears 16,16;24,32"
     )
     plan = OmModel.load(tmp_path / "conv.om").memory
     assert out[2].startswith("device memory per load: work ") and out[2].endswith(f"({plan.rule})")

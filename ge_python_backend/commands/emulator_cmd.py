@@ -16,6 +16,7 @@ from ge_python_backend.ascend import (
     PRECISION_MODES_V2,
     AtcFramework,
     PrecisionMode,
+    tensor_name_of_output,
 )
 from ge_python_backend.commands import add_command, size_text
 from ge_python_backend.emulator.memory_plan import MemoryPlan
@@ -214,14 +215,16 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def summary(model: OmModel, output_shapes: Sequence[Sequence[int]]) -> str:
-    """One line: inputs, outputs and gears of a compiled model, with ATC's names and data types;
-    `output_shapes` are the session's, as `inspect` shows them (-1 on the batch axis of batch
-    gears, where the file records the largest gear's)."""
+    """One line: inputs, outputs and gears of a compiled model, with ATC's data types and the
+    names `inspect`, `Session` and the config use (an output's tensor name, not ATC's
+    `op:idx:name`); `output_shapes` are the session's, as `inspect` shows them (-1 on the batch
+    axis of batch gears, where the file records the largest gear's)."""
     desc = model.description
 
     def tensors(items: tuple[OmTensor, ...], shapes: Sequence[Sequence[int]]) -> str:
         return ", ".join(
-            f"{t.name} {DTYPES_BY_ACL[t.acl_dtype].acl_name.removeprefix('ACL_')}"
+            f"{tensor_name_of_output(t.name)} "
+            f"{DTYPES_BY_ACL[t.acl_dtype].acl_name.removeprefix('ACL_')}"
             f"[{ranges_text(t.ranges) if t.ranges else ','.join(map(str, shape))}]"
             for t, shape in zip(items, shapes)
         )
