@@ -1778,6 +1778,50 @@ def jpeg_lines(data: dict[str, Any], figures: analysis.JpegInputs) -> list[Item]
     return lines
 
 
+def real_models_lines(raw: dict[str, Any]) -> list[Item]:
+    """Section 12: per real model (`real_models_bench.measure`) the precision mode migrate chose,
+    the operators it kept in FP32, the gate's figures per sample and executions per request."""
+    clients = raw["clients"]
+    items: list[Item] = [
+        "## 12. Public trained models, migrated and served",
+        "",
+        f"Six public trained models from PyPI wheels (`tests/real_models.py`), migrated from a "
+        f"GPU team's repository with their clients' real requests as `--samples` "
+        f"({raw['migrate_s']:.0f} s for all), served on the emulator, and loaded by {clients} "
+        f"closed-loop clients for {raw['seconds']:.0f} s each (one model at a time; its first "
+        "client request); the seventh, an onnxruntime-quantized CRNN, is refused before "
+        "anything compiles (`tests/test_real_models.py`).",
+        "",
+    ]
+    for name, model in raw["models"].items():
+        kept = model["fp32_operators"]
+        island = f"{len(kept)}: " + ", ".join(f"`{op}`" for op in kept) if kept else "none"
+        rows = [
+            ["precision mode chosen", model["mode"]],
+            ["operators in FP32", island],
+        ]
+        for output in model["outputs"]:
+            for item in output["per_input"]:
+                figures = ", ".join(
+                    f"{key} {value:.4g}"
+                    for key, value in item.items()
+                    if key not in ("input", "passed", "problem") and value is not None
+                )
+                rows.append(
+                    [f"gate: {output['name']} ({output['metric']}), {item['input']}", figures]
+                )
+        per_request = model["executions"] / max(model["requests"], 1)
+        rows.append(
+            [
+                f"executions per request at {clients} clients",
+                f"{per_request:.2f} ({model['executions']} for {model['requests']} requests of "
+                f"{model['rows_per_request']} rows)",
+            ]
+        )
+        items += [f"**{name}** ({model['gears']})", "", Table(["figure", "value"], rows), ""]
+    return items
+
+
 def profile_lines() -> list[Item]:
     return [
         "## Device profiles",
@@ -1853,6 +1897,8 @@ def document(data: dict[str, Any]) -> dict[str, Any]:
         items += device_host_lines(data)
     if "jpeg" in data:
         items += jpeg_lines(data, analysis.jpeg_inputs(data))
+    if "real_models" in data:
+        items += real_models_lines(data["real_models"])
     items += profile_lines()
     return {
         "title": "Benchmarks",

@@ -1395,6 +1395,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
             "device_host": scenario_device_host(recorder, work, small, plan, logs),
             "many_models": scenario_many_models(recorder, work, plan, logs),
             "jpeg": scenario_jpeg(recorder, work, plan, logs),
+            "real_models": scenario_real_models(recorder, work, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
@@ -1412,8 +1413,23 @@ SMALL_MODEL_SCENARIOS = {
     "tune": scenario_tune,
     "device_host": scenario_device_host,
 }
+
+
 # Sections that build models of their own.
-OWN_MODEL_SCENARIOS = {"many_models": scenario_many_models, "jpeg": scenario_jpeg}
+def scenario_real_models(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str, Any]:
+    """Section 12: the public trained models of tests/real_models.py migrated and served
+    (`real_models_bench.measure`), each loaded for the plan's seconds."""
+    import real_models_bench
+
+    say(f"real models: migrating and serving them in {work}")
+    return real_models_bench.measure(work, logs, plan.seconds)
+
+
+OWN_MODEL_SCENARIOS = {
+    "many_models": scenario_many_models,
+    "jpeg": scenario_jpeg,
+    "real_models": scenario_real_models,
+}
 ONLY_SCENARIOS = [*SMALL_MODEL_SCENARIOS, *OWN_MODEL_SCENARIOS]
 
 
