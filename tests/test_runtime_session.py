@@ -721,6 +721,33 @@ def test_dims_gears_of_batch_sizes_pad_rows_as_batch_gears_do(om_dims_rows: Path
         assert_outputs_equal(result, reference(om_dims_rows, feeds))
 
 
+def test_dims_gears_whose_outputs_lack_the_rows_run_each_gear_as_sent(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0, noop_with_empty_axes=0)],
+        "column_sums",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    onnx_path = tmp_path / "sums.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(onnx_path))
+    om = compile_onnx(
+        onnx_path,
+        tmp_path / "sums",
+        input_shape="x:-1,-1",
+        dynamic_dims="1,8;1,16;4,8;4,16",
+        input_format="ND",
+        **KEEP_FP32,
+    )
+    feeds = {"x": np.arange(32, dtype=np.float32).reshape(4, 8)}
+    with Session(om, runtime="emulator") as session:
+        assert not session.gears.batched  # padding rows would change the sum
+        np.testing.assert_allclose(session.infer(feeds)["y"], feeds["x"].sum())
+        with pytest.raises(InputError, match="match none"):
+            session.validate({"x": feeds["x"][:3]})
+
+
 @pytest.mark.parametrize("timeout", [-1, 2**31, True, 1.5])
 def test_execute_timeout_outside_a_c_int_is_refused_before_loading(
     om_static: Path, timeout: object

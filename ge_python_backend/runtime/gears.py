@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,8 @@ from ge_python_backend.runtime.errors import ModelFileError
 from ge_python_backend.runtime.model import Dataset, Model, ModelDescription
 
 __all__ = ["Gear", "GearTable"]
+
+logger = logging.getLogger(__name__)
 
 OutputKey = tuple[int, int]  # (index in the gear table, batch gear or 0)
 
@@ -48,7 +51,9 @@ class GearTable:
         self.output_shapes: dict[OutputKey, list[Shape]] = {}
         self._desc = desc
         self._path = path
-        # a dims model whose gears vary the rows: its families run as batch gears do
+        # a dims model whose gears vary the rows: its families run as batch gears do (unless
+        # an output lacks those rows on axis 0: `read_outputs` then goes back to plain gears)
+        self._plain_gears = self.gears
         self._dims_values = [gear.values for gear in self.gears]
         self._row_gears: dict[tuple[int, int], int] = {}
         families = _row_families(self.gears) if self.kind == GearKind.DIMS else None
@@ -70,6 +75,20 @@ class GearTable:
                     self.select(model, inputs, number, batch)
                     shapes = model.current_output_shapes()
                 self.output_shapes[(number, batch)] = shapes
+        if self._row_gears and any(
+            not shape or shape[0] != batch
+            for (_, batch), shapes in self.output_shapes.items()
+            for shape in shapes
+        ):
+            logger.info(
+                "%s: an output lacks the rows of the dims gears on axis 0; each request runs "
+                "its gear as sent",
+                self._path,
+            )
+            self.gears, self._row_gears, self.batch_sizes = self._plain_gears, {}, ()
+            self.batched_inputs = tuple(False for _ in desc.inputs)
+            self.output_shapes.clear()
+            return self.read_outputs(model, inputs)
         self.info = self._gear_info(desc, self._path)
         return self.info
 
