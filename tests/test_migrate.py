@@ -573,7 +573,10 @@ def test_migrate_repository_on_the_emulator(
     diff = classifier["config_diff"]  # the config rewritten field by field
     assert not diff["refused"] and {"field": "name", "detail": "as written"} in diff["kept"]
     markdown = (destination / "MIGRATION.md").read_text()
-    assert "| classifier | onnxruntime_onnx | converted | batch 1,2,4,8 | 1, 2 |" in markdown
+    assert (
+        "| classifier | onnxruntime_onnx | converted | batch 1,2,4,8 | 1, 2 | "
+        "must_keep_origin_dtype | 0 |"
+    ) in markdown
     assert not [p for p in destination.iterdir() if p.name.startswith(".")]  # staging removed
     # into the same destination again: refused, nothing touched
     assert main(argv) == 2

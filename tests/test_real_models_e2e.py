@@ -73,7 +73,9 @@ def test_the_overflowing_model_serves_with_an_fp32_island_the_report_names(
     assert len(island) <= 8, island
     assert (destination / "magika" / "1" / "keep_dtype.cfg").read_text().split() == island
     assert "--keep_dtype=" in magika["versions"][0]["atc_command"]
-    assert island[0] in (destination / "MIGRATION.md").read_text()
+    report = (destination / "MIGRATION.md").read_text()
+    assert f"| 1 | force_fp16 | {len(island)} |" in report and island[0] in report
+    assert magika["accuracy"]["1"]["passed_mode"] == "force_fp16"
 
 
 def test_the_served_real_models_give_onnxruntime_s_answers(

@@ -79,14 +79,15 @@ def report_markdown(report: MigrationReport) -> str:
         f"`{options.source}` -> `{options.destination}`: runtime {options.runtime}, SoC "
         f"{options.soc_version}, precision mode {options.precision_mode.value}.",
         "",
-        "| model | source format | status | gears | versions |",
-        "| --- | --- | --- | --- | --- |",
+        "| model | source format | status | gears | versions | precision mode | FP32 operators |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for model in report.models:
         versions = ", ".join(str(v.number) for v in model.versions) or "-"
+        mode = model.precision_mode.value if model.accuracy is not None else "-"
         lines.append(
             f"| {model.name} | {model.source_format} | {model.status.value} | "
-            f"{model.gears or '-'} | {versions} |"
+            f"{model.gears or '-'} | {versions} | {mode} | {len(model.fp32_operators)} |"
         )
     converted = all(model.status != Status.FAILED for model in report.models)
     lines += [
