@@ -893,7 +893,9 @@ def bisect_island(
 
 
 def write_keep_dtype(path: Path, operators: Sequence[str]) -> Path:
-    """ATC's --keep_dtype file: one operator name a line."""
+    """ATC's --keep_dtype file: one operator name a line (CANN's ATC parameter page
+    atlasatcparam_16_0074; `OpType::Type` lines would name types). ATC ignores it under
+    must_keep_origin_dtype, where every operator keeps its type anyway."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{name}\n" for name in operators))
     return path
