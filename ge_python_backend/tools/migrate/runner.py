@@ -436,8 +436,17 @@ def _compile_and_gate(
     log_tails: list[str] = []  # of the compiles that failed
 
     islands = itertools.count(1)
+    # an island tried while searching is not compiled or checked again when the ladder keeps it
+    compiles: dict[tuple[PrecisionMode, tuple[str, ...]], Path] = {}
+    checked: dict[Path, AccuracyResult] = {}
 
     def compile_at(mode: PrecisionMode, keep: Sequence[str]) -> Path:
+        key = (mode, tuple(keep))
+        if key not in compiles:
+            compiles[key] = compile_new(mode, keep)
+        return compiles[key]
+
+    def compile_new(mode: PrecisionMode, keep: Sequence[str]) -> Path:
         # each island its own directory: a loaded .om is not written over
         suffix = f"-island{next(islands)}" if keep else ""
         where = staging / str(version.number) / (mode.value + suffix)
@@ -459,30 +468,31 @@ def _compile_and_gate(
     def check(om: Path) -> AccuracyResult:
         if not inputs:  # made once, with the -1 sizes of the first .om's first gear
             inputs.extend(_gate_inputs(model, onnx_path, om, options))
-        return check_accuracy(
-            onnx_path,
-            om,
-            inputs,
-            options.thresholds,
-            runtime=options.runtime,
-            metrics=options.metrics,
-            model=model.name,
-        )
+        if om not in checked:
+            checked[om] = check_accuracy(
+                onnx_path,
+                om,
+                inputs,
+                options.thresholds,
+                runtime=options.runtime,
+                metrics=options.metrics,
+                model=model.name,
+            )
+        return checked[om]
+
+    def passes(keep: Sequence[str]) -> bool:
+        try:
+            return check(compile_at(options.precision_mode, keep)).passed
+        except UserError as exc:
+            logger.info("%s: an island of %d operators failed: %s", label, len(keep), exc)
+            return False
 
     def island() -> list[str]:
-        """The operators whose FP16 values overflow, else a bisection over the graph."""
+        """The operators whose FP16 values overflow when keeping them passes, else the
+        bisection's island over the graph ([] when none passes)."""
         found = overflowing_operators(onnx_path, inputs)
-        if found:
+        if found and passes(found):
             return found
-        mode = options.precision_mode
-
-        def passes(keep: Sequence[str]) -> bool:
-            try:
-                return check(compile_at(mode, keep)).passed
-            except UserError as exc:
-                logger.info("%s: an island of %d operators failed: %s", label, len(keep), exc)
-                return False
-
         return bisect_island(float_operators(onnx_path), passes, BISECTION_CHECKS)
 
     label = f"model {model.name!r} version {version.number}"
