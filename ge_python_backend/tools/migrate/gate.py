@@ -17,9 +17,13 @@ precision ladder that recompiles a model the gate fails.
 
 Arrays are shaped as the config's dims (and `reshape`, when it has one, as the model receives
 them). `check_accuracy` runs every set through the `.om` (a runtime `Session`) and the ONNX
-(onnxruntime) and folds compare's per-output comparisons over the sets; `climb_ladder` compiles
-and checks up `ascend.PRECISION_LADDER` until a mode passes. Each result has a JSON-able
-`as_dict` for migration.json.
+(onnxruntime) and judges each output on each set by the `Metric` that fits what it holds
+(`default_metric`, or `--metric`): class scores by top-1 agreement and cosine, probabilities,
+logits and maps by cosine and relative error, integers exactly; NaN or inf where the ONNX's
+output is finite fails by name. `climb_ladder` compiles and checks up `ascend.PRECISION_LADDER`
+until a mode passes; when the first mode fails it first tries that mode with an FP32 island
+(`overflowing_operators`, else `bisect_island`) written as ATC's --keep_dtype file
+(`write_keep_dtype`). Each result has a JSON-able `as_dict` for migration.json.
 """
 
 from __future__ import annotations
