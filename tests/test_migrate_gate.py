@@ -480,3 +480,13 @@ def test_the_bisection_finds_the_operators_an_island_needs() -> None:
     assert len(checks) <= 2 * 2 * 6 + 1
     assert bisect_island(names, lambda keep: False, budget=40) == []  # no island works
     assert bisect_island(names, passes, budget=3) == []  # the budget runs out
+
+
+def test_a_tie_broken_the_other_way_is_the_same_class() -> None:
+    reference = np.array([[0.2, 0.5, 0.5 - 1e-5, 0.1], [0.9, 0.1, 0.0, 0.0]], np.float32)
+    value = reference.copy()
+    value[0, 2] = 0.5 + 1e-5  # the .om picks class 2, which ties with class 1 in the ONNX
+    assert judge(value, reference, Metric.CLASSES, Thresholds()).figures["top1"] == 1.0
+    value[1] = [0.0, 0.9, 0.1, 0.0]  # a real disagreement
+    verdict = judge(value, reference, Metric.CLASSES, Thresholds())
+    assert verdict.figures["top1"] == 0.5 and not verdict.passed
