@@ -409,17 +409,18 @@ def test_nan_or_inf_anywhere_fails_by_name_and_the_report_says_nan() -> None:
     reference = np.full((2, 3), 0.5, np.float32)
     for metric in Metric:
         verdict = judge(np.full((2, 3), np.nan, np.float32), reference, metric, Thresholds())
-        assert not verdict.passed and verdict.problem == "NaN in 6 of 6 elements", metric
+        assert not verdict.passed and verdict.problem.startswith("NaN in 6 of 6 elements"), metric
     value = reference.copy()
     value[0, 1] = np.inf
-    assert judge(value, reference, Metric.VALUES, Thresholds()).problem == "inf in 1 of 6 elements"
+    problem = judge(value, reference, Metric.VALUES, Thresholds()).problem
+    assert problem.startswith("inf in 1 of 6 elements")
     nan = SetJudgement(
         "sample a.npz",
         compare_arrays("om", "y", np.full((2, 3), np.nan), reference, Thresholds()),
         judge(np.full((2, 3), np.nan, np.float32), reference, Metric.VALUES, Thresholds()),
     )
     output = _over_sets("y", Metric.VALUES, [nan])
-    assert not output.passed and output.problem == "NaN in 6 of 6 elements"
+    assert not output.passed and output.problem.startswith("NaN in 6 of 6 elements")
     result = AccuracyResult([output], ["sample a.npz"], Thresholds())
     ladder = LadderResult([LadderAttempt(PrecisionMode.FORCE_FP16, None, result)])
     report = "\n".join(_accuracy_lines({"1": ladder.as_dict()}))
