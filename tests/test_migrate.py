@@ -9,14 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_models
 import pytest
 from google.protobuf import text_format
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from ge_python_backend.ascend import PRECISION_LADDER
+from ge_python_backend.ascend import PRECISION_LADDER, PrecisionMode
 from ge_python_backend.cli import main
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.errors import UserError
@@ -719,3 +720,33 @@ def test_preflight_refuses_config_dims_the_graph_contradicts(tmp_path: Path) -> 
         'output [{ name: "y" dims: [3, 32, 32] }]'
     )
     assert preflight("det", proto, right) == []
+
+
+def test_an_island_without_overflow_is_found_by_bisection(tmp_path: Path) -> None:
+    """(x + 1000) - 1000 loses x's digits in float16 without leaving its range: no operator
+    overflows, so the bisection finds the two that must stay in FP32."""
+    shift = numpy_helper.from_array(np.array([1000.0], np.float32), "shift")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "shift"], ["up"], name="add_shift"),
+            helper.make_node("Sub", ["up", "shift"], ["y"], name="sub_shift"),
+        ],
+        "digits",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [shift],
+    )
+    source = tmp_path / "src"
+    _model(source, "digits", 'max_batch_size: 4\nplatform: "onnxruntime_onnx"', {})
+    (source / "digits" / "1").mkdir()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(source / "digits" / "1" / "model.onnx"))
+    options = MigrateOptions(
+        source, tmp_path / "dst", runtime="emulator", emulator_compiler=compile_onnx
+    )
+    (result,) = migrate(options).models
+    assert result.status == "converted" and result.precision_mode == PrecisionMode.FORCE_FP16
+    assert result.fp32_operators == ["add_shift", "sub_shift"]
+    keep_file = tmp_path / "dst" / "digits" / "1" / "keep_dtype.cfg"
+    assert keep_file.read_text() == "add_shift\nsub_shift\n"
+    assert f"--keep_dtype={keep_file}" in result.versions[0].plan.command()
