@@ -3,18 +3,30 @@ anything compiles, and the task answers onnxruntime gives on the real inputs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
+import pytest
 import real_models
 from onnx_models import reference
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from ge_python_backend.cli import main
 from ge_python_backend.tools.migrate.preflight import preflight
 
 
-def test_the_onnxruntime_quantized_model_is_refused_before_compiling() -> None:
-    proto = onnx.load(str(real_models.onnx_file("quantized")))
-    problem, *_ = preflight("quantized", proto, ModelConfig())  # then its open width axis
+def test_the_onnxruntime_quantized_model_is_refused_before_compiling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = real_models.onnx_file("quantized")
+    problem, *_ = preflight("quantized", onnx.load(str(path)), ModelConfig())  # then its width
     assert "DynamicQuantizeLSTM" in problem and "'com.microsoft'" in problem
+    # emulator compile refuses it with the same words, as ATC would
+    argv = ["emulator", "compile", f"--model={path}", "--framework=5"]
+    flags = ["--output", str(tmp_path / "quantized"), "--input_shape", "input1:1,1,64,192"]
+    assert main([*argv, *flags]) == 2
+    assert problem.split(": ", 1)[1].split(" (")[0] in capsys.readouterr().err
+    assert not (tmp_path / "quantized.om").exists()
 
 
 def test_onnxruntime_reads_the_real_inputs_as_a_user_would() -> None:

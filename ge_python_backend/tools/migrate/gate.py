@@ -64,6 +64,7 @@ from ge_python_backend.tools.compare import (
     compare_outputs,
     cosine_similarity,
     match_outputs,
+    non_finite_problem,
 )
 
 logger = logging.getLogger(__name__)
@@ -439,19 +440,6 @@ class Judgement:
     problem: str = ""
 
 
-def _non_finite(value: np.ndarray, reference: np.ndarray) -> str:
-    """'NaN in 12 of 40 elements' (or inf) where the ONNX's output is finite; '' otherwise."""
-    if value.dtype.kind != "f":
-        return ""
-    finite = np.isfinite(reference.astype(np.float64))
-    problems = []
-    for word, found in (("NaN", np.isnan(value)), ("inf", np.isinf(value))):
-        count = int(np.count_nonzero(found & finite))
-        if count:
-            problems.append(f"{word} in {count} of {value.size} elements")
-    return "; ".join(problems)
-
-
 def judge(
     value: np.ndarray,
     reference: np.ndarray,
@@ -465,7 +453,7 @@ def judge(
         return Judgement(
             False, {}, f"shape {list(value.shape)}, the ONNX's {list(reference.shape)}"
         )
-    problem = _non_finite(value, reference)
+    problem = non_finite_problem(value, reference) if value.dtype.kind == "f" else ""
     if problem:
         return Judgement(False, {}, problem)
     x = value.astype(np.float64)
