@@ -98,3 +98,32 @@ def write_python_model(repository: Path, name: str, config_pbtxt: str, model_py:
     (model_dir / "config.pbtxt").write_text(textwrap.dedent(config_pbtxt))
     (model_dir / "1" / "model.py").write_text(textwrap.dedent(model_py))
     return model_dir
+
+
+# A numpy-only Python model, Y = X + 1: a Triton model none of ours.
+ADD_ONE_CONFIG = """\
+name: "add_one"
+backend: "python"
+max_batch_size: 8
+input { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }
+"""
+
+ADD_ONE_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]
+            )
+            for r in requests
+        ]
+"""
+
+
+def write_add_one(repository: Path) -> Path:
+    """Write the `add_one` model (`ADD_ONE_CONFIG`, `ADD_ONE_MODEL`) into `repository`."""
+    return write_python_model(repository, "add_one", ADD_ONE_CONFIG, ADD_ONE_MODEL)

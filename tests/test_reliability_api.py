@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from e2e_helpers import free_port, write_python_model
+from e2e_helpers import free_port, write_add_one
 from reliability_helpers import wait_for_exit
 
 from ge_python_backend import repository_key
@@ -46,28 +46,6 @@ from ge_python_backend.server import (
     hide_in_command_line,
     missing_restricted_api,
 )
-
-CONFIG = """\
-name: "add_one"
-backend: "python"
-max_batch_size: 8
-input { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }
-output { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }
-"""
-
-MODEL = """\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]
-            )
-            for r in requests
-        ]
-"""
 
 # What the attacker runs: every call of the model-repository API without the key, over HTTP
 # and gRPC, a load carrying its own model.py (which would leave `marker` behind); then the key
@@ -199,7 +177,7 @@ def test_a_stranger_cannot_load_unload_or_list_models_and_the_watcher_still_heal
     tmp_path: Path,
 ) -> None:
     repository = tmp_path / "models"
-    write_python_model(repository, "add_one", CONFIG, MODEL)
+    write_add_one(repository)
     shared = Path(f"/tmp/ge-attack-{uuid.uuid4().hex[:8]}")  # where the attacker may write
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
@@ -270,7 +248,7 @@ def test_ctrl_c_with_an_idle_keep_alive_client_stops_at_once_and_cleanly(tmp_pat
     exits 1 with models still loaded; serve shuts down the connections of clients that keep
     them open with no request in flight, so Triton unloads its models and exits 0."""
     repository = tmp_path / "models"
-    write_python_model(repository, "add_one", CONFIG, MODEL)
+    write_add_one(repository)
     serve = Serve(repository, tmp_path / "triton.log", exit_timeout_s=30)
     try:
         serve.wait_for("Press Ctrl-C")
@@ -305,7 +283,7 @@ def test_a_triton_without_the_restricted_api_options_is_refused_in_explicit_mode
     assert missing_restricted_api(binary) == list(repository_key.OPTIONS)
     assert missing_restricted_api(find_server()) == []  # the bundled 2.51 has both
     repository = tmp_path / "models"
-    write_python_model(repository, "add_one", CONFIG, MODEL)
+    write_add_one(repository)
     server = TritonServer(repository, model_control_mode="explicit", binary=binary)
     with pytest.raises(UserError) as refused:
         server.start()
@@ -398,7 +376,7 @@ def test_serve_refuses_a_run_directory_out_of_inodes_in_one_line(
     if hosted:
         scaffold(om_dynamic_batch, repository, name="hosted", runtime="emulator", device_host=True)
     else:
-        write_python_model(repository, "add_one", CONFIG, MODEL)
+        write_add_one(repository)
     with full_filesystem(tmp_path / "full") as full:
         monkeypatch.setattr(server_module, "SHM_DIRECTORY", full)
         monkeypatch.setenv(RUN_DIR_ENV, str(full / "run"))

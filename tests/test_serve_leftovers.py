@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import write_python_model
+from e2e_helpers import write_add_one
 from reliability_helpers import wait_for_exit
 
 from ge_python_backend import server as server_module
@@ -39,35 +39,13 @@ from ge_python_backend.server import (
 )
 from ge_python_backend.tools.watch import metrics_port_beside
 
-CONFIG = """\
-name: "add_one"
-backend: "python"
-max_batch_size: 8
-input { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }
-output { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }
-"""
-
-MODEL = """\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]
-            )
-            for r in requests
-        ]
-"""
-
 FREE_PORTS = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
 
 
 @pytest.fixture()
 def repository(tmp_path: Path) -> Path:
     repo = tmp_path / "models"
-    write_python_model(repo, "add_one", CONFIG, MODEL)
+    write_add_one(repo)
     return repo
 
 
