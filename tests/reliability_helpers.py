@@ -26,12 +26,14 @@ from typing import Any
 import numpy as np
 import onnx
 import psutil
+from google.protobuf import json_format
 from onnx import TensorProto, helper, numpy_helper
 from onnx_models import KEEP_FP32
 from tritonclient.utils import InferenceServerException
 
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.server import ServerBinary, TritonServer, find_server
 
 STUB_NAME = "triton_python_backend_stub"
@@ -270,3 +272,20 @@ def small_shm_binary(directory: Path, size: str) -> tuple[ServerBinary, dict[str
     wrapper.chmod(0o755)
     env = {"GE_TEST_SHM_SIZE": size, "GE_TEST_TRITONSERVER": str(real.executable)}
     return dataclasses.replace(real, executable=wrapper), env
+
+
+def instance_args(result: Any, name: str, **parameters: str) -> dict[str, str]:
+    """The `args` Triton gives the `initialize` of `name`'s first instance (`result`: scaffold's),
+    its config's `parameters` set as given."""
+    config = load_model_config(result.config_path)
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    return {
+        "model_config": json.dumps(json_format.MessageToDict(config)),
+        "model_instance_kind": "CPU",
+        "model_instance_name": f"{name}_0_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(result.model_dir),
+        "model_version": "1",
+        "model_name": name,
+    }

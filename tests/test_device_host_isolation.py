@@ -7,7 +7,6 @@ it, and a model whose `.om` changed on disk is refused with the reason when the 
 from __future__ import annotations
 
 import io
-import json
 import os
 import resource
 import signal
@@ -17,15 +16,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx_models
 import pytest
 from e2e_helpers import grpc_address, http_address, model_states, running_server
-from google.protobuf import json_format
 from onnx_models import reference
-from reliability_helpers import wait_for_exit
+from reliability_helpers import instance_args, wait_for_exit
 
 from ge_python_backend.client import TritonClient, error_text, typed
 from ge_python_backend.devicehost import client
@@ -36,7 +33,6 @@ from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.emulator.timing import ENV as TIMING_ENV
 from ge_python_backend.processes import RUN_DIR_ENV
-from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import placement
@@ -375,22 +371,6 @@ def retrained(tmp_path: Path) -> Path:
     )
 
 
-def model_args(result: Any, name: str) -> dict[str, str]:
-    """The `args` Triton gives the `initialize` of `name`'s first instance (`result`: scaffold's),
-    with `device_host` on."""
-    config = load_model_config(result.config_path)
-    config.parameters["device_host"].string_value = "on"
-    return {
-        "model_config": json.dumps(json_format.MessageToDict(config)),
-        "model_instance_kind": "CPU",
-        "model_instance_name": f"{name}_0_0",
-        "model_instance_device_id": "0",
-        "model_repository": str(result.model_dir),
-        "model_version": "1",
-        "model_name": name,
-    }
-
-
 @pytest.mark.parametrize("checksum", [True, False], ids=["checksum-file", "no-checksum-file"])
 def test_an_om_changed_on_disk_is_refused_with_the_reason_when_the_host_reopens_it(
     tmp_path: Path,
@@ -407,7 +387,7 @@ def test_an_om_changed_on_disk_is_refused_with_the_reason_when_the_host_reopens_
     if not checksum:
         checksum_path(om).unlink()
     pb_utils = testing.StandInUtils()
-    instance = ModelInstance(model_args(result, "m"), pb_utils)
+    instance = ModelInstance(instance_args(result, "m", device_host="on"), pb_utils)
     try:
         x = np.ones((2, 16), np.float32)
         request = testing.InferenceRequest([pb_utils.Tensor("x", x)], ["y"])

@@ -9,17 +9,15 @@ this process).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
-from google.protobuf import json_format
+from reliability_helpers import instance_args
 
 from ge_python_backend import emulator
-from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import Session
 from ge_python_backend.triton import ModelInstance, testing
@@ -49,19 +47,7 @@ def open_instance(
     result = scaffold(
         om, repository, name=name, runtime="emulator", max_batch_size=4, pipeline_depth=depth
     )
-    config = load_model_config(result.config_path)
-    for key, value in parameters.items():
-        config.parameters[key].string_value = value
-    args = {
-        "model_config": json.dumps(json_format.MessageToDict(config)),
-        "model_instance_kind": "CPU",
-        "model_instance_name": f"{name}_0_0",
-        "model_instance_device_id": "0",
-        "model_repository": str(result.model_dir),
-        "model_version": "1",
-        "model_name": name,
-    }
-    return ModelInstance(args, testing.StandInUtils())
+    return ModelInstance(instance_args(result, name, **parameters), testing.StandInUtils())
 
 
 def sent_response(request: testing.InferenceRequest) -> testing.InferenceResponse:
