@@ -22,6 +22,7 @@ import pytest
 from google.protobuf import json_format
 from onnx_models import reference
 
+from ge_python_backend import emulator
 from ge_python_backend.devicehost import client
 from ge_python_backend.devicehost.buffers import BYTES, Buffer, is_bytes_tensor, layout
 from ge_python_backend.devicehost.client import RemoteSession, _reply
@@ -33,11 +34,14 @@ from ge_python_backend.devicehost.protocol import (
     host_paths,
     send_batch,
 )
+from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.errors import AclError
 from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.parameters import ConfigError, ModelParameters
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.runtime import Session
 
 STUB = textwrap.dedent(
     """
@@ -158,6 +162,36 @@ def test_batches_of_a_known_shape_travel_as_records_and_the_rest_as_places(
         assert sorted(link._answer_places) == list(range(1, len(link._answer_places) + 1))
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_an_acl_failure_reaches_the_stub_as_the_sessions_own_acl_error(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch, pipelined: bool
+) -> None:
+    """The second execution fails (`mdl.execute_async:507011:2`) in this process and in the
+    device host alike: an `AclError` with the same code, name, API and message, and the batch
+    after it is answered."""
+    fault = "mdl.execute_async:507011:2"
+    monkeypatch.setenv(FAULTS_ENV, fault)  # the host reads it when it starts
+    x = np.ones((2, 16), np.float32)
+    failures = []
+    for opening in (Session, RemoteSession):
+        session = opening(om_dynamic_batch, 0, runtime="emulator", pipeline_depth=2)
+        if opening is Session:
+            emulator.set_faults(fault)  # counted from here in this process
+        try:
+            session.submit([{"x": x}], pipelined=pipelined).result()
+            with pytest.raises(AclError) as failed:
+                session.submit([{"x": x}], pipelined=pipelined).result()
+            failures.append(failed.value)
+            y = session.submit([{"x": x}], pipelined=pipelined).result()[0]["y"]
+            np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
+        finally:
+            emulator.set_faults(None)
+            session.close()
+    local, remote = failures
+    assert (remote.code, remote.name, remote.api) == (507011, local.name, local.api)
+    assert remote.name != "UNKNOWN_ACL_ERROR" and str(remote) == str(local)
 
 
 def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(

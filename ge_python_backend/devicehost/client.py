@@ -2,20 +2,19 @@
 
 `RemoteSession(om_path, device_id, ...)` takes `Session`'s arguments, connects to the host of
 `device_id` (starting one when none runs: `start_host`, under a lock so that one starts per
-device) and opens the session there. It offers what `triton.ModelInstance` uses of a `Session`:
-`inputs`, `outputs`, `gears`, `runtime`, `submit(feeds_list, pipelined) -> RemoteBatch` (whose
-`result()` waits), `wait_ready`, `counters`, `device_memory`, `close`. A request's tensors are
-written once into a buffer the host gave this connection and its outputs copied once out of it
-(the host reuses the buffer for the next batch). A batch whose answer is later than the reply
-timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host may still write
-its outputs there. An `InputError` raised in the host comes back as one, with its `request`.
+device) and opens the session there. It is a `serving.ServingSession`, as `Session` is, and
+fails as one: what the host's session raised comes back as the same error (`AclError` with its
+code, name and message, `InputError` with its `request`, `ModelUnavailable`). A request's
+tensors are written once into a buffer the host gave this connection and its outputs copied once
+out of it (the host reuses the buffer for the next batch). A batch whose answer is later than
+the reply timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host may
+still write its outputs there.
 
 The host dying fails every request in flight at once (`DeviceHostGone`); the next `submit`
 starts a host again and reopens the session (`counters` keep counting across hosts) on the very
 `.om` this instance loaded (its sha256, from the first host): when that file changed or went
 away meanwhile, every later `submit` raises `ModelUnavailable` with the reason, until the model
-is reloaded. Standard
-library, numpy and the ground floor only: no `acl`, no runtime.
+is reloaded. Standard library, numpy and the ground floor only: no `acl`, no runtime.
 """
 
 from __future__ import annotations
@@ -58,8 +57,6 @@ from ge_python_backend.devicehost.protocol import (
     DeviceHostGone,
     FrameReader,
     HostPaths,
-    ModelUnavailable,
-    RemoteError,
     counters_from_json,
     gears_from_json,
     host_paths,
@@ -68,7 +65,7 @@ from ge_python_backend.devicehost.protocol import (
     specs_from_json,
 )
 from ge_python_backend.environment import DEVICE_HOST_IDLE_EXIT_S, DEVICE_HOST_SHARE_CPU
-from ge_python_backend.errors import InputError
+from ge_python_backend.errors import AclError, InputError, ModelUnavailable
 from ge_python_backend.modelinfo import SessionCounters
 
 __all__ = [
@@ -448,8 +445,8 @@ class _Link:
 
 
 def _raise_error(error: dict[str, Any]) -> None:
-    """Raise what the host reported: InputError (with `.request`), RemoteError (ACL), or
-    DeviceHostError."""
+    """Raise what the host reported as the session in this process raises it: InputError (with
+    `.request`), AclError, ModelUnavailable; DeviceHostError for anything else."""
     message = str(error.get("message", "the device host failed"))
     kind = error.get("kind")
     if kind == "input":
@@ -457,7 +454,7 @@ def _raise_error(error: dict[str, Any]) -> None:
         exc.request = error.get("request")
         raise exc
     if kind == "acl":
-        raise RemoteError(message, int(error.get("code", 0)), str(error.get("name", "")))
+        raise AclError.reported(int(error.get("code", 0)), str(error.get("api", "")), message)
     if kind == "model":
         raise ModelUnavailable(message)
     raise DeviceHostError(f"the device host failed: {message}")

@@ -186,7 +186,7 @@ class _Connection:
         if isinstance(exc, InputError):
             error.update(kind="input", request=exc.request)
         elif isinstance(exc, AclError):
-            error.update(kind="acl", code=exc.code, name=exc.name)
+            error.update(kind="acl", code=exc.code, api=exc.api)
         elif isinstance(exc, ModelFileError):
             error.update(kind="model")
         elif not isinstance(exc, (Refused, ValueError, KeyError, TypeError)):

@@ -28,9 +28,10 @@ Messages (stub -> host; each one with replies has an `id` they repeat):
   wait_ready {}                                 -> {}   (only after a submit not `ready`)
   stats {}                                      -> {counters, device_memory}
   free {buffer}                                 (no reply)
-A failure is `{id, error: {kind: input|acl|model|other, message, request?, code?, name?}}` (of
-a message without a reply, a line in the host's log); `model`: the `.om` cannot be served (gone,
-changed, refused by the runtime).
+A failure is `{id, error: {kind: input|acl|model|other, message, request?, code?, api?}}` (of
+a message without a reply, a line in the host's log), raised in the stub as the session in its
+own process raises it (`serving`): `input` an `InputError`, `acl` an `AclError`, `model`
+(the `.om` cannot be served: gone, changed, refused by the runtime) `ModelUnavailable`.
 """
 
 from __future__ import annotations
@@ -58,9 +59,7 @@ __all__ = [
     "DeviceHostError",
     "DeviceHostGone",
     "FrameReader",
-    "ModelUnavailable",
     "RELOAD_NEEDED",
-    "RemoteError",
     "counters_from_json",
     "gears_from_json",
     "gears_to_json",
@@ -97,21 +96,6 @@ class DeviceHostGone(DeviceHostError):
 # reloads a model whose probe says it: the load then fails with the reason, the model
 # UNAVAILABLE).
 RELOAD_NEEDED = "serves nothing until the model is reloaded"
-
-
-class ModelUnavailable(DeviceHostError):
-    """The device host cannot serve this instance's `.om` (it changed or went away since the
-    instance loaded it, or the runtime refuses it)."""
-
-
-class RemoteError(GeBackendError):
-    """The device host's session failed this request with an ACL error (`code`, `name`) or
-    another error (`code` 0)."""
-
-    def __init__(self, message: str, code: int = 0, name: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.name = name
 
 
 @dataclasses.dataclass(frozen=True)

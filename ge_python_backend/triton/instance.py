@@ -1,4 +1,6 @@
-"""One Triton model instance serving an `.om` through a runtime `Session`.
+"""One Triton model instance serving an `.om` through a session (`serving.ServingSession`): a
+runtime `Session` in its own process, or, with `device_host` on, a `RemoteSession` in the device
+host; both answer and fail alike.
 
 `model_templates/model.py` delegates to `ModelInstance`; `pb_utils` (Triton's
 `triton_python_backend_utils`) is passed in because it only exists inside the Python backend stub.
@@ -27,12 +29,13 @@ import logging
 import os
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.devicehost.client import RemoteBatch, RemoteSession
-from ge_python_backend.devicehost.protocol import DeviceHostError, ModelUnavailable, RemoteError
-from ge_python_backend.modelinfo import gears_text
+from ge_python_backend.devicehost.client import RemoteSession
+from ge_python_backend.errors import AclError, GeBackendError, InputError, ModelUnavailable
+from ge_python_backend.modelinfo import SessionCounters, gears_text
 from ge_python_backend.repository.parameters import (
     ModelParameters,
     describe_unknown_parameter,
@@ -44,14 +47,8 @@ from ge_python_backend.repository.triton_config import (
     compare_config_with_session,
 )
 from ge_python_backend.repository.versions import expected_sha256, find_om
-from ge_python_backend.runtime import (
-    ENV_VAR,
-    AclError,
-    InputError,
-    PendingBatch,
-    Session,
-    SessionCounters,
-)
+from ge_python_backend.runtime import ENV_VAR, Session
+from ge_python_backend.serving import ServingBatch, ServingSession
 from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
 from ge_python_backend.triton.requests import (
@@ -93,10 +90,10 @@ class ModelInstance:
             sha256 = expected_sha256(om_path, params)
         except ConfigError as exc:
             raise self._load_error(str(exc)) from exc
-        opening = RemoteSession if params.in_device_host else Session
+        opening: Callable[..., ServingSession] = RemoteSession if params.in_device_host else Session
         images = {} if params.image is None else {"image": params.image}
         try:
-            self.session: Session | RemoteSession = opening(
+            self.session = opening(
                 om_path,
                 device_id=device_id,
                 runtime=params.acl_runtime,
@@ -149,9 +146,7 @@ class ModelInstance:
             om_path.name,
             sha256[:12] if sha256 else "not checked",
             device_id,
-            f" in the device host (pid {self.session.host_pid})"
-            if isinstance(self.session, RemoteSession)
-            else "",
+            f" in the device host (pid {self.session.host_pid})" if params.in_device_host else "",
             self.session.runtime,
             gears.kind,
             gears_text(gears, self.session.inputs),
@@ -249,7 +244,7 @@ class ModelInstance:
 
     def _submit(
         self, accepted: list[ParsedRequest], responses: list[Any], pipelined: bool
-    ) -> PendingBatch | RemoteBatch | None:
+    ) -> ServingBatch | None:
         """Submit the accepted requests as one batch. One that does not fit the model
         (`InputError.request`) is answered INVALID_ARG and taken out of `accepted`, and the
         others are submitted again; any other failure answers them all INTERNAL (None: nothing
@@ -311,13 +306,13 @@ class ModelInstance:
             self._long_intervals = 0
 
     def _answers(
-        self, pending: PendingBatch | RemoteBatch, accepted: list[ParsedRequest]
+        self, pending: ServingBatch, accepted: list[ParsedRequest]
     ) -> list[tuple[ParsedRequest, Any]]:
         """Each accepted request with its response: its outputs, or the batch's failure."""
         pb_utils = self._pb_utils
         try:
             results = pending.result()
-        except (AclError, RemoteError) as exc:
+        except AclError as exc:  # the device failed it, in this process or the device host
             logger.warning(
                 "model %s: a batch of %d request(s) failed with ACL error %d %s: %s",
                 self._name,
@@ -327,7 +322,7 @@ class ModelInstance:
                 exc,
             )
             return [(parsed, error_response(pb_utils, str(exc), "INTERNAL")) for parsed in accepted]
-        except DeviceHostError as exc:  # the device host went away, or failed otherwise
+        except GeBackendError as exc:  # e.g. the device host went away
             logger.warning(
                 "model %s: a batch of %d request(s) failed: %s", self._name, len(accepted), exc
             )
