@@ -4,10 +4,13 @@ socket and directory are the user's alone, and the parameter has one rule."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import queue
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -30,7 +33,13 @@ from ge_python_backend.devicehost.protocol import (
     ANSWER,
     MAX_LAYOUTS,
     SUBMIT,
+    Answer,
     DeviceHostError,
+    NameLayout,
+    Open,
+    Opened,
+    SessionArguments,
+    Submit,
     host_paths,
     send_batch,
 )
@@ -115,11 +124,10 @@ def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
     session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", label="m")
     try:
         link = session._current()
-        message = {"op": "submit", "buffer": 99, "pipelined": False, "feeds": []}
         with pytest.raises(DeviceHostError, match="buffer 99 was not given to this connection"):
-            _reply(link, link.call(message))
+            _reply(link, link.call(Submit(99, False, feeds=[])), Answer)
         with pytest.raises(DeviceHostError, match="this connection already holds a session"):
-            _reply(link, link.call({"op": "open", "session": {"om_path": str(om_dynamic_batch)}}))
+            _reply(link, link.call(Open(SessionArguments(str(om_dynamic_batch)))), Opened)
         x = np.ones((3, 16), np.float32)
         assert session.submit([{"x": x}], pipelined=False).result()[0]["y"].shape == (3, 8)
         paths = host_paths(0)
@@ -211,17 +219,27 @@ def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(
             with link._send_lock:
                 send_batch(link._sock, record[0], ident, record[1], record[2], -1)
             with pytest.raises(DeviceHostError, match=words):
-                _reply(link, call)
+                _reply(link, call, Answer)
+        for frame, words in (  # answered, and the connection serves on
+            ({"op": "submit", "buffer": buffer, "bogus": 1}, "a 'submit' message that does not"),
+            ({"op": "answer", "outputs": [], "buffer": buffer}, "a 'answer' message from a stub"),
+            ({"op": "shutdown"}, "unknown message 'shutdown'"),
+        ):
+            call, ident = link._new_call()
+            body = json.dumps({**frame, "id": ident}).encode()
+            with link._send_lock:
+                link._sock.sendall(struct.pack(">I", len(body)) + body)
+            with pytest.raises(DeviceHostError, match=words):
+                _reply(link, call, Answer)
         refusals = (
             (MAX_LAYOUTS + 1, [], f"layout {MAX_LAYOUTS + 1}: layouts are numbered 1.."),
             (1, [], "layout 1 is already named"),
             (5, {"x": [0, "<f4", [1, 16]]}, "a layout is a list of each request's places"),
         )
         for number, places, _words in refusals:  # no replies: the host's log says it
-            link.tell({"op": "layout", "layout": number, "feeds": places})
-        message = {"op": "submit", "buffer": buffer, "pipelined": False, "layout": 5}
+            link.tell(NameLayout(number, places))  # type: ignore[arg-type]
         with pytest.raises(DeviceHostError, match="layout 5 was not named"):
-            _reply(link, link.call(message))
+            _reply(link, link.call(Submit(buffer, False, layout=5)), Answer)
         x = np.full((2, 16), 3, np.float32)
         y = session.submit([{"x": x}], pipelined=False).result()[0]["y"]
         np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
@@ -274,9 +292,7 @@ def test_the_metrics_read_counters_and_device_memory_in_one_message(
 ) -> None:
     ops: list[str] = []
     real = client.send_message
-    monkeypatch.setattr(
-        client, "send_message", lambda s, m, *f: (ops.append(m["op"]), real(s, m, *f))
-    )
+    monkeypatch.setattr(client, "send_message", lambda s, m, *f: (ops.append(m.OP), real(s, m, *f)))
     session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
     try:
         session.submit([{"x": np.ones((1, 16), np.float32)}], pipelined=False).result()
@@ -287,6 +303,11 @@ def test_the_metrics_read_counters_and_device_memory_in_one_message(
         assert ops.count("stats") == 2
     finally:
         session.close()
+
+
+def test_open_carries_sessions_arguments_and_nothing_else() -> None:
+    fields = {field.name for field in dataclasses.fields(SessionArguments)}
+    assert fields == set(inspect.signature(Session).parameters)
 
 
 def test_device_host_is_on_or_off() -> None:
