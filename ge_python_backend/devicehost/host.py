@@ -21,7 +21,6 @@ import fcntl
 import itertools
 import logging
 import os
-import queue
 import signal
 import socket
 import struct
@@ -70,6 +69,7 @@ from ge_python_backend.errors import InputError
 from ge_python_backend.runtime import AclError, ModelFileError, PendingBatch, Session
 from ge_python_backend.runtime.checksum import file_sha256
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.serving import Completer
 
 __all__ = ["add_arguments", "main", "serve"]
 
@@ -110,8 +110,9 @@ class _Connection:
         self._retired: set[int] = set()
         self._buffers_lock = threading.Lock()
         self._buffer_ids = itertools.count(1)
-        self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
-        self._completer: threading.Thread | None = None
+        self._completions: Completer[tuple[int, int, PendingBatch]] = Completer(
+            f"ge-host-completions-{peer_pid}", lambda item: self._complete(*item)
+        )
         self._feeds_layouts: dict[int, Places] = {}  # named by the stub
         # the outputs' layouts this host named, by signature (under _send_lock: a layout is
         # named on the wire before a record uses it)
@@ -343,11 +344,6 @@ class _Connection:
             logger.debug("stub pid %d: wait_ready after a submit", self.peer_pid, exc_info=True)
             ready = False
         self._send(Accepted(ident, ready))  # before this batch's answer
-        if self._completer is None:
-            self._completer = threading.Thread(
-                target=self._completing, name=f"ge-host-completions-{self.peer_pid}", daemon=True
-            )
-            self._completer.start()
         self._completions.put((ident, number, pending))
 
     def _wait_beside_the_stub(self) -> None:
@@ -376,13 +372,6 @@ class _Connection:
         among them, inherit them): only the wait for the next one stays beside the stub."""
         if self._cpu is not None and self._cpu >= 0:
             os.sched_setaffinity(0, _ALLOWED_CPUS)
-
-    def _completing(self) -> None:
-        while True:
-            item = self._completions.get()
-            if item is None:
-                return
-            self._complete(*item)
 
     def _complete(self, ident: Any, number: int, pending: PendingBatch) -> None:
         """Write a batch's outputs into its buffer (a bigger one, given with the answer, when
@@ -447,9 +436,7 @@ class _Connection:
 
     def close(self) -> None:
         """The stub left: answer what is in flight, close the session, free the buffers."""
-        if self._completer is not None:
-            self._completions.put(None)
-            self._completer.join()
+        self._completions.close()
         if self.session is not None:
             self.session.close()
             logger.info("stub pid %d left: %s closed", self.peer_pid, self.label)

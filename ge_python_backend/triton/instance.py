@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ from ge_python_backend.repository.triton_config import (
 )
 from ge_python_backend.repository.versions import expected_sha256, find_om
 from ge_python_backend.runtime import ENV_VAR, Session
-from ge_python_backend.serving import ServingBatch, ServingSession
+from ge_python_backend.serving import Completer, ServingBatch, ServingSession
 from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
 from ge_python_backend.triton.requests import (
@@ -166,18 +164,14 @@ class ModelInstance:
         self._metrics = MetricsPublisher(
             pb_utils, labels, self.session.counters, self.session.device_memory()
         )
-        self._completions: queue.Queue[Any] | None = None
-        self._completer: threading.Thread | None = None
+        self._completions: Completer[tuple[ServingBatch, list[tuple[ParsedRequest, Any]]]] | None
+        self._completions = None
         self._measured = self.session.counters  # since the last pipelining decision
         self._long_intervals = 0  # metrics intervals in a row whose executions were long
         self._senders_refused = False  # the Python backend refused a response sender
         if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
-            self._completions = queue.Queue(maxsize=params.pipeline_depth)
-            self._completer = threading.Thread(
-                target=self._complete, name="ge-completions", daemon=True
-            )
-            self._completer.start()
+            self._completions = Completer("ge-completions", self._complete, params.pipeline_depth)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Run the requests together (a bad one fails alone), answer every request.
@@ -211,7 +205,7 @@ class ModelInstance:
             if pending is not None:
                 assert self._completions is not None
                 batch = [(parsed, senders[parsed.position]) for parsed in accepted]
-                self._completions.put((pending, batch))  # blocks while the queue is full
+                self._completions.put((pending, batch))  # blocks while `depth` batches wait
             try:
                 self.session.wait_ready()
             except Exception:  # the batches keep their own failures; this one is the device's
@@ -348,26 +342,21 @@ class ModelInstance:
         except Exception as exc:
             logger.warning("model %s: sending a response failed: %s", self._name, exc)
 
-    def _complete(self) -> None:
-        """Completion thread (depth 2): wait for each batch in order and send its responses.
+    def _complete(self, item: tuple[ServingBatch, list[tuple[ParsedRequest, Any]]]) -> None:
+        """Wait for a pipelined batch and send its responses (on the `Completer`'s thread).
 
         It never touches metrics (that crashes Triton 2.51): `execute` flushes them.
         """
-        assert self._completions is not None
-        while True:
-            item = self._completions.get()
-            if item is None:
-                return
-            pending, batch = item
-            senders = {parsed.position: sender for parsed, sender in batch}
-            try:
-                answers = self._answers(pending, [parsed for parsed, _ in batch])
-            except Exception as exc:  # not expected; never leave a request hanging
-                logger.exception("model %s: completing a batch", self._name)
-                error = error_response(self._pb_utils, str(exc), "INTERNAL")
-                answers = [(parsed, error) for parsed, _ in batch]
-            for parsed, response in answers:
-                self._send(senders[parsed.position], response)
+        pending, batch = item
+        senders = {parsed.position: sender for parsed, sender in batch}
+        try:
+            answers = self._answers(pending, [parsed for parsed, _ in batch])
+        except Exception as exc:  # not expected; never leave a request hanging
+            logger.exception("model %s: completing a batch", self._name)
+            error = error_response(self._pb_utils, str(exc), "INTERNAL")
+            answers = [(parsed, error) for parsed, _ in batch]
+        for parsed, response in answers:
+            self._send(senders[parsed.position], response)
 
     def _load_error(self, message: str) -> Exception:
         logger.error("model %s: %s", self._name, message)
@@ -375,10 +364,8 @@ class ModelInstance:
 
     def close(self) -> None:
         """Answer the batches in flight, then release the session (Triton calls finalize once)."""
-        if self._completions is not None and self._completer is not None:
-            self._completions.put(None)
-            self._completer.join()
-            self._completions = None
+        if self._completions is not None:
+            self._completions.close()
         self._metrics.close()
         self.session.close()
         logger.info("model %s: instance closed", self._name)
