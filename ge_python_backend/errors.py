@@ -1,8 +1,11 @@
-"""Errors shared by every layer. ACL status errors live in `ge_python_backend.runtime.errors`;
-`InputError` lives here because the device host's stub side (which imports no runtime) raises it
-too (`ge_python_backend.runtime` re-exports it)."""
+"""Errors shared by every layer. `InputError`, `AclError` and `ModelUnavailable` live here
+because a session fails with them wherever it runs: the device host's stub side (which imports no
+runtime) raises them from the host's reports (`ge_python_backend.runtime` re-exports the first
+two; the runtime's own errors live in `ge_python_backend.runtime.errors`)."""
 
 from __future__ import annotations
+
+from ge_python_backend.ascend import describe_code
 
 
 class GeBackendError(Exception):
@@ -24,6 +27,35 @@ class InputError(GeBackendError, ValueError):
     """
 
     request: int | None = None
+
+
+class AclError(GeBackendError):
+    """An ACL call returned a non-zero status (or a null handle), in this process or in the
+    device host (`reported`: the stub raises the host's again)."""
+
+    def __init__(self, code: int, api: str, detail: str = "", recent: str = "") -> None:
+        self.code = code
+        self.name, self.explanation = describe_code(code)
+        self.api = api
+        self.recent = recent  # acl.get_recent_err_msg() at the time of the failure
+        message = f"{api} failed with {code} {self.name}: {self.explanation}"
+        if detail:
+            message += f" ({detail})"
+        if recent:
+            message += f"; ACL says: {recent}"
+        super().__init__(message)
+
+    @classmethod
+    def reported(cls, code: int, api: str, message: str) -> AclError:
+        """The error another process raised, from its code, API and message."""
+        error = cls(code, api)
+        error.args = (message,)
+        return error
+
+
+class ModelUnavailable(GeBackendError):
+    """The session cannot serve its `.om` any more (it changed or went away since the instance
+    loaded it, or the runtime refuses it): its requests are answered UNAVAILABLE."""
 
 
 def command_line_message(exc: BaseException) -> str:

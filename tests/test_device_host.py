@@ -4,10 +4,13 @@ socket and directory are the user's alone, and the parameter has one rule."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import queue
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -22,6 +25,7 @@ import pytest
 from google.protobuf import json_format
 from onnx_models import reference
 
+from ge_python_backend import emulator
 from ge_python_backend.devicehost import client
 from ge_python_backend.devicehost.buffers import BYTES, Buffer, is_bytes_tensor, layout
 from ge_python_backend.devicehost.client import RemoteSession, _reply
@@ -29,15 +33,24 @@ from ge_python_backend.devicehost.protocol import (
     ANSWER,
     MAX_LAYOUTS,
     SUBMIT,
+    Answer,
     DeviceHostError,
+    NameLayout,
+    Open,
+    Opened,
+    SessionArguments,
+    Submit,
     host_paths,
     send_batch,
 )
+from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.errors import AclError
 from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.config import load_model_config
 from ge_python_backend.repository.parameters import ConfigError, ModelParameters
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.runtime import Session
 
 STUB = textwrap.dedent(
     """
@@ -111,11 +124,10 @@ def test_the_host_refuses_a_buffer_it_did_not_give_and_keeps_its_files_private(
     session = RemoteSession(om_dynamic_batch, 0, runtime="emulator", label="m")
     try:
         link = session._current()
-        message = {"op": "submit", "buffer": 99, "pipelined": False, "feeds": []}
         with pytest.raises(DeviceHostError, match="buffer 99 was not given to this connection"):
-            _reply(link, link.call(message))
+            _reply(link, link.call(Submit(99, False, feeds=[])), Answer)
         with pytest.raises(DeviceHostError, match="this connection already holds a session"):
-            _reply(link, link.call({"op": "open", "session": {"om_path": str(om_dynamic_batch)}}))
+            _reply(link, link.call(Open(SessionArguments(str(om_dynamic_batch)))), Opened)
         x = np.ones((3, 16), np.float32)
         assert session.submit([{"x": x}], pipelined=False).result()[0]["y"].shape == (3, 8)
         paths = host_paths(0)
@@ -160,6 +172,36 @@ def test_batches_of_a_known_shape_travel_as_records_and_the_rest_as_places(
         session.close()
 
 
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_an_acl_failure_reaches_the_stub_as_the_sessions_own_acl_error(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch, pipelined: bool
+) -> None:
+    """The second execution fails (`mdl.execute_async:507011:2`) in this process and in the
+    device host alike: an `AclError` with the same code, name, API and message, and the batch
+    after it is answered."""
+    fault = "mdl.execute_async:507011:2"
+    monkeypatch.setenv(FAULTS_ENV, fault)  # the host reads it when it starts
+    x = np.ones((2, 16), np.float32)
+    failures = []
+    for opening in (Session, RemoteSession):
+        session = opening(om_dynamic_batch, 0, runtime="emulator", pipeline_depth=2)
+        if opening is Session:
+            emulator.set_faults(fault)  # counted from here in this process
+        try:
+            session.submit([{"x": x}], pipelined=pipelined).result()
+            with pytest.raises(AclError) as failed:
+                session.submit([{"x": x}], pipelined=pipelined).result()
+            failures.append(failed.value)
+            y = session.submit([{"x": x}], pipelined=pipelined).result()[0]["y"]
+            np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
+        finally:
+            emulator.set_faults(None)
+            session.close()
+    local, remote = failures
+    assert (remote.code, remote.name, remote.api) == (507011, local.name, local.api)
+    assert remote.name != "UNKNOWN_ACL_ERROR" and str(remote) == str(local)
+
+
 def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(
     run_dir: Path, om_dynamic_batch: Path
 ) -> None:
@@ -177,17 +219,27 @@ def test_the_host_refuses_layouts_and_records_it_did_not_name_or_take(
             with link._send_lock:
                 send_batch(link._sock, record[0], ident, record[1], record[2], -1)
             with pytest.raises(DeviceHostError, match=words):
-                _reply(link, call)
+                _reply(link, call, Answer)
+        for frame, words in (  # answered, and the connection serves on
+            ({"op": "submit", "buffer": buffer, "bogus": 1}, "a 'submit' message that does not"),
+            ({"op": "answer", "outputs": [], "buffer": buffer}, "a 'answer' message from a stub"),
+            ({"op": "shutdown"}, "unknown message 'shutdown'"),
+        ):
+            call, ident = link._new_call()
+            body = json.dumps({**frame, "id": ident}).encode()
+            with link._send_lock:
+                link._sock.sendall(struct.pack(">I", len(body)) + body)
+            with pytest.raises(DeviceHostError, match=words):
+                _reply(link, call, Answer)
         refusals = (
             (MAX_LAYOUTS + 1, [], f"layout {MAX_LAYOUTS + 1}: layouts are numbered 1.."),
             (1, [], "layout 1 is already named"),
             (5, {"x": [0, "<f4", [1, 16]]}, "a layout is a list of each request's places"),
         )
         for number, places, _words in refusals:  # no replies: the host's log says it
-            link.tell({"op": "layout", "layout": number, "feeds": places})
-        message = {"op": "submit", "buffer": buffer, "pipelined": False, "layout": 5}
+            link.tell(NameLayout(number, places))  # type: ignore[arg-type]
         with pytest.raises(DeviceHostError, match="layout 5 was not named"):
-            _reply(link, link.call(message))
+            _reply(link, link.call(Submit(buffer, False, layout=5)), Answer)
         x = np.full((2, 16), 3, np.float32)
         y = session.submit([{"x": x}], pipelined=False).result()[0]["y"]
         np.testing.assert_allclose(y, reference(om_dynamic_batch, {"x": x})["y"], rtol=1e-5)
@@ -240,9 +292,7 @@ def test_the_metrics_read_counters_and_device_memory_in_one_message(
 ) -> None:
     ops: list[str] = []
     real = client.send_message
-    monkeypatch.setattr(
-        client, "send_message", lambda s, m, *f: (ops.append(m["op"]), real(s, m, *f))
-    )
+    monkeypatch.setattr(client, "send_message", lambda s, m, *f: (ops.append(m.OP), real(s, m, *f)))
     session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
     try:
         session.submit([{"x": np.ones((1, 16), np.float32)}], pipelined=False).result()
@@ -253,6 +303,11 @@ def test_the_metrics_read_counters_and_device_memory_in_one_message(
         assert ops.count("stats") == 2
     finally:
         session.close()
+
+
+def test_open_carries_sessions_arguments_and_nothing_else() -> None:
+    fields = {field.name for field in dataclasses.fields(SessionArguments)}
+    assert fields == set(inspect.signature(Session).parameters)
 
 
 def test_device_host_is_on_or_off() -> None:

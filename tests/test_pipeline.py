@@ -30,6 +30,7 @@ from ge_python_backend.client import TritonClient
 from ge_python_backend.emulator import acl
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import DEVICE_TIMING_PERIOD, AclError, ExecuteTimeoutError, Session
+from ge_python_backend.serving import Completer
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 # Session-level tests run in host (EP) and device (RC) mode; the e2e ones in host mode only.
@@ -657,3 +658,37 @@ def test_sampled_device_times_follow_the_timing_model(
     # with period 4, whose sampled executions stand for the others); a sampling that counted
     # each sample once or twice would be off by 4x or 2x
     assert 24 * 0.002 * 0.95 <= counters.execute_seconds <= 24 * 0.002 * 1.6, counters
+
+
+def test_the_completer_completes_in_order_past_a_failure_and_until_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One thread (started by the first item) completes the items in the order they were put;
+    one whose completion raises is logged and the next completed; `close` completes every item
+    put before it ends the thread, and again does nothing."""
+    threads_before = threading.active_count()
+    done: list[int] = []
+    release = threading.Event()
+
+    def complete(item: int) -> None:
+        release.wait()
+        if item == 2:
+            raise RuntimeError("batch 2 went wrong")
+        done.append(item)
+
+    completer: Completer[int] = Completer("test-completions", complete, bound=2)
+    assert threading.active_count() == threads_before  # no thread before an item
+    for item in range(2):
+        completer.put(item)
+    assert threading.active_count() == threads_before + 1
+    putting = threading.Thread(target=lambda: [completer.put(item) for item in range(2, 5)])
+    putting.start()
+    putting.join(0.2)
+    assert putting.is_alive()  # the thread holds item 0, two wait: the next put blocks
+    release.set()
+    putting.join(10)
+    completer.close()
+    completer.close()
+    assert done == [0, 1, 3, 4]
+    assert "test-completions: completing a batch" in caplog.text
+    assert threading.active_count() == threads_before

@@ -2,20 +2,19 @@
 
 `RemoteSession(om_path, device_id, ...)` takes `Session`'s arguments, connects to the host of
 `device_id` (starting one when none runs: `start_host`, under a lock so that one starts per
-device) and opens the session there. It offers what `triton.ModelInstance` uses of a `Session`:
-`inputs`, `outputs`, `gears`, `runtime`, `submit(feeds_list, pipelined) -> RemoteBatch` (whose
-`result()` waits), `wait_ready`, `counters`, `device_memory`, `close`. A request's tensors are
-written once into a buffer the host gave this connection and its outputs copied once out of it
-(the host reuses the buffer for the next batch). A batch whose answer is later than the reply
-timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host may still write
-its outputs there. An `InputError` raised in the host comes back as one, with its `request`.
+device) and opens the session there. It is a `serving.ServingSession`, as `Session` is, and
+fails as one: what the host's session raised comes back as the same error (`AclError` with its
+code, name and message, `InputError` with its `request`, `ModelUnavailable`). A request's
+tensors are written once into a buffer the host gave this connection and its outputs copied once
+out of it (the host reuses the buffer for the next batch). A batch whose answer is later than
+the reply timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host may
+still write its outputs there.
 
 The host dying fails every request in flight at once (`DeviceHostGone`); the next `submit`
 starts a host again and reopens the session (`counters` keep counting across hosts) on the very
 `.om` this instance loaded (its sha256, from the first host): when that file changed or went
 away meanwhile, every later `submit` raises `ModelUnavailable` with the reason, until the model
-is reloaded. Standard
-library, numpy and the ground floor only: no `acl`, no runtime.
+is reloaded. Standard library, numpy and the ground floor only: no `acl`, no runtime.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -53,22 +52,35 @@ from ge_python_backend.devicehost.protocol import (
     MAX_LAYOUTS,
     RELOAD_NEEDED,
     SUBMIT,
-    BatchFrame,
+    Accepted,
+    Answer,
+    BatchRecord,
+    BufferGiven,
+    Counted,
     DeviceHostError,
     DeviceHostGone,
+    Failed,
     FrameReader,
+    Free,
+    GiveBuffer,
     HostPaths,
-    ModelUnavailable,
-    RemoteError,
-    counters_from_json,
-    gears_from_json,
+    Message,
+    NameLayout,
+    Open,
+    Opened,
+    Ready,
+    Received,
+    Request,
+    SessionArguments,
+    Stats,
+    Submit,
+    WaitReady,
     host_paths,
     send_batch,
     send_message,
-    specs_from_json,
 )
 from ge_python_backend.environment import DEVICE_HOST_IDLE_EXIT_S, DEVICE_HOST_SHARE_CPU
-from ge_python_backend.errors import InputError
+from ge_python_backend.errors import InputError, ModelUnavailable
 from ge_python_backend.modelinfo import SessionCounters
 
 __all__ = [
@@ -230,15 +242,11 @@ class ReplyLate(DeviceHostError):
     retired)."""
 
 
-# a message and its descriptors (Union: evaluated at import, and the stub may run Python 3.9)
-Reply = tuple[Union[dict[str, Any], BatchFrame], list[int]]
-
-
 class _Call:
     """The replies to one message, as the link's reader hands them over."""
 
     def __init__(self) -> None:
-        self.replies: collections.deque[Reply] = collections.deque()
+        self.replies: collections.deque[Received] = collections.deque()
         self.error: BaseException | None = None
 
 
@@ -280,9 +288,9 @@ class _Link:
             self._calls[ident] = call
         return call, ident
 
-    def call(self, message: dict[str, Any]) -> _Call:
+    def call(self, message: Request) -> _Call:
         """Send `message` (given its `id`); its replies come through `reply`."""
-        call, message["id"] = self._new_call()
+        call, message.id = self._new_call()
         try:
             with self._send_lock:
                 send_message(self._sock, message)
@@ -312,7 +320,7 @@ class _Link:
             if key is None or len(self._layouts) >= MAX_LAYOUTS:
                 return Layout(0, places, nbytes)
             known = Layout(len(self._layouts) + 1, places, nbytes)
-            self.tell({"op": "layout", "layout": known.number, "feeds": places})
+            self.tell(NameLayout(known.number, places))
             self._layouts[key] = known  # after the host was told: no batch names it before
             return known
 
@@ -325,7 +333,7 @@ class _Link:
                 f"the device host answered with layout {number} it never named"
             ) from None
 
-    def tell(self, message: dict[str, Any]) -> None:
+    def tell(self, message: Message) -> None:
         """A message without a reply."""
         try:
             with self._send_lock:
@@ -333,7 +341,7 @@ class _Link:
         except OSError as exc:
             self._lose(exc)
 
-    def reply(self, call: _Call) -> Reply:
+    def reply(self, call: _Call) -> Received:
         """The next reply to `call`, read by this thread unless another is reading."""
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
         while True:
@@ -374,16 +382,15 @@ class _Link:
             return
         reply, fds = item
         with self._state:
-            if type(reply) is tuple:  # an ANSWER record
-                ident, more = reply[1], False
+            if isinstance(reply, BatchRecord):  # an ANSWER record
+                ident, more = reply.id, False
                 call = self._calls.pop(ident, None)
             else:
-                assert isinstance(reply, dict)
-                ident = int(reply.get("id") or 0)
-                more = bool(reply.get("more"))
+                ident = getattr(reply, "id", 0)
+                more = type(reply) is Accepted  # the batch's answer follows
                 call = self._calls.get(ident) if more else self._calls.pop(ident, None)
-                if "layout" in reply and "outputs" in reply:  # named before any record uses it
-                    self._answer_places[int(reply["layout"])] = reply["outputs"]
+                if type(reply) is Answer and reply.layout is not None:  # named before any
+                    self._answer_places[reply.layout] = reply.outputs  # record uses it
             if call is not None:
                 call.replies.append((reply, fds))
                 return
@@ -447,38 +454,25 @@ class _Link:
         self._sock.close()
 
 
-def _raise_error(error: dict[str, Any]) -> None:
-    """Raise what the host reported: InputError (with `.request`), RemoteError (ACL), or
-    DeviceHostError."""
-    message = str(error.get("message", "the device host failed"))
-    kind = error.get("kind")
-    if kind == "input":
-        exc = InputError(message)
-        exc.request = error.get("request")
-        raise exc
-    if kind == "acl":
-        raise RemoteError(message, int(error.get("code", 0)), str(error.get("name", "")))
-    if kind == "model":
-        raise ModelUnavailable(message)
-    raise DeviceHostError(f"the device host failed: {message}")
+Replied = TypeVar("Replied", bound=Message)
 
 
-def _reply(link: _Link, call: _Call) -> Reply:
-    """The next reply to `call`; what the host reported as an error raised."""
-    reply, fds = link.reply(call)
-    if type(reply) is dict and "error" in reply:
-        for fd in fds:
-            os.close(fd)
-        _raise_error(reply["error"])
-    return reply, fds
+def _reply(link: _Link, call: _Call, kind: type[Replied]) -> tuple[Replied, list[int]]:
+    """The next reply to `call`, a `kind` message (`_expect`)."""
+    return _expect(link.reply(call), kind)
 
 
-def _json_reply(link: _Link, call: _Call) -> tuple[dict[str, Any], list[int]]:
-    """`_reply` to a message whose replies are JSON objects (every one but a batch)."""
-    reply, fds = _reply(link, call)
-    if type(reply) is not dict:
-        raise DeviceHostError(f"the device host answered a message with a record {reply!r}")
-    return reply, fds
+def _expect(received: Received, kind: type[Replied]) -> tuple[Replied, list[int]]:
+    """A reply that must be a `kind` message; what the host reported as a failure raised as the
+    session in this process raises it."""
+    reply, fds = received
+    if type(reply) is kind:
+        return reply, fds
+    for fd in fds:
+        os.close(fd)
+    if type(reply) is Failed:
+        raise reply.exception()
+    raise DeviceHostError(f"the device host answered a {kind.OP!r} message with {reply!r}")
 
 
 @dataclasses.dataclass
@@ -489,12 +483,12 @@ class _Slot:
     buffer: Buffer
 
 
-def _given_slot(reply: dict[str, Any], fds: list[int]) -> _Slot:
-    """The buffer a host's reply gives (DeviceHostError, its descriptor closed, when it is not
-    one a device host makes)."""
+def _given_slot(number: int, nbytes: int | None, fds: list[int]) -> _Slot:
+    """The buffer `number` of `nbytes` a host's reply gives (DeviceHostError, its descriptor
+    closed, when it is not one a device host makes)."""
     try:
-        return _Slot(int(reply["buffer"]), Buffer(fds[0], int(reply["bytes"])))
-    except (ValueError, OSError, KeyError, IndexError) as exc:
+        return _Slot(number, Buffer(fds[0], int(nbytes or 0)))
+    except (ValueError, OSError, IndexError) as exc:
         for fd in fds:
             os.close(fd)
         raise DeviceHostError(f"the device host gave a buffer this stub cannot map: {exc}") from exc
@@ -529,13 +523,16 @@ class RemoteBatch:
         assert slot is not None
         self._slot = None
         try:
-            reply, fds = _reply(self._link, self._call)
+            received = self._link.reply(self._call)
+            record = received[0]
+            if not isinstance(record, BatchRecord):
+                answer, fds = _expect(received, Answer)
         except BaseException as exc:
             self._error = exc
             self._session._give_back(self._link, slot, exc)
             return
-        if type(reply) is tuple:  # an ANSWER record: the outputs' layout has a number
-            number = reply[3]
+        if isinstance(record, BatchRecord):  # an ANSWER: the outputs' layout has a number
+            number = record.layout
             try:
                 places = self._link.answer_places(number)
             except DeviceHostError as exc:
@@ -544,14 +541,12 @@ class RemoteBatch:
                 return
             tensors = slot.buffer.tensors(places, ("outputs", number))
         else:
-            assert isinstance(reply, dict)
             if fds:  # the outputs needed a bigger buffer: it replaces this one
-                self._link.tell({"op": "free", "buffer": slot.number})
+                self._link.tell(Free(slot.number))
                 slot.buffer.close()
-                slot = _given_slot(reply, fds)
-            named = reply.get("layout")
-            key = None if named is None else ("outputs", named)
-            tensors = slot.buffer.tensors(reply["outputs"], key)
+                slot = _given_slot(answer.buffer, answer.bytes, fds)
+            key = None if answer.layout is None else ("outputs", answer.layout)
+            tensors = slot.buffer.tensors(answer.outputs, key)
         # Copied out: the buffer serves the next batch while Triton still holds these.
         self._results = [{name: np.array(view) for name, view in here.items()} for here in tensors]
         self._session._give_back(self._link, slot)
@@ -564,15 +559,13 @@ class RemoteSession:
         self, om_path: str | os.PathLike[str], device_id: int = 0, **arguments: Any
     ) -> None:
         self.device_id = device_id
-        self._arguments = {
-            "om_path": os.fspath(om_path),
-            "device_id": device_id,
+        self._arguments = SessionArguments(
+            os.fspath(om_path),
+            device_id,
             **{name: _plain(value) for name, value in arguments.items()},
-        }
-        if self._arguments.get("input_shape_order") is not None:
-            self._arguments["input_shape_order"] = list(self._arguments["input_shape_order"])
-        timeout_ms = int(arguments.get("execute_timeout_ms") or 0)
-        depth = int(arguments.get("pipeline_depth") or 1)
+        )
+        timeout_ms = int(self._arguments.execute_timeout_ms or 0)
+        depth = int(self._arguments.pipeline_depth or 1)
         # The host bounds every execution by execute_timeout_ms; a reply later than every lane's
         # timeout and a margin means the host itself is stuck.
         self.reply_timeout_s = (
@@ -591,33 +584,33 @@ class RemoteSession:
         self._closed = False
         self._unavailable: ModelUnavailable | None = None  # the model cannot be opened again
         self._link: _Link | None = None
-        reply = self._open()
-        self._arguments["sha256"] = reply["sha256"]  # a host that opens it again checks it
-        self.inputs = specs_from_json(reply["inputs"])
-        self.outputs = specs_from_json(reply["outputs"])
-        self.gears = gears_from_json(reply["gears"])
-        self.runtime = str(reply["runtime"])
-        self.host_pid = int(reply["pid"])
+        opened = self._open()
+        self._arguments.sha256 = opened.sha256  # a host that opens it again checks it
+        self.inputs = opened.inputs
+        self.outputs = opened.outputs
+        self.gears = opened.gears
+        self.runtime = opened.runtime
+        self.host_pid = opened.pid
 
-    def _open(self) -> dict[str, Any]:
+    def _open(self) -> Opened:
         """Connect (starting the host if needed) and open the session: the host's answer."""
         for _attempt in range(_OPEN_ATTEMPTS):
             link = _Link(start_host(self.device_id, self._paths), self.device_id)
             try:
-                reply, _ = _json_reply(link, link.call({"op": "open", "session": self._arguments}))
+                opened, _ = _reply(link, link.call(Open(self._arguments)), Opened)
             except DeviceHostGone:  # it was stopping as we connected: start another
                 link.close()
                 continue
             except BaseException:
                 link.close()
                 raise
-            link.host_pid = int(reply["pid"])
+            link.host_pid = opened.pid
             link.settimeout(self.reply_timeout_s)  # loading took what it took; replies do not
             self._link = link
-            return reply
+            return opened
         raise DeviceHostError(
             f"the device host of device {self.device_id} went away {_OPEN_ATTEMPTS} times while "
-            f"opening {self._arguments['om_path']}; see {self._paths.log}"
+            f"opening {self._arguments.om_path}; see {self._paths.log}"
         )
 
     def _current(self) -> _Link:
@@ -644,7 +637,7 @@ class RemoteSession:
                 self._open()
             except ModelUnavailable as exc:
                 self._unavailable = ModelUnavailable(
-                    f"{self._arguments.get('label') or self._arguments['om_path']} cannot be "
+                    f"{self._arguments.label or self._arguments.om_path} cannot be "
                     f"opened again in the device host of device {self.device_id}: {exc}; this "
                     f"instance {RELOAD_NEEDED}"
                 )
@@ -652,7 +645,7 @@ class RemoteSession:
                 raise self._unavailable from exc
             logger.info(
                 "the session of %s is open again in the device host of device %d",
-                self._arguments.get("label") or self._arguments["om_path"],
+                self._arguments.label or self._arguments.om_path,
                 self.device_id,
             )
             assert self._link is not None
@@ -664,8 +657,8 @@ class RemoteSession:
                 if slot.buffer.nbytes >= nbytes:
                     return self._free.pop(index)
         size = buffer_bytes(nbytes)
-        reply, fds = _json_reply(link, link.call({"op": "buffer", "bytes": size}))
-        return _given_slot(reply, fds)
+        given, fds = _reply(link, link.call(GiveBuffer(size)), BufferGiven)
+        return _given_slot(given.buffer, given.bytes, fds)
 
     def _give_back(self, link: _Link, slot: _Slot, failure: BaseException | None = None) -> None:
         """Return `slot` to the pool once its batch is over: unless the host went away, or the
@@ -677,7 +670,7 @@ class RemoteSession:
                 self,
                 slot.number,
             )
-            link.tell({"op": "free", "buffer": slot.number})
+            link.tell(Free(slot.number))
             slot.buffer.close()
         elif link is self._link and link.lost is None:
             with self._free_lock:
@@ -714,18 +707,18 @@ class RemoteSession:
             call = link.call(_submit_message(slot, plan, pipelined=True))
             batch = RemoteBatch(self, link, call, slot)
             try:
-                accepted, _ = _json_reply(link, call)  # (or refused before any work)
+                accepted, _ = _reply(link, call, Accepted)  # (or refused before any work)
             except BaseException as exc:
                 self._give_back(link, slot, exc)
                 raise
-            self._ready = bool(accepted.get("ready"))
+            self._ready = accepted.ready
             return batch
         cpu, allowed = self._keep_this_cpu()
         try:
             if plan.number:
                 call = link.submit_inline(slot.number, plan.number, cpu)
             else:
-                call = link.call({**_submit_message(slot, plan, pipelined=False), "cpu": cpu})
+                call = link.call(_submit_message(slot, plan, pipelined=False, cpu=cpu))
             batch = RemoteBatch(self, link, call, slot)
             try:
                 batch.result()
@@ -766,19 +759,18 @@ class RemoteSession:
             return
         link = self._link
         if link is not None and link.lost is None:
-            _json_reply(link, link.call({"op": "wait_ready"}))
+            _reply(link, link.call(WaitReady()), Ready)
 
     def _stats(self) -> None:
         link = self._link
         if link is None or link.lost is not None:
             return
         try:
-            reply, _ = _json_reply(link, link.call({"op": "stats"}))
+            counted, _ = _reply(link, link.call(Stats()), Counted)
         except DeviceHostGone:
             return  # the counts so far stand; the next request reconnects
-        self._last = counters_from_json(reply["counters"])
-        free, total = reply["memory"]
-        self._memory = (int(free), int(total))
+        self._last = counted.counters
+        self._memory = counted.memory
 
     @property
     def counters(self) -> SessionCounters:
@@ -808,24 +800,24 @@ class RemoteSession:
             slot.buffer.close()
 
     def __repr__(self) -> str:
-        return f"RemoteSession({self._arguments['om_path']!r}, device {self.device_id})"
+        return f"RemoteSession({self._arguments.om_path!r}, device {self.device_id})"
 
 
-def _submit_message(slot: _Slot, plan: Layout, pipelined: bool) -> dict[str, Any]:
-    """A `submit` of the batch in `slot`: naming its layout, or with its places when unnamed."""
-    message: dict[str, Any] = {"op": "submit", "buffer": slot.number, "pipelined": pipelined}
+def _submit_message(slot: _Slot, plan: Layout, pipelined: bool, cpu: int = -1) -> Submit:
+    """A `Submit` of the batch in `slot`: naming its layout, or with its places when unnamed."""
     if plan.number:
-        message["layout"] = plan.number
-    else:
-        message["feeds"] = plan.places
-    return message
+        return Submit(slot.number, pipelined, layout=plan.number, cpu=cpu)
+    return Submit(slot.number, pipelined, feeds=plan.places, cpu=cpu)
 
 
 def _plain(value: Any) -> Any:
     """A `Session` argument as the host's `open` message carries it: paths as text, a
-    dataclass (the image input's settings) as its fields."""
+    dataclass (the image input's settings) as its fields, a sequence (the input shape order) as
+    a list."""
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    if isinstance(value, tuple):
+        return list(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value

@@ -17,13 +17,10 @@ left (the copy path's hosts, started by the first stub that needs one).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import fcntl
-import inspect
 import itertools
 import logging
 import os
-import queue
 import signal
 import socket
 import struct
@@ -44,19 +41,35 @@ from ge_python_backend.devicehost.protocol import (
     ANSWER,
     MAX_LAYOUTS,
     SUBMIT,
-    BatchFrame,
+    Accepted,
+    Answer,
+    BatchRecord,
+    BufferGiven,
+    Counted,
     DeviceHostError,
+    Failed,
     FrameReader,
-    gears_to_json,
+    Free,
+    GiveBuffer,
+    MalformedMessage,
+    Message,
+    NameLayout,
+    Open,
+    Opened,
+    Ready,
+    SessionArguments,
+    Stats,
+    Submit,
+    WaitReady,
     host_paths,
     send_batch,
     send_message,
-    specs_to_json,
 )
 from ge_python_backend.errors import InputError
 from ge_python_backend.runtime import AclError, ModelFileError, PendingBatch, Session
 from ge_python_backend.runtime.checksum import file_sha256
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.serving import Completer
 
 __all__ = ["add_arguments", "main", "serve"]
 
@@ -74,8 +87,6 @@ GIL_SWITCH_S = 0.0005
 # stays full until connections end: without a wait the loop would spin on the pending one).
 FIRST_ACCEPT_BACKOFF_S = 0.05
 MAX_ACCEPT_BACKOFF_S = 2.0
-# What a stub may pass to `Session`: its keyword arguments, nothing else.
-SESSION_ARGUMENTS = frozenset(inspect.signature(Session).parameters)
 
 
 class Refused(DeviceHostError):
@@ -99,8 +110,9 @@ class _Connection:
         self._retired: set[int] = set()
         self._buffers_lock = threading.Lock()
         self._buffer_ids = itertools.count(1)
-        self._completions: queue.Queue[tuple[Any, int, PendingBatch] | None] = queue.Queue()
-        self._completer: threading.Thread | None = None
+        self._completions: Completer[tuple[int, int, PendingBatch]] = Completer(
+            f"ge-host-completions-{peer_pid}", lambda item: self._complete(*item)
+        )
         self._feeds_layouts: dict[int, Places] = {}  # named by the stub
         # the outputs' layouts this host named, by signature (under _send_lock: a layout is
         # named on the wire before a record uses it)
@@ -112,7 +124,11 @@ class _Connection:
         reader = FrameReader(self.sock, descriptors=False)  # a stub hands over nothing
         try:
             while True:
-                item = reader.read()
+                try:
+                    item = reader.read()
+                except MalformedMessage as exc:  # answered (its frame is read): the next one
+                    self._send_error(exc.id, Refused(str(exc)))
+                    continue
                 if item is None:
                     break
                 self._work_anywhere()
@@ -123,72 +139,67 @@ class _Connection:
         finally:
             self.close()
 
-    def _send(self, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+    def _send(self, message: Message, fds: tuple[int, ...] = ()) -> None:
         with self._send_lock:
             try:
                 send_message(self.sock, message, fds)
             except OSError as exc:  # the stub went away; its reader thread will see it
                 logger.info("stub pid %d (%s): cannot answer: %s", self.peer_pid, self.label, exc)
 
-    def _handle(self, message: dict[str, Any] | BatchFrame) -> None:
-        if type(message) is tuple:  # the one on every inline batch
+    def _handle(self, message: Message | BatchRecord) -> None:
+        if isinstance(message, BatchRecord):  # the one on every inline batch
             self._handle_record(message)
             return
-        assert isinstance(message, dict)
-        ident = message.get("id")
-        op = message.get("op")
+        ident = getattr(message, "id", None)  # a message without replies has none
         try:
-            if op == "submit" and self.session is not None:
+            if type(message) is Submit and self.session is not None:
                 self._submit(
                     ident,
-                    message.get("buffer"),
-                    message.get("feeds"),
-                    message.get("layout"),
-                    bool(message.get("pipelined")),
-                    message.get("cpu"),
+                    message.buffer,
+                    message.feeds,
+                    message.layout,
+                    bool(message.pipelined),
+                    message.cpu,
                 )
-            elif op == "layout" and self.session is not None:
-                self._name_layout(message.get("layout"), message.get("feeds"))
-            elif op == "open":
-                self._open(ident, message.get("session"))
+            elif type(message) is NameLayout and self.session is not None:
+                self._name_layout(message.layout, message.feeds)
+            elif type(message) is Open:
+                self._open(message.id, message.session)
             elif self.session is None:
-                raise Refused(f"{op!r} before a session was opened on this connection")
-            elif op == "buffer":
-                self._give_buffer(ident, int(message["bytes"]))
-            elif op == "wait_ready":
+                raise Refused(f"{message.OP!r} before a session was opened on this connection")
+            elif type(message) is GiveBuffer:
+                self._give_buffer(message.id, int(message.bytes))
+            elif type(message) is WaitReady:
                 self.session.wait_ready()
-                self._send({"id": ident})
-            elif op == "stats":
-                counters = dataclasses.asdict(self.session.counters)
-                self._send(
-                    {"id": ident, "counters": counters, "memory": self.session.device_memory()}
-                )
-            elif op == "free":
-                self._free(message.get("buffer"))
+                self._send(Ready(message.id))
+            elif type(message) is Stats:
+                memory = self.session.device_memory()
+                self._send(Counted(message.id, self.session.counters, memory))
+            elif type(message) is Free:
+                self._free(message.buffer)
             else:
-                raise Refused(f"unknown message {op!r}")
+                raise Refused(f"a {message.OP!r} message from a stub (the host sends those)")
         except Exception as exc:  # answered to the stub, which fails that request with it
             self._send_error(ident, exc)
 
-    def _handle_record(self, record: BatchFrame) -> None:
-        kind, ident, buffer, layout_number, cpu = record
+    def _handle_record(self, record: BatchRecord) -> None:
         try:
-            if kind != SUBMIT:
-                raise Refused(f"a {kind!r} record from a stub (it sends {SUBMIT!r} ones)")
+            if record.kind != SUBMIT:
+                raise Refused(f"a {record.kind!r} record from a stub (it sends {SUBMIT!r} ones)")
             if self.session is None:
                 raise Refused("a batch before a session was opened on this connection")
-            self._submit(ident, buffer, None, layout_number, False, cpu)
+            self._submit(record.id, record.buffer, None, record.layout, False, record.cpu)
         except Exception as exc:
-            self._send_error(ident, exc)
+            self._send_error(record.id, exc)
 
     def _send_error(self, ident: Any, exc: BaseException) -> None:
-        error: dict[str, Any] = {"kind": "other", "message": str(exc)}
+        error = Failed(ident, "other", str(exc))
         if isinstance(exc, InputError):
-            error.update(kind="input", request=exc.request)
+            error.kind, error.request = "input", exc.request
         elif isinstance(exc, AclError):
-            error.update(kind="acl", code=exc.code, name=exc.name)
+            error.kind, error.code, error.api = "acl", exc.code, exc.api
         elif isinstance(exc, ModelFileError):
-            error.update(kind="model")
+            error.kind = "model"
         elif not isinstance(exc, (Refused, ValueError, KeyError, TypeError)):
             logger.exception("stub pid %d (%s): serving a request", self.peer_pid, self.label)
         if isinstance(exc, Refused):
@@ -196,31 +207,25 @@ class _Connection:
         elif ident is None:  # a message without a reply (layout, free): only the log says it
             logger.warning("stub pid %d (%s): %s", self.peer_pid, self.label, exc)
         if ident is not None:
-            self._send({"id": ident, "error": error})
+            self._send(error)
 
-    def _open(self, ident: Any, arguments: Any) -> None:
+    def _open(self, ident: int, arguments: SessionArguments) -> None:
         if self.session is not None:
             raise Refused("this connection already holds a session")
-        if not isinstance(arguments, dict) or not set(arguments) <= SESSION_ARGUMENTS:
-            raise Refused(
-                f"open takes Session's arguments ({', '.join(sorted(SESSION_ARGUMENTS))})"
-            )
-        self.label = str(arguments.get("label") or arguments.get("om_path"))
-        if isinstance(arguments.get("image"), dict):  # the image input's settings, as fields
-            image = arguments["image"]
-            arguments = {
-                **arguments,
-                "image": ImageInput(**{**image, "fill": tuple(image["fill"])}),
-            }
+        given = arguments.given()  # Session's arguments (a test holds them equal)
+        self.label = str(arguments.label or arguments.om_path)
+        image = arguments.image
+        if image is not None:  # the image input's settings, as fields
+            given["image"] = ImageInput(**{**image, "fill": tuple(image["fill"])})
         try:
             # the digest of what this instance serves: a host that opens it again (after this
             # one stopped) refuses a changed file (Session verifies a digest it is given)
-            digest = arguments.get("sha256") or file_sha256(str(arguments.get("om_path")))
-            session = Session(**arguments)
+            digest = arguments.sha256 or file_sha256(str(arguments.om_path))
+            session = Session(**given)
         except Exception as exc:
             logger.error("stub pid %d: %s does not load: %s", self.peer_pid, self.label, exc)
             if isinstance(exc, OSError):  # the .om went away
-                raise ModelFileError(f"cannot read {arguments.get('om_path')}: {exc}") from exc
+                raise ModelFileError(f"cannot read {arguments.om_path}: {exc}") from exc
             raise
         self.session = session
         logger.info(
@@ -231,15 +236,15 @@ class _Connection:
             session.pipeline_depth,
         )
         self._send(
-            {
-                "id": ident,
-                "inputs": specs_to_json(session.inputs),
-                "outputs": specs_to_json(session.outputs),
-                "gears": gears_to_json(session.gears),
-                "runtime": session.runtime,
-                "pid": os.getpid(),
-                "sha256": digest,
-            }
+            Opened(
+                ident,
+                session.inputs,
+                session.outputs,
+                session.gears,
+                session.runtime,
+                os.getpid(),
+                digest,
+            )
         )
 
     def _free(self, number: Any) -> None:
@@ -269,7 +274,7 @@ class _Connection:
         if not 0 < nbytes <= 1 << 40:
             raise Refused(f"a buffer of {nbytes} bytes")
         number, buffer = self._new_buffer(nbytes)
-        self._send({"id": ident, "buffer": number, "bytes": buffer.nbytes}, (buffer.fd,))
+        self._send(BufferGiven(ident, number, buffer.nbytes), (buffer.fd,))
 
     def _name_layout(self, number: Any, places: Any) -> None:
         """The stub names the places of its batches of one shape (checked where first used)."""
@@ -338,12 +343,7 @@ class _Connection:
         except Exception:
             logger.debug("stub pid %d: wait_ready after a submit", self.peer_pid, exc_info=True)
             ready = False
-        self._send({"id": ident, "more": True, "ready": ready})  # before this batch's answer
-        if self._completer is None:
-            self._completer = threading.Thread(
-                target=self._completing, name=f"ge-host-completions-{self.peer_pid}", daemon=True
-            )
-            self._completer.start()
+        self._send(Accepted(ident, ready))  # before this batch's answer
         self._completions.put((ident, number, pending))
 
     def _wait_beside_the_stub(self) -> None:
@@ -372,13 +372,6 @@ class _Connection:
         among them, inherit them): only the wait for the next one stays beside the stub."""
         if self._cpu is not None and self._cpu >= 0:
             os.sched_setaffinity(0, _ALLOWED_CPUS)
-
-    def _completing(self) -> None:
-        while True:
-            item = self._completions.get()
-            if item is None:
-                return
-            self._complete(*item)
 
     def _complete(self, ident: Any, number: int, pending: PendingBatch) -> None:
         """Write a batch's outputs into its buffer (a bigger one, given with the answer, when
@@ -416,13 +409,11 @@ class _Connection:
                         self._answer_layouts[key] = named
                 else:
                     places, needed = named.places, named.nbytes
-                answer: dict[str, Any] = {"id": ident, "outputs": places, "buffer": number}
-                if named is not None:
-                    answer["layout"] = named.number
+                answer = Answer(ident, places, number, None if named is None else named.number)
                 fds: tuple[int, ...] = ()
                 if needed > buffer.nbytes:  # sized by the stub's rule, as the budget counts it
                     number, buffer = self._new_buffer(buffer_bytes(needed))
-                    answer.update(buffer=number, bytes=buffer.nbytes)
+                    answer.buffer, answer.bytes = number, buffer.nbytes
                     fds = (buffer.fd,)
                 buffer.write(places, results)
                 send_message(self.sock, answer, fds)
@@ -445,9 +436,7 @@ class _Connection:
 
     def close(self) -> None:
         """The stub left: answer what is in flight, close the session, free the buffers."""
-        if self._completer is not None:
-            self._completions.put(None)
-            self._completer.join()
+        self._completions.close()
         if self.session is not None:
             self.session.close()
             logger.info("stub pid %d left: %s closed", self.peer_pid, self.label)

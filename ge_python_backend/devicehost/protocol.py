@@ -1,36 +1,39 @@
 """The device host's wire: length-prefixed frames (JSON messages, a binary record for each
 batch) over a Unix stream socket, file descriptors (the shared-memory buffers) passed with
-`SCM_RIGHTS`, and the JSON forms of the specs, gears and counters they carry.
+`SCM_RIGHTS`, and one codec each way: every message is a dataclass below, `send_message`
+encodes it, `FrameReader.read` decodes it (the receiver gets the dataclass, or a `BatchRecord`).
 
-A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (an object), or, for
-the two messages of every batch, a fixed binary record (`BatchFrame`: kind, id, buffer, layout,
-cpu; its first byte is not JSON's "{"). A message that hands over descriptors says how many in
-its `"fds"` field; they travel in the ancillary data of the frame's first bytes, so a reader
-that keeps them in arrival order gives each message its own. Standard library, numpy and the
-ground floor only: the stub imports it.
+A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (an object whose `op`
+names the message), or, for the two messages of every batch, a fixed binary record
+(`BatchRecord`: kind, id, buffer, layout, cpu; its first byte is not JSON's "{"): the fast
+encoding of a batch whose layout has a number. A message that hands over descriptors says how
+many in its `"fds"` field; they travel in the ancillary data of the frame's first bytes, so a
+reader that keeps them in arrival order gives each message its own. Standard library, numpy and
+the ground floor only: the stub imports it.
 
 Messages (stub -> host; each one with replies has an `id` they repeat):
-  open {session: Session's keyword arguments}   -> {inputs, outputs, gears, runtime, pid, sha256}
-        (paths as text, the image input's settings as their fields; sha256: the `.om`'s, which
-        the stub passes when it opens the session again in another host)
-  buffer {bytes}                                -> {buffer, bytes, fds: 1}
-  layout {layout, feeds: [{name: place}]}       (no reply) `buffers.layout`'s places, named
+  Open (session: `SessionArguments`)            -> Opened (specs, gears, runtime, pid, sha256)
+        (sha256: the `.om`'s, which the stub passes when it opens the session again in another
+        host)
+  GiveBuffer (bytes)                            -> BufferGiven (buffer, bytes; fds: 1)
+  NameLayout (layout, feeds)                    (no reply) `buffers.layout`'s places, named
         by a number of the stub's for the batches of that shape (up to MAX_LAYOUTS)
-  submit {buffer, pipelined, feeds: [{name: place}] | layout}
-        -> pipelined: {more, ready} once the session could take the next batch (ready: its
+  Submit (buffer, pipelined, layout | feeds, cpu)
+        -> pipelined: Accepted (ready) once the session could take the next batch (ready: its
            wait_ready passed), then the answer
         -> inline: the answer only
   SUBMIT record (buffer, layout, cpu)           an inline submit of a named layout (cpu: where
         the stub waits for it, -1 for anywhere)
-  answer: {outputs: [...], buffer[, layout][, fds: 1 with a bigger buffer]}, naming the
-        outputs' places by a number of the host's (`layout`) the first time a shape is seen;
+  answer: Answer (outputs, buffer, layout?, bytes? with fds: 1 for a bigger buffer), naming
+        the outputs' places by a number of the host's (`layout`) the first time a shape is seen;
         then an ANSWER record (buffer, layout)
-  wait_ready {}                                 -> {}   (only after a submit not `ready`)
-  stats {}                                      -> {counters, device_memory}
-  free {buffer}                                 (no reply)
-A failure is `{id, error: {kind: input|acl|model|other, message, request?, code?, name?}}` (of
-a message without a reply, a line in the host's log); `model`: the `.om` cannot be served (gone,
-changed, refused by the runtime).
+  WaitReady                                     -> Ready   (only after a submit not `ready`)
+  Stats                                         -> Counted (counters, memory)
+  Free (buffer)                                 (no reply)
+A failure is `Failed` (kind input|acl|model|other, message, request?, code?, api?; of a message
+without a reply, a line in the host's log), raised in the stub as the session in its own process
+raises it (`Failed.exception`, `serving`): `input` an `InputError`, `acl` an `AclError`,
+`model` (the `.om` cannot be served: gone, changed, refused by the runtime) `ModelUnavailable`.
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ import os
 import socket
 import struct
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar, NamedTuple, Union
 
 import numpy as np
 
 from ge_python_backend.ascend import GearKind
-from ge_python_backend.errors import GeBackendError
+from ge_python_backend.devicehost.buffers import Places
+from ge_python_backend.errors import AclError, GeBackendError, InputError, ModelUnavailable
 from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
 from ge_python_backend.processes import RUN_DIR_ENV, NotPrivateError, run_directory
 
@@ -54,21 +58,32 @@ __all__ = [
     "ANSWER",
     "MAX_LAYOUTS",
     "SUBMIT",
-    "BatchFrame",
+    "Accepted",
+    "Answer",
+    "BatchRecord",
+    "BufferGiven",
+    "Counted",
     "DeviceHostError",
     "DeviceHostGone",
+    "Failed",
     "FrameReader",
-    "ModelUnavailable",
+    "Free",
+    "GiveBuffer",
+    "MalformedMessage",
+    "Message",
+    "NameLayout",
+    "Open",
+    "Opened",
     "RELOAD_NEEDED",
-    "RemoteError",
-    "counters_from_json",
-    "gears_from_json",
-    "gears_to_json",
+    "Ready",
+    "Request",
+    "SessionArguments",
+    "Stats",
+    "Submit",
+    "WaitReady",
     "host_paths",
     "send_batch",
     "send_message",
-    "specs_from_json",
-    "specs_to_json",
 ]
 
 _LENGTH = struct.Struct(">I")
@@ -77,10 +92,9 @@ MAX_FDS = 4
 MAX_LAYOUTS = 256  # the layouts each side names on one connection; more go as places
 SUBMIT = b"S"
 ANSWER = b"A"
-_BATCH = struct.Struct(">IcIIIi")  # the frame's length, then kind, id, buffer, layout, cpu
-_BATCH_BODY = _BATCH.size - _LENGTH.size
+_BATCH_FRAME = struct.Struct(">IcIIIi")  # the frame's length, then the record
+_BATCH = struct.Struct(">cIIIi")  # kind, id, buffer, layout, cpu
 _BATCH_KINDS = frozenset(SUBMIT + ANSWER)  # their first bytes
-BatchFrame = tuple[bytes, int, int, int, int]  # kind, id, buffer, layout, cpu
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: dumps makes one a call
 _decode = json.JSONDecoder().decode
 
@@ -97,21 +111,6 @@ class DeviceHostGone(DeviceHostError):
 # reloads a model whose probe says it: the load then fails with the reason, the model
 # UNAVAILABLE).
 RELOAD_NEEDED = "serves nothing until the model is reloaded"
-
-
-class ModelUnavailable(DeviceHostError):
-    """The device host cannot serve this instance's `.om` (it changed or went away since the
-    instance loaded it, or the runtime refuses it)."""
-
-
-class RemoteError(GeBackendError):
-    """The device host's session failed this request with an ACL error (`code`, `name`) or
-    another error (`code` 0)."""
-
-    def __init__(self, message: str, code: int = 0, name: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.name = name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,12 +137,270 @@ def host_paths(device: int) -> HostPaths:
     return HostPaths(f"{base}.sock", f"{base}.start.lock", f"{base}.lock", f"{base}.log")
 
 
-def send_message(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
-    """Send one frame (the caller serializes senders); `fds` travel with it (the message's
-    `"fds"` field is set to their count)."""
+class BatchRecord(NamedTuple):
+    """A `SUBMIT` (stub -> host) or `ANSWER` (host -> stub) record: a batch whose places the
+    layout `layout` names (`cpu`: where the stub waits for its answer, -1 for anywhere)."""
+
+    kind: bytes
+    id: int
+    buffer: int
+    layout: int
+    cpu: int
+
+
+class Message:
+    """A JSON message: a dataclass whose `OP` names it on the wire, its fields the object's."""
+
+    OP: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.OP, **self.__dict__}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Message:
+        return cls(**data)
+
+
+class Request(Message):
+    """A message with replies: `_Link.call` gives it its `id`."""
+
+    id: int
+
+
+@dataclasses.dataclass
+class SessionArguments:
+    """`Session`'s arguments as `Open` carries them, None for the session's default: paths as
+    text, the image input's settings as their fields."""
+
+    om_path: str
+    device_id: int = 0
+    runtime: str | None = None
+    sha256: str | None = None
+    pipeline_depth: int | None = None
+    execute_timeout_ms: int | None = None
+    input_shape_order: list[str] | None = None
+    aipp_config: str | None = None
+    max_output_bytes: int | None = None
+    device_timing_period: int | None = None
+    label: str | None = None
+    image: dict[str, Any] | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The arguments given: the others keep `Session`'s defaults."""
+        return {name: value for name, value in self.__dict__.items() if value is not None}
+
+
+@dataclasses.dataclass
+class Open(Request):
+    OP = "open"
+    session: SessionArguments
+    id: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.OP, "id": self.id, "session": self.session.__dict__}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Open:
+        return cls(SessionArguments(**data["session"]), int(data["id"]))
+
+
+@dataclasses.dataclass
+class GiveBuffer(Request):
+    OP = "buffer"
+    bytes: int
+    id: int = 0
+
+
+@dataclasses.dataclass
+class NameLayout(Message):
+    OP = "layout"
+    layout: int
+    feeds: Places
+
+
+@dataclasses.dataclass
+class Submit(Request):
+    """A batch in buffer `buffer`, at the places its layout `layout` names, or at `feeds`."""
+
+    OP = "submit"
+    buffer: int
+    pipelined: bool
+    layout: int | None = None
+    feeds: Places | None = None
+    cpu: int = -1
+    id: int = 0
+
+
+@dataclasses.dataclass
+class WaitReady(Request):
+    OP = "wait_ready"
+    id: int = 0
+
+
+@dataclasses.dataclass
+class Stats(Request):
+    OP = "stats"
+    id: int = 0
+
+
+@dataclasses.dataclass
+class Free(Message):
+    OP = "free"
+    buffer: int
+
+
+@dataclasses.dataclass
+class Opened(Message):
+    OP = "opened"
+    id: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    gears: GearInfo
+    runtime: str
+    pid: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **super().to_json(),
+            "inputs": _specs_to_json(self.inputs),
+            "outputs": _specs_to_json(self.outputs),
+            "gears": _gears_to_json(self.gears),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Opened:
+        return cls(
+            id=int(data["id"]),
+            inputs=_specs_from_json(data["inputs"]),
+            outputs=_specs_from_json(data["outputs"]),
+            gears=_gears_from_json(data["gears"]),
+            runtime=str(data["runtime"]),
+            pid=int(data["pid"]),
+            sha256=str(data["sha256"]),
+        )
+
+
+@dataclasses.dataclass
+class BufferGiven(Message):
+    OP = "given"
+    id: int
+    buffer: int
+    bytes: int
+
+
+@dataclasses.dataclass
+class Accepted(Message):
+    """A pipelined submit's first reply; `ready`: the session could launch the next batch."""
+
+    OP = "accepted"
+    id: int
+    ready: bool
+
+
+@dataclasses.dataclass
+class Answer(Message):
+    """A batch's outputs at `outputs` in buffer `buffer`: a bigger one given with it (`bytes`,
+    one descriptor) when they did not fit the batch's; `layout` numbers those places."""
+
+    OP = "answer"
+    id: int
+    outputs: Places
+    buffer: int
+    layout: int | None = None
+    bytes: int | None = None
+
+
+@dataclasses.dataclass
+class Ready(Message):
+    OP = "ready"
+    id: int
+
+
+@dataclasses.dataclass
+class Counted(Message):
+    OP = "counted"
+    id: int
+    counters: SessionCounters
+    memory: tuple[int, int]  # (free, total) bytes of the device
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "counters": dataclasses.asdict(self.counters)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Counted:
+        names = {field.name for field in dataclasses.fields(SessionCounters)}
+        counters = SessionCounters(**{k: v for k, v in data["counters"].items() if k in names})
+        free, total = data["memory"]
+        return cls(int(data["id"]), counters, (int(free), int(total)))
+
+
+@dataclasses.dataclass
+class Failed(Message):
+    """What failed a message: `kind` input|acl|model|other, with the request (`input`), the
+    code and API (`acl`)."""
+
+    OP = "failed"
+    id: int
+    kind: str
+    message: str
+    request: int | None = None
+    code: int = 0
+    api: str = ""
+
+    def exception(self) -> Exception:
+        """The error as the session in the stub's own process raises it: InputError (with
+        `request`), AclError, ModelUnavailable; DeviceHostError for anything else."""
+        if self.kind == "input":
+            error = InputError(self.message)
+            error.request = self.request
+            return error
+        if self.kind == "acl":
+            return AclError.reported(self.code, self.api, self.message)
+        if self.kind == "model":
+            return ModelUnavailable(self.message)
+        return DeviceHostError(f"the device host failed: {self.message}")
+
+
+class MalformedMessage(DeviceHostError):
+    """A frame that is no message of this protocol; `id`: the one it says, when it says one."""
+
+    def __init__(self, text: str, ident: int | None) -> None:
+        super().__init__(text)
+        self.id = ident
+
+
+_MESSAGES: dict[str, type[Message]] = {
+    kind.OP: kind
+    for kind in (Open, GiveBuffer, NameLayout, Submit, WaitReady, Stats, Free)
+    + (Opened, BufferGiven, Accepted, Answer, Ready, Counted, Failed)
+}
+# What `FrameReader.read` returns: a message or a batch record, and the descriptors it carried.
+Received = tuple[Union[Message, BatchRecord], list[int]]
+
+
+def _decode_message(data: Any) -> Message:
+    """The message a JSON object holds (MalformedMessage when it holds none)."""
+    if not isinstance(data, dict):
+        raise MalformedMessage("a message that is not a JSON object", None)
+    ident = data.get("id") if type(data.get("id")) is int else None
+    op = data.pop("op", None)
+    kind = _MESSAGES.get(op)
+    if kind is None:
+        raise MalformedMessage(f"unknown message {op!r}", ident)
+    try:
+        return kind.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedMessage(f"a {kind.OP!r} message that does not parse: {exc}", ident) from exc
+
+
+def send_message(sock: socket.socket, message: Message, fds: tuple[int, ...] = ()) -> None:
+    """Send one message (the caller serializes senders); `fds` travel with it (its `"fds"`
+    field says how many)."""
+    data = message.to_json()
     if fds:
-        message["fds"] = len(fds)
-    body = _encode(message).encode()
+        data["fds"] = len(fds)
+    body = _encode(data).encode()
     frame = _LENGTH.pack(len(body)) + body
     if fds:
         sent = socket.send_fds(sock, [frame], list(fds))
@@ -156,7 +413,10 @@ def send_batch(
     sock: socket.socket, kind: bytes, ident: int, buffer: int, layout: int, cpu: int = -1
 ) -> None:
     """Send one `SUBMIT` or `ANSWER` record (the caller serializes senders)."""
-    sock.sendall(_BATCH.pack(_BATCH_BODY, kind, ident, buffer, layout, cpu))
+    sock.sendall(_BATCH_FRAME.pack(_BATCH.size, kind, ident, buffer, layout, cpu))
+
+
+_record = BatchRecord._make
 
 
 class FrameReader:
@@ -169,9 +429,9 @@ class FrameReader:
         self._data = bytearray()
         self._fds: deque[int] = deque()
 
-    def read(self) -> tuple[dict[str, Any] | BatchFrame, list[int]] | None:
-        """The next message (a JSON object or a batch record) and its descriptors; None at the
-        end of the stream."""
+    def read(self) -> Received | None:
+        """The next message (decoded) or batch record and its descriptors; None at the end of
+        the stream. A message that does not parse raises MalformedMessage (its frame read)."""
         data = self._data
         while True:
             if len(data) >= _LENGTH.size:
@@ -180,20 +440,22 @@ class FrameReader:
                     raise DeviceHostError(f"a frame of {length} bytes is over {MAX_FRAME}")
                 end = _LENGTH.size + length
                 if len(data) >= end:
-                    if length == _BATCH_BODY and data[_LENGTH.size] in _BATCH_KINDS:
-                        record: BatchFrame = _BATCH.unpack_from(data)[1:]
+                    if length == _BATCH.size and data[_LENGTH.size] in _BATCH_KINDS:
+                        record = _record(_BATCH.unpack_from(data, _LENGTH.size))
                         del data[:end]
                         return record, []
-                    message = _decode(data[_LENGTH.size : end].decode())
+                    decoded = _decode(data[_LENGTH.size : end].decode())
                     del data[:end]
-                    if not isinstance(message, dict):
-                        raise DeviceHostError("a message that is not a JSON object")
-                    count = message.get("fds", 0)
-                    if not count:
-                        return message, []
+                    count = decoded.pop("fds", 0) if isinstance(decoded, dict) else 0
                     if count > len(self._fds):
                         raise DeviceHostError("a message announces descriptors it did not bring")
-                    return message, [self._fds.popleft() for _ in range(count)]
+                    fds = [self._fds.popleft() for _ in range(count)]
+                    try:
+                        return _decode_message(decoded), fds
+                    except MalformedMessage:
+                        for fd in fds:
+                            os.close(fd)
+                        raise
             if self._descriptors:
                 chunk, fds, _flags, _address = socket.recv_fds(self._sock, 1 << 16, MAX_FDS)
                 self._fds.extend(fds)
@@ -207,18 +469,18 @@ class FrameReader:
             data += chunk
 
 
-def specs_to_json(specs: tuple[TensorSpec, ...]) -> list[list[Any]]:
+def _specs_to_json(specs: tuple[TensorSpec, ...]) -> list[list[Any]]:
     return [[s.name, s.dtype.str, s.triton_dtype, list(s.shape), s.format] for s in specs]
 
 
-def specs_from_json(items: list[list[Any]]) -> tuple[TensorSpec, ...]:
+def _specs_from_json(items: list[list[Any]]) -> tuple[TensorSpec, ...]:
     return tuple(
         TensorSpec(name, np.dtype(dtype), triton, tuple(shape), fmt)
         for name, dtype, triton, shape, fmt in items
     )
 
 
-def gears_to_json(gears: GearInfo) -> dict[str, Any]:
+def _gears_to_json(gears: GearInfo) -> dict[str, Any]:
     return {
         "kind": gears.kind.value,
         "batched": gears.batched,
@@ -230,7 +492,7 @@ def gears_to_json(gears: GearInfo) -> dict[str, Any]:
     }
 
 
-def gears_from_json(data: dict[str, Any]) -> GearInfo:
+def _gears_from_json(data: dict[str, Any]) -> GearInfo:
     return GearInfo(
         kind=GearKind(data["kind"]),
         batched=bool(data["batched"]),
@@ -240,8 +502,3 @@ def gears_from_json(data: dict[str, Any]) -> GearInfo:
         max_batch=int(data["max_batch"]),
         side_inputs=tuple(data["side_inputs"]),
     )
-
-
-def counters_from_json(data: dict[str, Any]) -> SessionCounters:
-    names = {field.name for field in dataclasses.fields(SessionCounters)}
-    return SessionCounters(**{name: value for name, value in data.items() if name in names})

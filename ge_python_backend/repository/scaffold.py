@@ -79,6 +79,7 @@ STUB_FILES = (
     "errors.py",
     "modelinfo.py",
     "processes.py",
+    "serving.py",
     "devicehost/*.py",
     "triton/*.py",
     "runtime/*.py",

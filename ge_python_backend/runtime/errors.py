@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ge_python_backend.ascend import AclCode, describe_code
-from ge_python_backend.errors import GeBackendError, InputError, UserError
+from ge_python_backend.ascend import AclCode
+from ge_python_backend.errors import AclError, GeBackendError, InputError, UserError
 
 __all__ = [
     "AclError",
@@ -19,22 +19,6 @@ __all__ = [
     "check",
     "check_handle",
 ]
-
-
-class AclError(GeBackendError):
-    """An ACL call returned a non-zero status (or a null handle)."""
-
-    def __init__(self, code: int, api: str, detail: str = "", recent: str = "") -> None:
-        self.code = code
-        self.name, self.explanation = describe_code(code)
-        self.api = api
-        self.recent = recent  # acl.get_recent_err_msg() at the time of the failure
-        message = f"{api} failed with {code} {self.name}: {self.explanation}"
-        if detail:
-            message += f" ({detail})"
-        if recent:
-            message += f"; ACL says: {recent}"
-        super().__init__(message)
 
 
 class ExecuteTimeoutError(AclError):

@@ -251,6 +251,7 @@ class Session(Resource):
         self.path = Path(om_path)
         self.label = label or self.path.name
         self.device_id = device_id
+        self.host_pid = os.getpid()  # the process it runs in (`serving.ServingSession`)
         self.runtime = selected_runtime(runtime, self.path)
         if not self.path.is_file():
             raise ModelFileError(f"model file not found: {self.path}")

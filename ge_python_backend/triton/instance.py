@@ -1,4 +1,6 @@
-"""One Triton model instance serving an `.om` through a runtime `Session`.
+"""One Triton model instance serving an `.om` through a session (`serving.ServingSession`): a
+runtime `Session` in its own process, or, with `device_host` on, a `RemoteSession` in the device
+host; both answer and fail alike.
 
 `model_templates/model.py` delegates to `ModelInstance`; `pb_utils` (Triton's
 `triton_python_backend_utils`) is passed in because it only exists inside the Python backend stub.
@@ -25,14 +27,13 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ge_python_backend.devicehost.client import RemoteBatch, RemoteSession
-from ge_python_backend.devicehost.protocol import DeviceHostError, ModelUnavailable, RemoteError
-from ge_python_backend.modelinfo import gears_text
+from ge_python_backend.devicehost.client import RemoteSession
+from ge_python_backend.errors import AclError, GeBackendError, InputError, ModelUnavailable
+from ge_python_backend.modelinfo import SessionCounters, gears_text
 from ge_python_backend.repository.parameters import (
     ModelParameters,
     describe_unknown_parameter,
@@ -44,14 +45,8 @@ from ge_python_backend.repository.triton_config import (
     compare_config_with_session,
 )
 from ge_python_backend.repository.versions import expected_sha256, find_om
-from ge_python_backend.runtime import (
-    ENV_VAR,
-    AclError,
-    InputError,
-    PendingBatch,
-    Session,
-    SessionCounters,
-)
+from ge_python_backend.runtime import ENV_VAR, Session
+from ge_python_backend.serving import Completer, ServingBatch, ServingSession
 from ge_python_backend.triton.log import forward_to_triton
 from ge_python_backend.triton.metrics import MetricsPublisher
 from ge_python_backend.triton.requests import (
@@ -93,10 +88,10 @@ class ModelInstance:
             sha256 = expected_sha256(om_path, params)
         except ConfigError as exc:
             raise self._load_error(str(exc)) from exc
-        opening = RemoteSession if params.in_device_host else Session
+        opening: Callable[..., ServingSession] = RemoteSession if params.in_device_host else Session
         images = {} if params.image is None else {"image": params.image}
         try:
-            self.session: Session | RemoteSession = opening(
+            self.session = opening(
                 om_path,
                 device_id=device_id,
                 runtime=params.acl_runtime,
@@ -149,9 +144,7 @@ class ModelInstance:
             om_path.name,
             sha256[:12] if sha256 else "not checked",
             device_id,
-            f" in the device host (pid {self.session.host_pid})"
-            if isinstance(self.session, RemoteSession)
-            else "",
+            f" in the device host (pid {self.session.host_pid})" if params.in_device_host else "",
             self.session.runtime,
             gears.kind,
             gears_text(gears, self.session.inputs),
@@ -171,18 +164,14 @@ class ModelInstance:
         self._metrics = MetricsPublisher(
             pb_utils, labels, self.session.counters, self.session.device_memory()
         )
-        self._completions: queue.Queue[Any] | None = None
-        self._completer: threading.Thread | None = None
+        self._completions: Completer[tuple[ServingBatch, list[tuple[ParsedRequest, Any]]]] | None
+        self._completions = None
         self._measured = self.session.counters  # since the last pipelining decision
         self._long_intervals = 0  # metrics intervals in a row whose executions were long
         self._senders_refused = False  # the Python backend refused a response sender
         if params.pipeline_depth > 1:
             # Bounded: with the lanes, at most 2 * depth batches wait for their responses.
-            self._completions = queue.Queue(maxsize=params.pipeline_depth)
-            self._completer = threading.Thread(
-                target=self._complete, name="ge-completions", daemon=True
-            )
-            self._completer.start()
+            self._completions = Completer("ge-completions", self._complete, params.pipeline_depth)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Run the requests together (a bad one fails alone), answer every request.
@@ -216,7 +205,7 @@ class ModelInstance:
             if pending is not None:
                 assert self._completions is not None
                 batch = [(parsed, senders[parsed.position]) for parsed in accepted]
-                self._completions.put((pending, batch))  # blocks while the queue is full
+                self._completions.put((pending, batch))  # blocks while `depth` batches wait
             try:
                 self.session.wait_ready()
             except Exception:  # the batches keep their own failures; this one is the device's
@@ -249,7 +238,7 @@ class ModelInstance:
 
     def _submit(
         self, accepted: list[ParsedRequest], responses: list[Any], pipelined: bool
-    ) -> PendingBatch | RemoteBatch | None:
+    ) -> ServingBatch | None:
         """Submit the accepted requests as one batch. One that does not fit the model
         (`InputError.request`) is answered INVALID_ARG and taken out of `accepted`, and the
         others are submitted again; any other failure answers them all INTERNAL (None: nothing
@@ -311,13 +300,13 @@ class ModelInstance:
             self._long_intervals = 0
 
     def _answers(
-        self, pending: PendingBatch | RemoteBatch, accepted: list[ParsedRequest]
+        self, pending: ServingBatch, accepted: list[ParsedRequest]
     ) -> list[tuple[ParsedRequest, Any]]:
         """Each accepted request with its response: its outputs, or the batch's failure."""
         pb_utils = self._pb_utils
         try:
             results = pending.result()
-        except (AclError, RemoteError) as exc:
+        except AclError as exc:  # the device failed it, in this process or the device host
             logger.warning(
                 "model %s: a batch of %d request(s) failed with ACL error %d %s: %s",
                 self._name,
@@ -327,7 +316,7 @@ class ModelInstance:
                 exc,
             )
             return [(parsed, error_response(pb_utils, str(exc), "INTERNAL")) for parsed in accepted]
-        except DeviceHostError as exc:  # the device host went away, or failed otherwise
+        except GeBackendError as exc:  # e.g. the device host went away
             logger.warning(
                 "model %s: a batch of %d request(s) failed: %s", self._name, len(accepted), exc
             )
@@ -353,26 +342,21 @@ class ModelInstance:
         except Exception as exc:
             logger.warning("model %s: sending a response failed: %s", self._name, exc)
 
-    def _complete(self) -> None:
-        """Completion thread (depth 2): wait for each batch in order and send its responses.
+    def _complete(self, item: tuple[ServingBatch, list[tuple[ParsedRequest, Any]]]) -> None:
+        """Wait for a pipelined batch and send its responses (on the `Completer`'s thread).
 
         It never touches metrics (that crashes Triton 2.51): `execute` flushes them.
         """
-        assert self._completions is not None
-        while True:
-            item = self._completions.get()
-            if item is None:
-                return
-            pending, batch = item
-            senders = {parsed.position: sender for parsed, sender in batch}
-            try:
-                answers = self._answers(pending, [parsed for parsed, _ in batch])
-            except Exception as exc:  # not expected; never leave a request hanging
-                logger.exception("model %s: completing a batch", self._name)
-                error = error_response(self._pb_utils, str(exc), "INTERNAL")
-                answers = [(parsed, error) for parsed, _ in batch]
-            for parsed, response in answers:
-                self._send(senders[parsed.position], response)
+        pending, batch = item
+        senders = {parsed.position: sender for parsed, sender in batch}
+        try:
+            answers = self._answers(pending, [parsed for parsed, _ in batch])
+        except Exception as exc:  # not expected; never leave a request hanging
+            logger.exception("model %s: completing a batch", self._name)
+            error = error_response(self._pb_utils, str(exc), "INTERNAL")
+            answers = [(parsed, error) for parsed, _ in batch]
+        for parsed, response in answers:
+            self._send(senders[parsed.position], response)
 
     def _load_error(self, message: str) -> Exception:
         logger.error("model %s: %s", self._name, message)
@@ -380,10 +364,8 @@ class ModelInstance:
 
     def close(self) -> None:
         """Answer the batches in flight, then release the session (Triton calls finalize once)."""
-        if self._completions is not None and self._completer is not None:
-            self._completions.put(None)
-            self._completer.join()
-            self._completions = None
+        if self._completions is not None:
+            self._completions.close()
         self._metrics.close()
         self.session.close()
         logger.info("model %s: instance closed", self._name)
