@@ -12,8 +12,10 @@ with running_server(repo, log_path=tmp_path / "triton.log", env={...}) as server
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -127,3 +129,32 @@ class TritonPythonModel:
 def write_add_one(repository: Path) -> Path:
     """Write the `add_one` model (`ADD_ONE_CONFIG`, `ADD_ONE_MODEL`) into `repository`."""
     return write_python_model(repository, "add_one", ADD_ONE_CONFIG, ADD_ONE_MODEL)
+
+
+class ServeProcess:
+    """`ge-python-model serve REPOSITORY ARGUMENTS...` as a process (`env`: its environment),
+    stdout and stderr collected line by line."""
+
+    def __init__(
+        self, repository: Path, *arguments: str, env: Mapping[str, str] | None = None
+    ) -> None:
+        command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
+        self.process = subprocess.Popen(
+            [*command, *arguments],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)

@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from e2e_helpers import free_port, write_add_one
+from e2e_helpers import ServeProcess, free_port, write_add_one
 from reliability_helpers import wait_for_exit
 
 from ge_python_backend import repository_key
@@ -122,30 +121,16 @@ def attacker_python(prefix: list[str]) -> list[str]:
     raise AssertionError("no Python with tritonclient runs as the attacker")
 
 
-class Serve:
+class Serve(ServeProcess):
     """`ge-python-model serve` with its watcher, as a process, its output collected."""
 
     def __init__(self, repository: Path, log: Path, exit_timeout_s: int = 2) -> None:
         self.http, self.grpc = free_port(), free_port()
-        command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
-        command += ["--http-port", str(self.http), "--grpc-port", str(self.grpc)]
-        command += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
-        command += ["--watch-interval", "0.5", "--watch-timeout", "5"]
-        command += ["--exit-timeout-secs", str(exit_timeout_s)]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
+        arguments = ["--http-port", str(self.http), "--grpc-port", str(self.grpc)]
+        arguments += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
+        arguments += ["--watch-interval", "0.5", "--watch-timeout", "5"]
+        arguments += ["--exit-timeout-secs", str(exit_timeout_s)]
+        super().__init__(repository, *arguments)
 
     def wait_for(self, text: str, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout

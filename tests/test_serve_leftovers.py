@@ -14,14 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import write_add_one
+from e2e_helpers import ServeProcess, write_add_one
 from reliability_helpers import wait_for_exit
 
 from ge_python_backend import server as server_module
@@ -243,34 +242,15 @@ def test_a_records_directory_others_may_read_is_refused(shm: Path) -> None:
 # --- serve on the real server ----------------------------------------------------------------
 
 
-class Serve:
+class Serve(ServeProcess):
     """`ge-python-model serve` as a process with a temp directory of its own; stdout and stderr
     collected line by line."""
 
     def __init__(self, repository: Path, tmpdir: Path, *options: str) -> None:
         tmpdir.mkdir()
         self.tmpdir = tmpdir
-        command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
-        command += [*FREE_PORTS, *options]
-        self.process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=dict(os.environ, TMPDIR=str(tmpdir)),
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
+        env = dict(os.environ, TMPDIR=str(tmpdir))
+        super().__init__(repository, *FREE_PORTS, *options, env=env)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
