@@ -642,30 +642,39 @@ def test_dims_shape_that_is_not_a_gear(om_dims: Path) -> None:
         assert session.validate({"input_ids": ids, "attention_mask": ids}) == 1
 
 
-@pytest.fixture(scope="module")
-def om_dims_unbatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The dims model with axis 0 among the gear dims: no batch axis, whole inputs per gear."""
-    directory = tmp_path_factory.mktemp("dims_unbatched")
-    onnx_path = build_dims_model(directory / "dims.onnx")
+def _dims_om(directory: Path, dynamic_dims: str) -> Path:
+    """The dims model (`build_dims_model`) compiled in `directory` with `dynamic_dims`."""
     return compile_onnx(
-        onnx_path,
-        directory / "dims_unbatched",
+        build_dims_model(directory / "dims.onnx"),
+        directory / "dims",
         input_shape="input_ids:-1,-1;attention_mask:-1,-1",
-        dynamic_dims="1,8,1,8;2,16,2,16",
+        dynamic_dims=dynamic_dims,
         input_format="ND",
         **KEEP_FP32,
     )
 
 
-def test_an_unbatched_model_runs_whole_requests(om_dims_unbatched: Path) -> None:
-    rng = np.random.default_rng(12)
-    parts = [
+def _dims_requests(
+    rng: np.random.Generator, shapes: tuple[tuple[int, int], ...]
+) -> list[dict[str, np.ndarray]]:
+    """A request to the dims model per shape in `shapes`."""
+    return [
         {
             "input_ids": rng.integers(0, 32, shape, dtype=np.int64),
             "attention_mask": rng.integers(0, 2, shape, dtype=np.int64),
         }
-        for shape in ((2, 16), (1, 8), (2, 16))
+        for shape in shapes
     ]
+
+
+@pytest.fixture(scope="module")
+def om_dims_unbatched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dims model with axis 0 among the gear dims: no batch axis, whole inputs per gear."""
+    return _dims_om(tmp_path_factory.mktemp("dims_unbatched"), "1,8,1,8;2,16,2,16")
+
+
+def test_an_unbatched_model_runs_whole_requests(om_dims_unbatched: Path) -> None:
+    parts = _dims_requests(np.random.default_rng(12), ((2, 16), (1, 8), (2, 16)))
     with Session(om_dims_unbatched, runtime="emulator") as session:
         assert session.gears == GearInfo(
             "dims", False, (), (), (((1, 8), (1, 8)), ((2, 16), (2, 16))), 0
@@ -686,27 +695,11 @@ def test_an_unbatched_model_runs_whole_requests(om_dims_unbatched: Path) -> None
 def om_dims_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The dims model with gears of batch sizes 1, 4 times lengths 8, 16 (as migrate compiles a
     batched model with a geared axis)."""
-    directory = tmp_path_factory.mktemp("dims_rows")
-    onnx_path = build_dims_model(directory / "dims.onnx")
-    return compile_onnx(
-        onnx_path,
-        directory / "dims_rows",
-        input_shape="input_ids:-1,-1;attention_mask:-1,-1",
-        dynamic_dims="1,8,1,8;1,16,1,16;4,8,4,8;4,16,4,16",
-        input_format="ND",
-        **KEEP_FP32,
-    )
+    return _dims_om(tmp_path_factory.mktemp("dims_rows"), "1,8,1,8;1,16,1,16;4,8,4,8;4,16,4,16")
 
 
 def test_dims_gears_of_batch_sizes_pad_rows_as_batch_gears_do(om_dims_rows: Path) -> None:
-    rng = np.random.default_rng(13)
-    parts = [
-        {
-            "input_ids": rng.integers(0, 32, shape, dtype=np.int64),
-            "attention_mask": rng.integers(0, 2, shape, dtype=np.int64),
-        }
-        for shape in ((3, 16), (6, 8), (1, 8))
-    ]
+    parts = _dims_requests(np.random.default_rng(13), ((3, 16), (6, 8), (1, 8)))
     with Session(om_dims_rows, runtime="emulator") as session:
         assert session.gears.batched and session.gears.batch_gears == (1, 4)
         assert [s.shape for s in session.inputs] == [(-1, -1), (-1, -1)]
