@@ -37,15 +37,16 @@ CHECK_WORKERS ?= 4
 PYTEST := PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest
 
 test: setup lint ## Lint, type-check and run every test, end-to-end tests on the real tritonserver included
-	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile -m "not soak"
 
 check: setup lint ## Lint, type-check and run the tests that start no server (-m "not e2e"): the inner loop
-	$(PYTEST) -q -n $(CHECK_WORKERS) -m "not e2e"
+	$(PYTEST) -q -n $(CHECK_WORKERS) -m "not e2e and not soak"
 
 .PHONY: help setup lint format test check
 
-soak: setup ## Longer soak (200,000 requests at concurrency 16), 100 reload cycles, 40 models x 2 under the device host; prints figures
+soak: setup ## Longer soak (200,000 requests at concurrency 16), 100 reload cycles, 40 models x 2 under the device host, the latency measurements under load; prints figures
 	GE_SOAK_REQUESTS=200000 GE_RELOAD_CYCLES=100 GE_HOST_CHOICE_SERVED_MODELS=40 $(VENV)/bin/pytest -q -s tests/test_soak.py tests/test_reliability_reload.py tests/test_device_host_choice.py
+	$(VENV)/bin/pytest -q -s -m soak
 
 .PHONY: soak
 

@@ -140,6 +140,7 @@ def beside_decodes(
     return np.array(quiet), np.array(busy), batches
 
 
+@pytest.mark.soak
 def test_another_models_p99_beside_large_jpegs_stays_within_2x_of_its_quiet_p99(
     tmp_path: Path, run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
