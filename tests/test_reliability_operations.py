@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -192,9 +191,7 @@ def test_serve_exits_1_when_requests_outlive_the_exit_timeout(
     # Triton gives up on the hung request after 1 s; its hung stub then keeps it from exiting
     # until `serve` kills it: exit code 1 or -9 (SIGKILL), never 0.
     assert "Triton did not stop cleanly (exit code " in err
-    # the hung request, as the last look at Triton's metrics counted it (or, when its metrics
-    # never answered while it stopped, as unknown)
-    assert re.search(r"(1 request in flight at the end may be|requests may have been) left", err)
+    assert "requests may have been left unanswered" in err
 
 
 # ----------------------------------------------------------------------------- load shedding

@@ -304,8 +304,7 @@ def _left_unanswered(server: TritonServer) -> str:
         return "no request was in flight at the end, none was left unanswered"
     if server.in_flight_at_stop is None:
         return "requests may have been left unanswered"
-    count = server.in_flight_at_stop
-    return f"{count} request{'s' * (count != 1)} in flight at the end may be left unanswered"
+    return f"{server.in_flight_at_stop} requests in flight at the end may be left unanswered"
 
 
 def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
