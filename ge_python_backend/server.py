@@ -765,7 +765,7 @@ class TritonServer:
         self.repository_key: str | None = None  # this launch's (`repository_key`)
         self.key_hidden = False  # whether it is gone from the server's /proc/<pid>/cmdline
         self._restricted = False  # whether the binary closes its model-repository API
-        # While stopping: requests in flight at the last look answered (None: none), and the idle
+        # While stopping: requests in flight at the last look (None: unknown), and the idle
         # client connections closed (or why they could not be).
         self.in_flight_at_stop: int | None = None
         self.idle_connections_closed = 0
@@ -1078,10 +1078,8 @@ class TritonServer:
         Triton would otherwise wait for until its exit timeout, or say once why not."""
         if self._process is None or self._ports is None:
             return
-        pending = self.pending_requests()
-        if pending is not None:  # a stopping Triton may stop answering its metrics first
-            self.in_flight_at_stop = pending
-        self._quiet_looks = self._quiet_looks + 1 if pending == 0 else 0
+        self.in_flight_at_stop = self.pending_requests()
+        self._quiet_looks = self._quiet_looks + 1 if self.in_flight_at_stop == 0 else 0
         if self._quiet_looks < 2 or self._cannot_close is not None:
             return
         idle = client_connections(self._process.pid, self._ports[0])
