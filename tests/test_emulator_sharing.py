@@ -16,6 +16,7 @@ import pytest
 from emulator_helpers import Model, malloc
 from onnx_models import KEEP_FP32, build_mlp, reference
 
+from ge_python_backend.ascend import AclCode
 from ge_python_backend.emulator import acl
 from ge_python_backend.emulator._models import MODEL_DESCS, MODELS
 from ge_python_backend.emulator.omfile import OmModel, compile_onnx
@@ -97,6 +98,14 @@ def test_a_changed_file_is_read_again(
     batch = Model(path)
     assert acl.mdl.get_num_inputs(static.desc) == 1
     assert acl.mdl.get_num_inputs(batch.desc) == 2  # x and ascend_mbatch_shape_data
+    # rewritten within the clock's tick (size and time kept): its checksum tells
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(data)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert acl.mdl.load_from_file(str(path)) == (0, AclCode.PARSE_MODEL)
+    assert "fails its SHA-256 check" in acl.get_recent_err_msg()
 
 
 def _work_space(*oms: Path) -> tuple[int, int]:

@@ -234,13 +234,15 @@ class OmModel:
     def shared(cls, path: PathLike) -> OmModel:
         """The process's one `OmModel` of the file at `path`, and so one onnxruntime session
         (whose `run` is thread-safe), however many model ids load it: one per file identity
-        (device, inode, size, modification time), so hard links share it and a changed file is
-        read again. The cache holds weak references: an engine lives while a loaded model, a
-        model description or queued work holds it, and goes with the last of them."""
+        (device, inode, size, modification time) and checksum (the file's last 32 bytes: a
+        rewrite within the clock's tick keeps the time), so hard links share it and a changed
+        file is read again. The cache holds weak references: an engine lives while a loaded
+        model, a model description or queued work holds it, and goes with the last of them."""
         source = os.fspath(path)
         with _read_failure(source), open(source, "rb") as file:
             info = os.fstat(file.fileno())
-            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            trailer = os.pread(file.fileno(), _TRAILER_SIZE, max(0, info.st_size - _TRAILER_SIZE))
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, trailer)
             with _SHARED_LOCK:
                 om = _SHARED.get(key)
             if om is None:
@@ -317,8 +319,8 @@ class OmModel:
             return self._session
 
 
-# `OmModel.shared`'s engines by file identity (st_dev, st_ino, st_size, st_mtime_ns)
-_SHARED: weakref.WeakValueDictionary[tuple[int, int, int, int], OmModel] = (
+# `OmModel.shared`'s engines by file identity (st_dev, st_ino, st_size, st_mtime_ns, trailer)
+_SHARED: weakref.WeakValueDictionary[tuple[int, int, int, int, bytes], OmModel] = (
     weakref.WeakValueDictionary()
 )
 _SHARED_LOCK = threading.Lock()
