@@ -115,10 +115,14 @@ MBATCH = "ascend_mbatch_shape_data"
 
 
 class Model:
-    """A loaded model with one device buffer per input and output, sized as the desc says."""
+    """A loaded model with one device buffer per input and output, sized as the desc says;
+    `work` (pointer, size): loaded with that work memory (`load_from_file_with_mem`)."""
 
-    def __init__(self, om: Path) -> None:
-        self.model_id, ret = acl.mdl.load_from_file(str(om))
+    def __init__(self, om: Path, work: tuple[int, int] | None = None) -> None:
+        if work is None:
+            self.model_id, ret = acl.mdl.load_from_file(str(om))
+        else:
+            self.model_id, ret = acl.mdl.load_from_file_with_mem(str(om), *work, 0, 0)
         assert ret == 0, acl.get_recent_err_msg()
         self.desc = acl.mdl.create_desc()
         assert acl.mdl.get_desc(self.desc, self.model_id) == 0

@@ -180,6 +180,42 @@ def test_memset(ctx: int) -> None:
     assert "host memory" in acl.get_recent_err_msg()
 
 
+def test_memset_async_runs_in_its_stream_s_order(ctx: int) -> None:
+    """aclrtMemsetAsync: the bytes change when the stream reaches it, after the work queued
+    before it; the same refusals as memset, and a bad stream's."""
+    stream, _ = acl.rt.create_stream()
+    dev = malloc(128)
+    host, _ = acl.rt.malloc_host(128)
+    out, _ = acl.rt.malloc_host(128)
+    ctypes.memset(host, 2, 128)
+    assert acl.rt.memcpy_async(dev, 128, host, 128, H2D, stream) == 0
+    assert acl.rt.memset_async(dev, 128, 0, 64, stream) == 0  # over the copy's first half
+    assert acl.rt.memcpy_async(out, 128, dev, 128, D2H, stream) == 0
+    assert acl.rt.synchronize_stream(stream) == 0
+    assert ctypes.string_at(out, 128) == b"\0" * 64 + b"\x02" * 64
+    assert acl.rt.memset_async(dev, 50, 0, 60, stream) == 107000
+    assert acl.rt.memset_async(dev, 128, 256, 10, stream) == 107000
+    assert acl.rt.memset_async(host, 128, 0, 64, stream) == 107000
+    assert acl.rt.memset_async(dev, 128, 0, 64, 0xDEAD) == 107017
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def test_a_memset_takes_device_time_at_the_device_s_memory_bandwidth(ctx: int) -> None:
+    set_timing("memset_gbps=0.001")  # 50,000 bytes take 50 ms
+    stream, _ = acl.rt.create_stream()
+    start, end = acl.rt.create_event()[0], acl.rt.create_event()[0]
+    dev = malloc(50_000)
+    assert acl.rt.record_event(start, stream) == 0
+    assert acl.rt.memset_async(dev, 50_000, 0, 50_000, stream) == 0
+    assert acl.rt.record_event(end, stream) == 0
+    assert acl.rt.synchronize_stream(stream) == 0
+    ms, ret = acl.rt.event_elapsed_time(start, end)
+    assert ret == 0 and 49.999 <= ms < 75.0
+    for event in (start, end):
+        assert acl.rt.destroy_event(event) == 0
+    assert acl.rt.destroy_stream(stream) == 0
+
+
 def test_memcpy_async_rules(ctx: int) -> None:
     stream, ret = acl.rt.create_stream()
     assert ret == 0

@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 from emulator_helpers import (
+    D2H,
     H2D,
     MBATCH,
     Model,
     dataset_of,
     example_inputs,
     malloc,
+    model_datasets,
     select,
 )
 from onnx_models import KEEP_FP32, reference, reference_session
@@ -268,6 +270,61 @@ def test_execute_reads_the_gear_from_the_buffer(ctx: int, om_dynamic_batch: Path
     value = struct.pack("<q", 2)
     assert acl.rt.memcpy(ptr, 8, acl.util.bytes_to_ptr(value), 8, H2D) == 0
     assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
+
+
+def test_two_datasets_of_one_model_id_on_one_stream_alternate_gears(
+    ctx: int, om_dynamic_batch: Path
+) -> None:
+    """Two lanes (each its own datasets) of one loaded model on one stream: the gear travels in
+    each input dataset's ascend_mbatch_shape_data (ACL keeps its value per dataset too:
+    model.cpp aclmdlSetDynamicBatchSize sets the dataset's dynamicBatchSize), so one lane's
+    set_dynamic_batch_size changes neither the other's execution nor its output dims. GE keeps
+    the gear get_cur_output_dims reports per model id (davinci_model.cc SetDynamicSize,
+    GetCurrentShape): the last set_* call's, on any dataset."""
+    first = Model(om_dynamic_batch)
+    second = model_datasets(first.desc)
+    lanes = [(first.inputs, first.outputs), (second[0], second[1])]
+    stream, _ = acl.rt.create_stream()
+    rng = np.random.default_rng(4)
+    for gears in [(2, 8), (8, 1), (4, 2)]:
+        sent = []
+        for (inputs, _), batch in zip(lanes, gears):  # both set before either runs
+            ret = acl.mdl.set_dynamic_batch_size(first.model_id, inputs, first.mbatch, batch)
+            assert ret == 0
+            x = rng.standard_normal((batch, 16)).astype(np.float32)
+            _write(inputs, 0, x.tobytes())
+            sent.append(x)
+        for inputs, outputs in lanes:
+            assert acl.mdl.execute_async(first.model_id, inputs, outputs, stream) == 0
+        assert acl.rt.synchronize_stream(stream) == 0, acl.get_recent_err_msg()
+        for (_, outputs), x in zip(lanes, sent):
+            for index, want in enumerate(reference(om_dynamic_batch, [x]).values()):
+                got = _read_output(outputs, index)
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        current, _ = acl.mdl.get_cur_output_dims(first.desc, 0)
+        assert current["dims"][0] == gears[-1]  # the model's last set_*
+    assert acl.rt.destroy_stream(stream) == 0
+
+
+def _buffer(dataset: int, index: int) -> tuple[int, int]:
+    buf = acl.mdl.get_dataset_buffer(dataset, index)
+    return acl.get_data_buffer_addr(buf), acl.get_data_buffer_size_v2(buf)
+
+
+def _write(dataset: int, index: int, data: bytes) -> None:
+    ptr, size = _buffer(dataset, index)
+    assert acl.rt.memcpy(ptr, size, acl.util.bytes_to_ptr(data), len(data), H2D) == 0
+
+
+def _read_output(dataset: int, index: int) -> np.ndarray:
+    """Output `index` of the execution that filled `dataset`, in the dims of its tensor desc."""
+    desc = acl.mdl.get_dataset_tensor_desc(dataset, index)
+    dims = [acl.get_tensor_desc_dim_v2(desc, axis)[0] for axis in range(2)]
+    dtype = np.dtype(np.float32)
+    out = bytes(int(np.prod(dims)) * dtype.itemsize)
+    ptr, _ = _buffer(dataset, index)
+    assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), len(out), ptr, len(out), D2H) == 0
+    return np.frombuffer(out, dtype).reshape(dims)
 
 
 def test_execute_checks_the_datasets(ctx: int, om_dynamic_batch: Path) -> None:

@@ -220,7 +220,8 @@ EMULATED: dict[str, frozenset[str]] = {
         """
         create_context create_event create_stream destroy_context destroy_event destroy_stream
         event_elapsed_time free free_host get_context get_device get_device_count get_mem_info
-        get_run_mode malloc malloc_host memcpy memcpy_async memset record_event reset_device
+        get_run_mode malloc malloc_host memcpy memcpy_async memset memset_async record_event
+        reset_device
         set_context set_device stream_wait_event synchronize_device synchronize_event
         synchronize_event_with_timeout synchronize_stream synchronize_stream_with_timeout
         """

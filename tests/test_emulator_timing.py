@@ -214,8 +214,9 @@ def test_a_named_profile_gives_its_calibrated_values_and_keys_override_them() ->
     assert resnet.execute_seconds(1) == pytest.approx(2.456e-3, rel=0.01)
     assert resnet.execute_seconds(64) == pytest.approx(64 / 4250, rel=0.01)
     assert resnet.copy_seconds(10**9) == pytest.approx(0.1)
+    assert resnet.memset_seconds(204_800_000) == pytest.approx(1e-3)  # 204.8 GB/s LPDDR4X
     assert parse("copy_gbps=5,profile=resnet50-310p3") == parse(
-        "execute_us=2260,execute_us_per_row=200,copy_gbps=5"
+        "execute_us=2260,execute_us_per_row=200,copy_gbps=5,memset_gbps=204.8"
     )
     assert parse(" profile = resnet50-310p3 , execute_us_per_row=0").execute_seconds(8) == 2.26e-3
 

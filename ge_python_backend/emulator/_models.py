@@ -12,6 +12,7 @@ filled by `set_input_aipp`; `execute` decodes that block and applies it per imag
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import itertools
 import math
@@ -19,6 +20,7 @@ import string
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 
@@ -40,7 +42,7 @@ from ge_python_backend.ascend import (
     converted_tensor_name,
 )
 from ge_python_backend.emulator import timing
-from ge_python_backend.emulator._memory import MEMORY, Span, device_malloc
+from ge_python_backend.emulator._memory import MEMORY, DeviceAllocation, Span, device_malloc
 from ge_python_backend.emulator._state import (
     LOCK,
     POISON,
@@ -267,15 +269,82 @@ class DescribedModel:
         return shapes[first][0] if shapes and shapes[first] else 1
 
 
-class LoadedModel(DescribedModel):
-    """A model id's state: the OM, the loading context, the device memory its load holds and
-    the gear last selected by set_*."""
+@dataclass(frozen=True)
+class CallerMemory:
+    """Device memory a caller gave a load (`load_from_file_with_mem`): [start, end) of
+    `allocation`, the model's `what` ("work" or "weight") memory."""
 
-    def __init__(self, model_id: int, om: OmModel, context: Context, device_bytes: int) -> None:
+    what: str
+    allocation: DeviceAllocation
+    start: int
+    end: int
+
+    def overlaps(self, other: CallerMemory) -> bool:
+        """Whether the two ranges share a byte."""
+        return self.start < other.end and other.start < self.end
+
+    def check_live(self, model_id: int) -> None:
+        """507015 (an AI Core exception, UNCONFIRMED code) once the memory was freed: GE keeps
+        the pointer and the runtime does not know a model uses it, so on a device the model's
+        tasks would access freed memory (a fault, or silent corruption once it is reused)."""
+        if not self.allocation.live:
+            raise AclFailure(
+                AclCode.RT_AICORE_EXCEPTION,
+                f"the {self.what} memory of model {model_id} (0x{self.start:x}, "
+                f"{self.end - self.start} bytes, given to acl.mdl.load_from_file_with_mem) was "
+                f"{self.allocation.freed_by} while the model is loaded; neither GE nor the "
+                "runtime checks this and on a device the model would access freed memory: free "
+                "a model's memory only after acl.mdl.unload",
+            )
+
+
+class SyncRun:
+    """A synchronous `acl.mdl.execute` in flight, in the place of a stream: `reached` once it
+    returned (`done`)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def reached(self, ticket: int) -> bool:
+        """True once the execute returned."""
+        return self.done
+
+
+Runner = Union[Stream, SyncRun]
+# The executions queued on callers' work memory, per allocation and per stream (or running
+# synchronous execute), in submission order: (model, ticket). A stream's tasks run in order, so
+# its reached executions leave from the front.
+WORK_FLIGHTS: dict[DeviceAllocation, dict[Runner, collections.deque[tuple[LoadedModel, int]]]] = {}
+
+
+def _pending(
+    runner: Runner, flights: collections.deque[tuple[LoadedModel, int]]
+) -> collections.deque[tuple[LoadedModel, int]]:
+    """`flights` without the executions `runner` has reached."""
+    while flights and runner.reached(flights[0][1]):
+        flights.popleft()
+    return flights
+
+
+class LoadedModel(DescribedModel):
+    """A model id's state: the OM, the loading context, the device memory its load holds, the
+    memory its caller gave it and the gear last selected by set_* (on any dataset: GE keeps it
+    per model, DavinciModel::SetDynamicSize, and get_cur_output_dims reads it)."""
+
+    def __init__(
+        self,
+        model_id: int,
+        om: OmModel,
+        context: Context,
+        device_bytes: int,
+        given: Sequence[CallerMemory] = (),
+    ) -> None:
         super().__init__(om)
         self.id = model_id
         self.context = context
         self.device_bytes = device_bytes  # the device memory ACL allocated for it at load
+        self.given = tuple(given)  # work and weight memory from load_from_file_with_mem
+        self.work = next((m for m in self.given if m.what == "work"), None)
         self.live = True
         self.current_gear = self.largest
         # GE refuses to mix execute and execute_async on one model ("NnExecute not support mix
@@ -307,7 +376,64 @@ class LoadedModel(DescribedModel):
                 f"model {self.id} is still executing on stream 0x{busy[0].handle:x}; one model "
                 "id must not run on two streams at once (load the .om once per stream)",
             )
+        self._check_shared_work(stream)
         self.exec_mode = mode
+
+    def _check_shared_work(self, stream: Stream | None) -> None:
+        """500002 when another model whose caller-given work memory overlaps this one's is
+        still executing elsewhere than on `stream` (None: a synchronous execute, ordered with
+        nothing). GE does not check this either; on a device both executions would write their
+        feature maps into the same memory. Only the executions on this work allocation are
+        looked at."""
+        work = self.work
+        if work is None:
+            return
+        runners = WORK_FLIGHTS.get(work.allocation, {})
+        for runner, flights in list(runners.items()):
+            if runner is stream or not _pending(runner, flights):
+                if not flights:
+                    del runners[runner]
+                continue
+            for other, _ in flights:
+                if other is not self and other.work is not None and other.work.overlaps(work):
+                    where = (
+                        f"on stream 0x{runner.handle:x}"
+                        if isinstance(runner, Stream)
+                        else "in a synchronous acl.mdl.execute"
+                    )
+                    mine = "acl.mdl.execute" if stream is None else f"stream 0x{stream.handle:x}"
+                    raise AclFailure(
+                        AclCode.GE_FAILURE,
+                        f"model {self.id} (on {mine}) shares work memory with model {other.id}, "
+                        f"which is still executing {where}; GE does not check that a work "
+                        "space given to several models is used by one execution at a time, and "
+                        "on a device the two executions would overwrite each other's feature "
+                        "maps (results silently corrupted): run the models that share a work "
+                        "space on one stream",
+                    )
+
+    def record_execution(self, runner: Runner, ticket: int) -> None:
+        """Note an execution on `runner` (its `ticket`) on this model's caller-given work memory
+        (caller holds LOCK; nothing without one)."""
+        if self.work is None:
+            return
+        runners = WORK_FLIGHTS.setdefault(self.work.allocation, {})
+        _pending(runner, runners.setdefault(runner, collections.deque())).append((self, ticket))
+
+    def forget_executions(self) -> None:
+        """Drop this model's executions from the work records (unload; caller holds LOCK)."""
+        if self.work is None:
+            return
+        for flights in WORK_FLIGHTS.get(self.work.allocation, {}).values():
+            kept = [flight for flight in flights if flight[0] is not self]
+            flights.clear()
+            flights.extend(kept)
+
+    def end_synchronous(self, run: SyncRun) -> None:
+        """A synchronous execute `run` returned (caller holds LOCK)."""
+        run.done = True
+        if self.work is not None:
+            WORK_FLIGHTS.get(self.work.allocation, {}).pop(run, None)
 
     def check_live(self) -> None:
         """100011 if unloaded or loaded before acl.finalize."""
@@ -429,6 +555,8 @@ class Execution:
         """
         model = self.model
         model.check_live()
+        for memory in model.given:
+            memory.check_live(model.id)
         for i, span in enumerate(self.inputs + self.outputs):
             if span is not None:
                 span.check_live(f"buffer {i}")

@@ -33,6 +33,7 @@ COUNTERS = (
     "d2d_bytes",
     "h2h_bytes",
     "memset_calls",
+    "memset_async_calls",
     "execute_calls",
     "execute_async_calls",
     "jpegd_calls",

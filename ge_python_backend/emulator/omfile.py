@@ -4,7 +4,8 @@ Layout: `MAGIC`, a little-endian u64 header length, the UTF-8 JSON header, the O
 32-byte SHA-256 of everything before it. `compile_onnx` writes one from an ONNX file with ATC's
 flag semantics (`--input_shape`, shape ranges included, `--dynamic_batch_size`,
 `--dynamic_image_size`, `--dynamic_dims`; outputs whose dims depend on the data get -1);
-`OmModel.load` reads it back and `OmModel.run` executes it with onnxruntime on the CPU.
+`OmModel.load` reads it back (`OmModel.shared`: once per file in a process) and `OmModel.run`
+executes it with onnxruntime on the CPU.
 
 Only numpy is needed to import this module; onnx and onnxruntime are imported when a model is
 compiled or run. ACL's codes, data types, formats and gear kinds come from `ascend`.
@@ -12,6 +13,7 @@ compiled or run. ACL's codes, data types, formats and gear kinds come from `asce
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,6 +22,7 @@ import math
 import os
 import struct
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -222,16 +225,34 @@ class OmModel:
         """Read and verify an emulator `.om` from a path or from its bytes; raises OmFormatError."""
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             data = bytes(path_or_bytes)
-            source = f"model data in memory ({len(data)} bytes)"
-        else:
-            source = os.fspath(path_or_bytes)
-            try:
-                data = Path(source).read_bytes()
-            except OSError as exc:
-                raise OmFormatError(
-                    AclCode.READ_MODEL_FAILURE,
-                    f"cannot read model file {source}: {exc.strerror or exc}",
-                ) from exc
+            return cls._parse(data, f"model data in memory ({len(data)} bytes)")
+        source = os.fspath(path_or_bytes)
+        with _read_failure(source), open(source, "rb") as file:
+            return cls._parse(file.read(), source)
+
+    @classmethod
+    def shared(cls, path: PathLike) -> OmModel:
+        """The process's one `OmModel` of the file at `path`, and so one onnxruntime session
+        (whose `run` is thread-safe), however many model ids load it: one per file identity
+        (device, inode, size, modification time) and checksum (the file's last 32 bytes: a
+        rewrite within the clock's tick keeps the time), so hard links share it and a changed
+        file is read again. The cache holds weak references: an engine lives while a loaded
+        model, a model description or queued work holds it, and goes with the last of them."""
+        source = os.fspath(path)
+        with _read_failure(source), open(source, "rb") as file:
+            info = os.fstat(file.fileno())
+            trailer = os.pread(file.fileno(), _TRAILER_SIZE, max(0, info.st_size - _TRAILER_SIZE))
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, trailer)
+            with _SHARED_LOCK:
+                om = _SHARED.get(key)
+            if om is None:
+                om = cls._parse(file.read(), source)
+                with _SHARED_LOCK:
+                    om = _SHARED.setdefault(key, om)  # a thread that read it first wins
+        return om
+
+    @classmethod
+    def _parse(cls, data: bytes, source: str) -> OmModel:
         header, onnx_bytes = _unpack(data, source)
         return cls(source, header, onnx_bytes)
 
@@ -296,6 +317,24 @@ class OmModel:
             if self._session is None:
                 self._session = _new_session(self._onnx_bytes)
             return self._session
+
+
+# `OmModel.shared`'s engines by file identity (st_dev, st_ino, st_size, st_mtime_ns, trailer)
+_SHARED: weakref.WeakValueDictionary[tuple[int, int, int, int, bytes], OmModel] = (
+    weakref.WeakValueDictionary()
+)
+_SHARED_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _read_failure(source: str) -> Iterator[None]:
+    """An OSError reading model file `source` as OmFormatError (ACL's read failure)."""
+    try:
+        yield
+    except OSError as exc:
+        raise OmFormatError(
+            AclCode.READ_MODEL_FAILURE, f"cannot read model file {source}: {exc.strerror or exc}"
+        ) from exc
 
 
 def compile_onnx(

@@ -15,7 +15,10 @@ its whole length (in this process the turns go first come, first served; between
 engine file's lock decides, which may keep one process's turns together). Execution takes
 `execute_us + rows * execute_us_per_row` microseconds (rows = the batch of the selected gear, or
 dim 0 of a static model's first input); a copy takes `bytes / (copy_gbps * 1e9)` seconds, or as
-long as the work really took if that is longer (an execution: its device time). Without a spec
+long as the work really took if that is longer (an execution: its device time). A memset
+(`acl.rt.memset`, `memset_async`) writes device memory at the device's memory bandwidth,
+`bytes / (memset_gbps * 1e9)` seconds of its stream's device time, holding no engine (whether it
+contends with copies on a device is UNCONFIRMED). Without a spec
 nothing sleeps, but the copy engines' locks still serialize copies on a device (of this process);
 executions run side by side.
 
@@ -74,12 +77,20 @@ FIELDS = (
     "execute_us",
     "execute_us_per_row",
     "copy_gbps",
+    "memset_gbps",
     "jpegd_channel_fps",
     "jpegd_chip_fps",
     "vpc_channel_fps",
     "vpc_chip_fps",
 )
-RATES = ("copy_gbps", "jpegd_channel_fps", "jpegd_chip_fps", "vpc_channel_fps", "vpc_chip_fps")
+RATES = (
+    "copy_gbps",
+    "memset_gbps",
+    "jpegd_channel_fps",
+    "jpegd_chip_fps",
+    "vpc_channel_fps",
+    "vpc_chip_fps",
+)
 FRAME_1080P = 1920 * 1080  # the pixels DVPP's performance pages count as one frame
 
 
@@ -90,6 +101,7 @@ class Timing:
     execute_us: float = 0.0
     execute_us_per_row: float = 0.0
     copy_gbps: float = math.inf
+    memset_gbps: float = math.inf  # device memory written by a memset
     # DVPP: 1080p frames per second of one channel, and of the chip (all channels together)
     jpegd_channel_fps: float = math.inf
     jpegd_chip_fps: float = math.inf
@@ -110,6 +122,10 @@ class Timing:
         """Modelled time of one copy."""
         return nbytes / (self.copy_gbps * 1e9)
 
+    def memset_seconds(self, nbytes: int) -> float:
+        """Modelled time of one memset of device memory."""
+        return nbytes / (self.memset_gbps * 1e9)
+
     def dvpp_seconds(self, unit: str, pixels: int) -> tuple[float, float]:
         """Modelled (channel, chip) time of one JPEGD (`unit` "jpegd") or VPC ("vpc") job of
         `pixels` pixels: a channel holds its job for pixels / 1080p / channel rate, the chip's
@@ -123,8 +139,11 @@ class Timing:
 # Named device profiles; BENCHMARKS.md ("Device profiles") gives the sources.
 PROFILES = {
     # ResNet-50 fp16 on Atlas 300I Pro (Ascend 310P3): 2.46 ms at batch 1 and 15.06 ms at
-    # batch 64 (4,250 images/s); copies at 10 GB/s, a third of PCIe 4.0 x16's 31.5 GB/s.
-    "resnet50-310p3": Timing(execute_us=2260.0, execute_us_per_row=200.0, copy_gbps=10.0),
+    # batch 64 (4,250 images/s); copies at 10 GB/s, a third of PCIe 4.0 x16's 31.5 GB/s;
+    # memsets at the chip's LPDDR4X bandwidth, 204.8 GB/s.
+    "resnet50-310p3": Timing(
+        execute_us=2260.0, execute_us_per_row=200.0, copy_gbps=10.0, memset_gbps=204.8
+    ),
     # DVPP per SoC, combined with a model's figures by keys (CANN 6.0.1 JPEGD and VPC
     # performance pages aclcppdevg_03_0187, _0279, _0233): Ascend 310 JPEGD 128 fps on one
     # channel, 256 on two or more (its VPC rates were not read: not modelled); 310P JPEGD
@@ -136,8 +155,8 @@ PROFILES = {
 }
 FORMAT = (
     "comma-separated key=value pairs with keys execute_us, execute_us_per_row (microseconds, "
-    ">= 0), copy_gbps (GB/s, > 0), jpegd_channel_fps, jpegd_chip_fps, vpc_channel_fps, "
-    "vpc_chip_fps (1080p frames/s, > 0) and profile (one of "
+    ">= 0), copy_gbps, memset_gbps (GB/s, > 0), jpegd_channel_fps, jpegd_chip_fps, "
+    "vpc_channel_fps, vpc_chip_fps (1080p frames/s, > 0) and profile (one of "
     f"{', '.join(PROFILES)}: its values, the other keys override them), e.g. "
     '"execute_us=2000,execute_us_per_row=250,copy_gbps=0.05" or "profile=resnet50-310p3"'
 )

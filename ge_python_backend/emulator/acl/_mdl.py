@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
 from ge_python_backend import aipp as _aipp
@@ -16,10 +17,12 @@ from ge_python_backend.emulator._models import (
     MODEL_DESCS,
     MODELS,
     NOT_A_GEAR,
+    CallerMemory,
     DescribedModel,
     IoTensor,
     LoadedModel,
     ModelDesc,
+    SyncRun,
     dynamic_images,
     prepare,
     write_gear,
@@ -55,11 +58,8 @@ def _dict_ret(code: int, args: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
 def load_from_file(path: str) -> tuple[int, int]:
     """(model_id, ret): load an emulator .om under the current context."""
     ctx = current_context()
-    try:
-        om = OmModel.load(path)
-    except OmFormatError as exc:
-        raise AclFailure(exc.acl_code, str(exc)) from exc
-    return _register(om, ctx, _mem_sizes(om)), 0
+    om = _read_om(path)
+    return _register(om, path, ctx, _mem_sizes(om)), 0
 
 
 @api("acl.mdl.load_from_mem", int, int, fail=zero_ret)
@@ -86,7 +86,7 @@ def load_from_mem(ptr: int, size: int) -> tuple[int, int]:
         om = OmModel.load(ctypes.string_at(span.address, size))
     except OmFormatError as exc:
         raise AclFailure(exc.acl_code, str(exc)) from exc
-    return _register(om, ctx, _mem_sizes(om)), 0
+    return _register(om, om.source, ctx, _mem_sizes(om)), 0
 
 
 @api("acl.mdl.query_size", str, fail=lambda code, args: (0, 0, code), fault="none")
@@ -106,6 +106,7 @@ def load_from_file_with_mem(
     ctx = current_context()
     om = _read_om(path)
     sizes = _mem_sizes(om)
+    given = []
     for what, ptr, size, need in zip(
         ("work", "weight"), (work_ptr, weight_ptr), (work_size, weight_size), sizes
     ):
@@ -113,11 +114,12 @@ def load_from_file_with_mem(
             continue
         with LOCK:
             span = MEMORY.resolve(ptr, f"{what}_ptr")
-        if not span.on_device or span.remaining is None or size > span.remaining:
+        if span.device is None or span.remaining is None or size > span.remaining:
             raise AclFailure(
                 _AclCode.INVALID_PARAM,
                 f"{what}_ptr 0x{ptr:x} must be device memory of at least {what}_size bytes",
             )
+        given.append(CallerMemory(what, span.device, ptr, ptr + size))
         if size < need:
             # UNCONFIRMED code for memory smaller than query_size reports.
             raise AclFailure(
@@ -126,7 +128,7 @@ def load_from_file_with_mem(
             )
     # ACL allocates only the parts given as 0 pointer and size 0.
     work, weight = (0 if ptr else need for ptr, need in zip((work_ptr, weight_ptr), sizes))
-    return _register(om, ctx, (work, weight)), 0
+    return _register(om, path, ctx, (work, weight), given), 0
 
 
 @api("acl.mdl.unload", int)
@@ -136,6 +138,7 @@ def unload(model_id: int) -> int:
     with LOCK:
         model = _model_in(model_id, ctx)
         model.live = False
+        model.forget_executions()
         del MODELS[model_id]
         ctx.device.release(model.device_bytes)
         STATE.count("model_unloads")
@@ -831,7 +834,13 @@ def execute(model_id: int, input: int, output: int) -> int:
         model = _model_in(model_id, ctx)
         execution = prepare(model, _dataset(input), _dataset(output), synchronous=True)
         model.claim("execute", None)
-    execution.run()
+        run = SyncRun()
+        model.record_execution(run, 0)
+    try:
+        execution.run()
+    finally:
+        with LOCK:
+            model.end_synchronous(run)
     STATE.count("execute_calls")
     return 0
 
@@ -849,6 +858,7 @@ def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
         execution.read_gear()
         model.claim("execute_async", target)
         model.queued = (target, target.submit("acl.mdl.execute_async", execution.run))
+        model.record_execution(target, model.queued[1])
     with LOCK:
         STATE.count("execute_calls")
         STATE.count("execute_async_calls")
@@ -870,8 +880,9 @@ def _dataset_with_buffer(dataset: int, index: int) -> Dataset:
 
 
 def _read_om(path: str) -> OmModel:
+    """The .om file at `path`: the process's one engine of that file (`OmModel.shared`)."""
     try:
-        return OmModel.load(path)
+        return OmModel.shared(path)
     except OmFormatError as exc:
         raise AclFailure(exc.acl_code, str(exc)) from exc
 
@@ -882,10 +893,17 @@ def _mem_sizes(om: OmModel) -> tuple[int, int]:
     return om.memory.work, om.memory.weight
 
 
-def _register(om: OmModel, ctx: Context, allocate: tuple[int, int]) -> int:
-    """A model id for `om` under `ctx`, holding the (work, weight) bytes ACL `allocate`s on the
-    device: weights first, then the feature map (work), as GE's DavinciModel::Init does; either
-    not free is 245000 ACL_ERROR_GE_MEMORY_ALLOCATION (InitWeightMem, InitFeatureMapAndP2PMem)."""
+def _register(
+    om: OmModel,
+    source: str,
+    ctx: Context,
+    allocate: tuple[int, int],
+    given: Sequence[CallerMemory] = (),
+) -> int:
+    """A model id for `om` (read from `source`) under `ctx`, holding the (work, weight) bytes
+    ACL `allocate`s on the device (weights first, then the feature map (work), as GE's
+    DavinciModel::Init does; either not free is 245000 ACL_ERROR_GE_MEMORY_ALLOCATION:
+    InitWeightMem, InitFeatureMapAndP2PMem) and the memory its caller `given` it."""
     work, weight = allocate
     with LOCK:
         if not ctx.live:
@@ -894,14 +912,14 @@ def _register(om: OmModel, ctx: Context, allocate: tuple[int, int]) -> int:
             )
         model_id = STATE.next_model_id
         code = _AclCode.GE_MEMORY_ALLOCATION
-        ctx.device.charge(weight, code, f"the weights of {om.source}")
+        ctx.device.charge(weight, code, f"the weights of {source}")
         try:
-            ctx.device.charge(work, code, f"the feature map (work memory) of {om.source}")
+            ctx.device.charge(work, code, f"the feature map (work memory) of {source}")
         except AclFailure:
             ctx.device.release(weight)
             raise
         STATE.next_model_id += 1
-        MODELS[model_id] = LoadedModel(model_id, om, ctx, work + weight)
+        MODELS[model_id] = LoadedModel(model_id, om, ctx, work + weight, given)
         STATE.count("model_loads")
     return model_id
 

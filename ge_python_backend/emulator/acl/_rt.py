@@ -414,10 +414,43 @@ def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, strea
     return 0
 
 
+@dataclass(frozen=True)
+class _Memset:
+    span: Span
+    value: int
+    count: int
+
+    def run(self) -> None:
+        """Write the bytes, taking the device time of `count` bytes at the device's memory
+        bandwidth (`timing.Timing.memset_seconds`) on the running stream work."""
+        self.span.check_live("dev_ptr")
+        with timing.channel(timing.current().memset_seconds(self.count)):
+            ctypes.memset(self.span.address, self.value, self.count)
+
+
 @api("acl.rt.memset", int, int, int, int)
 def memset(dev_ptr: int, max_count: int, value: int, count: int) -> int:
     """Set `count` bytes of device memory at `dev_ptr` to `value`."""
     current_context()
+    _plan_memset(dev_ptr, max_count, value, count).run()
+    STATE.count("memset_calls")
+    return 0
+
+
+@api("acl.rt.memset_async", int, int, int, int, int, hangable=True)
+def memset_async(dev_ptr: int, max_count: int, value: int, count: int, stream: int) -> int:
+    """Queue `memset` on `stream`: the bytes change when the stream reaches it, after the work
+    queued before it (aclrtMemsetAsync; results after synchronize_stream)."""
+    target = stream_in(stream, current_context())
+    target.submit("acl.rt.memset_async", _plan_memset(dev_ptr, max_count, value, count).run)
+    with LOCK:
+        STATE.count("memset_calls")
+        STATE.count("memset_async_calls")
+    return 0
+
+
+def _plan_memset(dev_ptr: int, max_count: int, value: int, count: int) -> _Memset:
+    """Validate a memset (107000 for each refusal, UNCONFIRMED codes)."""
     if not 0 < count <= max_count:
         raise AclFailure(
             _AclCode.RT_PARAM_INVALID, f"count {count} must be > 0 and <= max_count {max_count}"
@@ -438,9 +471,7 @@ def memset(dev_ptr: int, max_count: int, value: int, count: int) -> int:
             _AclCode.RT_PARAM_INVALID,
             f"max_count {max_count} exceeds the {span.remaining} bytes left in the allocation",
         )
-    ctypes.memset(span.address, value, count)
-    STATE.count("memset_calls")
-    return 0
+    return _Memset(span, value, count)
 
 
 # ----------------------------------------------------------------------------- helpers
