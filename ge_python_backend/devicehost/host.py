@@ -604,28 +604,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_work_space_arguments(parser)
 
 
-def add_work_space_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a host's work spaces (the device host's, and `serve`'s for the hosts it
-    starts); their defaults are the environment's (`GE_DEVICE_HOST_STREAMS`, ...), which a host
-    started by a stub reads (`work_space_settings` checks them)."""
+def add_work_space_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The options of a host's work spaces: the device host's, and `serve`'s for the hosts it
+    starts (`prefix` "device-host-"). Their defaults are the environment's
+    (`GE_DEVICE_HOST_STREAMS`, ...), which a host started by a stub reads;
+    `work_space_settings` checks them."""
     streams, mode, zero = environment_texts()
     parser.add_argument(
-        "--streams",
+        f"--{prefix}streams",
         default=streams,
         metavar="N",
-        help=f"streams of the host's pool, 1..{MAX_STREAMS}: each has one work space the models "
-        f"placed on it share (default {DEFAULT_STREAMS}, or $GE_DEVICE_HOST_STREAMS)",
+        help=f"streams of the device host's pool, 1..{MAX_STREAMS}: each has one work space "
+        f"the models placed on it share (default {DEFAULT_STREAMS}, or $GE_DEVICE_HOST_STREAMS)",
     )
     parser.add_argument(
-        "--work-space",
+        f"--{prefix}work-space",
         default=mode,
         metavar="|".join(WORK_SPACE_MODES),
-        help="shared: one work space per stream, as large as the largest model's, shared by "
-        "the models of the stream; per-lane: one for each lane of each model (default "
-        "shared, or $GE_DEVICE_HOST_WORK_SPACE)",
+        help="shared: one work space per stream of the device host, as large as the largest "
+        "model's, shared by the models of the stream; per-lane: one for each lane of each "
+        "model (default shared, or $GE_DEVICE_HOST_WORK_SPACE)",
     )
     parser.add_argument(
-        "--zero-work-space",
+        f"--{prefix}zero-work-space",
         default=zero,
         metavar="|".join(SWITCHES),
         help="on: zero a shared work space before an execution of another model than the "
@@ -633,14 +634,12 @@ def add_work_space_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def work_space_settings(args: argparse.Namespace) -> WorkSpaceSettings:
+def work_space_settings(args: argparse.Namespace, prefix: str = "") -> WorkSpaceSettings:
     """The settings `add_work_space_arguments`' options give; ValueError saying what is wrong."""
-    return WorkSpaceSettings.parse(
-        args.streams,
-        args.work_space,
-        args.zero_work_space,
-        "--streams, --work-space, --zero-work-space or $GE_DEVICE_HOST_STREAMS, ...",
-    )
+    names = [f"{prefix}{name}" for name in ("streams", "work-space", "zero-work-space")]
+    streams, mode, zero = (getattr(args, name.replace("-", "_")) for name in names)
+    given = ", ".join(f"--{name}" for name in names)
+    return WorkSpaceSettings.parse(streams, mode, zero, f"{given} or $GE_DEVICE_HOST_STREAMS, ...")
 
 
 def main(args: argparse.Namespace) -> int:
