@@ -2,16 +2,19 @@
 against a work space per lane, in one process as in a device host, on the emulator.
 
     python benchmarks/work_spaces.py                     # N = 1, 2, 4, 8 and per-lane
-    python benchmarks/work_spaces.py --seconds 10 --streams 2 4
+    python benchmarks/work_spaces.py --seconds 10 --rounds 5 --streams 2 4
 
-Two loads, each for every setting in turn (a fresh process-wide pool each time): 4 models x 2
+Two loads, each for every setting in turn, in `--rounds` rounds (each round a fresh pool per
+setting; the median round is reported, so that a busy spell of the machine does not land on
+one setting alone): 4 models x 2
 instances (sessions of 2 lanes) with 8 clients per model (4 per instance), and 1 model x 2
 instances with 8 clients. A client sends one request of one row and waits for it, again and
 again (`Session.infer`). The models take an ImageNet-sized input (1x3x224x224 float32, 602 KB),
 compute little on the CPU and are timed by the emulator's device model
 (`profile=resnet50-310p3`: 2.26 ms + 0.2 ms per row of execution on one AI Core the streams take
 in turns, copies at 10 GB/s on one engine each way). Prints one JSON line per load and setting:
-requests per second, and the device memory the sessions hold (emulator counters).
+requests per second (median, and every round's), and the device memory the sessions hold
+(emulator counters).
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def run_load(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", type=int, nargs="*", default=[1, 2, 4, 8])
     args = parser.parse_args()
     os.environ.pop("GE_PYTHON_BACKEND_ACL", None)
@@ -120,14 +124,23 @@ def main() -> int:
         emulator.set_timing(TIMING)
         settings = [WorkSpaceSettings(n) for n in args.streams]
         settings.append(WorkSpaceSettings(shared=False))
-        for name, chosen, instances in (("4 models x 2", models, 2), ("1 model x 2", models[:1], 2)):
-            for setting in settings:
-                result = run_load(chosen, instances, 8, setting, args.seconds)
-                streams = setting.streams if setting.shared else None
-                print(
-                    json.dumps({"load": name, "mode": setting.mode, "streams": streams, **result}),
-                    flush=True,
-                )
+        loads = (("4 models x 2", models, 2), ("1 model x 2", models[:1], 2))
+        for name, chosen, instances in loads:
+            rounds: list[list[dict[str, float]]] = [[] for _ in settings]
+            for _ in range(args.rounds):
+                for number, setting in enumerate(settings):
+                    rounds[number].append(run_load(chosen, instances, 8, setting, args.seconds))
+            for setting, results in zip(settings, rounds):
+                rates = sorted(result["requests_per_s"] for result in results)
+                line = {
+                    "load": name,
+                    "mode": setting.mode,
+                    "streams": setting.streams if setting.shared else None,
+                    "requests_per_s": rates[len(rates) // 2],
+                    "rounds": [result["requests_per_s"] for result in results],
+                    "device_mib": round(results[0]["device_mib"], 1),
+                }
+                print(json.dumps(line), flush=True)
     return 0
 
 

@@ -289,9 +289,14 @@ class Session(Resource):
 
     @property
     def counters(self) -> SessionCounters:
-        """A snapshot of the cumulative counters."""
+        """A snapshot of the cumulative counters (and of the stream pool's work spaces)."""
+        streams, work = (0, 0)
+        if self.pooled and self._work_spaces is not None:
+            streams, work = self._work_spaces.totals()
         with self._counters_lock:
-            return dataclasses.replace(self._counters)
+            return dataclasses.replace(
+                self._counters, work_space_bytes=work, work_space_streams=streams
+            )
 
     def device_memory(self) -> tuple[int, int]:
         """(free, total) bytes of the session's device memory, as ACL reports them now."""
