@@ -20,7 +20,7 @@ from onnx_models import reference
 from ge_python_backend import emulator
 from ge_python_backend.ascend import AclCode, malloc_reserved
 from ge_python_backend.emulator.omfile import compile_onnx
-from ge_python_backend.runtime import AclError, Session, placement
+from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
     WorkSpaces,
@@ -233,3 +233,28 @@ def test_settings_come_from_options_or_the_environment_and_say_what_is_wrong() -
         WorkSpaceSettings.parse("0", "shared")
     with pytest.raises(ValueError, match=r"must be one of \('shared', 'per-lane'\), got 'pooled'"):
         WorkSpaceSettings.from_environment({"GE_DEVICE_HOST_WORK_SPACE": "pooled"})
+
+
+def test_a_stream_that_times_out_is_replaced_and_the_others_never_wait(
+    models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """mlp on stream 0 hangs (its 1st execute_async never completes): its batch fails after
+    execute_timeout_ms, the pool gives stream 0 a new stream, and the classifier on stream 1
+    answers meanwhile and after; mlp answers again on the new stream."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with (
+        Session(
+            models["mlp"], runtime="emulator", work_spaces=spaces, execute_timeout_ms=300
+        ) as mlp,
+        Session(models["classifier"], runtime="emulator", work_spaces=spaces) as classifier,
+    ):
+        emulator.set_faults("mdl.execute_async:hang:1")
+        hung = mlp.submit([feeds("mlp", 2)])
+        sent = feeds("classifier", 2)
+        assert_right(classifier, "classifier", classifier.infer(sent), sent)
+        with pytest.raises(ExecuteTimeoutError):
+            hung.result()
+        assert "stream 0 of the pool timed out: replaced for its 1 lane(s)" in caplog.text
+        for session, name in ((mlp, "mlp"), (classifier, "classifier")):
+            sent = feeds(name, 3, seed=4)
+            assert_right(session, name, session.infer(sent), sent)

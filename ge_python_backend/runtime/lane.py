@@ -444,7 +444,7 @@ class Lane(Resource):
             self.stream.synchronize(timeout_ms)
         else:
             self._wait_for_end(timeout_ms)
-            self.seat.audit(self._ticket)
+            self.seat.audit(self._ticket, timeout_ms)
         times = self._times() if self._timed or not self._events_work else None
         if self.dynamic:
             self._read_dynamic_outputs()
@@ -489,12 +489,13 @@ class Lane(Resource):
                 outputs.release_outputs()
 
     def settle(self) -> None:
-        """After a failure: wait until nothing of the lane's work still runs (a seated lane:
-        the pool's stream, which then goes on serving), and free what the system allocated for
-        its outputs (errors logged)."""
+        """After a failure: wait until nothing of the lane's work still runs (a seated lane: its
+        own work, an end event recorded behind it; the pool's stream goes on serving), and free
+        what the system allocated for its outputs (errors logged)."""
         try:
             if self.seat is not None:
-                self.seat.settle()
+                self.events.end.record(self.stream)
+                self.events.end.synchronize()
             else:
                 self.stream.synchronize()
         except AclError as exc:

@@ -61,7 +61,7 @@ from ge_python_backend.environment import (
 )
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.device import Context, Stream
-from ge_python_backend.runtime.errors import AclError, check
+from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, check
 from ge_python_backend.runtime.memory import DeviceBuffer
 from ge_python_backend.runtime.model import LoadSizes, Model
 from ge_python_backend.runtime.placement import Placement
@@ -88,6 +88,8 @@ SWITCHES = ("on", "off")
 # Under load a stream is synchronised (its device failures read) at least once in this many
 # executions, waiting for the work queued behind the one that finished.
 AUDIT_PERIOD = 16
+# The longest a load, a growth or a synchronous execution waits for a stream to be idle.
+IDLE_TIMEOUT_MS = 60_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,12 +178,14 @@ class _PoolStream:
         self.launched = 0  # launches so far (a lane's ticket is the count after its own)
         self.unaudited = 0  # executions finished since the stream was last synchronised
 
-    def synchronize(self, why: str) -> AclError | None:
-        """Wait for the stream's queued work; the failure it reports (logged with `why`)."""
-        self.unaudited = 0
+    def synchronize(self, why: str, timeout_ms: int = 0) -> AclError | None:
+        """Wait for the stream's queued work (at most `timeout_ms` when > 0: past it the
+        timeout's AclError is raised); the failure it reports, logged with `why`."""
         try:
-            self.stream.synchronize()
+            self.stream.synchronize(timeout_ms)
         except AclError as exc:
+            if exc.code == ExecuteTimeoutError.CODE:
+                raise
             logger.error(
                 "stream %d of the pool reported a failure when %s: %s (the executions that "
                 "finished on it since it was last synchronised are not known to be right)",
@@ -190,13 +194,16 @@ class _PoolStream:
                 exc,
             )
             return exc
+        finally:
+            self.unaudited = 0
         return None
 
     @contextlib.contextmanager
     def idle(self, why: str) -> Iterator[None]:
-        """Hold launches on the stream and wait until its work is done (failures logged)."""
+        """Hold launches on the stream and wait until its work is done (failures logged; a
+        stream whose work does not finish within `IDLE_TIMEOUT_MS` raises the timeout)."""
         with self.lock:
-            self.synchronize(why)
+            self.synchronize(why, IDLE_TIMEOUT_MS)
             yield
 
 
@@ -249,7 +256,7 @@ class Seat(Resource):
         here = self._stream
         with here.lock:
             if synchronous:
-                here.synchronize("made idle for a synchronous execution")
+                here.synchronize("made idle for a synchronous execution", IDLE_TIMEOUT_MS)
             model = self.model
             if here.last_model is not model:
                 if self.pool.settings.zero_between_models and here.last_model is not None:
@@ -258,10 +265,11 @@ class Seat(Resource):
             here.launched += 1
             yield here.launched
 
-    def audit(self, ticket: int) -> None:
+    def audit(self, ticket: int, timeout_ms: int = 0) -> None:
         """After the lane's own execution (`ticket`) finished: read the stream's device failures
-        when that costs no wait (nothing launched after it) or once in `AUDIT_PERIOD`; AclError
-        if the stream reports one."""
+        when that costs no wait (nothing launched after it) or, waiting at most `timeout_ms`
+        (> 0) for the work queued behind it, once in `AUDIT_PERIOD`; AclError if the stream
+        reports one."""
         here = self._stream
         failure = None
         with here.lock:
@@ -270,14 +278,13 @@ class Seat(Resource):
             if quiet:
                 failure = here.synchronize("an execution finished")
         if not quiet and here.unaudited >= AUDIT_PERIOD:
-            failure = here.synchronize(f"{AUDIT_PERIOD} executions had finished unchecked")
+            why = f"{AUDIT_PERIOD} executions had finished unchecked"
+            try:
+                failure = here.synchronize(why, timeout_ms)
+            except AclError as exc:  # the later work is not done: its own lanes time out
+                logger.warning("stream %d of the pool: no check now: %s", here.index, exc)
         if failure is not None:
             raise failure
-
-    def settle(self) -> None:
-        """After a failure of this lane: wait for the stream (errors logged) and go on."""
-        with self._stream.lock:
-            self._stream.synchronize("a lane settled after a failure")
 
     def replace_stream(self, hung: Stream) -> None:
         """The stream `hung` timed out: give the pool's stream a new one (unless another lane
