@@ -300,7 +300,7 @@ class StreamPool(Resource):
         self,
         context: Context,
         settings: WorkSpaceSettings,
-        registry: threading.Lock,
+        registry: threading.RLock,
         gone: Callable[[StreamPool], None],
     ) -> None:
         if settings.zero_between_models and not hasattr(context.acl.rt, "memset_async"):
@@ -310,7 +310,9 @@ class StreamPool(Resource):
             )
         self.context = context
         self.settings = settings
-        self._lock = threading.Lock()  # placing and leaving (taken after `_registry`)
+        # placing and leaving (taken after `_registry`); re-entrant, as both are: a session
+        # collected unclosed leaves its seats from a finalizer, in whatever thread runs it
+        self._lock = threading.RLock()
         self._registry = registry  # the lock of the pools of the process
         self._gone = gone  # forgets the pool (registry lock held) once its last model left
         self._models: dict[tuple[Any, ...], _Copies] = {}
@@ -513,7 +515,7 @@ class WorkSpaces:
 
     def __init__(self, settings: WorkSpaceSettings) -> None:
         self.settings = settings
-        self._lock = threading.Lock()  # taken before any pool's own
+        self._lock = threading.RLock()  # taken before any pool's own
         self._pools: dict[int, StreamPool] = {}
 
     def seats(
