@@ -1,7 +1,7 @@
 """How many streams a device host's pool needs: throughput with shared work spaces on N streams
 against a work space per lane, in one process as in a device host, on the emulator.
 
-    python benchmarks/work_spaces.py                     # N = 1, 2, 4, 8 and per-lane
+    python benchmarks/work_spaces.py       # N = 1, 2, 4, 8, 4 zeroed between models, per-lane
     python benchmarks/work_spaces.py --seconds 10 --rounds 5 --streams 2 4
 
 Two loads, each for every setting in turn, in `--rounds` rounds (each round a fresh pool per
@@ -12,9 +12,9 @@ instances with 8 clients. A client sends one request of one row and waits for it
 again (`Session.infer`). The models take an ImageNet-sized input (1x3x224x224 float32, 602 KB),
 compute little on the CPU and are timed by the emulator's device model
 (`profile=resnet50-310p3`: 2.26 ms + 0.2 ms per row of execution on one AI Core the streams take
-in turns, copies at 10 GB/s on one engine each way). Prints one JSON line per load and setting:
-requests per second (median, and every round's), and the device memory the sessions hold
-(emulator counters).
+in turns, copies at 10 GB/s on one engine each way, memsets at 204.8 GB/s). Prints one JSON line
+per load and setting: requests per second (median, and every round's), and the device memory
+the sessions hold (emulator counters).
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def main() -> int:
         models = [build_model(Path(work), number) for number in range(4)]
         emulator.set_timing(TIMING)
         settings = [WorkSpaceSettings(n) for n in args.streams]
+        settings.append(WorkSpaceSettings(zero_between_models=True))  # the default N, zeroed
         settings.append(WorkSpaceSettings(shared=False))
         loads = (("4 models x 2", models, 2), ("1 model x 2", models[:1], 2))
         for name, chosen, instances in loads:
@@ -134,7 +135,7 @@ def main() -> int:
                 rates = sorted(result["requests_per_s"] for result in results)
                 line = {
                     "load": name,
-                    "mode": setting.mode,
+                    "mode": setting.mode + (", zeroed" if setting.zero_between_models else ""),
                     "streams": setting.streams if setting.shared else None,
                     "requests_per_s": rates[len(rates) // 2],
                     "rounds": [result["requests_per_s"] for result in results],

@@ -258,3 +258,22 @@ def test_a_stream_that_times_out_is_replaced_and_the_others_never_wait(
         for session, name in ((mlp, "mlp"), (classifier, "classifier")):
             sent = feeds(name, 3, seed=4)
             assert_right(session, name, session.infer(sent), sent)
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_zeroing_queues_a_memset_of_the_work_space_only_when_the_model_changes(
+    models: dict[str, Path], zero: bool
+) -> None:
+    """One stream: mlp, mlp, classifier, classifier, mlp run on it. With zeroing on, the work
+    space is zeroed before the 3rd and the 5th (the model changed; not before the first model's
+    first); off (the default), never. The answers are right either way."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1, zero_between_models=zero))
+    with (
+        Session(models["mlp"], runtime="emulator", work_spaces=spaces) as mlp,
+        Session(models["classifier"], runtime="emulator", work_spaces=spaces) as classifier,
+    ):
+        before = emulator.stats()["memset_async_calls"]
+        for session, name in [(mlp, "mlp")] * 2 + [(classifier, "classifier")] * 2 + [(mlp, "mlp")]:
+            sent = feeds(name, 2)
+            assert_right(session, name, session.infer(sent), sent)
+        assert emulator.stats()["memset_async_calls"] - before == (2 if zero else 0)
