@@ -62,6 +62,7 @@ from ge_python_backend.environment import (
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.device import Context, Stream
 from ge_python_backend.runtime.errors import AclError, ExecuteTimeoutError, check
+from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer
 from ge_python_backend.runtime.model import LoadSizes, Model
 from ge_python_backend.runtime.placement import Placement
@@ -81,7 +82,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_STREAMS = 4  # measured: docs/internals/design/device-host.md, "Shared work spaces"
+DEFAULT_STREAMS = 4  # measured: docs/internals/design/work-spaces.md, "Why 4 streams"
 MAX_STREAMS = 64
 WORK_SPACE_MODES = ("shared", "per-lane")
 SWITCHES = ("on", "off")
@@ -218,7 +219,7 @@ class _Copies:
     load: Callable[[DeviceBuffer], Model]
     models: list[Model] = dataclasses.field(default_factory=list)
     lanes: int = 0
-    table: Any = None  # gears.GearTable once read
+    table: GearTable | None = None  # once read
     opening: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
