@@ -17,8 +17,10 @@ import pytest
 from emulator_helpers import live
 from onnx_models import reference
 
-from ge_python_backend import emulator
+from ge_python_backend import cli, emulator
 from ge_python_backend.ascend import AclCode, malloc_reserved
+from ge_python_backend.commands.serve_cmd import HOST_PREFIX
+from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.workspaces import (
@@ -277,3 +279,27 @@ def test_zeroing_queues_a_memset_of_the_work_space_only_when_the_model_changes(
             sent = feeds(name, 2)
             assert_right(session, name, session.infer(sent), sent)
         assert emulator.stats()["memset_async_calls"] - before == (2 if zero else 0)
+
+
+def test_serve_and_the_device_host_take_the_same_options_and_pass_them_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`serve --device-host-...` gives the hosts it (or a stub) starts the variables the device
+    host reads; the device host's own options default to those variables."""
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["serve", "models", "--device-host-streams", "2", "--device-host-work-space", "per-lane"]
+    )
+    given = work_space_settings(args, HOST_PREFIX).environment()
+    assert given == {
+        "GE_DEVICE_HOST_STREAMS": "2",
+        "GE_DEVICE_HOST_WORK_SPACE": "per-lane",
+        "GE_DEVICE_HOST_ZERO_WORK_SPACE": "off",
+    }
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    host = cli.build_parser().parse_args(["device-host", "--device", "1"])
+    assert work_space_settings(host) == WorkSpaceSettings(2, shared=False)
+    bad = cli.build_parser().parse_args(["device-host", "--streams", "0"])
+    with pytest.raises(ValueError, match=r"streams \(--streams, .*\) must be 1\.\.64, got 0"):
+        work_space_settings(bad)

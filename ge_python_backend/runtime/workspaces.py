@@ -126,6 +126,8 @@ class WorkSpaceSettings:
             count = int(streams)
         except ValueError:
             raise ValueError(f"streams{where} must be an integer, got {streams!r}") from None
+        if not 1 <= count <= MAX_STREAMS:
+            raise ValueError(f"streams{where} must be 1..{MAX_STREAMS}, got {count}")
         if mode not in WORK_SPACE_MODES:
             raise ValueError(f"work space{where} must be one of {WORK_SPACE_MODES}, got {mode!r}")
         if zero not in SWITCHES:
