@@ -224,7 +224,7 @@ def test_with_shared_work_spaces_the_host_holds_n_work_spaces_of_its_largest_mod
     host = 100 + (10 + 20) + 3 * 50 + (2 * 2 * 2 + 1 * 2 * 4) + 1 * 2 * (8 + 1)
     stub = 100 + 5 + 2 * (70 + 1)
     assert (row.processes, row.memory, row.work_spaces) == (2, (host + stub) * mib, 150 * mib)
-    assert "of it the device host's 3 shared work spaces of 50.0 MiB" in (
+    assert "150.0 MiB are the device host's 3 shared work spaces of 50.0 MiB" in (
         budget(models, limits).table()
     )
     # per lane: every hosted lane its own work space

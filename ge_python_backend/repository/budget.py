@@ -204,11 +204,11 @@ class DeviceBudget:
                 f"{memory:>18}  {shown}{'  DOES NOT FIT' if over else ''}"
             )
             if row.work_spaces:
-                host = limits.host
+                streams = limits.host.streams
                 lines.append(
-                    f"  {'':>6}  {'':>9}  {row.work_spaces / MIB:>18,.0f}  of it the device "
-                    f"host's {host.streams} shared work spaces of "
-                    f"{row.work_spaces / host.streams / MIB:,.1f} MiB (its largest model's work)"
+                    f"  {'':>6}  {'':>9}  {'':>18}  of its memory, {row.work_spaces / MIB:,.1f} "
+                    f"MiB are the device host's {streams} shared work spaces of "
+                    f"{row.work_spaces / streams / MIB:,.1f} MiB (its largest model's work)"
                 )
         return "\n".join(lines)
 
