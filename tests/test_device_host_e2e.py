@@ -127,6 +127,10 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         assert recorded["first"] == 2 * buffers + weights
         hw_work = _model_bytes(om_hw, 1) - _model_bytes(om_hw, 0)
         assert recorded[POOL] == 4 * max(work, hw_work)
+        # and the instances' metrics show the host's work spaces; the in-stub one has none
+        assert _gauge(server, "ge_device_host_work_space_bytes", "first") == recorded[POOL]
+        assert _gauge(server, "ge_device_host_streams", "second") == 4
+        assert _gauge(server, "ge_device_host_streams", "in_stub") == 0
         a, b = (rng.standard_normal((2, 4), dtype=np.float32) for _ in range(2))
         answer = infer(server, "add_mul", {"a": a, "b": b})
         np.testing.assert_allclose(answer["sum"], a + b, rtol=1e-6)
