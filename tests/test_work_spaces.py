@@ -8,6 +8,7 @@ onnxruntime's; a failing execution fails its batch alone; per-lane is today's wa
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -303,3 +304,46 @@ def test_serve_and_the_device_host_take_the_same_options_and_pass_them_on(
     bad = cli.build_parser().parse_args(["device-host", "--streams", "0"])
     with pytest.raises(ValueError, match=r"streams \(--streams, .*\) must be 1\.\.64, got 0"):
         work_space_settings(bad)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_work_spaces_grow_under_a_model_that_keeps_executing(
+    models: dict[str, Path], streams: int
+) -> None:
+    """mlp's two lanes execute without pause from a thread while the wider mlp and the
+    classifier arrive and grow the work spaces (on one stream both lanes share its copy): every
+    answer of every model is right, nothing fails."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=streams))
+    with Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as mlp:
+        stop = threading.Event()
+        answered: list[int] = []
+        failures: list[BaseException] = []
+
+        def keep_executing() -> None:
+            number = 0
+            while not stop.is_set():
+                number += 1
+                sent = feeds("mlp", 1 + number % 8, seed=number)
+                try:
+                    pending = [mlp.submit([sent]), mlp.submit([sent])]
+                    for batch in pending:
+                        assert_right(mlp, "mlp", batch.result()[0], sent)
+                except BaseException as exc:  # noqa: BLE001  (the test reports it)
+                    failures.append(exc)
+                    return
+                answered.append(number)
+
+        thread = threading.Thread(target=keep_executing)
+        thread.start()
+        try:
+            for name in ("wide", "classifier"):
+                with Session(models[name], runtime="emulator", work_spaces=spaces) as other:
+                    sent = feeds(name, 3)
+                    assert_right(other, name, other.infer(sent), sent)
+        finally:
+            stop.set()
+            thread.join()
+        assert not failures, failures
+        assert answered
+        largest = sizes(models["classifier"])[0]
+        assert spaces.totals() == (streams, streams * malloc_reserved(largest))
