@@ -34,11 +34,14 @@ executions that share a work space one after another.
   stream's last one, for a CANN where that does not hold (docs/internals/design/device-host.md).
 * Completion and failures: a lane waits for its own execution (its "end" event, recorded after
   its copies out), never for the stream. A call that fails when queued fails its batch alone.
-  A failure on the device is reported by `acl.rt.synchronize_stream` of the stream (whether
-  `synchronize_event` reports it too is UNCONFIRMED): the pool synchronises a stream where
-  that costs no wait (a lane finishing the last work launched there) and, under load, once in
-  `AUDIT_PERIOD` executions; a failure found then fails the batch that found it, and the other
-  streams keep serving. A stream that timed out is replaced for every lane seated on it.
+  A task that fails on the device leaves its error with its stream, which
+  `acl.rt.synchronize_stream` returns once and clears; `synchronize_event` does not return it
+  (hicann/runtime: `Stream::Synchronize` ends with `Stream::GetError`, `ApiImpl::EventSynchronize`
+  checks only the context's failure, set in STOP_ON_FAILURE mode, not in the default
+  CONTINUE_ON_FAILURE). So the pool synchronises a stream where that costs no wait (a lane
+  finishing the last work launched there) and, under load, once in `AUDIT_PERIOD` executions;
+  a failure found then fails the batch that found it (not necessarily the one that failed), and
+  the other streams keep serving. A stream that timed out is replaced for every lane on it.
 """
 
 from __future__ import annotations
