@@ -347,3 +347,27 @@ def test_work_spaces_grow_under_a_model_that_keeps_executing(
         assert answered
         largest = sizes(models["classifier"])[0]
         assert spaces.totals() == (streams, streams * malloc_reserved(largest))
+
+
+@pytest.mark.parametrize("max_output_bytes", [None, 4096])
+def test_a_data_dependent_model_shares_the_stream_with_another(
+    models: dict[str, Path], om_nonzero: Path, max_output_bytes: int | None
+) -> None:
+    """NonZero (its output's size known only after it ran) and mlp on one stream: with pooled
+    outputs it queues there like any model; with outputs ACL allocates it executes
+    synchronously, the stream made idle first and held until it returns. Answers right."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    with (
+        Session(models["mlp"], runtime="emulator", work_spaces=spaces) as mlp,
+        Session(
+            om_nonzero, runtime="emulator", work_spaces=spaces, max_output_bytes=max_output_bytes
+        ) as nonzero,
+    ):
+        assert nonzero.pooled
+        for number in range(3):
+            x = np.random.default_rng(number).random((4, 4)).astype(np.float32)
+            pending = mlp.submit([feeds("mlp", 2, seed=number)])
+            got = nonzero.infer({"x": x})
+            want = reference(om_nonzero, {"x": x})
+            np.testing.assert_array_equal(got["indices"], want["indices"])
+            assert_right(mlp, "mlp", pending.result()[0], feeds("mlp", 2, seed=number))
