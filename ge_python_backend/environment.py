@@ -54,6 +54,24 @@ DEVICE_HOST_IDLE_EXIT_S = EnvironmentVariable(
     "seconds a device host started by a stub stays up after its last stub left; `0` never stops",
     DEVICE_HOST,
 )
+DEVICE_HOST_STREAMS = EnvironmentVariable(
+    "GE_DEVICE_HOST_STREAMS",
+    "`4`",
+    "streams of a device host's pool (1..64), each with one work space its models share",
+    DEVICE_HOST,
+)
+DEVICE_HOST_WORK_SPACE = EnvironmentVariable(
+    "GE_DEVICE_HOST_WORK_SPACE",
+    "`shared`",
+    "`shared`: a device host's models share one work space per stream; `per-lane`: one per lane",
+    DEVICE_HOST,
+)
+DEVICE_HOST_ZERO_WORK_SPACE = EnvironmentVariable(
+    "GE_DEVICE_HOST_ZERO_WORK_SPACE",
+    "`off`",
+    "`on`: zero a shared work space before an execution of another model than the last one",
+    DEVICE_HOST,
+)
 EMULATOR_DEVICE_COUNT = EnvironmentVariable(
     "GE_EMULATOR_DEVICE_COUNT", "`8`", "number of emulated NPUs (≥ 1), read at `acl.init`", EMULATOR
 )
@@ -124,6 +142,9 @@ VARIABLES = (
     REPOSITORY_KEY,
     DEVICE_HOST_SHARE_CPU,
     DEVICE_HOST_IDLE_EXIT_S,
+    DEVICE_HOST_STREAMS,
+    DEVICE_HOST_WORK_SPACE,
+    DEVICE_HOST_ZERO_WORK_SPACE,
     EMULATOR_DEVICE_COUNT,
     EMULATOR_SOC,
     EMULATOR_DEVICE_MEMORY,

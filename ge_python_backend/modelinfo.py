@@ -110,6 +110,10 @@ class SessionCounters:
     d2h_seconds: float = 0.0
     failed_executions: int = 0
     device_bytes_held: int = 0
+    # held now, not cumulative: the shared work spaces of the stream pool the session's lanes
+    # are seated in (a device host's, `runtime/workspaces.py`) and its streams; 0 without one
+    work_space_bytes: int = 0
+    work_space_streams: int = 0
 
     @property
     def device_seconds(self) -> float:

@@ -3,6 +3,7 @@ device, counted before anything loads, as `validate` prints and enforces them.""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,10 @@ from ge_python_backend.repository.config import write_model_config
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import repository_entries
+from ge_python_backend.runtime.workspaces import WorkSpaceSettings
 from ge_python_backend.tools.k8s import K8sOptions, build_manifests
+
+PER_LANE = WorkSpaceSettings(shared=False)  # a device host giving each lane its work space
 
 
 def test_a_footprint_is_the_weights_per_process_and_work_and_buffers_per_lane_by_device_ids(
@@ -132,7 +136,7 @@ def test_k8s_refuses_a_repository_the_pods_npus_cannot_hold(
 def test_under_the_device_host_a_device_holds_one_process_and_each_models_weights_once(
     tmp_path: Path, om_dynamic_batch: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    limits = DeviceLimits(max_processes=4, memory=100 * PROCESS_DEVICE_MEMORY)
+    limits = DeviceLimits(max_processes=4, memory=100 * PROCESS_DEVICE_MEMORY, host=PER_LANE)
     mib = 2**20
     models = [
         ModelFootprint("a", {0: 3}, 1, PROCESS_DEVICE_MEMORY, 10 * mib, device_host=True),
@@ -174,7 +178,56 @@ def test_under_the_device_host_a_device_holds_one_process_and_each_models_weight
         device_host=True,
         buffer_bytes=buffers,
     )
-    (row,) = budget(found, DeviceLimits()).rows
+    (row,) = budget(found, DeviceLimits(host=PER_LANE)).rows
     assert row.memory == (
         PROCESS_DEVICE_MEMORY + 60 * malloc_reserved(weight) + 120 * DEFAULT_PIPELINE_DEPTH * lane
     )
+    # the host's default: the lanes' buffers, and 4 shared work spaces instead of 240
+    (row,) = budget(found, DeviceLimits()).rows
+    assert row.memory == (
+        PROCESS_DEVICE_MEMORY
+        + 60 * malloc_reserved(weight)
+        + 120 * DEFAULT_PIPELINE_DEPTH * buffers
+        + 4 * malloc_reserved(work)
+    )
+    assert row.work_spaces == 4 * malloc_reserved(work)
+
+
+def test_with_shared_work_spaces_the_host_holds_n_work_spaces_of_its_largest_models_work() -> None:
+    """By hand, in MiB: a (work 30, buffers 2, weights 10) x2 instances, b (work 50, buffers 4,
+    weights 20) x1, 2 lanes each, in the device host of 3 streams; c (work 70, buffers 1,
+    weights 5) in its own stub; d hosted but without weights query_size sizes (loaded by ACL,
+    its work per lane: 8 + buffers 1)."""
+    mib = 2**20
+    limits = DeviceLimits(
+        memory=10_000 * mib, process_memory=100 * mib, host=WorkSpaceSettings(streams=3)
+    )
+
+    def model(name: str, instances: int, work: int, buffers: int, weights: int, hosted: bool):
+        return ModelFootprint(
+            name,
+            {0: instances},
+            2,
+            (work + buffers) * mib,
+            weights * mib,
+            device_host=hosted,
+            buffer_bytes=buffers * mib,
+        )
+
+    models = [
+        model("a", 2, 30, 2, 10, True),
+        model("b", 1, 50, 4, 20, True),
+        model("c", 1, 70, 1, 5, False),
+        model("d", 1, 8, 1, 0, True),
+    ]
+    (row,) = budget(models, limits).rows
+    host = 100 + (10 + 20) + 3 * 50 + (2 * 2 * 2 + 1 * 2 * 4) + 1 * 2 * (8 + 1)
+    stub = 100 + 5 + 2 * (70 + 1)
+    assert (row.processes, row.memory, row.work_spaces) == (2, (host + stub) * mib, 150 * mib)
+    assert "150.0 MiB are the device host's 3 shared work spaces of 50.0 MiB" in (
+        budget(models, limits).table()
+    )
+    # per lane: every hosted lane its own work space
+    (row,) = budget(models, dataclasses.replace(limits, host=PER_LANE)).rows
+    per_lane = 100 + 30 + (2 * 2 * 32 + 1 * 2 * 54) + 1 * 2 * 9
+    assert (row.memory, row.work_spaces) == ((per_lane + stub) * mib, 0)

@@ -452,11 +452,13 @@ def test_inspect_json(om_dims: Path, capsys: pytest.CaptureFixture[str]) -> None
         "work_bytes_per_load": malloc_reserved(sizes.load.work),
         "buffer_bytes_per_lane": sizes.lane_bytes,
         "weights_shared": True,
+        "device_host_streams": 4,  # the device host's default pool
     }
     assert main(["inspect", str(om_dims), "--runtime", "emulator"]) == 0
     table = capsys.readouterr().out
     assert "input_ids       INT64  int64  [1, -1]" in table
     assert "device_host on: the device host's one process opens the device" in table
+    assert "its work in the host's 4 shared work spaces (one per stream" in table
 
 
 # --- CLI: user mistakes are one line on stderr, exit 2 --------------------------------------

@@ -35,6 +35,8 @@ from ge_python_backend.runtime import placement
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
+# the placement record of the device host's shared work spaces (its default pool of 4 streams)
+POOL = "shared work spaces (4 streams)"
 
 
 @pytest.fixture
@@ -112,8 +114,9 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         assert _gauge(server, "ge_device_memory_free_bytes", "first") > 0
         assert _gauge(server, "ge_device_memory_bytes", "first") > 0  # its lanes' buffers
         # the placement records: in its stub, a model holds its weights once and a work space
-        # and buffers per lane; in the host, its two instances hold one copy of the weights
-        recorded = {name: 0 for name in ("first", "in_stub")}
+        # and buffers per lane; in the host, its two instances hold one copy of the weights and
+        # their lanes' buffers, and the host's 4 shared work spaces the largest hosted work
+        recorded = {name: 0 for name in ("first", "in_stub", POOL)}
         for holding in placement.holders(0):
             if holding.label in recorded:
                 recorded[holding.label] += holding.bytes
@@ -121,7 +124,13 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         work -= weights
         buffers = _gauge(server, "ge_device_memory_bytes", "in_stub")
         assert recorded["in_stub"] == weights + DEFAULT_PIPELINE_DEPTH * work + buffers
-        assert recorded["first"] == 2 * recorded["in_stub"] - weights
+        assert recorded["first"] == 2 * buffers + weights
+        hw_work = _model_bytes(om_hw, 1) - _model_bytes(om_hw, 0)
+        assert recorded[POOL] == 4 * max(work, hw_work)
+        # and the instances' metrics show the host's work spaces; the in-stub one has none
+        assert _gauge(server, "ge_device_host_work_space_bytes", "first") == recorded[POOL]
+        assert _gauge(server, "ge_device_host_streams", "second") == 4
+        assert _gauge(server, "ge_device_host_streams", "in_stub") == 0
         a, b = (rng.standard_normal((2, 4), dtype=np.float32) for _ in range(2))
         answer = infer(server, "add_mul", {"a": a, "b": b})
         np.testing.assert_allclose(answer["sum"], a + b, rtol=1e-6)
@@ -171,12 +180,12 @@ def test_a_stub_leaving_frees_its_session_and_a_model_that_does_not_fit_fails_al
         assert "'first' (1 process" in str(refused.value)
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         assert infer(server, "second", {"x": x})["y"].shape == (2, 8)
-        assert set(holders_by_label()) == {"first", "second"}
+        assert set(holders_by_label()) == {"first", "second", POOL}
         hosting = host_pid()
         client.unload_model("second")  # its stub leaves: the host closes its session
         while "second" in holders_by_label():
             threading.Event().wait(0.05)
-        assert holders_by_label() == {"first": {hosting}}
+        assert holders_by_label() == {"first": {hosting}, POOL: {hosting}}
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         client.unload_model("first")  # the last stub: the host stops after its grace (1 s)
         while is_alive(hosting, 0):

@@ -7,6 +7,7 @@ at most every `FLUSH_INTERVAL_S`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from pathlib import Path
 
@@ -60,25 +61,26 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
     now = [1000.0]
     monkeypatch.setattr(metrics.time, "monotonic", lambda: now[0])
     pb_utils = testing.StandInUtils()
-    publisher = MetricsPublisher(
-        pb_utils, {"model": "m"}, SessionCounters(device_bytes_held=64), (900, 1000)
-    )
+    held = SessionCounters(device_bytes_held=64, work_space_bytes=4096, work_space_streams=4)
+    publisher = MetricsPublisher(pb_utils, {"model": "m"}, held, (900, 1000))
     assert pb_utils.metric_calls == [
         ("set", "ge_device_memory_bytes", 64.0),
         ("set", "ge_device_memory_free_bytes", 900.0),
         ("set", "ge_device_memory_total_bytes", 1000.0),
+        ("set", "ge_device_host_work_space_bytes", 4096.0),
+        ("set", "ge_device_host_streams", 4.0),
     ]
     assert not publisher.due()
     now[0] += FLUSH_INTERVAL_S
     assert publisher.due()
-    publisher.flush(SessionCounters(executions=3, rows=5, device_bytes_held=64), (900, 1000))
-    assert sorted(pb_utils.metric_calls[3:]) == [
+    publisher.flush(dataclasses.replace(held, executions=3, rows=5), (900, 1000))
+    assert sorted(pb_utils.metric_calls[5:]) == [
         ("increment", "ge_executions_total", 3.0),
         ("increment", "ge_rows_total", 5.0),
     ]  # only what changed, and the unchanged gauge is not set again
     assert not publisher.due()
     now[0] += FLUSH_INTERVAL_S
-    publisher.flush(SessionCounters(executions=4, rows=5, device_bytes_held=64), (800, 1000))
+    publisher.flush(dataclasses.replace(held, executions=4, rows=5), (800, 1000))
     assert pb_utils.metric_calls[-2:] == [
         ("increment", "ge_executions_total", 1.0),
         ("set", "ge_device_memory_free_bytes", 800.0),

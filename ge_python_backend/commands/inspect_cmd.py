@@ -23,6 +23,7 @@ from ge_python_backend.commands.options import (
 from ge_python_backend.errors import GeBackendError, UserError
 from ge_python_backend.modelinfo import GearInfo, TensorSpec, gears_text
 from ge_python_backend.repository.autocomplete import complete_config
+from ge_python_backend.repository.budget import host_settings
 from ge_python_backend.repository.config import ModelConfig, config_from_view, config_text
 from ge_python_backend.repository.model_files import open_session
 from ge_python_backend.repository.parameters import parse_input_shape_order
@@ -38,7 +39,9 @@ Show the inputs, outputs (name, Triton data type, numpy dtype, shape, format) an
 emulator .om is read by the emulator, any other by pyACL). Shapes are the full .om shapes: axis 0
 is included and -1 marks a dynamic axis. Then what it holds on a device (its weights, shared by
 the loads of one process; a work space per load; the buffers of a lane) and which processes open
-the device for it with device_host off (each instance's stub) and on (the device host's one).
+the device for it with device_host off (each instance's stub: a work space per lane) and on (the
+device host's one: the weights once, the work in the host's shared work spaces, one per stream
+of its pool, each as large as the largest work of the models it serves).
 
 --config prints instead the config.pbtxt Triton's auto-complete will produce for the .om in a
 model directory without config.pbtxt (inputs, outputs, max_batch_size, dynamic batching; read
@@ -162,11 +165,15 @@ def run(args: argparse.Namespace) -> int:
     info = _as_json(args.om, inputs, outputs, gears)
     info["aipp"] = aipp
     described = describe_om(args.om, args.runtime, parse_input_shape_order(args.input_shape_order))
+    host = host_settings()
     info["device_memory"] = {
         "weight_bytes": described.load.shared_bytes,
         "work_bytes_per_load": described.load.load_bytes,
         "buffer_bytes_per_lane": described.lane_bytes,
         "weights_shared": described.load.with_mem,
+        # under the device host: its pool's streams (each with a shared work space at least
+        # this model's work), 0 when the host gives each lane a work space
+        "device_host_streams": host.streams if host.shared and described.load.with_mem else 0,
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -202,5 +209,17 @@ def _device_lines(memory: dict[str, Any]) -> list[str]:
         f"{PROCESSES_PER_DEVICE} a device allows ({PROCESSES_PER_DEVICE_VM} in a VM), "
         f"~{size_text(PROCESS_DEVICE_MEMORY)} for opening it, the weights, its lanes",
         "  device_host on: the device host's one process opens the device for every instance: "
-        "the weights once per device, each instance's lanes",
+        f"the weights once per device, {_hosted_work(memory)}, each lane's buffers",
     ]
+
+
+def _hosted_work(memory: dict[str, Any]) -> str:
+    """Where the device host puts the model's work space."""
+    streams = memory["device_host_streams"]
+    if not streams:
+        return "a work space per lane"
+    return (
+        f"its work in the host's {streams} shared work spaces (one per stream, each as large as "
+        f"the largest work of the models it serves: {streams} x "
+        f"{size_text(memory['work_bytes_per_load'])} when this one is the largest)"
+    )

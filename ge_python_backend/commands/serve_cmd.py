@@ -25,6 +25,7 @@ from ge_python_backend.commands.options import (
 )
 from ge_python_backend.commands.watch_cmd import watcher_from
 from ge_python_backend.devicehost.client import start_host
+from ge_python_backend.devicehost.host import add_work_space_arguments, work_space_settings
 from ge_python_backend.devicehost.protocol import DeviceHostError, host_paths
 from ge_python_backend.environment import ACL_RUNTIME
 from ge_python_backend.errors import UserError
@@ -103,6 +104,9 @@ examples:
 """
 
 
+HOST_PREFIX = "device-host-"  # of the device hosts' options (`--device-host-streams`, ...)
+
+
 def register(subparsers: Any) -> None:
     """Add the `serve` subcommand."""
     parser = add_command(subparsers, "serve", run, HELP, DESCRIPTION)
@@ -137,6 +141,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="run every model on the CPU emulator of pyACL (GE_PYTHON_BACKEND_ACL=emulator)",
     )
+    add_work_space_arguments(parser, HOST_PREFIX)
     parser.add_argument(
         "--log-file",
         type=Path,
@@ -380,6 +385,10 @@ def run(args: argparse.Namespace) -> int:
         args.tritonserver, args.backend_directory, stub_version=stub_python.version
     )
     env = {ACL_RUNTIME.name: "emulator"} if args.emulator else {}
+    try:  # the device hosts' settings, for the hosts serve or a stub starts
+        env.update(work_space_settings(args, HOST_PREFIX).environment())
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     server = TritonServer(
         args.repository,
         http_port=args.http_port,

@@ -824,10 +824,12 @@ def _plain(value: Any) -> Any:
 
 
 def _add(before: SessionCounters, now: SessionCounters) -> SessionCounters:
-    """Cumulative counters of two hosts; `device_bytes_held` (held now) is the newer one's."""
+    """Cumulative counters of two hosts; what is held now (`device_bytes_held`, the work
+    spaces) is the newer one's."""
     summed = {
         field.name: getattr(before, field.name) + getattr(now, field.name)
         for field in dataclasses.fields(SessionCounters)
     }
-    summed["device_bytes_held"] = now.device_bytes_held
+    for held in ("device_bytes_held", "work_space_bytes", "work_space_streams"):
+        summed[held] = getattr(now, held)
     return SessionCounters(**summed)

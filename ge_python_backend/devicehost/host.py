@@ -11,7 +11,9 @@ its requests are served from buffers this host created for it and no other, and 
 goes away (finalize, or its death) the session is closed and its buffers unmapped. A session
 that fails to load answers its stub with the error (a `DeviceFullError`'s one line included);
 the others keep serving. With `idle_exit_s` > 0 the host stops that long after its last stub
-left (the copy path's hosts, started by the first stub that needs one).
+left (the copy path's hosts, started by the first stub that needs one). Its sessions share one
+pool of streams and work spaces (`runtime.workspaces`, `--streams N --work-space shared`, the
+default) or give each lane its own (`--work-space per-lane`).
 """
 
 from __future__ import annotations
@@ -69,9 +71,18 @@ from ge_python_backend.errors import InputError
 from ge_python_backend.runtime import AclError, ModelFileError, PendingBatch, Session
 from ge_python_backend.runtime.checksum import file_sha256
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.runtime.workspaces import (
+    DEFAULT_STREAMS,
+    MAX_STREAMS,
+    SWITCHES,
+    WORK_SPACE_MODES,
+    WorkSpaces,
+    WorkSpaceSettings,
+    environment_texts,
+)
 from ge_python_backend.serving import Completer
 
-__all__ = ["add_arguments", "main", "serve"]
+__all__ = ["add_arguments", "add_work_space_arguments", "main", "serve", "work_space_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +107,10 @@ class Refused(DeviceHostError):
 class _Connection:
     """One stub: its session, the buffers given to it, its reader and completion threads."""
 
-    def __init__(self, sock: socket.socket, peer_pid: int) -> None:
+    def __init__(self, sock: socket.socket, peer_pid: int, work_spaces: WorkSpaces) -> None:
         self.sock = sock
         self.peer_pid = peer_pid
+        self.work_spaces = work_spaces
         self.session: Session | None = None
         self.label = "(no model yet)"
         self._send_lock = threading.Lock()
@@ -221,7 +233,7 @@ class _Connection:
             # the digest of what this instance serves: a host that opens it again (after this
             # one stopped) refuses a changed file (Session verifies a digest it is given)
             digest = arguments.sha256 or file_sha256(str(arguments.om_path))
-            session = Session(**given)
+            session = Session(**given, work_spaces=self.work_spaces)
         except Exception as exc:
             logger.error("stub pid %d: %s does not load: %s", self.peer_pid, self.label, exc)
             if isinstance(exc, OSError):  # the .om went away
@@ -229,11 +241,12 @@ class _Connection:
             raise
         self.session = session
         logger.info(
-            "stub pid %d: %s loaded (%s, %d lane(s))",
+            "stub pid %d: %s loaded (%s, %d lane(s)%s)",
             self.peer_pid,
             self.label,
             session.path.name,
             session.pipeline_depth,
+            ", in the shared work spaces" if session.pooled else "",
         )
         self._send(
             Opened(
@@ -455,7 +468,7 @@ def _peer(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _admit(sock: socket.socket) -> _Connection | None:
+def _admit(sock: socket.socket, work_spaces: WorkSpaces) -> _Connection | None:
     """The connection of a stub of this user on `sock`; None (closed) for another user's."""
     pid, uid = _peer(sock)
     if uid != os.getuid():
@@ -463,12 +476,14 @@ def _admit(sock: socket.socket) -> _Connection | None:
         sock.close()
         return None
     sock.settimeout(None)
-    return _Connection(sock, pid)
+    return _Connection(sock, pid, work_spaces)
 
 
-def serve(device: int, idle_exit_s: float = 0.0) -> int:
+def serve(device: int, idle_exit_s: float = 0.0, settings: WorkSpaceSettings | None = None) -> int:
     """Run the device host of `device` until SIGTERM/SIGINT (or, with `idle_exit_s` > 0, that
-    long after the last stub left); 0 also when another host of the device already runs."""
+    long after the last stub left), its work spaces as `settings` say (default: the
+    environment's); 0 also when another host of the device already runs."""
+    work_spaces = WorkSpaces(settings or WorkSpaceSettings.from_environment())
     paths = host_paths(device)
     lock = os.open(paths.host_lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -491,10 +506,11 @@ def serve(device: int, idle_exit_s: float = 0.0) -> int:
     listener.listen(128)
     listener.settimeout(0.2)
     logger.info(
-        "device host of device %d listening on %s (pid %d%s)",
+        "device host of device %d listening on %s (pid %d, %s%s)",
         device,
         paths.socket,
         os.getpid(),
+        work_spaces.settings.text(),
         f", stops {idle_exit_s:g} s after its last stub left" if idle_exit_s > 0 else "",
     )
     connections: set[_Connection] = set()
@@ -537,7 +553,7 @@ def serve(device: int, idle_exit_s: float = 0.0) -> int:
             backoff = 0.0
             admitted = None
             try:
-                admitted = _admit(sock)
+                admitted = _admit(sock, work_spaces)
                 if admitted is None:
                     continue
                 with changed:
@@ -585,6 +601,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="stop S seconds after the last model left (default 0: never)",
     )
+    add_work_space_arguments(parser)
+
+
+def add_work_space_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The options of a host's work spaces: the device host's, and `serve`'s for the hosts it
+    starts (`prefix` "device-host-"). Their defaults are the environment's
+    (`GE_DEVICE_HOST_STREAMS`, ...), which a host started by a stub reads;
+    `work_space_settings` checks them."""
+    streams, mode, zero = environment_texts()
+    parser.add_argument(
+        f"--{prefix}streams",
+        default=streams,
+        metavar="N",
+        help=f"streams of the device host's pool, 1..{MAX_STREAMS}: each has one work space "
+        f"the models placed on it share (default {DEFAULT_STREAMS}, or $GE_DEVICE_HOST_STREAMS)",
+    )
+    parser.add_argument(
+        f"--{prefix}work-space",
+        default=mode,
+        metavar="|".join(WORK_SPACE_MODES),
+        help="shared: one work space per stream of the device host, as large as the largest "
+        "model's, shared by the models of the stream; per-lane: one for each lane of each "
+        "model (default shared, or $GE_DEVICE_HOST_WORK_SPACE)",
+    )
+    parser.add_argument(
+        f"--{prefix}zero-work-space",
+        default=zero,
+        metavar="|".join(SWITCHES),
+        help="on: zero a shared work space before an execution of another model than the "
+        "stream's last one (default off, or $GE_DEVICE_HOST_ZERO_WORK_SPACE)",
+    )
+
+
+def work_space_settings(args: argparse.Namespace, prefix: str = "") -> WorkSpaceSettings:
+    """The settings `add_work_space_arguments`' options give; ValueError saying what is wrong."""
+    names = [f"{prefix}{name}" for name in ("streams", "work-space", "zero-work-space")]
+    streams, mode, zero = (getattr(args, name.replace("-", "_")) for name in names)
+    given = ", ".join(f"--{name}" for name in names)
+    return WorkSpaceSettings.parse(streams, mode, zero, f"{given} or $GE_DEVICE_HOST_STREAMS, ...")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -593,4 +648,9 @@ def main(args: argparse.Namespace) -> int:
         level=logging.INFO,
         format=f"%(asctime)s device-host[{args.device}] %(levelname)s %(name)s: %(message)s",
     )
-    return serve(args.device, args.idle_exit)
+    try:
+        settings = work_space_settings(args)
+    except ValueError as exc:
+        logger.error("%s", exc)
+        return 2
+    return serve(args.device, args.idle_exit, settings)

@@ -10,8 +10,11 @@ weights once (its lanes' loads share them) and, per pipeline lane, a load's work
 lane's pooled buffers (`acl.mdl.query_size` as `model.LoadSizes` counts it, and
 `describe.ModelFileDescription`). Models with the parameter `device_host` on open no device
 in their stubs: the device host of each device they use is one process there (one opening of
-the device) holding every such instance's lanes and one copy of each model's weights. Models
-that open no device (ensembles, other Python models) are not counted.
+the device) holding one copy of each model's weights, every such instance's lanes' buffers and,
+with shared work spaces (`runtime.workspaces`, the host's default), N work spaces as large as
+the largest work of its models (N: the host's streams), else a work space per lane. The host's
+settings are those its environment gives it (`DeviceLimits.host`). Models that open no device
+(ensembles, other Python models) are not counted.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ge_python_backend.repository.parameters import ModelParameters
 from ge_python_backend.repository.shm import ModelEntry
 from ge_python_backend.repository.versions import find_om, version_dirs
 from ge_python_backend.runtime.describe import describe_om
+from ge_python_backend.runtime.workspaces import WorkSpaceSettings
 
 __all__ = [
     "DeviceBudget",
@@ -46,6 +50,7 @@ __all__ = [
     "ModelFootprint",
     "budget",
     "footprints",
+    "host_settings",
     "host_what_does_not_fit",
     "models_to_host",
 ]
@@ -55,14 +60,26 @@ logger = logging.getLogger(__name__)
 MIB = 2**20
 
 
+def host_settings() -> WorkSpaceSettings:
+    """The work spaces a device host started here would have (`$GE_DEVICE_HOST_STREAMS`, ...;
+    the defaults, said in the log, when the variables are wrong)."""
+    try:
+        return WorkSpaceSettings.from_environment()
+    except ValueError as exc:
+        logger.warning("%s; the budget counts the device host's defaults", exc)
+        return WorkSpaceSettings()
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceLimits:
-    """What one device allows: processes, memory (bytes) and what opening it costs a process."""
+    """What one device allows: processes, memory (bytes) and what opening it costs a process;
+    and how its device host gives work spaces (`host`)."""
 
     max_processes: int = PROCESSES_PER_DEVICE
     memory: int = soc_device(DEFAULT_SOC).memory
     process_memory: int = PROCESS_DEVICE_MEMORY
     soc: str = DEFAULT_SOC
+    host: WorkSpaceSettings = dataclasses.field(default_factory=host_settings)
 
     @classmethod
     def of(cls, soc: str = DEFAULT_SOC, vm: bool = False) -> DeviceLimits:
@@ -92,13 +109,26 @@ class ModelFootprint:
     # False also for a model on the copy path (no config.pbtxt to write the parameter into)
     host_choice_given: bool = dataclasses.field(default=True, compare=False)
 
-    def device_bytes(self, instances: int) -> int | None:
+    def device_bytes(self, instances: int, shared_work: bool = False) -> int | None:
         """What `instances` of its instances on one device hold besides the openings of the
-        device (None: not known)."""
+        device (None: not known); `shared_work`: without work spaces (the device host's shared
+        ones, counted per device)."""
         if self.lane_bytes is None:
             return None
         holders = min(instances, 1) if self.device_host else instances
-        return instances * self.lanes * self.lane_bytes + holders * self.weight_bytes
+        lane = (self.buffer_bytes or 0) if shared_work else self.lane_bytes
+        return instances * self.lanes * lane + holders * self.weight_bytes
+
+    @property
+    def work_bytes(self) -> int:
+        """A load's work space (0: not known)."""
+        return (self.lane_bytes or 0) - (self.buffer_bytes or 0)
+
+    @property
+    def shares_work(self) -> bool:
+        """Whether a device host with shared work spaces seats it in its stream pool: hosted,
+        and loaded into memory of ours (query_size sizes its weights; see `LoadSizes.with_mem`)."""
+        return self.device_host and self.weight_bytes > 0 and self.lane_bytes is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +140,8 @@ class DeviceRow:
     memory: int  # bytes, the models whose `.om` could not be read left out
     models: tuple[str, ...]  # with their process counts: "resnet x2"
     unknown: tuple[str, ...]  # models whose memory is not known
+    # the device host's shared work spaces: streams x the largest work of its pooled models
+    work_spaces: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,28 +203,43 @@ class DeviceBudget:
                 f"  {row.device:>6}  {f'{row.processes} / {limits.max_processes}':>9}  "
                 f"{memory:>18}  {shown}{'  DOES NOT FIT' if over else ''}"
             )
+            if row.work_spaces:
+                streams = limits.host.streams
+                lines.append(
+                    f"  {'':>6}  {'':>9}  {'':>18}  of its memory, {row.work_spaces / MIB:,.1f} "
+                    f"MiB are the device host's {streams} shared work spaces of "
+                    f"{row.work_spaces / streams / MIB:,.1f} MiB (its largest model's work)"
+                )
         return "\n".join(lines)
 
 
 def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudget:
-    """The per-device sums of `models` against `limits`."""
+    """The per-device sums of `models` against `limits`: per device, each process's opening
+    and what its models hold; for the device host, one opening, each model's weights once, its
+    lanes' buffers and, with shared work spaces, `limits.host.streams` work spaces of the
+    largest work of its pooled models (else a work space per lane)."""
     devices = sorted({device for model in models for device in model.processes})
+    shared = limits.host.shared
     rows = []
     for device in devices:
         here = [(m, m.processes[device]) for m in models if m.processes.get(device)]
         hosted = any(m.device_host for m, _ in here)
         processes = sum(count for m, count in here if not m.device_host) + int(hosted)
+        pooled = [m.work_bytes for m, _ in here if shared and m.shares_work]
+        work_spaces = limits.host.streams * max(pooled, default=0)
         rows.append(
             DeviceRow(
                 device=device,
                 processes=processes,
                 memory=processes * limits.process_memory
-                + sum(m.device_bytes(count) or 0 for m, count in here),
+                + work_spaces
+                + sum(m.device_bytes(count, shared and m.shares_work) or 0 for m, count in here),
                 models=tuple(
                     f"{m.name} x{count}{' (device host)' if m.device_host else ''}"
                     for m, count in here
                 ),
                 unknown=tuple(m.name for m, _ in here if m.lane_bytes is None),
+                work_spaces=work_spaces,
             )
         )
     return DeviceBudget(tuple(rows), limits)

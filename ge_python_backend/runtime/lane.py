@@ -9,6 +9,12 @@ replaces them with the stream). An execution launched untimed records only the "
 (the pipeline's waits need it) and reads no times; one neither timed nor pipelined (its caller
 finishes it before launching again) records none.
 
+A lane may instead sit in a device host's stream pool (`workspaces.Seat`): it then runs the copy
+of its model loaded into that stream's shared work space, on that stream, which it neither
+creates nor destroys; each launch holds the stream (`Seat.launching`), and `finish` waits for the
+lane's own "end" event (recorded after every launch), not for the stream, then lets the seat read
+the stream's device failures (`Seat.audit`).
+
 A dynamic-shape model with an unbounded output served without `max_output_bytes` runs
 synchronously instead: its lanes hold an empty data buffer for each such output, which ACL fills
 with device memory it allocates only in `acl.mdl.execute` (aclmdlGetOutputSizeByIndex.md), so
@@ -37,7 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ge_python_backend.aipp import AippOp
-from ge_python_backend.ascend import GearKind, MemcpyKind, malloc_reserved
+from ge_python_backend.ascend import AclCode, GearKind, MemcpyKind, malloc_reserved
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
@@ -47,6 +53,7 @@ from ge_python_backend.runtime.errors import AclError, OutputTooLargeError
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer, QueuedCopy
 from ge_python_backend.runtime.model import Dataset, Model
+from ge_python_backend.runtime.workspaces import Seat
 
 __all__ = ["DeviceTimes", "Lane", "LaneEvents", "Layout"]
 
@@ -98,25 +105,27 @@ class LaneEvents(NamedTuple):
 
 
 class Lane(Resource):
-    """One model id, its stream and buffer set; `index` is its place in the session."""
+    """One model id, its stream and buffer set; `index` is its place in the session. `model` is
+    the lane's own loaded model, or its `Seat` in a stream pool (the pool's copy and stream)."""
 
     def __init__(
         self,
         index: int,
         context: Context,
-        model: Model,
+        model: Model | Seat,
         input_sizes: Sequence[int],
         device_written: Collection[str] = (),
     ) -> None:
         self.index = index
         self.context = context
-        self.model = model
+        self.seat = model if isinstance(model, Seat) else None
+        self._model = model if isinstance(model, Model) else None
         self._parts: list[Resource] = [model]
         self._own(_close_parts, self._parts)
         try:
-            self.stream = self._keep(Stream(context))
+            self._stream = None if self.seat is not None else self._keep(Stream(context))
             self.events = self._new_events()
-            desc = model.description
+            desc = self.model.description
             buffers: dict[int, DeviceBuffer] = {}
             self.input_slots: list[Slot] = []
             for info, size in zip(desc.inputs, input_sizes):
@@ -131,7 +140,7 @@ class Lane(Resource):
             ordered = [buffers[index] for index in range(desc.input_count)]
             self.inputs = self._keep(Dataset(context, ordered))
             if desc.aipp_inputs:
-                model.set_input_aipp(self.inputs)  # once: the parameter buffers keep it
+                self.model.set_input_aipp(self.inputs)  # once: the parameter buffers keep it
             self.output_slots: list[Slot | None] = []  # None: the system allocates it
             self.outputs: Dataset | None = None
             self.synchronous = False  # executes with acl.mdl.execute (`open_outputs`)
@@ -142,7 +151,7 @@ class Lane(Resource):
         self._staged = Layout([], [], [], [], 0, 0)  # the layout `launch` queues
         # a dynamic-shape model: the shapes of the execution staged (inputs) and finished
         # (outputs, read from the output tensor descs)
-        self.dynamic = model.description.dynamic_shape
+        self.dynamic = desc.dynamic_shape
         self._input_shapes: list[Shape] = []
         self._output_shapes: list[Shape] = []
         self._taken: dict[int, np.ndarray] = {}  # system-allocated outputs, copied out
@@ -151,9 +160,26 @@ class Lane(Resource):
         self._events_lock = threading.Lock()  # replacing `events` vs another lane waiting on them
         self.job: Any = None  # the session's execution launched here and not yet finished
         self._launched = 0.0
+        self._ticket = 0  # a seated lane's last launch on the pool's stream (`Seat.audit`)
         self._timed = True  # whether the work launched last records its timing events
         self.executed_recorded = True  # whether it records its "executed" event
         self._events_work = True
+
+    @property
+    def model(self) -> Model:
+        """The loaded model the lane executes (a seat's copy may be reloaded by its pool)."""
+        if self.seat is not None:
+            return self.seat.model
+        assert self._model is not None
+        return self._model
+
+    @property
+    def stream(self) -> Stream:
+        """The stream the lane queues its work on (a pool's is replaced for all its lanes)."""
+        if self.seat is not None:
+            return self.seat.stream
+        assert self._stream is not None
+        return self._stream
 
     @classmethod
     def open_first(
@@ -164,18 +190,38 @@ class Lane(Resource):
         aipp: Sequence[AippOp] = (),
         max_output_bytes: int | None = None,
         device_written: Collection[str] = (),
+        seat: Seat | None = None,
     ) -> tuple[Lane, GearTable]:
-        """Lane 0 and the model's gear table: the `.om` loaded, the gears' output shapes read on
-        this lane, every buffer sized for the largest execution of any gear (`aipp`: the fixed
-        parameters of a dynamic-AIPP model, see `Model`). A dynamic-shape model's buffers take
-        the sizes the model reports (range upper bounds); an output whose size is unbounded (0)
-        takes `max_output_bytes`, without which the system allocates it at each (synchronous)
+        """Lane 0 and the model's gear table: the `.om` loaded (or `seat`'s copy, whose table
+        the first session of the model read), the gears' output shapes read on this lane, every
+        buffer sized for the largest execution of any gear (`aipp`: the fixed parameters of a
+        dynamic-AIPP model, see `Model`). A dynamic-shape model's buffers take the sizes the
+        model reports (range upper bounds); an output whose size is unbounded (0) takes
+        `max_output_bytes`, without which the system allocates it at each (synchronous)
         execution. The inputs `device_written` names get DVPP memory the device writes
         (`dvpp.ImageStage`), never staged or copied."""
+        if seat is not None:
+            with seat.copies.opening:  # the copies are shared: one session reads the gears
+                return cls._open_first(
+                    context, path, seat, max_output_bytes, device_written, seat.copies.table
+                )
         model = Model(context, path, input_shape_order, aipp)
-        desc = model.description
+        return cls._open_first(context, path, model, max_output_bytes, device_written, None)
+
+    @classmethod
+    def _open_first(
+        cls,
+        context: Context,
+        path: Path,
+        source: Model | Seat,
+        max_output_bytes: int | None,
+        device_written: Collection[str],
+        known: GearTable | None,
+    ) -> tuple[Lane, GearTable]:
+        """`open_first` with the model loaded (`source`), its gear table given when `known`."""
+        desc = source.model.description if isinstance(source, Seat) else source.description
         try:
-            table = GearTable(desc, path)
+            table = known if known is not None else GearTable(desc, path)
             if desc.dynamic_shape:
                 input_sizes = [max(info.size, 1) for info in desc.inputs]
             else:
@@ -183,12 +229,15 @@ class Lane(Resource):
                     max(table.input_bytes(n, info.spec.dtype), info.size, 1)
                     for n, info in enumerate(desc.inputs)
                 ]
-            lane = cls(0, context, model, input_sizes, device_written)
+            lane = cls(0, context, source, input_sizes, device_written)
         except BaseException:
-            model.close()
+            source.close()
             raise
         try:
-            table.read_outputs(model, lane.inputs)
+            if known is None:
+                table.read_outputs(lane.model, lane.inputs)
+                if lane.seat is not None:
+                    lane.seat.copies.table = table
             output_sizes: list[int | None]
             if desc.dynamic_shape:
                 output_sizes = _dynamic_output_sizes(desc.outputs, max_output_bytes, path)
@@ -211,10 +260,16 @@ class Lane(Resource):
         path: Path,
         input_shape_order: Sequence[str] | None,
         like: Lane,
+        seat: Seat | None = None,
     ) -> Lane:
-        """A further lane: the `.om` loaded again, with buffers sized like those of `like`."""
-        aipp = tuple(like.model.aipp.values())
-        model = Model(context, path, input_shape_order, aipp, like.model.sizes)
+        """A further lane: the `.om` loaded again (or `seat`'s copy), with buffers sized like
+        those of `like`."""
+        model: Model | Seat
+        if seat is not None:
+            model = seat
+        else:
+            aipp = tuple(like.model.aipp.values())
+            model = Model(context, path, input_shape_order, aipp, like.model.sizes)
         try:
             written = [slot.spec.name for slot in like.input_slots if slot.device_written]
             sizes = [slot.device.size for slot in like.input_slots]
@@ -290,13 +345,31 @@ class Lane(Resource):
         """
         assert self.outputs is not None
         layout = self._staged
-        events = self.events
-        stream = self.stream
         self.context.activate()
         self._launched = time.perf_counter()
+        if self.seat is None:
+            self._queue(layout, table, execution, after, timed, pipelined)
+        else:  # the pool's stream is held meanwhile; its end event tells `finish` it is done
+            with self.seat.launching(self.synchronous) as self._ticket:
+                self._queue(layout, table, execution, after, timed, pipelined)
+        return layout.out_bytes
+
+    def _queue(
+        self,
+        layout: Layout,
+        table: GearTable,
+        execution: Execution,
+        after: Lane | None,
+        timed: bool,
+        pipelined: bool,
+    ) -> None:
+        """`launch`'s work queued on the stream (or run now, a synchronous lane)."""
         if self.synchronous:
             self._execute_now(layout)
-            return layout.out_bytes
+            return
+        events = self.events
+        stream = self.stream
+        assert self.outputs is not None
         self._timed = timed
         self.executed_recorded = timed or pipelined
         if timed:
@@ -316,9 +389,8 @@ class Lane(Resource):
             events.executed.record(stream)
         for copy in layout.copies_out:  # none for a dynamic-shape model: `finish` copies
             copy.queue(stream)
-        if timed:
+        if timed or self.seat is not None:  # a seated lane waits for its own end event
             events.end.record(stream)
-        return layout.out_bytes
 
     def _execute_now(self, layout: Layout) -> None:
         """A lane whose outputs the system allocates: copy in, set the inputs' dims and run
@@ -354,8 +426,9 @@ class Lane(Resource):
                 stream.wait(self.events.executed)
 
     def finish(self, timeout_ms: int = 0) -> DeviceTimes | None:
-        """Wait for the launched work (at most `timeout_ms` when > 0); its device times (None
-        when it was launched untimed and events can time).
+        """Wait for the launched work (at most `timeout_ms` when > 0; a seated lane waits for its
+        end event, not for the pool's stream); its device times (None when it was launched
+        untimed and events can time).
 
         A dynamic-shape model's outputs are read here: their real shapes from the output
         tensor descs (final once the stream is synchronized), then their bytes, copied out; a
@@ -367,11 +440,30 @@ class Lane(Resource):
             self._read_dynamic_outputs()
             h2d, execute, _ = self._host_times
             return DeviceTimes(h2d, execute, time.perf_counter() - started)
-        self.stream.synchronize(timeout_ms)
+        if self.seat is None:
+            self.stream.synchronize(timeout_ms)
+        else:
+            self._wait_for_end(timeout_ms)
+            self.seat.audit(self._ticket, timeout_ms)
         times = self._times() if self._timed or not self._events_work else None
         if self.dynamic:
             self._read_dynamic_outputs()
         return times
+
+    def _wait_for_end(self, timeout_ms: int) -> None:
+        """Wait until the stream has reached the lane's end event (at most `timeout_ms` when
+        > 0: past it AclError with ACL's event timeout code); a pyACL without
+        `synchronize_event_with_timeout` waits without a bound."""
+        end = self.events.end
+        reached = end.reached(timeout_ms if timeout_ms > 0 else -1)
+        if reached is None:
+            end.synchronize()
+        elif not reached:
+            raise AclError(
+                AclCode.RT_EVENT_SYNC_TIMEOUT,
+                "acl.rt.synchronize_event_with_timeout",
+                f"lane {self.index}'s execution did not finish within {timeout_ms} ms",
+            )
 
     def _read_dynamic_outputs(self) -> None:
         """Each output's real shape from the output tensor descs, and its bytes copied out:
@@ -397,10 +489,15 @@ class Lane(Resource):
                 outputs.release_outputs()
 
     def settle(self) -> None:
-        """After a failure: wait until nothing of the lane's work still runs, and free what the
-        system allocated for its outputs (errors logged)."""
+        """After a failure: wait until nothing of the lane's work still runs (a seated lane: its
+        own work, an end event recorded behind it; the pool's stream goes on serving), and free
+        what the system allocated for its outputs (errors logged)."""
         try:
-            self.stream.synchronize()
+            if self.seat is not None:
+                self.events.end.record(self.stream)
+                self.events.end.synchronize()
+            else:
+                self.stream.synchronize()
         except AclError as exc:
             logger.debug("lane %d: synchronize after a failure reported %s", self.index, exc)
         if self.synchronous and self.outputs is not None:
@@ -410,16 +507,25 @@ class Lane(Resource):
                 logger.warning("lane %d: freeing the outputs ACL allocated: %s", self.index, exc)
 
     def replace_stream(self) -> None:
-        """A stream that timed out may never finish: destroy it and its events, make new ones.
+        """A stream that timed out may never finish: destroy it and its events, make new ones
+        (a seated lane: the pool replaces its stream for every lane seated there).
 
         The buffers and the model are kept.
         """
         self.context.activate()
-        stream = self._keep(Stream(self.context))
+        hung = self.stream
+        if self.seat is not None:
+            self.seat.replace_stream(hung)
+            stream = None
+        else:
+            stream = self._keep(Stream(self.context))
         events = self._new_events()
         with self._events_lock:
-            old = [self.stream, *self.events]
-            self.stream, self.events = stream, events
+            old: list[Resource] = list(self.events)
+            if stream is not None:
+                old.append(hung)
+                self._stream = stream
+            self.events = events
         for resource in old:
             self._parts.remove(resource)
             try:
@@ -530,7 +636,9 @@ class Lane(Resource):
         return resource
 
     def __repr__(self) -> str:
-        return f"Lane({self.index}, model {self.model.model_id}{', closed' if self.closed else ''})"
+        seat = f", stream {self.seat.index} of the pool" if self.seat is not None else ""
+        closed = ", closed" if self.closed else ""
+        return f"Lane({self.index}, model {self.model.model_id}{seat}{closed})"
 
 
 def _dynamic_output_sizes(
@@ -558,9 +666,10 @@ def _dynamic_output_sizes(
 
 
 def _close_parts(parts: list[Resource]) -> None:
-    """Model first (it uses the rest), then datasets, buffers, events, stream (newest first)."""
-    ordered: list[Resource] = [p for p in parts if isinstance(p, Model)]
-    ordered += [p for p in reversed(parts) if not isinstance(p, Model)]
+    """Model (or seat) first (it uses the rest), then datasets, buffers, events, stream (newest
+    first)."""
+    ordered: list[Resource] = [p for p in parts if isinstance(p, (Model, Seat))]
+    ordered += [p for p in reversed(parts) if not isinstance(p, (Model, Seat))]
     parts.clear()
     close_all(ordered)
 

@@ -188,7 +188,9 @@ def _destroy_dataset(
 
 class Model(Resource):
     """A model loaded with its description: `acl.mdl.load_from_file_with_mem` into a work space
-    of its own and the weights every load of the same `.om` in its context shares (`_load`).
+    of its own (or into `work`, a device buffer of at least `sizes.work` bytes others own and
+    keep alive: a stream's shared work space, `workspaces.py`) and the weights every load of the
+    same `.om` in its context shares (`_load`).
 
     `input_shape_order` (input names in ATC's `--input_shape` order) is needed only for a
     dynamic-dims model whose gears do not reveal that order (see `_split_dims_gears`).
@@ -203,6 +205,7 @@ class Model(Resource):
         input_shape_order: Sequence[str] | None = None,
         aipp: Sequence[AippOp] = (),
         sizes: LoadSizes | None = None,
+        work: DeviceBuffer | None = None,
     ) -> None:
         acl = context.acl
         context.activate()
@@ -211,7 +214,7 @@ class Model(Resource):
         self.aipp = {op.related_input_rank: op for op in aipp}
         # what the load costs (query_size's; given by a further load of the same `.om`)
         self.sizes = LoadSizes.query(acl, self.path) if sizes is None else sizes
-        model_id, memory = _load(context, self.path, self.sizes)
+        model_id, memory = _load(context, self.path, self.sizes, work)
         self.model_id: int = model_id
         self._weights_key = memory.weights_key  # the weights it shares (`_load`), if any
         desc_holder: list[int] = []
@@ -497,15 +500,18 @@ class LoadSizes:
         return malloc_reserved(self.work) if self.with_mem else self.work + self.weight
 
 
-def _load(context: Context, path: Path, sizes: LoadSizes) -> tuple[int, _LoadMemory]:
+def _load(
+    context: Context, path: Path, sizes: LoadSizes, work: DeviceBuffer | None = None
+) -> tuple[int, _LoadMemory]:
     """Load `path` (of `sizes`) in `context`: (model id, the memory given to it).
 
     Two loads of the same model may share one weight buffer, which the model only reads during
     inference (aclmdlLoadFromFileWithMem, weightPtr): so the lanes of a `Session`, and in a
     device host every instance of a model, hold one copy of its weights per device. Each load
-    gets a work space of its own (ACL's samples allocate both with aclrtMalloc). A model
-    `acl.mdl.query_size` cannot size (`LoadSizes.with_mem`) is loaded with `load_from_file`,
-    ACL allocating its memory."""
+    gets a work space of its own (ACL's samples allocate both with aclrtMalloc), or the start
+    of `work` (a stream's, shared by the models that run one after another on it; the caller
+    keeps it). A model `acl.mdl.query_size` cannot size (`LoadSizes.with_mem`) is loaded with
+    `load_from_file`, ACL allocating its memory."""
     acl = context.acl
     if not sizes.with_mem:
         model_id, ret = acl.mdl.load_from_file(str(path))
@@ -521,10 +527,13 @@ def _load(context: Context, path: Path, sizes: LoadSizes) -> tuple[int, _LoadMem
                 weights = _weights[key] = _Weights(DeviceBuffer(context, sizes.weight))
             weights.users += 1
             memory.weights_key = key
-        memory.work = DeviceBuffer(context, sizes.work)
+        if work is None:
+            work = memory.work = DeviceBuffer(context, sizes.work)
+        elif work.size < sizes.work:
+            raise ValueError(f"{path} needs a work space of {sizes.work} bytes, given {work!r}")
         context.activate()
         model_id, ret = acl.mdl.load_from_file_with_mem(
-            str(path), memory.work.ptr, sizes.work, weights.buffer.ptr, sizes.weight
+            str(path), work.ptr, sizes.work, weights.buffer.ptr, sizes.weight
         )
         check(ret, "acl.mdl.load_from_file_with_mem", acl)
     except BaseException:

@@ -48,8 +48,10 @@ from ge_python_backend.runtime.errors import (
 )
 from ge_python_backend.runtime.feeds import FeedChecker, Feeds
 from ge_python_backend.runtime.lane import DeviceTimes, Lane
-from ge_python_backend.runtime.model import LoadSizes, TensorInfo, read_aipp_config
+from ge_python_backend.runtime.memory import DeviceBuffer
+from ge_python_backend.runtime.model import LoadSizes, Model, TensorInfo, read_aipp_config
 from ge_python_backend.runtime.placement import Placement, describe_holders
+from ge_python_backend.runtime.workspaces import Seat, WorkSpaces, model_key
 
 __all__ = [
     "DEVICE_TIMING_PERIOD",
@@ -78,6 +80,11 @@ OUT_OF_DEVICE_MEMORY = frozenset(
         AclCode.GE_DEVICE_MEMORY_ALLOCATION_FAILED,
     }
 )
+
+
+# What a lane's wait past `execute_timeout_ms` raises: its stream's (a lane of its own) or its end
+# event's (a lane seated in a device host's stream pool).
+TIMEOUT_CODES = frozenset({ExecuteTimeoutError.CODE, AclCode.RT_EVENT_SYNC_TIMEOUT})
 
 
 class DeviceTimeSampler:
@@ -198,7 +205,11 @@ class Session(Resource):
     load names the labels holding it (`DeviceFullError`). `image` makes one YUV420SP_U8 AIPP
     input take JPEG files (BYTES, one per row), decoded and resized on the device by DVPP
     (`dvpp.py`); `inputs` then shows it as BYTES `[rows, 1]`, and a file DVPP refuses is an
-    `ImageError` naming its request. Any mix of calls from any threads is safe.
+    `ImageError` naming its request. `work_spaces` (a device host's, `workspaces.py`) seats the
+    lanes in its stream pool when it shares work spaces: each lane runs the pool's copy of the
+    model on one of the pool's streams, with the work space of that stream, instead of a load,
+    stream and work space of its own (a model `acl.mdl.query_size` cannot size keeps its own).
+    Any mix of calls from any threads is safe.
     """
 
     inputs: tuple[TensorSpec, ...]  # never includes ascend_mbatch_shape_data
@@ -220,8 +231,11 @@ class Session(Resource):
         device_timing_period: int = DEVICE_TIMING_PERIOD,
         label: str | None = None,
         image: ImageInput | None = None,
+        work_spaces: WorkSpaces | None = None,
     ) -> None:
         self._image = image
+        self._work_spaces = work_spaces
+        self.pooled = False  # whether the lanes are seated in `work_spaces`' pool
         self._images: ImageStage | None = None
         if max_output_bytes is not None and (
             isinstance(max_output_bytes, bool)
@@ -275,9 +289,14 @@ class Session(Resource):
 
     @property
     def counters(self) -> SessionCounters:
-        """A snapshot of the cumulative counters."""
+        """A snapshot of the cumulative counters (and of the stream pool's work spaces)."""
+        streams, work = (0, 0)
+        if self.pooled and self._work_spaces is not None:
+            streams, work = self._work_spaces.totals()
         with self._counters_lock:
-            return dataclasses.replace(self._counters)
+            return dataclasses.replace(
+                self._counters, work_space_bytes=work, work_space_streams=streams
+            )
 
     def device_memory(self) -> tuple[int, int]:
         """(free, total) bytes of the session's device memory, as ACL reports them now."""
@@ -432,7 +451,9 @@ class Session(Resource):
             raise self._memory_wall(exc, LoadSizes.query(acl, self.path)) from exc
         model = self._lanes[0].model
         model.record_weights(self.label)  # once per process and `.om`: every session shares them
-        held = self._counters.device_bytes_held + len(self._lanes) * model.sizes.load_bytes
+        held = self._counters.device_bytes_held
+        if not self.pooled:  # a pool records its work spaces itself
+            held += len(self._lanes) * model.sizes.load_bytes
         self._parts.append(Placement(self.device_id, self.label, held))
 
     def _memory_wall(self, exc: AclError, sizes: LoadSizes) -> DeviceFullError:
@@ -442,7 +463,14 @@ class Session(Resource):
         except AclError:
             free = total = 0
         depth = self.pipeline_depth
-        if sizes.with_mem:
+        if self.pooled and self._work_spaces is not None:
+            asked = (
+                f"weights of {sizes.shared_bytes} bytes (once) and a work space of "
+                f"{sizes.load_bytes} bytes on each of the "
+                f"{self._work_spaces.settings.streams} streams of the device host's pool "
+                "(acl.mdl.query_size)"
+            )
+        elif sizes.with_mem:
             asked = (
                 f"weights of {sizes.shared_bytes} bytes (one copy for its loads) and {depth} "
                 f"work space(s) of {sizes.load_bytes} bytes (acl.mdl.query_size)"
@@ -458,6 +486,7 @@ class Session(Resource):
         aipp: Sequence[AippOp],
     ) -> None:
         image = self._image
+        seats = self._seats(input_shape_order, aipp)
         first, table = Lane.open_first(
             self._context,
             self.path,
@@ -465,6 +494,7 @@ class Session(Resource):
             aipp,
             self.max_output_bytes,
             () if image is None else (image.name,),
+            seats[0] if seats else None,
         )
         self._parts.append(first)
         self._lanes.append(first)
@@ -486,21 +516,47 @@ class Session(Resource):
             (s.name for s, batched in zip(self.inputs, table.batched_inputs) if batched), ""
         )
         for index in range(1, self.pipeline_depth):
-            lane = Lane.load(index, self._context, self.path, input_shape_order, first)
+            seat = seats[index] if seats else None
+            lane = Lane.load(index, self._context, self.path, input_shape_order, first, seat)
             self._parts.append(lane)
             self._lanes.append(lane)
         if image is not None:
             self._open_images(image, desc.inputs)
         self._counters.device_bytes_held = sum(lane.device_bytes for lane in self._lanes)
         logger.debug(
-            "opened %s on device %d (%s): %s gears %s, %d lane(s)",
+            "opened %s on device %d (%s): %s gears %s, %d lane(s)%s",
             self.path,
             self.device_id,
             self.runtime,
             self.gears.kind,
             table.text(),
             self.pipeline_depth,
+            "".join(f", lane {n} on stream {seat.index}" for n, seat in enumerate(seats)),
         )
+
+    def _seats(self, input_shape_order: Sequence[str] | None, aipp: Sequence[AippOp]) -> list[Seat]:
+        """The lanes' seats in the device host's stream pool (none: each lane loads its own)."""
+        spaces = self._work_spaces
+        if spaces is None or not spaces.settings.shared:
+            return []
+        context = self._context
+        sizes = LoadSizes.query(context.acl, self.path)
+        if not sizes.with_mem:
+            logger.info(
+                "%s: acl.mdl.query_size does not size it, so it cannot share the stream pool's "
+                "work spaces: each lane loads it with memory ACL allocates",
+                self.label,
+            )
+            return []
+
+        def load(work: DeviceBuffer) -> Model:
+            return Model(context, self.path, input_shape_order, aipp, sizes, work)
+
+        key = model_key(self.path, sizes, input_shape_order, aipp)
+        seats = spaces.seats(context, self.path, sizes, self.pipeline_depth, load, key)
+        self._parts.extend(seats)  # left if a lane fails to open (a lane holds its own too)
+        self.pooled = True
+        return seats
 
     def _open_images(self, image: ImageInput, inputs: Sequence[TensorInfo]) -> None:
         """The DVPP stage of the image input; the input is served as BYTES files."""
@@ -578,7 +634,7 @@ class Session(Resource):
             measured = lane.finish(self.execute_timeout_ms if timeout_ms is None else timeout_ms)
         except Exception as exc:  # the execution failed: its batch fails, the lane is settled
             error: Exception = exc
-            if isinstance(exc, AclError) and exc.code == ExecuteTimeoutError.CODE:
+            if isinstance(exc, AclError) and exc.code in TIMEOUT_CODES:
                 error = ExecuteTimeoutError(exc, self.execute_timeout_ms)
                 lane.replace_stream()
             else:

@@ -69,11 +69,22 @@ COUNTERS = (
         1e6,
     ),
 )
-# name, description; set from (pooled bytes held, device free, device total).
+# name, description; set from (pooled bytes held, device free, device total, the device host's
+# shared work spaces: bytes, streams).
 GAUGES = (
     ("ge_device_memory_bytes", "Device memory held by the instance's pooled buffers (bytes)"),
     ("ge_device_memory_free_bytes", "Free memory of the instance's device (acl.rt.get_mem_info)"),
     ("ge_device_memory_total_bytes", "Memory of the instance's device (acl.rt.get_mem_info)"),
+    (
+        "ge_device_host_work_space_bytes",
+        "Device memory of the shared work spaces of the device host serving the instance, one "
+        "per stream of its pool, shared by all its models (bytes; 0 in-stub or per-lane)",
+    ),
+    (
+        "ge_device_host_streams",
+        "Streams of the device host's pool, each with one shared work space (0 in-stub or "
+        "per-lane)",
+    ),
 )
 FLUSH_INTERVAL_S = 0.1
 
@@ -131,7 +142,12 @@ class MetricsPublisher:
             if delta > 0:
                 metric.increment(delta * spec.scale)
                 self._published[number] = value
-        values = (counters.device_bytes_held, *device_memory)
+        values = (
+            counters.device_bytes_held,
+            *device_memory,
+            counters.work_space_bytes,
+            counters.work_space_streams,
+        )
         for number, (gauge, value) in enumerate(zip(self._gauges, values)):
             if float(value) != self._gauges_published[number]:
                 gauge.set(float(value))

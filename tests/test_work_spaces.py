@@ -1,0 +1,373 @@
+"""Shared work spaces (`runtime/workspaces.py`): the sessions of a device host's process seated
+on a pool of streams, each stream with one work space the models placed on it share.
+
+What a device holds then is read from the emulator's memory counters: each model's weights once,
+N work spaces of the largest model's work, and every lane's own buffers; every answer is
+onnxruntime's; a failing execution fails its batch alone; per-lane is today's way."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx_models
+import pytest
+from emulator_helpers import live
+from onnx_models import reference
+
+from ge_python_backend import cli, emulator
+from ge_python_backend.ascend import AclCode, malloc_reserved
+from ge_python_backend.commands.serve_cmd import HOST_PREFIX
+from ge_python_backend.devicehost.host import work_space_settings
+from ge_python_backend.emulator.omfile import compile_onnx
+from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
+from ge_python_backend.runtime.workspaces import (
+    DEFAULT_STREAMS,
+    WorkSpaces,
+    WorkSpaceSettings,
+)
+
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture(autouse=True)
+def _emulator_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.delenv("GE_PYTHON_BACKEND_ACL", raising=False)
+    monkeypatch.setenv(placement.RUN_DIR_ENV, str(tmp_path / "run"))
+    emulator.set_faults(None)
+    yield
+    emulator.set_faults(None)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three models of different work sizes, mlp (small), classifier and a wider mlp, and
+    add_mul (no weights: query_size gives no weight size)."""
+    directory = tmp_path_factory.mktemp("work_spaces")
+    flags = {**onnx_models.KEEP_FP32, "dynamic_batch_size": "1,2,4,8"}
+    return {
+        "mlp": compile_onnx(
+            onnx_models.build_mlp(directory / "mlp.onnx"),
+            directory / "mlp",
+            input_shape="x:-1,16",
+            **flags,
+        ),
+        "classifier": compile_onnx(
+            onnx_models.build_classifier(directory / "classifier.onnx"),
+            directory / "classifier",
+            input_shape="image:-1,3,16,16",
+            **flags,
+        ),
+        "add_mul": compile_onnx(
+            onnx_models.build_add_mul(directory / "add_mul.onnx"),
+            directory / "add_mul",
+            input_shape="a:-1,4;b:-1,4",
+            **flags,
+        ),
+        "wide": compile_onnx(
+            onnx_models.build_wide_mlp(directory / "wide.onnx", hidden=4000),
+            directory / "wide",
+            input_shape="x:-1,16",
+            **flags,
+        ),
+    }
+
+
+def feeds(model: str, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if model == "add_mul":
+        return {name: rng.standard_normal((rows, 4)).astype(np.float32) for name in ("a", "b")}
+    if model == "classifier":
+        return {"image": rng.standard_normal((rows, 3, 16, 16)).astype(np.float32)}
+    return {"x": rng.standard_normal((rows, 16)).astype(np.float32)}
+
+
+def assert_right(session: Session, model: str, got: dict[str, np.ndarray], sent: dict) -> None:
+    want = reference(session.path, sent)
+    assert got.keys() == want.keys(), model
+    for name, expected in want.items():
+        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def sizes(path: Path) -> tuple[int, int]:
+    work, weight, ret = emulator.acl.mdl.query_size(str(path))
+    assert ret == 0 and work > 0 and weight > 0
+    return work, weight
+
+
+def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_once(
+    models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """2 streams; mlp x2 instances, the wider mlp, then the classifier (each of the last two
+    grows the streams' work spaces), 2 lanes each: the device holds each model's weights once,
+    2 work spaces of the largest work, and the lanes' buffers; 3 models x 2 streams loaded;
+    every answer is right, also for batches in flight on all of them at once."""
+    before = emulator.stats()
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    order = ["mlp", "mlp", "wide", "classifier"]
+    with caplog.at_level(logging.INFO, "ge_python_backend.runtime.workspaces"):
+        sessions = [
+            Session(models[name], runtime="emulator", pipeline_depth=2, work_spaces=spaces)
+            for name in order
+        ]
+    try:
+        assert all(s.pooled for s in sessions)
+        assert f"grown for wide.om: 2 stream(s) from {sizes(models['mlp'])[0]} " in caplog.text
+        largest = max(sizes(models[name])[0] for name in order)
+        assert largest == sizes(models["classifier"])[0] > sizes(models["wide"])[0]
+        assert f"grown for classifier.om: 2 stream(s) from {sizes(models['wide'])[0]} to " in (
+            caplog.text
+        )
+        weights = sum(malloc_reserved(sizes(models[name])[1]) for name in set(order))
+        buffers = sum(s.counters.device_bytes_held for s in sessions)
+        now = emulator.stats()
+        held = now["device_bytes_in_use"] - before["device_bytes_in_use"]
+        assert held == weights + 2 * malloc_reserved(largest) + buffers
+        assert now["loaded_models"] - before["loaded_models"] == 3 * 2
+        assert spaces.totals() == (2, 2 * malloc_reserved(largest))
+        # a session's two lanes are on the two streams
+        pending = [
+            (session, name, sent, session.submit([sent]))
+            for number in range(3)
+            for session, name in zip(sessions, order)
+            for sent in [feeds(name, 1 + number, seed=number)]
+        ]
+        for session, name, sent, batch in pending:
+            assert_right(session, name, batch.result()[0], sent)
+    finally:
+        for session in sessions:
+            session.close()
+    assert live(emulator.stats()) == live(before)
+    assert spaces.totals() == (0, 0)
+
+
+def test_the_copies_go_with_the_models_last_lane_and_the_work_spaces_do_not_shrink(
+    models: dict[str, Path],
+) -> None:
+    before = emulator.stats()
+    spaces = WorkSpaces(WorkSpaceSettings(streams=3))
+    wide = Session(models["wide"], runtime="emulator", work_spaces=spaces)
+    small = Session(models["mlp"], runtime="emulator", work_spaces=spaces)
+    loaded = emulator.stats()["loaded_models"] - before["loaded_models"]
+    assert loaded == 2 * 3
+    wide.close()  # the largest leaves: its copies go, the work spaces stay as large
+    assert emulator.stats()["loaded_models"] - before["loaded_models"] == 3
+    assert spaces.totals() == (3, 3 * malloc_reserved(sizes(models["wide"])[0]))
+    sent = feeds("mlp", 5)
+    assert_right(small, "mlp", small.infer(sent), sent)
+    small.close()
+    assert live(emulator.stats()) == live(before)
+
+
+def test_a_failing_execution_fails_its_batch_and_the_other_streams_keep_serving(
+    models: dict[str, Path],
+) -> None:
+    """One lane each, on streams 0 and 1: the 2nd execute_async call (classifier's, stream 1)
+    fails: that batch fails with the code, mlp's batch beside it is right, and both go on."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with (
+        Session(models["mlp"], runtime="emulator", work_spaces=spaces) as mlp,
+        Session(models["classifier"], runtime="emulator", work_spaces=spaces) as classifier,
+    ):
+        emulator.set_faults("mdl.execute_async:507011:2")
+        first = mlp.submit([feeds("mlp", 2)])
+        failing = classifier.submit([feeds("classifier", 2)])
+        with pytest.raises(AclError) as caught:
+            failing.result()
+        assert caught.value.code == 507011
+        assert_right(mlp, "mlp", first.result()[0], feeds("mlp", 2))
+        for session, name in ((mlp, "mlp"), (classifier, "classifier")):
+            sent = feeds(name, 3, seed=1)
+            assert_right(session, name, session.infer(sent), sent)
+
+
+def test_a_failure_the_stream_reports_fails_the_batch_that_reads_it_and_no_other(
+    models: dict[str, Path],
+) -> None:
+    """A device failure comes back from acl.rt.synchronize_stream of the stream (here the next
+    one, injected): the batch whose finish reads it fails with it; the next batches are right."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with Session(models["mlp"], runtime="emulator", work_spaces=spaces) as mlp:
+        emulator.set_faults(f"rt.synchronize_stream:{int(AclCode.RT_AICORE_EXCEPTION)}:1")
+        with pytest.raises(AclError) as caught:
+            mlp.infer(feeds("mlp", 2))
+        assert caught.value.code == AclCode.RT_AICORE_EXCEPTION
+        sent = feeds("mlp", 4, seed=2)
+        assert_right(mlp, "mlp", mlp.infer(sent), sent)
+        assert mlp.counters.failed_executions == 1
+
+
+def test_per_lane_work_spaces_are_todays(models: dict[str, Path]) -> None:
+    """--work-space per-lane: each lane loads its model into a work space of its own (as a
+    model does that query_size gives no weights in a shared pool: add_mul)."""
+    before = emulator.stats()
+    spaces = WorkSpaces(WorkSpaceSettings(shared=False))
+    with Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as s:
+        assert not s.pooled
+        work, weight = sizes(models["mlp"])
+        held = emulator.stats()["device_bytes_in_use"] - before["device_bytes_in_use"]
+        assert held == s.counters.device_bytes_held + 2 * malloc_reserved(work) + malloc_reserved(
+            weight
+        )
+        sent = feeds("mlp", 3)
+        assert_right(s, "mlp", s.infer(sent), sent)
+    assert spaces.totals() == (0, 0)
+    shared = WorkSpaces(WorkSpaceSettings())
+    with Session(models["add_mul"], runtime="emulator", work_spaces=shared) as weightless:
+        assert not weightless.pooled and shared.totals() == (0, 0)
+        sent = feeds("add_mul", 2)
+        assert_right(weightless, "add_mul", weightless.infer(sent), sent)
+
+
+def test_settings_come_from_options_or_the_environment_and_say_what_is_wrong() -> None:
+    assert WorkSpaceSettings.from_environment({}) == WorkSpaceSettings(DEFAULT_STREAMS, True)
+    given = {
+        "GE_DEVICE_HOST_STREAMS": "2",
+        "GE_DEVICE_HOST_WORK_SPACE": "per-lane",
+        "GE_DEVICE_HOST_ZERO_WORK_SPACE": "on",
+    }
+    settings = WorkSpaceSettings.from_environment(given)
+    assert settings == WorkSpaceSettings(2, False, True)
+    assert settings.environment() == given
+    with pytest.raises(ValueError, match=r"streams must be 1\.\.64, got 0"):
+        WorkSpaceSettings.parse("0", "shared")
+    with pytest.raises(ValueError, match=r"must be one of \('shared', 'per-lane'\), got 'pooled'"):
+        WorkSpaceSettings.from_environment({"GE_DEVICE_HOST_WORK_SPACE": "pooled"})
+
+
+def test_a_stream_that_times_out_is_replaced_and_the_others_never_wait(
+    models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """mlp on stream 0 hangs (its 1st execute_async never completes): its batch fails after
+    execute_timeout_ms, the pool gives stream 0 a new stream, and the classifier on stream 1
+    answers meanwhile and after; mlp answers again on the new stream."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with (
+        Session(
+            models["mlp"], runtime="emulator", work_spaces=spaces, execute_timeout_ms=300
+        ) as mlp,
+        Session(models["classifier"], runtime="emulator", work_spaces=spaces) as classifier,
+    ):
+        emulator.set_faults("mdl.execute_async:hang:1")
+        hung = mlp.submit([feeds("mlp", 2)])
+        sent = feeds("classifier", 2)
+        assert_right(classifier, "classifier", classifier.infer(sent), sent)
+        with pytest.raises(ExecuteTimeoutError):
+            hung.result()
+        assert "stream 0 of the pool timed out: replaced for its 1 lane(s)" in caplog.text
+        for session, name in ((mlp, "mlp"), (classifier, "classifier")):
+            sent = feeds(name, 3, seed=4)
+            assert_right(session, name, session.infer(sent), sent)
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_zeroing_queues_a_memset_of_the_work_space_only_when_the_model_changes(
+    models: dict[str, Path], zero: bool
+) -> None:
+    """One stream: mlp, mlp, classifier, classifier, mlp run on it. With zeroing on, the work
+    space is zeroed before the 3rd and the 5th (the model changed; not before the first model's
+    first); off (the default), never. The answers are right either way."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1, zero_between_models=zero))
+    with (
+        Session(models["mlp"], runtime="emulator", work_spaces=spaces) as mlp,
+        Session(models["classifier"], runtime="emulator", work_spaces=spaces) as classifier,
+    ):
+        before = emulator.stats()["memset_async_calls"]
+        for session, name in [(mlp, "mlp")] * 2 + [(classifier, "classifier")] * 2 + [(mlp, "mlp")]:
+            sent = feeds(name, 2)
+            assert_right(session, name, session.infer(sent), sent)
+        assert emulator.stats()["memset_async_calls"] - before == (2 if zero else 0)
+
+
+def test_serve_and_the_device_host_take_the_same_options_and_pass_them_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`serve --device-host-...` gives the hosts it (or a stub) starts the variables the device
+    host reads; the device host's own options default to those variables."""
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["serve", "models", "--device-host-streams", "2", "--device-host-work-space", "per-lane"]
+    )
+    given = work_space_settings(args, HOST_PREFIX).environment()
+    assert given == {
+        "GE_DEVICE_HOST_STREAMS": "2",
+        "GE_DEVICE_HOST_WORK_SPACE": "per-lane",
+        "GE_DEVICE_HOST_ZERO_WORK_SPACE": "off",
+    }
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    host = cli.build_parser().parse_args(["device-host", "--device", "1"])
+    assert work_space_settings(host) == WorkSpaceSettings(2, shared=False)
+    bad = cli.build_parser().parse_args(["device-host", "--streams", "0"])
+    with pytest.raises(ValueError, match=r"streams \(--streams, .*\) must be 1\.\.64, got 0"):
+        work_space_settings(bad)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_work_spaces_grow_under_a_model_that_keeps_executing(
+    models: dict[str, Path], streams: int
+) -> None:
+    """mlp's two lanes execute without pause from a thread while the wider mlp and the
+    classifier arrive and grow the work spaces (on one stream both lanes share its copy): every
+    answer of every model is right, nothing fails."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=streams))
+    with Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as mlp:
+        stop = threading.Event()
+        answered: list[int] = []
+        failures: list[BaseException] = []
+
+        def keep_executing() -> None:
+            number = 0
+            while not stop.is_set():
+                number += 1
+                sent = feeds("mlp", 1 + number % 8, seed=number)
+                try:
+                    pending = [mlp.submit([sent]), mlp.submit([sent])]
+                    for batch in pending:
+                        assert_right(mlp, "mlp", batch.result()[0], sent)
+                except BaseException as exc:  # noqa: BLE001  (the test reports it)
+                    failures.append(exc)
+                    return
+                answered.append(number)
+
+        thread = threading.Thread(target=keep_executing)
+        thread.start()
+        try:
+            for name in ("wide", "classifier"):
+                with Session(models[name], runtime="emulator", work_spaces=spaces) as other:
+                    sent = feeds(name, 3)
+                    assert_right(other, name, other.infer(sent), sent)
+        finally:
+            stop.set()
+            thread.join()
+        assert not failures, failures
+        assert answered
+        largest = sizes(models["classifier"])[0]
+        assert spaces.totals() == (streams, streams * malloc_reserved(largest))
+
+
+@pytest.mark.parametrize("max_output_bytes", [None, 4096])
+def test_a_data_dependent_model_shares_the_stream_with_another(
+    models: dict[str, Path], om_nonzero: Path, max_output_bytes: int | None
+) -> None:
+    """NonZero (its output's size known only after it ran) and mlp on one stream: with pooled
+    outputs it queues there like any model; with outputs ACL allocates it executes
+    synchronously, the stream made idle first and held until it returns. Answers right."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    with (
+        Session(models["mlp"], runtime="emulator", work_spaces=spaces) as mlp,
+        Session(
+            om_nonzero, runtime="emulator", work_spaces=spaces, max_output_bytes=max_output_bytes
+        ) as nonzero,
+    ):
+        assert nonzero.pooled
+        for number in range(3):
+            x = np.random.default_rng(number).random((4, 4)).astype(np.float32)
+            pending = mlp.submit([feeds("mlp", 2, seed=number)])
+            got = nonzero.infer({"x": x})
+            want = reference(om_nonzero, {"x": x})
+            np.testing.assert_array_equal(got["indices"], want["indices"])
+            assert_right(mlp, "mlp", pending.result()[0], feeds("mlp", 2, seed=number))
