@@ -17,7 +17,7 @@ memory/block_mem_assigner.cc; runtime DavinciModel::InitFeatureMapAndP2PMem / In
 The plan is sized at the largest gear (GE sizes one feature map for every gear of a model) and at
 the upper bounds of ranged dims. Estimated, and said so where it is shown: operators' own work
 spaces (kernel-specific) are not counted, and GE's reuse heuristics differ in detail from the
-smallest-fitting-free-block rule used here (see docs/internals/conformance/models.md,
+smallest-fitting-free-block rule used here (see docs/internals/conformance/memory.md,
 "Device memory as GE plans it").
 
 Imports onnx (compile time only).
