@@ -83,6 +83,11 @@ PROFILE_SOURCES = [
     "the link rate (packet headers, DMA set-up per copy); `copy_gbps=10`, about a third of the "
     "link, is a conservative effective rate. UNCONFIRMED: an `aclrtMemcpy` rate measured on a "
     "310P card.",
+    "- Memsets: a 310P3 chip's LPDDR4X memory moves 204.8 GB/s (the Atlas 300I Duo's two chips "
+    "408 GB/s together: Gamers Nexus' teardown as reported by elektronikpraxis.de, \"Huawei zeigt "
+    "mit der Atlas 300i Duo ...\"); `memset_gbps=204.8` writes at that peak. UNCONFIRMED: the "
+    "rate an `aclrtMemsetAsync` reaches on a 310P, and whether it contends with copies (the "
+    "emulator's memset holds no copy engine).",
 ]
 PLOTS = (
     ("overhead", "Overhead: our model.py vs the numpy floor"),
@@ -1831,13 +1836,14 @@ def profile_lines() -> list[Item]:
         "values).",
         "",
         Table(
-            ["profile", "execute_us", "execute_us_per_row", "copy_gbps", "models"],
+            ["profile", "execute_us", "execute_us_per_row", "copy_gbps", "memset_gbps", "models"],
             [
                 [
                     f"`{name}`",
                     f"{t.execute_us:g}",
                     f"{t.execute_us_per_row:g}",
                     f"{t.copy_gbps:g}",
+                    f"{t.memset_gbps:g}",
                     PROFILE_MODELS[name],
                 ]
                 for name, t in PROFILES.items()
