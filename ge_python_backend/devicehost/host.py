@@ -19,6 +19,7 @@ default) or give each lane its own (`--work-space per-lane`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import itertools
 import logging
@@ -479,6 +480,21 @@ def _admit(sock: socket.socket, work_spaces: WorkSpaces) -> _Connection | None:
     return _Connection(sock, pid, work_spaces)
 
 
+def _listen(path: str) -> socket.socket:
+    """A listening socket at `path` (mode 0600; a dead host's is replaced: the caller holds the
+    lock). The path appears only once the socket listens (bound under a name of its own, then
+    renamed over it): a stub that connects as soon as it sees the path is never refused."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = f"{path}.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(bound)
+    listener.bind(bound)
+    os.chmod(bound, 0o600)
+    listener.listen(128)
+    os.rename(bound, path)
+    return listener
+
+
 def serve(device: int, idle_exit_s: float = 0.0, settings: WorkSpaceSettings | None = None) -> int:
     """Run the device host of `device` until SIGTERM/SIGINT (or, with `idle_exit_s` > 0, that
     long after the last stub left), its work spaces as `settings` say (default: the
@@ -498,12 +514,7 @@ def serve(device: int, idle_exit_s: float = 0.0, settings: WorkSpaceSettings | N
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    if os.path.exists(paths.socket):
-        os.unlink(paths.socket)  # a dead host's: we hold the lock
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(paths.socket)
-    os.chmod(paths.socket, 0o600)
-    listener.listen(128)
+    listener = _listen(paths.socket)
     listener.settimeout(0.2)
     logger.info(
         "device host of device %d listening on %s (pid %d, %s%s)",
