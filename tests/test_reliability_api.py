@@ -218,12 +218,15 @@ def test_a_stranger_cannot_load_unload_or_list_models_and_the_watcher_still_heal
         serve.process.wait(60)
         shutil.rmtree(shared, ignore_errors=True)
     # The exit code is not judged: Triton 2.51 keeps the killed stub's instance until it exits,
-    # and may give up unloading it; nothing is in flight then, and serve says so.
+    # and may give up unloading it; nothing is in flight then, and serve says so (or, when the
+    # stopping server's metrics did not answer its last look, as on a loaded machine, that it
+    # cannot tell), never that a request was left.
     if "Triton stopped (exit code 0)" not in serve.output:
+        assert "Triton did not stop cleanly (exit code 1): " in serve.output, serve.output
         assert (
-            "Triton did not stop cleanly (exit code 1): no request was in flight at the end, "
-            "none was left unanswered" in serve.output
-        )
+            "no request was in flight at the end, none was left unanswered" in serve.output
+            or "requests may have been left unanswered" in serve.output
+        ), serve.output
     assert not key_file.exists(), "the key stays after the server stopped"
 
 
