@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -348,6 +349,24 @@ def test_freeing_a_large_block_unmaps_it(ctx: int) -> None:
     assert acl.rt.free(dev) == 0 and acl.rt.free_host(host) == 0
     assert not maps_the_poison_file(address) and not maps_the_poison_file(host)
     assert acl.rt.memcpy(malloc(64), 64, dev, 64, D2D) == 107000
+
+
+@needs_memfd
+def test_a_block_the_host_cannot_map_is_out_of_memory(
+    ctx: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_memory(*arguments: object) -> int:
+        ctypes.set_errno(errno.ENOMEM)
+        return ctypes.c_size_t(-1).value  # MAP_FAILED
+
+    poison_file = _poisoned._BACKING.poison_file_or_none()
+    assert poison_file is not None
+    monkeypatch.setattr(poison_file, "_mmap", no_memory)
+    free = acl.rt.get_mem_info(0)[0]
+    assert acl.rt.malloc(LARGE, 0) == (0, 207001)
+    assert "cannot back" in acl.get_recent_err_msg()
+    assert acl.rt.get_mem_info(0)[0] == free
+    assert acl.rt.malloc_host(LARGE) == (0, 207001)
 
 
 def test_large_blocks_are_bytearrays_without_memfd_create(

@@ -13,13 +13,13 @@ import ctypes
 from dataclasses import dataclass
 
 from ge_python_backend.ascend import AclCode, malloc_reserved
+from ge_python_backend.emulator._poisoned import poisoned
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     HANDLE_BASE,
     AclFailure,
     Device,
 )
-from ge_python_backend.emulator._poisoned import poisoned
 
 ALIGN = 64
 GUARD = 0x1000  # unmapped gap after each device allocation

@@ -48,7 +48,9 @@ class _PoisonFile:
         try:
             reserved = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         except OSError as exc:
-            raise _memory_error(exc.errno, size) from exc
+            if exc.errno == errno.ENOMEM:
+                raise MemoryError(f"cannot reserve {size} bytes of addresses: {exc}") from exc
+            raise
         block = (ctypes.c_char * size).from_buffer(reserved)
         base = ctypes.addressof(block)
         for offset in range(0, size, CHUNK):
@@ -71,9 +73,7 @@ def _open_poison_file() -> _PoisonFile | None:
     """The process's poison file, or None (said at debug level) where this host cannot map it."""
     memfd_create = getattr(os, "memfd_create", None)
     if memfd_create is None or not sys.platform.startswith("linux"):
-        logger.debug(
-            "emulated memory is backed by bytearrays: no memfd_create on %s", sys.platform
-        )
+        logger.debug("emulated memory is backed by bytearrays: no memfd_create on %s", sys.platform)
         return None
     try:
         libc_mmap = ctypes.CDLL(None, use_errno=True).mmap
