@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import ctypes
+import errno
+import logging
+import mmap
+import os
+from dataclasses import dataclass
 
 import pytest
 from emulator_helpers import D2D, D2H, H2D, H2H, from_device, malloc, to_device
 
-from ge_python_backend.emulator import acl, set_timing
+from ge_python_backend.emulator import _poisoned, acl, set_timing
+from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._state import DEVICE_ADDRESS_BASE
 
 pytestmark = pytest.mark.usefixtures("clean_acl")
@@ -263,3 +269,117 @@ def test_memcpy_async_with_pageable_memory_returns_after_the_copy(ctx: int) -> N
     offset = aligned - address
     assert bytes(out[offset : offset + 64]) == b"\x03" * 64
     assert acl.rt.destroy_stream(stream) == 0
+
+
+LARGE = 2 * _poisoned.CHUNK + 100  # a mapped block: two chunks of the poison file and a piece
+POISON_FILE = "/memfd:ge-emulator-poison"
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A mapping of this process (/proc/self/smaps): its name and its private anonymous kB."""
+
+    name: str
+    anonymous_kb: int
+
+
+def mappings_over(address: int, size: int) -> list[Mapping]:
+    """The mappings of this process overlapping [address, address + size)."""
+    found: list[Mapping] = []
+    overlaps = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                overlaps = start < address + size and address < end
+                if overlaps:
+                    found.append(Mapping(" ".join(fields[5:]), 0))
+            elif overlaps and fields[0] == "Anonymous:":
+                found[-1] = Mapping(found[-1].name, int(fields[1]))
+    return found
+
+
+def maps_the_poison_file(address: int) -> bool:
+    """Whether a mapping of the poison file covers part of a LARGE block at `address`."""
+    return any(m.name.startswith(POISON_FILE) for m in mappings_over(address, LARGE))
+
+
+def device_address(ptr: int) -> int:
+    """The process address backing device pointer `ptr`."""
+    alloc = MEMORY.device_block(ptr)
+    assert alloc is not None
+    return alloc.address
+
+
+needs_memfd = pytest.mark.skipif(
+    not hasattr(os, "memfd_create"), reason="large blocks are bytearrays without memfd_create"
+)
+
+
+@needs_memfd
+def test_large_blocks_read_poison_and_take_ram_only_for_the_pages_written(ctx: int) -> None:
+    devs = [malloc(LARGE), malloc(LARGE)]
+    hosts = [acl.rt.malloc_host(LARGE)[0], acl.rt.malloc_host(LARGE)[0]]
+    page = mmap.PAGESIZE
+    assert from_device(devs[0], LARGE) == b"\xa5" * LARGE
+    assert ctypes.string_at(hosts[0], LARGE) == b"\xa5" * LARGE
+    written = bytes(range(256)) * (page // 256)
+    at = _poisoned.CHUNK  # page-aligned: one page of each first block is written
+    assert acl.rt.memcpy(devs[0] + at, page, acl.util.bytes_to_ptr(written), page, H2D) == 0
+    ctypes.memmove(hosts[0] + at, written, page)
+    assert from_device(devs[0] + at - 1, page + 2) == b"\xa5" + written + b"\xa5"
+    assert ctypes.string_at(hosts[0] + at - 1, page + 2) == b"\xa5" + written + b"\xa5"
+    assert from_device(devs[1] + at, page) == b"\xa5" * page  # writes are private to a block
+    assert ctypes.string_at(hosts[1] + at, page) == b"\xa5" * page
+    for address in (device_address(devs[0]), hosts[0]):
+        blocks = mappings_over(address, LARGE)
+        assert all(m.name.startswith(POISON_FILE) for m in blocks)
+        assert sum(m.anonymous_kb for m in blocks) == page // 1024  # reads took no RAM
+    for address in (device_address(devs[1]), hosts[1]):
+        assert sum(m.anonymous_kb for m in mappings_over(address, LARGE)) == 0
+
+
+@needs_memfd
+def test_freeing_a_large_block_unmaps_it(ctx: int) -> None:
+    dev = malloc(LARGE)
+    host, _ = acl.rt.malloc_host(LARGE)
+    address = device_address(dev)
+    assert maps_the_poison_file(address) and maps_the_poison_file(host)
+    assert acl.rt.free(dev) == 0 and acl.rt.free_host(host) == 0
+    assert not maps_the_poison_file(address) and not maps_the_poison_file(host)
+    assert acl.rt.memcpy(malloc(64), 64, dev, 64, D2D) == 107000
+
+
+@needs_memfd
+def test_a_block_the_host_cannot_map_is_out_of_memory(
+    ctx: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_memory(*arguments: object) -> int:
+        ctypes.set_errno(errno.ENOMEM)
+        return ctypes.c_size_t(-1).value  # MAP_FAILED
+
+    poison_file = _poisoned._BACKING.poison_file_or_none()
+    assert poison_file is not None
+    monkeypatch.setattr(poison_file, "_mmap", no_memory)
+    free = acl.rt.get_mem_info(0)[0]
+    assert acl.rt.malloc(LARGE, 0) == (0, 207001)
+    assert "cannot back" in acl.get_recent_err_msg()
+    assert acl.rt.get_mem_info(0)[0] == free
+    assert acl.rt.malloc_host(LARGE) == (0, 207001)
+
+
+def test_large_blocks_are_bytearrays_without_memfd_create(
+    ctx: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_poisoned, "_BACKING", _poisoned._Backing())
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    with caplog.at_level(logging.DEBUG, _poisoned.__name__):
+        dev = malloc(LARGE)
+    assert "backed by bytearrays: no memfd_create" in caplog.text
+    host, _ = acl.rt.malloc_host(LARGE)
+    assert not maps_the_poison_file(device_address(dev)) and not maps_the_poison_file(host)
+    assert acl.rt.memcpy(dev + 8, 4, acl.util.bytes_to_ptr(b"\x01" * 4), 4, H2D) == 0
+    assert from_device(dev, 16) == b"\xa5" * 8 + b"\x01" * 4 + b"\xa5" * 4
+    assert ctypes.string_at(host + LARGE - 4, 4) == b"\xa5" * 4
+    assert acl.rt.free(dev) == 0 and acl.rt.free_host(host) == 0

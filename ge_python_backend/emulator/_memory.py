@@ -1,8 +1,9 @@
 """Emulated memory: device allocations in their own address space, pinned host allocations.
 
 Device pointers start at `DEVICE_ADDRESS_BASE`, are 64-byte aligned and never reused; each
-allocation is backed by a private `bytearray` filled with the poison byte at allocation. Host
-pointers are real process addresses; every copy is a `ctypes.memmove` between real addresses.
+allocation is backed by private memory of this process that reads the poison byte until written
+(`_poisoned.poisoned`: a large one takes RAM only for the pages written). Host pointers are
+real process addresses; every copy is a `ctypes.memmove` between real addresses.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import ctypes
 from dataclasses import dataclass
 
 from ge_python_backend.ascend import AclCode, malloc_reserved
+from ge_python_backend.emulator._poisoned import poisoned
 from ge_python_backend.emulator._state import (
     DEVICE_ADDRESS_BASE,
     HANDLE_BASE,
-    POISON,
     AclFailure,
     Device,
 )
@@ -35,7 +36,7 @@ class DeviceAllocation:
     capacity: int  # rounded size, counted against the device
     device_id: int
     view: ctypes.Array[ctypes.c_char] | None
-    address: int  # real process address of the backing bytearray
+    address: int  # real process address of the backing memory
     allocator: str = "acl.rt.malloc"  # the call that made it (its free call must match)
     freed_by: str = ""  # how it stopped being live: "freed" or "released by acl.finalize"
 
@@ -97,8 +98,7 @@ class Memory:
     ) -> DeviceAllocation:
         """A new poisoned device block of `size` bytes at an `align`-byte aligned address
         (a multiple of 64), made by `allocator`."""
-        storage = bytearray([POISON]) * size
-        view = (ctypes.c_char * size).from_buffer(storage)  # pins the bytearray
+        view = poisoned(size)
         alloc = DeviceAllocation(
             base=(self._next_device + align - 1) // align * align,
             size=size,
@@ -124,7 +124,8 @@ class Memory:
         return alloc if addr < alloc.base + alloc.size else None
 
     def free_device(self, alloc: DeviceAllocation, how: str = "freed") -> None:
-        """Release a live device block (queued work keeps its own reference to the bytes)."""
+        """Release a live device block: its memory goes with the last reference to `view`
+        (queued work keeps its own)."""
         alloc.view = None
         alloc.freed_by = how
         self.live_device -= 1
@@ -132,9 +133,8 @@ class Memory:
 
     def allocate_host(self, size: int) -> HostAllocation:
         """A new poisoned, 64-byte aligned host block at a real address."""
-        raw = (ctypes.c_char * (size + ALIGN))()
+        raw = poisoned(size + ALIGN)
         base = (ctypes.addressof(raw) + ALIGN - 1) // ALIGN * ALIGN
-        ctypes.memset(base, POISON, size)
         alloc = HostAllocation(base=base, size=size, raw=raw)
         bisect.insort(self._host_bases, base)
         self._host[base] = alloc
@@ -155,7 +155,8 @@ class Memory:
         return self._host.get(base)
 
     def free_host(self, alloc: HostAllocation) -> None:
-        """Release a live host block."""
+        """Release a live host block: its memory goes with the last reference to `raw`
+        (queued work keeps its own)."""
         del self._host[alloc.base]
         self._host_bases.remove(alloc.base)
         alloc.raw = None
