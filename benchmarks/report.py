@@ -85,7 +85,7 @@ PROFILE_SOURCES = [
     "310P card.",
     "- Memsets: a 310P3 chip's LPDDR4X memory moves 204.8 GB/s (the Atlas 300I Duo's two chips "
     "408 GB/s together: Gamers Nexus' teardown as reported by elektronikpraxis.de, \"Huawei zeigt "
-    "mit der Atlas 300i Duo ...\"); `memset_gbps=204.8` writes at that peak. UNCONFIRMED: the "
+    'mit der Atlas 300i Duo ..."); `memset_gbps=204.8` writes at that peak. UNCONFIRMED: the '
     "rate an `aclrtMemsetAsync` reaches on a 310P, and whether it contends with copies (the "
     "emulator's memset holds no copy engine).",
 ]
