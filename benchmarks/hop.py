@@ -5,6 +5,7 @@
     python benchmarks/hop.py OM ping --host-cpu C     # the floor: a bare socket ping-pong
     python benchmarks/hop.py OM local|remote --pipelined   # depth 2, batches per second
     python benchmarks/hop.py OM local --evict-mib 8   # 8 MiB read between batches (untimed)
+    python benchmarks/hop.py OM local|remote --rows 16   # batches of 16 rows (default 1)
 
 The client runs on CPU 0 (`sched_setaffinity`); `remote` starts a device host of its own (a
 private run directory and emulated host) pinned to CPU C, so `--host-cpu 0` (both on one CPU:
@@ -12,7 +13,8 @@ each message hands the CPU over) and `--host-cpu 1` (each message wakes the othe
 same hop with and without the machine's cross-CPU wake-ups; `ping` sends 64 bytes to a process
 on CPU C that sends them back, what any hop costs at least on this machine. Prints one JSON
 line: p50 and p90 of `submit(...).result()` (or of the ping) in microseconds over `--requests`
-batches of one row, after a warm-up; with `--pipelined`, the batches per second of Triton's
+batches of `--rows` rows of ones (the model's first input, its other axes as the `.om` has
+them), after a warm-up; with `--pipelined`, the batches per second of Triton's
 depth-2 pattern (submit pipelined, a completion thread takes the results, `wait_ready` before
 the next) for `PIPELINED_S` seconds, executions emulated at `PIPELINED_TIMING`. With
 `--evict-mib N` the client reads N MiB between batches, outside the timing: what another
@@ -67,8 +69,16 @@ def start_host(cpu: int) -> subprocess.Popen[bytes]:
     return host
 
 
-def measure(session: Session | RemoteSession, requests: int, evict_mib: int) -> dict[str, float]:
-    x = np.ones((1, int(session.inputs[0].shape[1])), np.float32)
+def batch_input(session: Session | RemoteSession, rows: int) -> np.ndarray:
+    """`rows` rows of ones for the model's first input."""
+    spec = session.inputs[0]
+    return np.ones((rows, *spec.shape[1:]), spec.dtype)
+
+
+def measure(
+    session: Session | RemoteSession, requests: int, evict_mib: int, rows: int
+) -> dict[str, float]:
+    x = batch_input(session, rows)
     name = session.inputs[0].name
     for _ in range(WARMUP):
         session.submit([{name: x}], pipelined=False).result()
@@ -83,9 +93,9 @@ def measure(session: Session | RemoteSession, requests: int, evict_mib: int) -> 
     return {"p50_us": times[len(times) // 2] * 1e6, "p90_us": times[len(times) * 9 // 10] * 1e6}
 
 
-def measure_pipelined(session: Session | RemoteSession) -> dict[str, float]:
-    """Batches per second of one row, depth 2 as `triton.ModelInstance` pipelines them."""
-    x = np.ones((1, int(session.inputs[0].shape[1])), np.float32)
+def measure_pipelined(session: Session | RemoteSession, rows: int) -> dict[str, float]:
+    """Batches per second of `rows` rows, depth 2 as `triton.ModelInstance` pipelines them."""
+    x = batch_input(session, rows)
     name = session.inputs[0].name
     batches: queue.Queue[Any] = queue.Queue(maxsize=2)
     completed = 0
@@ -142,10 +152,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--pipelined", action="store_true")
     parser.add_argument("--evict-mib", type=int, default=0, metavar="N")
+    parser.add_argument("--rows", type=int, default=1)
     args = parser.parse_args()
-    run = (
-        measure_pipelined if args.pipelined else lambda s: measure(s, args.requests, args.evict_mib)
-    )
+
+    def run(session: Session | RemoteSession) -> dict[str, float]:
+        if args.pipelined:
+            return measure_pipelined(session, args.rows)
+        return measure(session, args.requests, args.evict_mib, args.rows)
+
     depth = 2 if args.pipelined else 1
     with tempfile.TemporaryDirectory(prefix="ge-hop-") as private:
         os.environ[RUN_DIR_ENV] = os.path.join(private, "run")
@@ -169,7 +183,8 @@ def main() -> None:
             finally:
                 host.terminate()
                 host.wait(30)
-    print(json.dumps({**result, "mode": args.mode, "host_cpu": args.host_cpu, "depth": depth}))
+    shown = {"mode": args.mode, "host_cpu": args.host_cpu, "depth": depth, "rows": args.rows}
+    print(json.dumps({**result, **shown}))
 
 
 if __name__ == "__main__":

@@ -402,7 +402,7 @@ class _Connection:
             outputs.discard()
             self._send_error(ident, exc)
             return
-        if self._done_writing(number) is None:  # retired: `_Outputs` wrote nothing there
+        if not self._done_writing(number):
             outputs.discard()
             logger.warning(
                 "stub pid %d (%s): batch %r finished after the stub gave it up; its outputs "
@@ -452,17 +452,17 @@ class _Connection:
             buffer = self._buffers.pop(number)
         buffer.close()
 
-    def _done_writing(self, number: int) -> Buffer | None:
-        """The batch due in buffer `number` is over: the buffer to write its outputs in, or
-        None when the stub retired it meanwhile (then closed here)."""
+    def _done_writing(self, number: int) -> bool:
+        """The batch due in buffer `number` is over: whether the stub still waits for it (False:
+        the stub retired the buffer meanwhile, closed here)."""
         with self._buffers_lock:
             self._writing.pop(number, None)
             if number not in self._retired:
-                return self._buffers[number]
+                return True
             self._retired.discard(number)
             buffer = self._buffers.pop(number)
         buffer.close()
-        return None
+        return False
 
     def close(self) -> None:
         """The stub left: answer what is in flight, close the session, free the buffers."""
