@@ -16,7 +16,10 @@ line: p50 and p90 of `submit(...).result()` (or of the ping) in microseconds ove
 batches of `--rows` rows of ones (the model's first input, its other axes as the `.om` has
 them), after a warm-up; with `--pipelined`, the batches per second of Triton's
 depth-2 pattern (submit pipelined, a completion thread takes the results, `wait_ready` before
-the next) for `PIPELINED_S` seconds, executions emulated at `PIPELINED_TIMING`. With
+the next) for `PIPELINED_S` seconds, executions emulated at `PIPELINED_TIMING`. Either way also
+the CPU time per batch of the client's process (with the session in it: `local`) and of the
+device host's process (`remote`), which other load on the machine changes far less than the
+wall time. With
 `--evict-mib N` the client reads N MiB between batches, outside the timing: what another
 process's work on the CPU (a device host's, a stub's) does to the caches a batch finds.
 """
@@ -75,6 +78,19 @@ def batch_input(session: Session | RemoteSession, rows: int) -> np.ndarray:
     return np.ones((rows, *spec.shape[1:]), spec.dtype)
 
 
+def host_cpu_s(session: Session | RemoteSession) -> float:
+    """CPU seconds (user and system) the device host's process used so far; 0 for a session in
+    this process."""
+    if session.host_pid == os.getpid():
+        return 0.0
+    fields = Path(f"/proc/{session.host_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def cpu_per_batch(client_s: float, host_s: float, batches: int) -> dict[str, float]:
+    return {"client_cpu_us": client_s / batches * 1e6, "host_cpu_us": host_s / batches * 1e6}
+
+
 def measure(
     session: Session | RemoteSession, requests: int, evict_mib: int, rows: int
 ) -> dict[str, float]:
@@ -84,13 +100,20 @@ def measure(
         session.submit([{name: x}], pipelined=False).result()
     evicting = np.ones(evict_mib << 17)  # float64: 8 bytes each
     times = []
+    client_s, host_started = 0.0, host_cpu_s(session)
     for _ in range(requests):
         evicting.sum()
-        start = time.perf_counter()
+        cpu, start = time.process_time(), time.perf_counter()
         session.submit([{name: x}], pipelined=False).result()
         times.append(time.perf_counter() - start)
+        client_s += time.process_time() - cpu
+    host_s = host_cpu_s(session) - host_started
     times.sort()
-    return {"p50_us": times[len(times) // 2] * 1e6, "p90_us": times[len(times) * 9 // 10] * 1e6}
+    return {
+        "p50_us": times[len(times) // 2] * 1e6,
+        "p90_us": times[len(times) * 9 // 10] * 1e6,
+        **cpu_per_batch(client_s, host_s, requests),
+    }
 
 
 def measure_pipelined(session: Session | RemoteSession, rows: int) -> dict[str, float]:
@@ -112,12 +135,17 @@ def measure_pipelined(session: Session | RemoteSession, rows: int) -> dict[str, 
         batches.put(session.submit([{name: x}], pipelined=True))
         session.wait_ready()
     start, warm = time.perf_counter(), completed
+    cpu, host_started = time.process_time(), host_cpu_s(session)
     while time.perf_counter() - start < PIPELINED_S:
         batches.put(session.submit([{name: x}], pipelined=True))
         session.wait_ready()
     batches.put(None)
     completer.join()
-    return {"batches_per_s": (completed - warm) / (time.perf_counter() - start)}
+    done = completed - warm
+    return {
+        "batches_per_s": done / (time.perf_counter() - start),
+        **cpu_per_batch(time.process_time() - cpu, host_cpu_s(session) - host_started, done),
+    }
 
 
 def ping(cpu: int, requests: int) -> dict[str, float]:
