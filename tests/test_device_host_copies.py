@@ -147,3 +147,34 @@ def test_a_batch_crosses_the_hop_with_one_copy_each_way(
     assert copies == one_batch * 2
     assert staged_from_buffer == [True] * 4  # each request's `x`, in place
     assert put_from_lane == [True] * 8  # each request's `y` and `z`, straight from the lane
+
+
+def test_a_batch_of_several_executions_is_put_once_and_answered_right(
+    host_here: list[Any], om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """6 and 5 rows with gears up to 8 run as two executions (8 rows, then 3): the first request
+    whole in the first, the second split over both. The host still writes the outputs into the
+    buffer once, the first execution's rows from arrays it was copied out into first (the lane
+    serves the second execution before the batch is over), and every row is the model's."""
+    put: list[int] = []
+    real_put = Buffer.put
+
+    def counted_put(self: Buffer, places: Any, arrays: Any, key: Any = None) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            put.append(sum(a.nbytes for t in arrays for a in t.values()))
+        return real_put(self, places, arrays, key)
+
+    monkeypatch.setattr(Buffer, "put", counted_put)
+    session = RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+    try:
+        rng = np.random.default_rng(44)
+        feeds = [{"x": rng.standard_normal((rows, 16)).astype(np.float32)} for rows in (6, 5)]
+        results = session.submit(feeds, pipelined=False).result()
+        for request, answer in zip(feeds, results):
+            expected = reference(om_dynamic_batch, request)
+            for name in ("y", "z"):
+                np.testing.assert_allclose(answer[name], expected[name], rtol=1e-5, atol=1e-5)
+        assert session.counters.executions == 2
+    finally:
+        session.close()
+    assert put == [11 * 9 * 4]
