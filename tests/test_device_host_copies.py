@@ -24,19 +24,22 @@ from ge_python_backend.devicehost.client import RemoteSession
 from ge_python_backend.devicehost.protocol import host_paths
 from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.runtime.lane import Lane
+from ge_python_backend.runtime.workspaces import WorkSpaces, WorkSpaceSettings
 
 
 @pytest.fixture
 def host_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """A device host of device 0 in this process; its connections, as they come."""
+    """A device host of device 0 in this process, its work spaces as `serve` sets them up; its
+    connections, as they come. A connection it cannot serve is closed at once (the stub fails
+    instead of waiting) and the reason raised at the end."""
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))
     monkeypatch.setenv(client.SHARE_CPU_ENV, "0")  # this process's threads keep their CPUs
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(host_paths(0).socket)
-    listener.listen()
+    work_spaces = WorkSpaces(WorkSpaceSettings.from_environment())
+    listener = host._listen(host_paths(0).socket)
     listener.settimeout(0.05)
     connections: list[Any] = []
     threads: list[threading.Thread] = []
+    failures: list[BaseException] = []
     stop = threading.Event()
 
     def accept() -> None:
@@ -45,8 +48,13 @@ def host_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[
                 sock, _ = listener.accept()
             except socket.timeout:
                 continue
-            connection = host._admit(sock)
-            assert connection is not None
+            try:
+                connection = host._admit(sock, work_spaces)
+                assert connection is not None
+            except BaseException as exc:
+                failures.append(exc)
+                sock.close()
+                continue
             connections.append(connection)
             threads.append(threading.Thread(target=connection.run, name="device-host"))
             threads[-1].start()
@@ -61,6 +69,8 @@ def host_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[
         listener.close()
         for thread in threads:
             thread.join(10)
+    if failures:
+        raise failures[0]
 
 
 def in_any(array: np.ndarray, memories: Sequence[np.ndarray]) -> bool:
