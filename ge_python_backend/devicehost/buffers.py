@@ -8,7 +8,8 @@ shrink nor grow, and no seal can be added): a same-user process that opens it th
 and truncates it would otherwise make the next access of either side die of SIGBUS; each side
 maps only a buffer so sealed. A request's tensors are written once into a buffer
 by the stub and read in place by the host's `Session` (which stages them into its pinned
-buffers); the outputs are written once by the host and read by the stub. Not
+buffers); the host's `Session` copies the outputs once out of its pinned buffers into the
+buffer (`put`) and the stub copies them out once (`copied_out`). Not
 `multiprocessing.shared_memory`, whose resource tracker would unlink segments behind us.
 Standard library and numpy only: the stub imports it.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "Layout",
     "Places",
     "buffer_bytes",
+    "copied_out",
     "is_bytes_tensor",
     "layout",
     "signature",
@@ -115,6 +117,12 @@ def signature(arrays: Sequence[Mapping[str, np.ndarray]]) -> Hashable | None:
             key.append((name, array.dtype, array.shape))
         key.append(None)  # where one request ends
     return tuple(key)
+
+
+def copied_out(tensors: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The stub's one copy of a batch's outputs out of its buffer (which then serves the next
+    batch while Triton still holds these)."""
+    return [{name: np.array(view) for name, view in here.items()} for here in tensors]
 
 
 def is_bytes_tensor(array: np.ndarray) -> bool:
@@ -203,9 +211,7 @@ class Buffer:
         """Write each tensor to the place `layout` gave it (for these very arrays: not checked
         again); with a `key` (a numeric layout's), through the views `tensors` keeps."""
         if key is not None:
-            for views, tensors in zip(self.tensors(places, key), arrays):
-                for name, array in tensors.items():
-                    views[name][...] = array
+            self.put(places, arrays, key)
             return
         for here, tensors in zip(places, arrays):
             for name, array in tensors.items():
@@ -214,6 +220,20 @@ class Buffer:
                     self._map[place[0] : place[0] + sum(place[3])] = b"".join(array.flat)
                 else:
                     np.ndarray(array.shape, array.dtype, self._map, place[0])[...] = array
+
+    def put(
+        self,
+        places: Sequence[Mapping[str, Sequence[Any]]],
+        arrays: Sequence[Mapping[str, np.ndarray]],
+        key: Hashable | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """Copy numeric `arrays` to their places (as `write`) through views of them (`tensors`,
+        kept under `key`), and return the views: the arrays now in the buffer."""
+        views = self.tensors(places, key)
+        for here, tensors in zip(views, arrays):
+            for name, array in tensors.items():
+                here[name][...] = array
+        return views
 
     def close(self) -> None:
         self._kept.clear()

@@ -44,6 +44,7 @@ from ge_python_backend.devicehost.buffers import (
     Layout,
     Places,
     buffer_bytes,
+    copied_out,
     is_bytes_tensor,
     layout,
     signature,
@@ -547,8 +548,7 @@ class RemoteBatch:
                 slot = _given_slot(answer.buffer, answer.bytes, fds)
             key = None if answer.layout is None else ("outputs", answer.layout)
             tensors = slot.buffer.tensors(answer.outputs, key)
-        # Copied out: the buffer serves the next batch while Triton still holds these.
-        self._results = [{name: np.array(view) for name, view in here.items()} for here in tensors]
+        self._results = copied_out(tensors)
         self._session._give_back(self._link, slot)
 
 

@@ -30,7 +30,10 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Hashable
 from typing import Any
+
+import numpy as np
 
 from ge_python_backend.devicehost.buffers import (
     Buffer,
@@ -123,7 +126,7 @@ class _Connection:
         self._retired: set[int] = set()
         self._buffers_lock = threading.Lock()
         self._buffer_ids = itertools.count(1)
-        self._completions: Completer[tuple[int, int, PendingBatch]] = Completer(
+        self._completions: Completer[tuple[int, int, PendingBatch, _Outputs]] = Completer(
             f"ge-host-completions-{peer_pid}", lambda item: self._complete(*item)
         )
         self._feeds_layouts: dict[int, Places] = {}  # named by the stub
@@ -344,9 +347,10 @@ class _Connection:
             raise Refused(f"layout {named!r} was not named on this connection")
         if self._cpu is not None:  # an inline batch's stub waits on this CPU (-1: none)
             self._cpu = cpu if type(cpu) is int and 0 <= cpu < 1 << 16 else -1
-        pending = self.session.submit(feeds_list, pipelined=pipelined)
+        outputs = _Outputs(self, number, buffer)
+        pending = self.session.submit(feeds_list, pipelined=pipelined, take_outputs=outputs)
         if not pipelined:
-            self._complete(ident, number, pending)
+            self._complete(ident, number, pending, outputs)
             return
         # accepted once the session could launch the next batch (the batches before this one
         # are with the completer), so the stub's `wait_ready`, which follows every pipelined
@@ -358,7 +362,7 @@ class _Connection:
             logger.debug("stub pid %d: wait_ready after a submit", self.peer_pid, exc_info=True)
             ready = False
         self._send(Accepted(ident, ready))  # before this batch's answer
-        self._completions.put((ident, number, pending))
+        self._completions.put((ident, number, pending, outputs))
 
     def _wait_beside_the_stub(self) -> None:
         """Before reading the next message, keep this connection's thread on the CPU the stub
@@ -387,18 +391,19 @@ class _Connection:
         if self._cpu is not None and self._cpu >= 0:
             os.sched_setaffinity(0, _ALLOWED_CPUS)
 
-    def _complete(self, ident: Any, number: int, pending: PendingBatch) -> None:
-        """Write a batch's outputs into its buffer (a bigger one, given with the answer, when
-        they do not fit) and answer: an `ANSWER` record when their layout has a number, the
-        places otherwise (numbered for the next batches when they can be)."""
+    def _complete(self, ident: Any, number: int, pending: PendingBatch, outputs: _Outputs) -> None:
+        """Answer a batch once its session wrote its outputs (`_Outputs`): an `ANSWER` record
+        when their layout has a number the stub knows, the places otherwise (numbered for the
+        next batches when they can be), with the bigger buffer they needed."""
         try:
-            results = pending.result()
+            pending.result()
         except Exception as exc:
             self._done_writing(number)
+            outputs.discard()
             self._send_error(ident, exc)
             return
-        buffer = self._done_writing(number)
-        if buffer is None:
+        if not self._done_writing(number):
+            outputs.discard()
             logger.warning(
                 "stub pid %d (%s): batch %r finished after the stub gave it up; its outputs "
                 "are dropped, buffer %d is freed",
@@ -408,45 +413,56 @@ class _Connection:
                 number,
             )
             return
-        key = signature(results)
+        assert outputs.places is not None  # put by the batch that succeeded
         try:
             with self._send_lock:
-                named = self._answer_layouts.get(key) if key is not None else None
-                if named is not None and named.nbytes <= buffer.nbytes:
-                    buffer.write(named.places, results, ("outputs", named.number))
+                named = outputs.named
+                if named is not None and outputs.given is None:
                     send_batch(self.sock, ANSWER, ident, number, named.number)
                     return
-                if named is None:
-                    places, needed = layout(results)
-                    if key is not None and len(self._answer_layouts) < MAX_LAYOUTS:
-                        named = Layout(len(self._answer_layouts) + 1, places, needed)
-                        self._answer_layouts[key] = named
-                else:
-                    places, needed = named.places, named.nbytes
-                answer = Answer(ident, places, number, None if named is None else named.number)
-                fds: tuple[int, ...] = ()
-                if needed > buffer.nbytes:  # sized by the stub's rule, as the budget counts it
-                    number, buffer = self._new_buffer(buffer_bytes(needed))
-                    answer.buffer, answer.bytes = number, buffer.nbytes
-                    fds = (buffer.fd,)
-                buffer.write(places, results)
-                send_message(self.sock, answer, fds)
+                if outputs.key is not None:
+                    named = self._answer_layouts.get(outputs.key)  # by a batch meanwhile
+                    if named is None and len(self._answer_layouts) < MAX_LAYOUTS:
+                        named = Layout(
+                            len(self._answer_layouts) + 1, outputs.places, outputs.nbytes
+                        )
+                        self._answer_layouts[outputs.key] = named
+                given = outputs.given
+                answer = Answer(
+                    ident,
+                    outputs.places,
+                    outputs.number,
+                    None if named is None else named.number,
+                    None if given is None else given.nbytes,
+                )
+                send_message(self.sock, answer, () if given is None else (given.fd,))
         except OSError as exc:  # the stub went away; its reader thread will see it
             logger.info("stub pid %d (%s): cannot answer: %s", self.peer_pid, self.label, exc)
         except Exception as exc:
             self._send_error(ident, exc)
 
-    def _done_writing(self, number: int) -> Buffer | None:
-        """The batch due in buffer `number` is over: the buffer to write its outputs in, or
-        None when the stub retired it meanwhile (then closed here)."""
+    def _given_up(self, number: int) -> bool:
+        """Whether the stub freed buffer `number` while a batch's outputs were due in it."""
+        with self._buffers_lock:
+            return number in self._retired
+
+    def _drop_buffer(self, number: int) -> None:
+        """Close a buffer this host made that the stub never got."""
+        with self._buffers_lock:
+            buffer = self._buffers.pop(number)
+        buffer.close()
+
+    def _done_writing(self, number: int) -> bool:
+        """The batch due in buffer `number` is over: whether the stub still waits for it (False:
+        the stub retired the buffer meanwhile, closed here)."""
         with self._buffers_lock:
             self._writing.pop(number, None)
             if number not in self._retired:
-                return self._buffers[number]
+                return True
             self._retired.discard(number)
             buffer = self._buffers.pop(number)
         buffer.close()
-        return None
+        return False
 
     def close(self) -> None:
         """The stub left: answer what is in flight, close the session, free the buffers."""
@@ -459,6 +475,50 @@ class _Connection:
         for buffer in buffers:
             buffer.close()
         self.sock.close()
+
+
+class _Outputs:
+    """Where the host's session puts one batch's outputs (`Session.submit`'s `take_outputs`):
+    copied once, straight out of the lane's pinned buffers, into the batch's buffer, at the
+    places of their layout (named on this connection, or new), or into a bigger buffer made for
+    them when they do not fit (sized by the stub's rule, as the budget counts it); nothing
+    when the stub gave the batch up (its buffer is retired: never written). Called in the
+    thread that finishes the batch's last execution; `_complete` answers with what it wrote."""
+
+    def __init__(self, connection: _Connection, number: int, buffer: Buffer) -> None:
+        self._connection = connection
+        self.number = number  # the buffer holding them
+        self.buffer = buffer
+        self.given: Buffer | None = None  # a bigger one made for them
+        self.places: Places | None = None  # None: not written
+        self.nbytes = 0
+        self.key: Hashable | None = None
+        self.named: Layout | None = None  # their layout, named on the wire when they were put
+
+    def __call__(self, arrays: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        connection = self._connection
+        if connection._given_up(self.number):
+            return [{} for _ in arrays]
+        key = signature(arrays)
+        named = connection._answer_layouts.get(key) if key is not None else None
+        if named is None:
+            places, nbytes = layout(arrays)
+        else:
+            places, nbytes = named.places, named.nbytes
+        if nbytes > self.buffer.nbytes:
+            self.number, self.given = connection._new_buffer(buffer_bytes(nbytes))
+            self.buffer = self.given
+        views = self.buffer.put(
+            places, arrays, None if named is None else ("outputs", named.number)
+        )
+        self.key, self.places, self.nbytes, self.named = key, places, nbytes, named
+        return views
+
+    def discard(self) -> None:
+        """The batch is not answered with them: a buffer made for them is closed."""
+        if self.given is not None:
+            self._connection._drop_buffer(self.number)
+            self.given = None
 
 
 def _peer(sock: socket.socket) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Union
@@ -57,6 +57,7 @@ __all__ = [
     "DEVICE_TIMING_PERIOD",
     "PIPELINE_DEPTHS",
     "DeviceTimeSampler",
+    "OutputTaker",
     "PendingBatch",
     "Session",
     "SessionCounters",
@@ -65,6 +66,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
+# `Session.submit`'s `take_outputs`: given a batch's outputs per request (views of a lane's pinned
+# buffers, valid during the call only), copies them where it keeps them and returns those arrays.
+OutputTaker = Callable[[list[dict[str, np.ndarray]]], list[dict[str, np.ndarray]]]
 PIPELINE_DEPTHS = (1, 2)  # lanes a session may run; 2 overlaps one execution's copies and waits
 # pyACL parses timeouts and device ids as a C int: larger values raise OverflowError in the call.
 ACL_INT_MAX = 2**31 - 1
@@ -152,10 +156,18 @@ class PendingBatch:
     `times` holds (lane, queued, finished) perf_counter stamps per execution, once finished.
     """
 
-    def __init__(self, session: Session, feeds_list: Sequence[Feeds]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        feeds_list: Sequence[Feeds],
+        executions: int,
+        take: OutputTaker | None = None,
+    ) -> None:
         self._session = session
         self._feeds_list = feeds_list
         self._results: list[dict[str, np.ndarray]] = [{} for _ in feeds_list]
+        self._unscattered = executions  # the last one scattered goes to `take`
+        self._take = take  # until it took the outputs
         self._jobs: list[_Job] = []
         self._error: BaseException | None = None
         self._lock = threading.Lock()  # two lanes may scatter into one request's outputs
@@ -172,6 +184,10 @@ class PendingBatch:
         """
         for job in self._jobs:
             self._session._settle(job)
+        with self._lock:
+            take, self._take = self._take, None
+            if take is not None and self._error is None:  # no execution (no rows) took them
+                self._results = take(self._results)
         if self._error is not None:
             raise self._error
         return self._results
@@ -331,7 +347,12 @@ class Session(Resource):
         """`submit` of one request: `.result()[0]` is its outputs."""
         return self.submit([feeds])
 
-    def submit(self, feeds_list: Sequence[Feeds], pipelined: bool = True) -> PendingBatch:
+    def submit(
+        self,
+        feeds_list: Sequence[Feeds],
+        pipelined: bool = True,
+        take_outputs: OutputTaker | None = None,
+    ) -> PendingBatch:
         """Queue a batch of requests on the lanes and return without waiting for it.
 
         Each execution takes the next lane, whose pending execution completes first (so at most
@@ -342,16 +363,29 @@ class Session(Resource):
         event for a next one to wait on (one ACL call less; another thread's submit meanwhile is
         still correct). With an image input, every file is decoded first (an `ImageError`
         names the first one DVPP refuses) and each execution's rows are resized into its lane.
+
+        `take_outputs` (the device host's: its shared buffer) is called once the batch's last
+        execution finished, in the thread that finishes it, with every request's outputs: views
+        of that lane's pinned buffers for the requests it ran whole, arrays of the batch's own
+        for the others (run earlier, or split over executions); it copies them where it keeps
+        them before it returns (the lane serves the next execution after it) and returns those
+        arrays, which `result()` returns. It runs after every execution of the batch was staged,
+        so it may overwrite the memory the batch's feeds were read from. Without it, each
+        finished execution's outputs are copied out into arrays of the batch's own.
         """
         self._check_open()
         if self._images is None:
-            return self._submit(feeds_list, pipelined, None)
+            return self._submit(feeds_list, pipelined, None, take_outputs)
         with self._images.lock:  # the pool's pictures are the batch's until its VPC is queued
             decoded = self._images.decode(feeds_list)
-            return self._submit(decoded.feeds_list, pipelined, decoded)
+            return self._submit(decoded.feeds_list, pipelined, decoded, take_outputs)
 
     def _submit(
-        self, feeds_list: Sequence[Feeds], pipelined: bool, decoded: DecodedBatch | None
+        self,
+        feeds_list: Sequence[Feeds],
+        pipelined: bool,
+        decoded: DecodedBatch | None,
+        take_outputs: OutputTaker | None,
     ) -> PendingBatch:
         """`submit` once the files of an image input are decoded (`decoded`)."""
         matched = []
@@ -362,7 +396,7 @@ class Session(Resource):
                 exc.request = number
                 raise
         executions = self._planner.plan(matched)
-        batch = PendingBatch(self, feeds_list)
+        batch = PendingBatch(self, feeds_list, len(executions), take_outputs)
         with self._lock:
             self._check_open()  # again: another thread may have closed it meanwhile
             self._context.activate()
@@ -669,25 +703,40 @@ class Session(Resource):
             counters.d2h_seconds += times.d2h
 
     def _scatter(self, lane: Lane, batch: PendingBatch, execution: Execution) -> None:
-        """Copy a finished execution's outputs into its batch's results (batch lock held): one
-        copy of each output out of the pinned buffer, of which each request whose rows all ran
-        here gets its rows as a view; a request split over executions is assembled."""
+        """Copy a finished execution's outputs out of the lane's pinned buffers (batch lock
+        held): into the batch's results, one copy of each output of which each request whose
+        rows all ran here gets its rows as a view, a request split over executions assembled in
+        an array of its own; the batch's last execution, with a `take_outputs`, straight to it."""
         views = lane.output_views(self._table, execution)
+        batch._unscattered -= 1
+        taker = batch._take if batch._unscattered == 0 else None
+        take = taker is not None
         for spec, view in zip(self.outputs, views):
             name = spec.name
-            copied = view.copy()
+            copied = None
             for piece in execution.pieces:
                 outputs = batch._results[piece.part]
-                if not execution.batch:
-                    outputs[name] = copied
+                if not execution.batch:  # unbatched: one request, one execution
+                    outputs[name] = view if take else view.copy()
                 elif piece.whole:  # the whole request ran in this execution
+                    if take:
+                        outputs[name] = view[piece.in_execution]
+                        continue
+                    if copied is None:
+                        copied = view.copy()
                     outputs[name] = copied[piece.in_execution]
                 else:
                     output = outputs.get(name)
                     if output is None:
                         total = len(batch._feeds_list[piece.part][self._rows_input])
                         output = outputs[name] = np.empty((total, *view.shape[1:]), view.dtype)
-                    output[piece.in_part] = copied[piece.in_execution]
+                    output[piece.in_part] = view[piece.in_execution]
+        if taker is not None:
+            batch._take = None
+            try:
+                batch._results = taker(batch._results)
+            except Exception as exc:  # its batch's failure, whichever thread finished it
+                batch._fail(exc)
 
 
 def _close_newest_first(parts: list[Resource]) -> None:
