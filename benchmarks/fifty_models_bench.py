@@ -228,9 +228,7 @@ def started(repository: Path, env: dict[str, str], log: Path) -> Iterator[Triton
         server.stop()
 
 
-def throughput(
-    recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path
-) -> dict[str, Any]:
+def throughput(recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path) -> dict[str, Any]:
     """One ResNet-50 (2 instances) under the device host in each work-space mode, each on a
     server of its own started side by side, `CLIENTS` clients in alternating rounds."""
     kind = CARD[0]

@@ -337,9 +337,7 @@ def build_yolov8(path: str | Path, scale: str = "s", seed: int = 0) -> Path:
         "Mul", [g.node("Concat", [centre, size], axis=1), g.constant(strides.T.copy(), "strides")]
     )
     g.nodes.append(
-        helper.make_node(
-            "Concat", [xywh, g.node("Sigmoid", [cls_part])], [YOLOV8_OUTPUT], axis=1
-        )
+        helper.make_node("Concat", [xywh, g.node("Sigmoid", [cls_part])], [YOLOV8_OUTPUT], axis=1)
     )
     graph = helper.make_graph(
         g.nodes,
