@@ -46,14 +46,15 @@ from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.budget import DeviceLimits, budget, footprints
 from ge_python_backend.repository.shm import repository_entries
 from ge_python_backend.runtime.describe import describe_om
+from ge_python_backend.runtime.workspaces import WorkSpaceSettings
 from ge_python_backend.server import TritonServer
 
 SOC = "Ascend310P3"
 MODES = ("in_stub", "per_lane", "shared")
-# What each device-host mode's hosts are told (environment of the server, read by the host a
-# stub starts).
-HOST_MODES: dict[str, dict[str, str]] = {"per_lane": {}, "shared": {}}
-SERVER_ENV = {"in_stub": {}, **HOST_MODES}
+# The device host's work spaces in each of its modes (the shared mode: the host's defaults),
+# given to the hosts a stub starts through the server's environment.
+HOST_MODES = {"per_lane": WorkSpaceSettings(shared=False), "shared": WorkSpaceSettings()}
+SERVER_ENV = {"in_stub": {}, **{mode: host.environment() for mode, host in HOST_MODES.items()}}
 READY_TIMEOUT_S = 3600.0
 RAM_SAMPLE_S = 0.5
 # The throughput comparison: one ResNet-50 (gears 1 to 8), 2 instances, under the device host
@@ -124,28 +125,30 @@ def kinds_plan(oms: dict[str, Path], compile_s: dict[str, float]) -> dict[str, A
     return found
 
 
-def budgets(repository: Path) -> dict[str, dict[str, Any]]:
+def budgets(repository: Path) -> dict[str, Any]:
     """The repository's device budget in each mode (`repository.budget`, as `validate` sums
     it) on one `SOC`: processes, memory, whether it fits and why not."""
     limits = DeviceLimits.of(SOC)
     hosted = footprints(repository_entries(repository, "emulator"), "emulator")
-    models = {
-        "in_stub": [dataclasses.replace(m, device_host=False) for m in hosted],
-        "per_lane": hosted,
-    }
+    in_stub = [dataclasses.replace(m, device_host=False) for m in hosted]
     found = {}
-    for mode, footprint in models.items():
-        devices = budget(footprint, limits)
+    for mode in MODES:
+        host = HOST_MODES.get(mode, limits.host)
+        devices = budget(
+            in_stub if mode == "in_stub" else hosted, dataclasses.replace(limits, host=host)
+        )
         (row,) = devices.rows
         found[mode] = {
             "processes": row.processes,
             "memory_bytes": row.memory,
+            "work_space_bytes": row.work_spaces,
             "fits": not devices.problems(),
             "problems": devices.problems(),
             "table": devices.table(),
         }
     return {
         "modes": found,
+        "streams": HOST_MODES["shared"].streams,
         "max_processes": limits.max_processes,
         "capacity_bytes": limits.memory,
         "process_bytes": limits.process_memory,
@@ -200,6 +203,7 @@ def serve_card(
                     )
                     if problem:
                         wrong[name] = problem
+            work_spaces = fifty_models.host_work_spaces(server)
         finally:
             server.stop()
     return {
@@ -212,6 +216,7 @@ def serve_card(
         "not_ready": sorted(set(states) - set(ready)),
         "device_processes": len(holders),
         "device_bytes": sum(h["bytes"] for h in holders),
+        **work_spaces,
         **memory,
         "ram": ram.figures(),
     }

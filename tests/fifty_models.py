@@ -28,6 +28,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -39,6 +40,8 @@ from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.scaffold import scaffold
+from ge_python_backend.server import TritonServer
+from ge_python_backend.tools.bench import metric_samples
 from ge_python_backend.tools.compare import Thresholds, compare_arrays
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -224,3 +227,17 @@ def answer_problem(
             problem = found.problem or f"{found.mismatched} elements outside the thresholds"
             wrong.append(f"{name}: {problem}, cosine {found.cosine:.4f}")
     return "; ".join(wrong)
+
+
+def host_work_spaces(server: TritonServer) -> dict[str, int]:
+    """The device host's shared work spaces as the instances' metrics show them (the largest
+    figure of any instance: 0 and 0 in-stub or with a work space per lane)."""
+    with urllib.request.urlopen(server.urls.metrics, timeout=30) as response:
+        text = response.read().decode()
+    return {
+        key: int(max((value for _, value in metric_samples(text, name)), default=0))
+        for key, name in (
+            ("streams", "ge_device_host_streams"),
+            ("work_space_bytes", "ge_device_host_work_space_bytes"),
+        )
+    }
