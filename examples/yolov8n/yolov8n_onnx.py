@@ -97,6 +97,23 @@ class _Graph:
     def silu(self, x: str) -> str:
         return self.node("Mul", [x, self.node("Sigmoid", [x])])
 
+    def save(
+        self,
+        path: str | Path,
+        name: str,
+        image: onnx.ValueInfoProto,
+        outputs: list[onnx.ValueInfoProto],
+    ) -> Path:
+        """The graph of the nodes so far (opset 17), checked and written to `path`."""
+        graph = helper.make_graph(self.nodes, name, [image], outputs, self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8  # what onnxruntime accepts for opset 17
+        onnx.checker.check_model(model, full_check=True)
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(target))
+        return target
+
 
 def anchor_points() -> tuple[np.ndarray, np.ndarray]:
     """Cell centres in pixels, FP32 [8400, 2] (x, y), and each anchor's stride, FP32 [8400, 1]."""
@@ -165,24 +182,10 @@ def build_yolov8n(path: str | Path, width: int = 16, seed: int = 0, nms: bool = 
             helper.make_tensor_value_info("labels", TensorProto.INT64, ["N", NUM_ANCHORS]),
         ]
 
-    graph = helper.make_graph(
-        g.nodes,
-        f"yolov8n_style_width{width}{'_nms' if nms else ''}",
-        [
-            helper.make_tensor_value_info(
-                INPUT_NAME, TensorProto.FLOAT, [1 if nms else "N", 3, IMAGE_SIZE, IMAGE_SIZE]
-            )
-        ],
-        outputs,
-        g.initializers,
+    image = helper.make_tensor_value_info(
+        INPUT_NAME, TensorProto.FLOAT, [1 if nms else "N", 3, IMAGE_SIZE, IMAGE_SIZE]
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # what onnxruntime accepts for opset 17
-    onnx.checker.check_model(model, full_check=True)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(target))
-    return target
+    return g.save(path, f"yolov8n_style_width{width}{'_nms' if nms else ''}", image, outputs)
 
 
 def _nms_outputs(g: _Graph, boxes: str, probabilities: str) -> list[onnx.ValueInfoProto]:
@@ -339,25 +342,10 @@ def build_yolov8(path: str | Path, scale: str = "s", seed: int = 0) -> Path:
     g.nodes.append(
         helper.make_node("Concat", [xywh, g.node("Sigmoid", [cls_part])], [YOLOV8_OUTPUT], axis=1)
     )
-    graph = helper.make_graph(
-        g.nodes,
-        f"yolov8{scale}",
-        [
-            helper.make_tensor_value_info(
-                INPUT_NAME, TensorProto.FLOAT, ["N", 3, IMAGE_SIZE, IMAGE_SIZE]
-            )
-        ],
-        [
-            helper.make_tensor_value_info(
-                YOLOV8_OUTPUT, TensorProto.FLOAT, ["N", 4 + NUM_CLASSES, NUM_ANCHORS]
-            )
-        ],
-        g.initializers,
+    image = helper.make_tensor_value_info(
+        INPUT_NAME, TensorProto.FLOAT, ["N", 3, IMAGE_SIZE, IMAGE_SIZE]
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # what onnxruntime accepts for opset 17
-    onnx.checker.check_model(model, full_check=True)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(target))
-    return target
+    output = helper.make_tensor_value_info(
+        YOLOV8_OUTPUT, TensorProto.FLOAT, ["N", 4 + NUM_CLASSES, NUM_ANCHORS]
+    )
+    return g.save(path, f"yolov8{scale}", image, [output])
