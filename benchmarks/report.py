@@ -1957,6 +1957,19 @@ def fifty_models_lines(data: dict[str, Any]) -> list[Item]:
         fifty_modes_table(raw),
         "",
     ]
+    counts = raw.get("served_counts")
+    if counts and sum(counts.values()) < figures.models:
+        shown = ", ".join(f"{count} `{name}`" for name, count in counts.items())
+        lines += [
+            f"The budgets are the whole card's; a mode that fits was served with "
+            f"{sum(counts.values())} of its models ({shown}; the same `.om` files), because this "
+            "machine's RAM cannot hold all fifty served: the emulator backs device memory with "
+            "RAM, and beside it the device host's onnxruntime engines (one per kind, their "
+            "arenas growing with the executions in flight on its streams), each lane's buffers "
+            "between stub and host, and a stub per instance (`SERVED` in "
+            "`benchmarks/fifty_models_bench.py` gives the figures).",
+            "",
+        ]
     for mode, reason in raw["not_served"].items():
         lines += [f"Not served, {FIFTY_MODE_WORDS[mode]}: {reason}.", ""]
     for mode, served in raw["served"].items():
