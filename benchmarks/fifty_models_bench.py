@@ -6,8 +6,9 @@ weights, and a lane's buffers); scaffolds the fifty models under the device host
 device budget with the project's own arithmetic (`repository.budget`, what `validate` prints)
 in each mode: in-stub (each instance a process opening the device), the device host with a work
 space per lane, the device host with work spaces shared by the models of a stream; serves each
-mode that fits with the real tritonserver (time from its start to every model READY, one request
-to each model checked against onnxruntime, the machine's RAM sampled throughout); then one
+mode that fits with the real tritonserver, `SERVED` of the models (this machine's RAM): time
+from its start to every model READY, one request to each model checked against onnxruntime, the
+machine's RAM sampled throughout; then one
 ResNet-50 under the device host in both work-space modes, two servers side by side, measured at
 `CLIENTS` closed-loop clients in alternating rounds.
 """
@@ -18,7 +19,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,6 @@ from scenarios import (
     device_holders,
     host_memory,
     say,
-    shorter_rounds,
 )
 
 from ge_python_backend.ascend import SOC_DEVICES
@@ -68,8 +68,11 @@ RAM_FLOOR = 2 * 2**30  # a server is killed when the machine's available memory 
 # The throughput comparison: one ResNet-50 (gears 1 to 8), 2 instances, under the device host
 # in each work-space mode, this many closed-loop clients of one image each.
 CLIENTS = 8
-THROUGHPUT_ROUNDS = 6
-THROUGHPUT_SECONDS = 60.0  # of the plan's: split into the rounds, for both modes together
+# Rounds of the comparison (one in a plan of one round), each this many times the plan's seconds
+# (10 s in `make bench`): at ~10 requests/s (onnxruntime's ResNet-50 on this machine's CPU) a
+# round of the plan's 3 s holds too few requests.
+THROUGHPUT_ROUNDS = 8
+ROUND_SECONDS_PER_PLAN_SECOND = 10 / 3
 
 
 class RamWatch:
@@ -142,14 +145,15 @@ def kinds_plan(oms: dict[str, Path], compile_s: dict[str, float]) -> dict[str, A
     return found
 
 
-def budgets(repository: Path) -> dict[str, Any]:
-    """The repository's device budget in each mode (`repository.budget`, as `validate` sums
-    it) on one `SOC`: processes, memory, whether it fits and why not."""
+def budgets(repository: Path, modes: Sequence[str] = MODES) -> dict[str, Any]:
+    """The repository's device budget in each of `modes` (`repository.budget`, as `validate`
+    sums it) on one `SOC`: processes, memory, whether it fits and why not."""
     limits = DeviceLimits.of(SOC)
     hosted = footprints(repository_entries(repository, "emulator"), "emulator")
+    hosted = [dataclasses.replace(m, device_host=True) for m in hosted]
     in_stub = [dataclasses.replace(m, device_host=False) for m in hosted]
     found = {}
-    for mode in MODES:
+    for mode in modes:
         host = HOST_MODES.get(mode, limits.host)
         devices = budget(
             in_stub if mode == "in_stub" else hosted, dataclasses.replace(limits, host=host)
@@ -194,6 +198,7 @@ def serve_card(
     """The fifty models served in `mode`: time from tritonserver's start to every model READY,
     device 0's holders, host memory of tritonserver, its stubs and the device host, each
     model's answer to one request, the machine's RAM throughout."""
+    (planned,) = budgets(repository, [mode])["modes"].values()
     env = host_env(work, f"card-{mode}", mode)
     server = TritonServer(repository, env=env, log_path=logs / f"card-{mode}.log")
     rng = np.random.default_rng(13)
@@ -233,6 +238,7 @@ def serve_card(
         "not_ready": sorted(set(states) - set(ready)),
         "device_processes": len(holders),
         "device_bytes": sum(h["bytes"] for h in holders),
+        "budget_bytes": planned["memory_bytes"],
         **work_spaces,
         **memory,
         "ram": ram.figures(),
@@ -258,9 +264,10 @@ def throughput(recorder: Recorder, work: Path, om: Path, plan: Plan, logs: Path)
     for mode in HOST_MODES:
         one = dataclasses.replace(kind, name=f"{kind.name}_{mode}", count=1)
         (names[mode],) = fifty_models.build_repository(work / f"one-{mode}", {one.name: om}, [one])
-    rounds = shorter_rounds(
-        dataclasses.replace(plan, seconds=THROUGHPUT_SECONDS / max(plan.rounds, 1)),
-        THROUGHPUT_ROUNDS,
+    rounds = dataclasses.replace(
+        plan,
+        rounds=THROUGHPUT_ROUNDS if plan.rounds > 1 else 1,
+        seconds=round(plan.seconds * ROUND_SECONDS_PER_PLAN_SECOND, 1),
     )
     with contextlib.ExitStack() as stack:
         servers = {

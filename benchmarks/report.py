@@ -1901,7 +1901,8 @@ def fifty_modes_table(raw: dict[str, Any]) -> Table:
                 f"{served['ready']} of {served['models']} READY",
                 f"{served['ready_s']:.0f} s",
                 f"{served['answered']} of {served['models']}",
-                mib(served["device_bytes"]),
+                f"{mib(served['device_bytes'])} (budget of those served: "
+                f"{mib(served['budget_bytes'])})",
                 mib(served["pss_bytes"]),
                 f"{mib(ram['peak_used_bytes'])} / {mib(ram['least_available_bytes'])} "
                 f"(of {mib(ram['total_bytes'])})",
