@@ -7,6 +7,7 @@ answering as onnxruntime does. `make bench` section 13 serves the fifty.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import fifty_models
@@ -53,6 +54,16 @@ def card_footprints(device_host: bool) -> list[ModelFootprint]:
             for name in kind.model_names()
         ]
     return found
+
+
+def test_the_plans_pinned_are_those_the_bench_measured() -> None:
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "all.json"
+    kinds = json.loads(results.read_text())["fifty_models"]["kinds"]
+    measured = {
+        name: (LoadSizes(kind["work_bytes"], kind["weight_bytes"]), kind["lane_buffer_bytes"])
+        for name, kind in kinds.items()
+    }
+    assert measured == PLANS
 
 
 def test_the_card_fits_one_310p3_only_with_shared_work_spaces() -> None:
