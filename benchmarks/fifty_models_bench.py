@@ -57,13 +57,13 @@ HOST_MODES = {"per_lane": WorkSpaceSettings(shared=False), "shared": WorkSpaceSe
 SERVER_ENV = {"in_stub": {}, **{mode: host.environment() for mode, host in HOST_MODES.items()}}
 READY_TIMEOUT_S = 3600.0
 # This machine (24 GiB, shared by several people) cannot hold the whole card served: beside the
-# device memory the emulator backs with RAM, each of the 100 stubs' Triton shared-memory region
-# is sized for the repository's largest exchange (YOLOv8s at batch 8: 119 MiB each, 11.6 GiB),
-# the device host's onnxruntime engines (one per kind; with 4 streams at batch 8 their arenas
-# held ~6 GiB) and each lane's buffers between stub and host (a YOLOv8s lane: 59 MiB). A first
-# start of all 50 had 21.7 GiB in use with 30 models loaded. A mode that fits is served with
-# this many models of each kind instead (the card's first names, the same `.om` files); the
-# budgets are the whole card's.
+# device memory written, which the emulator backs with RAM, each of the 100 stubs' Triton
+# shared-memory region is sized for the repository's largest exchange (YOLOv8s at batch 8: 119
+# MiB each, 11.6 GiB), the device host's onnxruntime engines (one per kind; with 4 streams at
+# batch 8 their arenas held ~6 GiB) and each lane's buffers between stub and host (a YOLOv8s
+# lane: 59 MiB). A first start of all 50 had 21.7 GiB in use with 30 models loaded. A mode that
+# fits is served with this many models of each kind instead (the card's first names, the same
+# `.om` files); the budgets are the whole card's.
 SERVED = {"resnet50": 12, "yolov8s": 3, "bert_base": 3}
 RAM_SAMPLE_S = 0.5
 RAM_FLOOR = 2 * 2**30  # a server is killed when the machine's available memory falls below it

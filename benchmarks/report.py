@@ -1953,7 +1953,7 @@ def fifty_models_lines(data: dict[str, Any]) -> list[Item]:
         "Triton's warmups, executed by onnxruntime on this machine's CPU), then one request to "
         "each model checked as `compare` checks a compiled model (every output within "
         "atol 1e-2 + rtol 1e-2 of onnxruntime on the ONNX, cosine >= 0.99), the machine's RAM "
-        "sampled every 0.5 s throughout (the emulator backs device memory with RAM):",
+        "sampled every 0.5 s throughout (the emulator backs the device memory written with RAM):",
         "",
         fifty_modes_table(raw),
         "",
@@ -1964,8 +1964,8 @@ def fifty_models_lines(data: dict[str, Any]) -> list[Item]:
         lines += [
             f"The budgets are the whole card's; a mode that fits was served with "
             f"{sum(counts.values())} of its models ({shown}; the same `.om` files), because this "
-            "machine's RAM cannot hold all fifty served: beside the device memory the emulator "
-            "backs with RAM, each stub's Triton shared-memory region is sized for the "
+            "machine's RAM cannot hold all fifty served: beside the device memory written, which "
+            "the emulator backs with RAM, each stub's Triton shared-memory region is sized for the "
             "repository's largest exchange (YOLOv8s at batch 8), and the device host's "
             "onnxruntime engines (one per kind) grow arenas with the executions in flight on its "
             "streams (`SERVED` in `benchmarks/fifty_models_bench.py` gives the figures; a first "
