@@ -867,3 +867,39 @@ def jpeg_inputs(data: dict[str, Any]) -> JpegInputs:
         server_cpu_us=cpu,
         cpu_ratio=[a / b for a, b in zip(cpu["jpeg"], cpu["raw"])],
     )
+
+
+# Section 13: shared work spaces / a work space per lane, throughput at the section's clients.
+FIFTY_THROUGHPUT_TARGET = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
+class FiftyModels:
+    """Section 13, fifty realistic-size models on one card (`fifty_models_bench.measure`)."""
+
+    throughput: Target  # shared / per-lane throughput at `clients` clients, per round
+    throughput_rps: dict[str, float]  # median by work-space mode
+    clients: int
+    models: int  # in the card
+    fits: dict[str, bool]  # by memory mode, the budget's verdict
+    all_served: dict[str, bool]  # by served mode: every model READY and answering correctly
+
+
+def fifty_models(data: dict[str, Any]) -> FiftyModels:
+    raw = data["fifty_models"]
+    runs, clients = raw["throughput"]["runs"], raw["throughput"]["clients"]
+    return FiftyModels(
+        throughput=Target(
+            paired(runs["shared"], runs["per_lane"], clients), FIFTY_THROUGHPUT_TARGET
+        ),
+        throughput_rps={
+            mode: median_at(rounds, clients, "throughput_rps") for mode, rounds in runs.items()
+        },
+        clients=clients,
+        models=sum(kind["count"] for kind in raw["kinds"].values()),
+        fits={mode: figures["fits"] for mode, figures in raw["budgets"]["modes"].items()},
+        all_served={
+            mode: served["ready"] == served["answered"] == served["models"]
+            for mode, served in raw["served"].items()
+        },
+    )

@@ -253,6 +253,7 @@ def summary_lines(
     exp: analysis.Expert | None,
     host: analysis.DeviceHost | None = None,
     jpeg: analysis.JpegInputs | None = None,
+    fifty: analysis.FiftyModels | None = None,
 ) -> Table:
     low, high = sorted(over.senders)
     rows = [
@@ -341,6 +342,16 @@ def summary_lines(
                 jpeg.top1,
                 0,
                 unit=" of 100",
+            )
+        )
+    if fifty is not None:
+        rows.append(
+            summary_row(
+                "shared work spaces / a work space per lane (section 13), throughput at "
+                f"concurrency {fifty.clients}",
+                fifty.throughput,
+                3,
+                per_round=2,
             )
         )
     return Table(COMPARISON_COLUMNS, rows)
@@ -1827,6 +1838,196 @@ def real_models_lines(raw: dict[str, Any]) -> list[Item]:
     return items
 
 
+FIFTY_MODE_WORDS = {
+    "in_stub": "in-stub (device_host off)",
+    "per_lane": "device host, a work space per lane",
+    "shared": "device host, work spaces shared per stream",
+}
+
+
+def fifty_kinds_table(raw: dict[str, Any]) -> Table:
+    """Each kind of section 13: its size and GE's plan of its `.om`."""
+    return Table(
+        [
+            "kind",
+            "models",
+            "input",
+            "parameters",
+            "batch gears",
+            ".om file",
+            "work space (GE's plan, largest gear)",
+            "weights (FP16)",
+            "a lane's buffers",
+            "compile",
+        ],
+        [
+            [
+                f"`{name}`",
+                str(kind["count"]),
+                f"`{kind['input_shape']}`",
+                f"{kind['parameters'] / 1e6:.2f} M",
+                kind["gears"],
+                mib(kind["om_bytes"]),
+                mib(kind["work_bytes"]),
+                mib(kind["weight_bytes"]),
+                mib(kind["lane_buffer_bytes"]),
+                f"{kind['compile_s']:.0f} s",
+            ]
+            for name, kind in raw["kinds"].items()
+        ],
+    )
+
+
+def fifty_modes_table(raw: dict[str, Any]) -> Table:
+    """Each memory mode of section 13: its budget and, when it was served, what serving did."""
+    budgets = raw["budgets"]
+    rows = []
+    for mode, words in FIFTY_MODE_WORDS.items():
+        figures = budgets["modes"].get(mode)
+        served = raw["served"].get(mode)
+        row = [
+            words,
+            "-" if figures is None else f"{figures['processes']} of {budgets['max_processes']}",
+            "-"
+            if figures is None
+            else f"{mib(figures['memory_bytes'])} of {mib(budgets['capacity_bytes'])}",
+            "-" if figures is None else ("yes" if figures["fits"] else "**no**"),
+        ]
+        if served is None:
+            row += ["not served", "", "", "", "", ""]
+        else:
+            ram = served["ram"]
+            row += [
+                f"{served['ready']} of {served['models']} READY",
+                f"{served['ready_s']:.0f} s",
+                f"{served['answered']} of {served['models']}",
+                f"{mib(served['device_bytes'])} (budget of those served: "
+                f"{mib(served['budget_bytes'])})",
+                mib(served["pss_bytes"]),
+                f"{mib(ram['peak_used_bytes'])} / {mib(ram['least_available_bytes'])} "
+                f"(of {mib(ram['total_bytes'])})",
+            ]
+        rows.append(row)
+    return Table(
+        [
+            "mode",
+            "processes on the device",
+            "device memory (budget)",
+            "fits",
+            "served",
+            "start to every model READY",
+            "answered correctly",
+            "device memory held (emulator)",
+            "host PSS",
+            "machine RAM: peak used / least available",
+        ],
+        rows,
+    )
+
+
+def fifty_models_lines(data: dict[str, Any]) -> list[Item]:
+    """Section 13: fifty realistic-size models on one card in three memory modes, and one
+    model's throughput with shared work spaces against a work space per lane."""
+    raw = data["fifty_models"]
+    figures = analysis.fifty_models(data)
+    kinds = raw["kinds"]
+    mix = ", ".join(f"{kind['count']} `{name}`" for name, kind in kinds.items())
+    lines: list[Item] = [
+        "## 13. Fifty realistic-size models on one card: shared work spaces",
+        "",
+        f"{figures.models} models ({mix}; `tests/fifty_models.py`: ResNet-50 v1.5 at width "
+        "64, YOLOv8s at 640x640 with its C2f backbone, SPPF, PAN neck and decoupled DFL head, "
+        "BERT-base at hidden 768, 12 layers, 12 heads, sequence 128; real widths, random "
+        "weights), each kind compiled once for the emulator at force_fp16 and served as many "
+        "models through hard links of its `.om` (each model holds weights of its own, as on a "
+        f"device), {raw['instances']} instances each, scaffold's defaults (pipeline depth 2, "
+        f"dynamic batching, a warmup per gear), on one emulated {raw['soc']} "
+        f"({mib(raw['capacity_bytes'])}). GE's plan of each kind (`acl.mdl.query_size` as the "
+        "runtime reads it; the work space and a lane's buffers at the largest gear):",
+        "",
+        fifty_kinds_table(raw),
+        "",
+        "Device memory in each mode from the project's own arithmetic (`repository/budget.py`, "
+        "what `validate` prints); the modes that fit served by the real tritonserver, each start "
+        "on a host of its own: time from tritonserver's start to every model READY (loads and "
+        "Triton's warmups, executed by onnxruntime on this machine's CPU), then one request to "
+        "each model checked as `compare` checks a compiled model (every output within "
+        "atol 1e-2 + rtol 1e-2 of onnxruntime on the ONNX, cosine >= 0.99), the machine's RAM "
+        "sampled every 0.5 s throughout (the emulator backs the device memory written with RAM):",
+        "",
+        fifty_modes_table(raw),
+        "",
+    ]
+    counts = raw.get("served_counts")
+    if counts and sum(counts.values()) < figures.models:
+        shown = ", ".join(f"{count} `{name}`" for name, count in counts.items())
+        lines += [
+            f"The budgets are the whole card's; a mode that fits was served with "
+            f"{sum(counts.values())} of its models ({shown}; the same `.om` files), because this "
+            "machine's RAM cannot hold all fifty served: beside the device memory written, which "
+            "the emulator backs with RAM, each stub's Triton shared-memory region is sized for the "
+            "repository's largest exchange (YOLOv8s at batch 8), and the device host's "
+            "onnxruntime engines (one per kind) grow arenas with the executions in flight on its "
+            "streams (`SERVED` in `benchmarks/fifty_models_bench.py` gives the figures; a first "
+            "start of all fifty had 21.7 GiB in use with 30 models loaded).",
+            "",
+        ]
+    for mode, reason in raw["not_served"].items():
+        lines += [f"Not served, {FIFTY_MODE_WORDS[mode]}: {reason}.", ""]
+    for mode, served in raw["served"].items():
+        if served["wrong"] or served["not_ready"]:
+            lines += [
+                f"{FIFTY_MODE_WORDS[mode]}: not READY {', '.join(served['not_ready']) or 'none'}"
+                f"; wrong answers: {served['wrong'] or 'none'}.",
+                "",
+            ]
+    throughput = raw["throughput"]
+    lines += [
+        f"One `{throughput['model']}` ({raw['instances']} instances, gears "
+        f"{kinds[throughput['model']]['gears']}) under the device host in each work-space "
+        "mode, two servers started side by side (each on a host of its own), "
+        f"{figures.clients} closed-loop clients of one image, alternating rounds "
+        f"({len(throughput['runs']['shared'])} of {throughput['seconds']:g} s each), no timing "
+        "model (onnxruntime's CPU time is the device's):",
+        "",
+        Table(
+            ["comparison", "median", *COMPARISON_COLUMNS[2:]],
+            [
+                summary_row(
+                    "shared work spaces / a work space per lane, throughput at "
+                    f"{figures.clients} clients",
+                    figures.throughput,
+                    3,
+                    per_round=2,
+                )
+            ],
+        ),
+        "",
+        f"With shared work spaces {fmt(figures.throughput_rps['shared'], 1)} requests/s, with a "
+        f"work space per lane {fmt(figures.throughput_rps['per_lane'], 1)}.",
+        "",
+        "Raw results:",
+        "",
+        level_table(throughput["runs"]),
+        "",
+        "Commands (section-only re-run):",
+        "",
+        "```",
+        "python benchmarks/run.py --only fifty_models",
+        *raw["commands"],
+        "```",
+        "",
+    ]
+    if "machine" in raw:
+        measured = dict(raw["machine"])
+        lines.append(
+            f"`--only fifty_models` was measured on {measured['date']} at commit "
+            f"{measured['commit']} ({raw['section_elapsed_s'] / 60:.1f} min; Python speed: "
+            f"{measured['Python speed']})."
+        )
+    return [*lines, ""]
+
+
 def profile_lines() -> list[Item]:
     return [
         "## Device profiles",
@@ -1881,6 +2082,7 @@ def document(data: dict[str, Any]) -> dict[str, Any]:
         exp,
         analysis.device_host(data) if "device_host" in data else None,
         analysis.jpeg_inputs(data) if "jpeg" in data else None,
+        analysis.fifty_models(data) if "fifty_models" in data else None,
     )
     items: list[Item] = [
         *machine_lines(data),
@@ -1905,6 +2107,8 @@ def document(data: dict[str, Any]) -> dict[str, Any]:
         items += jpeg_lines(data, analysis.jpeg_inputs(data))
     if "real_models" in data:
         items += real_models_lines(data["real_models"])
+    if "fifty_models" in data:
+        items += fifty_models_lines(data)
     items += profile_lines()
     return {
         "title": "Benchmarks",

@@ -426,10 +426,11 @@ def alternate(
     shape: str | None = None,
     metrics: bool = False,
     inputs: dict[str, Sequence[str]] | None = None,
+    servers: dict[str, TritonServer] | None = None,
 ) -> dict[str, list[list[dict[str, Any]]]]:
     """`plan.rounds` rounds; in each, at each level, every model runs in turn (one run per model
     and level, so the runs compared are next to each other; `inputs`: each model's `--input`
-    values). Odd rounds take the even rounds'
+    values; `servers`: the server of each model not on `server`). Odd rounds take the even rounds'
     order backwards, so each level's runs pair up as A B B A over two rounds: no model always
     runs first, and a drift of the machine's speed cancels over the pair. {model: [round
     results, one entry per level in `levels` order]}."""
@@ -441,7 +442,7 @@ def alternate(
             say(f"{label}: {model}, round {number + 1}/{plan.rounds}, concurrency {level}")
             run_label = f"{label}-{model}-c{level}-{number + 1}"
             [measured[model, level]] = recorder.bench(
-                server,
+                (servers or {}).get(model, server),
                 model,
                 [level],
                 plan,
@@ -1396,6 +1397,7 @@ def measure(plan: Plan, results: Path) -> dict[str, Any]:
             "many_models": scenario_many_models(recorder, work, plan, logs),
             "jpeg": scenario_jpeg(recorder, work, plan, logs),
             "real_models": scenario_real_models(recorder, work, plan, logs),
+            "fifty_models": scenario_fifty_models(recorder, work, plan, logs),
         }
     data["commands"] = recorder.commands
     data["plan"] = dataclasses.asdict(plan)
@@ -1425,10 +1427,20 @@ def scenario_real_models(recorder: Recorder, work: Path, plan: Plan, logs: Path)
     return real_models_bench.measure(work, logs, plan.seconds)
 
 
+def scenario_fifty_models(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str, Any]:
+    """Section 13: fifty realistic-size models on one card in three memory modes, and the
+    throughput of one under the device host with shared work spaces against a work space per
+    lane (`fifty_models_bench.measure`)."""
+    import fifty_models_bench
+
+    return fifty_models_bench.measure(recorder, work, plan, logs)
+
+
 OWN_MODEL_SCENARIOS = {
     "many_models": scenario_many_models,
     "jpeg": scenario_jpeg,
     "real_models": scenario_real_models,
+    "fifty_models": scenario_fifty_models,
 }
 ONLY_SCENARIOS = [*SMALL_MODEL_SCENARIOS, *OWN_MODEL_SCENARIOS]
 

@@ -1,0 +1,131 @@
+"""Fifty realistic-size models on one card (tests/fifty_models.py): the device budget of the
+card's set in each memory mode, from GE's plan of its three kinds, and a served subset (the
+three kinds at small widths) under the device host with shared work spaces, each model
+answering as onnxruntime does. `make bench` section 13 serves the fifty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import fifty_models
+import numpy as np
+import pytest
+from e2e_helpers import grpc_address, model_states, running_server
+
+from ge_python_backend.client import TritonClient
+from ge_python_backend.emulator.timing import HOST_DIR_ENV
+from ge_python_backend.processes import RUN_DIR_ENV
+from ge_python_backend.repository.budget import DeviceLimits, ModelFootprint, budget
+from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
+from ge_python_backend.runtime.describe import describe_om
+from ge_python_backend.runtime.model import LoadSizes
+from ge_python_backend.runtime.workspaces import WorkSpaceSettings
+
+MIB = 2**20
+# GE's plan of the card's kinds at their largest gear (8), as `make bench` section 13 records
+# it (`acl.mdl.query_size` of the emulator's `.om`: work and weight bytes) and a lane's buffers
+# (`describe_om`'s lane_bytes).
+PLANS = {
+    "resnet50": (LoadSizes(work=43352064, weight=51175248), 4849024),
+    "yolov8s": (LoadSizes(work=278528000, weight=22371714), 61900928),
+    "bert_base": (LoadSizes(work=39870976, weight=219042100), 3195104),
+}
+
+
+def card_footprints(device_host: bool) -> list[ModelFootprint]:
+    """The card's fifty models as `budget.footprints` counts a scaffolded one (2 instances on
+    device 0, scaffold's pipeline depth), from `PLANS`."""
+    found = []
+    for kind in fifty_models.CARD:
+        sizes, buffers = PLANS[kind.name]
+        found += [
+            ModelFootprint(
+                name,
+                {0: fifty_models.INSTANCES},
+                DEFAULT_PIPELINE_DEPTH,
+                sizes.load_bytes + buffers,
+                sizes.shared_bytes,
+                device_host=device_host,
+                buffer_bytes=buffers,
+            )
+            for name in kind.model_names()
+        ]
+    return found
+
+
+def test_the_plans_pinned_are_those_the_bench_measured() -> None:
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "all.json"
+    kinds = json.loads(results.read_text())["fifty_models"]["kinds"]
+    measured = {
+        name: (LoadSizes(kind["work_bytes"], kind["weight_bytes"]), kind["lane_buffer_bytes"])
+        for name, kind in kinds.items()
+    }
+    assert measured == PLANS
+
+
+def test_the_card_fits_one_310p3_only_with_shared_work_spaces() -> None:
+    limits = DeviceLimits.of("Ascend310P3")
+    assert [kind.count for kind in fifty_models.CARD] == [20, 20, 10]
+    hosted = card_footprints(device_host=True)
+    (in_stub,) = budget(card_footprints(device_host=False), limits).rows
+    # a process per instance, each with the device's opening, the weights and its lanes
+    assert in_stub.processes == 100 > limits.max_processes
+    assert round(in_stub.memory / MIB) == 49476
+    per_lane = WorkSpaceSettings(shared=False)
+    (row,) = budget(hosted, dataclasses.replace(limits, host=per_lane)).rows
+    # one process; weights once per model, a work space and buffers per lane (200 lanes)
+    assert row.processes == 1 and row.work_spaces == 0
+    assert round(row.memory / MIB) == 34897 > limits.memory / MIB == 21525
+    shared = WorkSpaceSettings(streams=4)
+    (row,) = budget(hosted, dataclasses.replace(limits, host=shared)).rows
+    # one opening, the weights once per model, the lanes' buffers, 4 work spaces of YOLOv8s's
+    yolo_work = PLANS["yolov8s"][0].load_bytes
+    assert row.work_spaces == 4 * yolo_work
+    weights = sum(PLANS[k.name][0].shared_bytes * k.count for k in fifty_models.CARD)
+    buffers = sum(
+        PLANS[k.name][1] * k.count * 2 * DEFAULT_PIPELINE_DEPTH for k in fifty_models.CARD
+    )
+    assert row.memory == limits.process_memory + weights + buffers + 4 * yolo_work
+    assert round(row.memory / MIB) == 9881 < 21525
+
+
+@pytest.fixture(scope="module")
+def small_card(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict, int]:
+    """`SMALL` under the device host: its root, {model: kind}, {kind: onnxruntime session} and
+    the largest work space of the three (GE's plan, as malloc reserves it)."""
+    root = tmp_path_factory.mktemp("card")
+    oms = fifty_models.compile_kinds(root / "onnx", fifty_models.SMALL)
+    models = fifty_models.build_repository(root / "models", oms, fifty_models.SMALL)
+    largest = max(describe_om(om, "emulator").load.load_bytes for om in oms.values())
+    return root, models, fifty_models.reference_sessions(oms), largest
+
+
+@pytest.mark.e2e
+def test_the_three_kinds_answer_as_onnxruntime_under_shared_work_spaces(
+    small_card: tuple[Path, dict, dict, int],
+) -> None:
+    root, models, sessions, largest = small_card
+    host = WorkSpaceSettings(streams=2)
+    env = {
+        HOST_DIR_ENV: str(root / "emulator"),
+        RUN_DIR_ENV: str(root / "run"),
+        **host.environment(),
+    }
+    rng = np.random.default_rng(44)
+    with running_server(root / "models", env=env, log_path=root / "triton.log") as server:
+        states = model_states(server)
+        assert {name: states[name][0] for name in models} == dict.fromkeys(models, "READY")
+        with TritonClient(grpc_address(server), "grpc", timeout_s=120) as client:
+            for name, kind in models.items():
+                for rows in (1, 2):
+                    inputs = kind.request(rows, rng)
+                    problem = fifty_models.answer_problem(client, name, sessions[kind.name], inputs)
+                    assert not problem, (name, rows, problem)
+        # the host's 2 streams, each a work space of the largest work of the three (YOLOv8n's)
+        assert fifty_models.host_work_spaces(server) == {
+            "streams": 2,
+            "work_space_bytes": 2 * largest,
+        }
