@@ -7,7 +7,7 @@ symbolic dim "N", so any batch works; compile them with `--input_shape` to fix o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from ge_python_backend.emulator.omfile import OmModel
+from ge_python_backend.emulator.omfile import OmModel, compile_onnx
 
 OPSET = 17
 IR_VERSION = 8  # what onnxruntime accepts for opset 17
@@ -534,3 +534,27 @@ def build_tf_style(path: Path) -> Path:
     ]
     inputs = [_value("x", TensorProto.FLOAT, ["N", 4])]
     return _save(path, "tf_style", nodes, inputs, outputs, [two, one])
+
+
+# Small models of different work sizes for the work-space tests: builder and --input_shape.
+BATCHED: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "mlp": (build_mlp, "x:-1,16"),
+    "classifier": (build_classifier, "image:-1,3,16,16"),
+    "add_mul": (build_add_mul, "a:-1,4;b:-1,4"),
+    "wide": (lambda path: build_wide_mlp(path, hidden=4000), "x:-1,16"),
+}
+
+
+def compile_batched(directory: Path, *names: str) -> dict[str, Path]:
+    """The `BATCHED` models `names` compiled into `directory`: float32, batch gears 1..8."""
+    compiled = {}
+    for name in names:
+        build, input_shape = BATCHED[name]
+        compiled[name] = compile_onnx(
+            build(directory / f"{name}.onnx"),
+            directory / name,
+            input_shape=input_shape,
+            dynamic_batch_size="1,2,4,8",
+            **KEEP_FP32,
+        )
+    return compiled

@@ -14,7 +14,6 @@ import pytest
 from onnx_models import reference
 
 from ge_python_backend.devicehost.client import RemoteSession
-from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.runtime.describe import describe_om
 
@@ -31,22 +30,9 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """mlp (a small work space) and the classifier (a larger one), batch gears 1..8."""
-    directory = tmp_path_factory.mktemp("host_work_spaces")
-    flags = {**onnx_models.KEEP_FP32, "dynamic_batch_size": "1,2,4,8"}
-    return {
-        "mlp": compile_onnx(
-            onnx_models.build_mlp(directory / "mlp.onnx"),
-            directory / "mlp",
-            input_shape="x:-1,16",
-            **flags,
-        ),
-        "classifier": compile_onnx(
-            onnx_models.build_classifier(directory / "classifier.onnx"),
-            directory / "classifier",
-            input_shape="image:-1,3,16,16",
-            **flags,
-        ),
-    }
+    return onnx_models.compile_batched(
+        tmp_path_factory.mktemp("host_work_spaces"), "mlp", "classifier"
+    )
 
 
 def feeds(name: str, rows: int) -> dict[str, np.ndarray]:

@@ -22,7 +22,6 @@ from ge_python_backend import cli, emulator
 from ge_python_backend.ascend import AclCode, malloc_reserved
 from ge_python_backend.commands.serve_cmd import HOST_PREFIX
 from ge_python_backend.devicehost.host import work_space_settings
-from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
@@ -46,34 +45,9 @@ def _emulator_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Three models of different work sizes, mlp (small), classifier and a wider mlp, and
     add_mul (no weights: query_size gives no weight size)."""
-    directory = tmp_path_factory.mktemp("work_spaces")
-    flags = {**onnx_models.KEEP_FP32, "dynamic_batch_size": "1,2,4,8"}
-    return {
-        "mlp": compile_onnx(
-            onnx_models.build_mlp(directory / "mlp.onnx"),
-            directory / "mlp",
-            input_shape="x:-1,16",
-            **flags,
-        ),
-        "classifier": compile_onnx(
-            onnx_models.build_classifier(directory / "classifier.onnx"),
-            directory / "classifier",
-            input_shape="image:-1,3,16,16",
-            **flags,
-        ),
-        "add_mul": compile_onnx(
-            onnx_models.build_add_mul(directory / "add_mul.onnx"),
-            directory / "add_mul",
-            input_shape="a:-1,4;b:-1,4",
-            **flags,
-        ),
-        "wide": compile_onnx(
-            onnx_models.build_wide_mlp(directory / "wide.onnx", hidden=4000),
-            directory / "wide",
-            input_shape="x:-1,16",
-            **flags,
-        ),
-    }
+    return onnx_models.compile_batched(
+        tmp_path_factory.mktemp("work_spaces"), "mlp", "classifier", "add_mul", "wide"
+    )
 
 
 def feeds(model: str, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
