@@ -287,6 +287,16 @@ def emulator_run_mode(
 
 
 @pytest.fixture
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run directory of the test's own (not made: a device host makes it, mode 0700), whose
+    device hosts stop 0.5 s after their last stub left."""
+    directory = tmp_path / "run"
+    monkeypatch.setenv(RUN_DIR_ENV, str(directory))
+    monkeypatch.setenv("GE_DEVICE_HOST_IDLE_EXIT_S", "0.5")
+    return directory
+
+
+@pytest.fixture
 def ctx(clean_acl: None) -> int:
     """acl.init + set_device(0); returns the default context (clean_acl finalizes)."""
     assert acl.init() == 0

@@ -78,14 +78,6 @@ STUB = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "run"
-    monkeypatch.setenv(RUN_DIR_ENV, str(directory))
-    monkeypatch.setenv("GE_DEVICE_HOST_IDLE_EXIT_S", "0.5")
-    return directory
-
-
 def test_a_stub_under_the_device_host_imports_no_acl_and_answers_as_the_session(
     tmp_path: Path, run_dir: Path, om_dynamic_batch: Path
 ) -> None:

@@ -32,7 +32,6 @@ from ge_python_backend.devicehost.protocol import RELOAD_NEEDED, host_paths
 from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.emulator.timing import ENV as TIMING_ENV
-from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.versions import checksum_path
 from ge_python_backend.runtime import placement
@@ -49,14 +48,6 @@ AIPP = onnx_models.AIPP_YUV420SP_ANY_SIZE.replace(
     "input_format: YUV420SP_U8\n    src_image_size_w: 256\n    src_image_size_h: 256\n"
     "    crop: true\n    crop_size_w: 16\n    crop_size_h: 16",
 )
-
-
-@pytest.fixture
-def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "run"
-    monkeypatch.setenv(RUN_DIR_ENV, str(directory))
-    monkeypatch.setenv("GE_DEVICE_HOST_IDLE_EXIT_S", "0.5")
-    return directory
 
 
 # The JPEGs' side: VPC scales a side by 1/32 at least, to the model's 256x256 (an 8192x8192 one,

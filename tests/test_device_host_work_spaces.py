@@ -14,17 +14,14 @@ import pytest
 from onnx_models import reference
 
 from ge_python_backend.devicehost.client import RemoteSession
-from ge_python_backend.processes import RUN_DIR_ENV
 from ge_python_backend.runtime.describe import describe_om
 
 
 @pytest.fixture
-def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "run"
-    monkeypatch.setenv(RUN_DIR_ENV, str(directory))
-    monkeypatch.setenv("GE_DEVICE_HOST_IDLE_EXIT_S", "0.5")
+def run_dir(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """conftest's, its hosts with a pool of 2 streams."""
     monkeypatch.setenv("GE_DEVICE_HOST_STREAMS", "2")
-    return directory
+    return run_dir
 
 
 @pytest.fixture(scope="module")
