@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ge_python_backend.server import TritonServer, free_port
 
 __all__ = [
@@ -158,3 +160,20 @@ class ServeProcess:
     @property
     def output(self) -> str:
         return "".join(self.lines)
+
+    def wait_for(self, text: str, count: int = 1, timeout: float = 120.0) -> None:
+        """Until `count` lines of its output hold `text` (fails when serve ended without them)."""
+        deadline = time.monotonic() + timeout
+        while sum(text in line for line in self.lines) < count:
+            assert self.process.poll() is None or self._reader.is_alive(), self.output
+            assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output}"
+            time.sleep(0.1)
+
+    def tritonserver(self) -> psutil.Process:
+        """The tritonserver serve runs now."""
+        (server,) = [
+            child
+            for child in psutil.Process(self.process.pid).children()
+            if child.name() == "tritonserver"
+        ]
+        return server

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 from e2e_helpers import ServeProcess, free_port, write_add_one
 from reliability_helpers import wait_for_exit
@@ -131,21 +130,6 @@ class Serve(ServeProcess):
         arguments += ["--watch-interval", "0.5", "--watch-timeout", "5"]
         arguments += ["--exit-timeout-secs", str(exit_timeout_s)]
         super().__init__(repository, *arguments)
-
-    def wait_for(self, text: str, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output:
-            assert self.process.poll() is None, self.output
-            assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output}"
-            time.sleep(0.1)
-
-    def tritonserver(self) -> psutil.Process:
-        (server,) = [
-            child
-            for child in psutil.Process(self.process.pid).children()
-            if child.name() == "tritonserver"
-        ]
-        return server
 
 
 def answers(address: str) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from e2e_helpers import free_port, running_server
+from e2e_helpers import ServeProcess, free_port, running_server
 from reliability_helpers import install_faults, stub_processes, wait_for_exit
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -334,45 +334,15 @@ def test_watch_reloads_a_model_whose_inference_hangs(
 # --- `serve` ------------------------------------------------------------------------------
 
 
-class Serve:
-    """`ge-python-model serve` as a process, with its output collected line by line."""
+class Serve(ServeProcess):
+    """`ge-python-model serve` with its watcher on the emulator, its output collected."""
 
     def __init__(self, repository: Path, log: Path, *options: str) -> None:
         self.http, self.grpc = free_port(), free_port()
-        command = [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository)]
-        command += ["--emulator", "--http-port", str(self.http), "--grpc-port", str(self.grpc)]
-        command += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
-        command += ["--watch-interval", "0.5", "--watch-timeout", "5", *options]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    def wait_for(self, text: str, count: int = 1, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while sum(text in line for line in self.lines) < count:
-            assert self.process.poll() is None or self._reader.is_alive(), self.output
-            assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output}"
-            time.sleep(0.2)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def tritonserver(self) -> psutil.Process:
-        (server,) = [
-            child
-            for child in psutil.Process(self.process.pid).children()
-            if child.name() == "tritonserver"
-        ]
-        return server
+        arguments = ["--emulator", "--http-port", str(self.http), "--grpc-port", str(self.grpc)]
+        arguments += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
+        arguments += ["--watch-interval", "0.5", "--watch-timeout", "5", *options]
+        super().__init__(repository, *arguments)
 
 
 def shm_regions_of(server: psutil.Process) -> set[str]:
