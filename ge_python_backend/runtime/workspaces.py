@@ -164,9 +164,8 @@ _VARIABLES = (DEVICE_HOST_STREAMS, DEVICE_HOST_WORK_SPACE, DEVICE_HOST_ZERO_WORK
 def environment_texts(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str]:
     """The texts of the streams, work space and zeroing settings in `environ` (the defaults'
     where unset), unchecked (`WorkSpaceSettings.parse` checks them)."""
-    default = WorkSpaceSettings()
-    texts = (str(default.streams), default.mode, SWITCHES[not default.zero_between_models])
-    streams, mode, zero = (environ.get(v.name) or text for v, text in zip(_VARIABLES, texts))
+    defaults = WorkSpaceSettings().environment()
+    streams, mode, zero = (environ.get(name) or text for name, text in defaults.items())
     return streams, mode, zero
 
 
