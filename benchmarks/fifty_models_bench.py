@@ -6,8 +6,8 @@ weights, and a lane's buffers); scaffolds the fifty models under the device host
 device budget with the project's own arithmetic (`repository.budget`, what `validate` prints)
 in each mode: in-stub (each instance a process opening the device), the device host with a work
 space per lane, the device host with work spaces shared by the models of a stream; serves each
-mode that fits with the real tritonserver, `SERVED` of the models (this machine's RAM): time
-from its start to every model READY, one request to each model checked against onnxruntime, the
+mode that fits with the real tritonserver, all fifty: time from its start to every model READY,
+one request to each model checked against onnxruntime (asked before the server starts), the
 machine's RAM sampled throughout; then one
 ResNet-50 under the device host in both work-space modes, two servers side by side, measured at
 `CLIENTS` closed-loop clients in alternating rounds.
@@ -56,15 +56,6 @@ MODES = ("in_stub", "per_lane", "shared")
 HOST_MODES = {"per_lane": WorkSpaceSettings(shared=False), "shared": WorkSpaceSettings()}
 SERVER_ENV = {"in_stub": {}, **{mode: host.environment() for mode, host in HOST_MODES.items()}}
 READY_TIMEOUT_S = 3600.0
-# This machine (24 GiB, shared by several people) cannot hold the whole card served: beside the
-# device memory written, which the emulator backs with RAM, each of the 100 stubs' Triton
-# shared-memory region is sized for the repository's largest exchange (YOLOv8s at batch 8: 119
-# MiB each, 11.6 GiB), the device host's onnxruntime engines (one per kind; with 4 streams at
-# batch 8 their arenas held ~6 GiB) and each lane's buffers between stub and host (a YOLOv8s
-# lane: 59 MiB). A first start of all 50 had 21.7 GiB in use with 30 models loaded. A mode that
-# fits is served with this many models of each kind instead (the card's first names, the same
-# `.om` files); the budgets are the whole card's.
-SERVED = {"resnet50": 12, "yolov8s": 3, "bert_base": 3}
 RAM_SAMPLE_S = 0.5
 RAM_FLOOR = 2 * 2**30  # a server is killed when the machine's available memory falls below it
 # The throughput comparison: one ResNet-50 (gears 1 to 8), 2 instances, under the device host
@@ -195,7 +186,7 @@ def serve_card(
     work: Path,
     repository: Path,
     models: dict[str, fifty_models.Kind],
-    sessions: dict[str, Any],
+    asked: dict[str, fifty_models.Question],
     mode: str,
     logs: Path,
 ) -> dict[str, Any]:
@@ -205,7 +196,6 @@ def serve_card(
     (planned,) = budgets(repository, [mode])["modes"].values()
     env = host_env(work, f"card-{mode}", mode)
     server = TritonServer(repository, env=env, log_path=logs / f"card-{mode}.log")
-    rng = np.random.default_rng(13)
     say(f"fifty models, {mode}: {len(models)} models x {INSTANCES} instances, starting")
     with RamWatch(server) as ram:
         started = time.monotonic()
@@ -223,10 +213,7 @@ def serve_card(
             wrong = {}
             with TritonClient(server.urls.grpc, "grpc", timeout_s=600) as client:
                 for name in ready:
-                    kind = models[name]
-                    problem = fifty_models.answer_problem(
-                        client, name, sessions[kind.name], kind.request(1, rng)
-                    )
+                    problem = fifty_models.answer_problem(client, name, asked[name])
                     if problem:
                         wrong[name] = problem
             work_spaces = fifty_models.host_work_spaces(server)
@@ -314,8 +301,6 @@ def measure(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str,
     repository = work / "card"
     fifty_models.build_repository(repository, oms, CARD)
     devices = budgets(repository)
-    sessions = fifty_models.reference_sessions(oms)
-    kinds = [dataclasses.replace(kind, count=SERVED[kind.name]) for kind in CARD]
     served, not_served = {}, {}
     for mode in MODES:
         figures = devices["modes"][mode]
@@ -324,14 +309,14 @@ def measure(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str,
             continue
         served_from = work / f"card-{mode}-served"
         models = fifty_models.build_repository(
-            served_from, oms, kinds, device_host=mode in HOST_MODES
+            served_from, oms, CARD, device_host=mode in HOST_MODES
         )
-        served[mode] = serve_card(work, served_from, models, sessions, mode, logs)
+        asked = fifty_models.questions(oms, models, 1, np.random.default_rng(13))
+        served[mode] = serve_card(work, served_from, models, asked, mode, logs)
     return {
         "soc": SOC,
         "capacity_bytes": SOC_DEVICES[SOC].memory,
         "instances": INSTANCES,
-        "served_counts": SERVED,
         "kinds": kinds_plan(oms, compile_s),
         "budgets": devices,
         "served": served,

@@ -1958,20 +1958,6 @@ def fifty_models_lines(data: dict[str, Any]) -> list[Item]:
         fifty_modes_table(raw),
         "",
     ]
-    counts = raw.get("served_counts")
-    if counts and sum(counts.values()) < figures.models:
-        shown = ", ".join(f"{count} `{name}`" for name, count in counts.items())
-        lines += [
-            f"The budgets are the whole card's; a mode that fits was served with "
-            f"{sum(counts.values())} of its models ({shown}; the same `.om` files), because this "
-            "machine's RAM cannot hold all fifty served: beside the device memory written, which "
-            "the emulator backs with RAM, each stub's Triton shared-memory region is sized for the "
-            "repository's largest exchange (YOLOv8s at batch 8), and the device host's "
-            "onnxruntime engines (one per kind) grow arenas with the executions in flight on its "
-            "streams (`SERVED` in `benchmarks/fifty_models_bench.py` gives the figures; a first "
-            "start of all fifty had 21.7 GiB in use with 30 models loaded).",
-            "",
-        ]
     for mode, reason in raw["not_served"].items():
         lines += [f"Not served, {FIFTY_MODE_WORDS[mode]}: {reason}.", ""]
     for mode, served in raw["served"].items():

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 from onnx_models import reference_session
 
 from ge_python_backend.client import TritonClient, typed
@@ -202,26 +201,47 @@ def build_repository(
     return models
 
 
-def reference_sessions(oms: Mapping[str, Path]) -> dict[str, onnxruntime.InferenceSession]:
-    """onnxruntime on the ONNX each kind's `.om` was compiled from: {kind: session}."""
-    return {kind: reference_session(om) for kind, om in oms.items()}
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """A request for one model and onnxruntime's answer to it (the model's ONNX)."""
+
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
 
 
-def answer_problem(
-    client: TritonClient,
-    model: str,
-    session: onnxruntime.InferenceSession,
-    inputs: Mapping[str, np.ndarray],
-) -> str:
-    """One request to `model`: "" when every output passes `compare`'s thresholds against
-    onnxruntime's `session` on the model's ONNX, else what was wrong."""
+def questions(
+    oms: Mapping[str, Path],
+    models: Mapping[str, Kind],
+    rows: int,
+    rng: np.random.Generator,
+) -> dict[str, Question]:
+    """A request of `rows` rows for each of `models` with onnxruntime's answers, asked before any
+    server starts and kind by kind: one reference session is held at a time (a YOLOv8s or
+    BERT-base session holds hundreds of MiB the served card needs)."""
+    asked: dict[str, Question] = {}
+    for kind_name, om in oms.items():
+        names = [name for name, kind in models.items() if kind.name == kind_name]
+        if not names:
+            continue
+        session = reference_session(om)
+        outputs = [output.name for output in session.get_outputs()]
+        for name in names:
+            inputs = models[name].request(rows, rng)
+            expected = dict(zip(outputs, session.run(outputs, dict(inputs))))
+            asked[name] = Question(inputs, expected)
+        del session
+    return asked
+
+
+def answer_problem(client: TritonClient, model: str, question: Question) -> str:
+    """`question` asked of `model`: "" when every output passes `compare`'s thresholds against
+    onnxruntime's answer, else what was wrong."""
     try:
-        served = client.infer(model, typed(inputs))
+        served = client.infer(model, typed(question.inputs))
     except Exception as error:  # tritonclient's InferenceServerException
         return f"failed: {error}"
-    names = [output.name for output in session.get_outputs()]
     wrong = []
-    for name, expected in zip(names, session.run(names, dict(inputs))):
+    for name, expected in question.expected.items():
         found = compare_arrays("served", name, served[name], expected, Thresholds())
         if not found.passed:
             problem = found.problem or f"{found.mismatched} elements outside the thresholds"

@@ -94,35 +94,35 @@ def test_the_card_fits_one_310p3_only_with_shared_work_spaces() -> None:
 
 @pytest.fixture(scope="module")
 def small_card(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict, int]:
-    """`SMALL` under the device host: its root, {model: kind}, {kind: onnxruntime session} and
-    the largest work space of the three (GE's plan, as malloc reserves it)."""
+    """`SMALL` under the device host: its root, {model: kind}, {rows: {model: question}} for 1
+    and 2 rows, and the largest work space of the three (GE's plan, as malloc reserves it)."""
     root = tmp_path_factory.mktemp("card")
     oms = fifty_models.compile_kinds(root / "onnx", fifty_models.SMALL)
     models = fifty_models.build_repository(root / "models", oms, fifty_models.SMALL)
     largest = max(describe_om(om, "emulator").load.load_bytes for om in oms.values())
-    return root, models, fifty_models.reference_sessions(oms), largest
+    rng = np.random.default_rng(44)
+    asked = {rows: fifty_models.questions(oms, models, rows, rng) for rows in (1, 2)}
+    return root, models, asked, largest
 
 
 @pytest.mark.e2e
 def test_the_three_kinds_answer_as_onnxruntime_under_shared_work_spaces(
     small_card: tuple[Path, dict, dict, int],
 ) -> None:
-    root, models, sessions, largest = small_card
+    root, models, asked, largest = small_card
     host = WorkSpaceSettings(streams=2)
     env = {
         HOST_DIR_ENV: str(root / "emulator"),
         RUN_DIR_ENV: str(root / "run"),
         **host.environment(),
     }
-    rng = np.random.default_rng(44)
     with running_server(root / "models", env=env, log_path=root / "triton.log") as server:
         states = model_states(server)
         assert {name: states[name][0] for name in models} == dict.fromkeys(models, "READY")
         with TritonClient(grpc_address(server), "grpc", timeout_s=120) as client:
-            for name, kind in models.items():
-                for rows in (1, 2):
-                    inputs = kind.request(rows, rng)
-                    problem = fifty_models.answer_problem(client, name, sessions[kind.name], inputs)
+            for name in models:
+                for rows, questions in asked.items():
+                    problem = fifty_models.answer_problem(client, name, questions[name])
                     assert not problem, (name, rows, problem)
         # the host's 2 streams, each a work space of the largest work of the three (YOLOv8n's)
         assert fifty_models.host_work_spaces(server) == {
