@@ -476,7 +476,7 @@ def test_a_host_that_takes_no_connection_or_a_start_that_never_ends_fail_in_boun
 
 
 def test_the_load_timeout_is_a_whole_number_of_seconds() -> None:
-    assert ModelParameters().load_timeout_s == client.DEFAULT_LOAD_TIMEOUT_S
-    assert ModelParameters(device_host_load_timeout_s="900").load_timeout_s == 900
+    assert ModelParameters().device_host_load_timeout_s is None  # the client's default
+    assert ModelParameters(device_host_load_timeout_s="900").device_host_load_timeout_s == 900
     with pytest.raises(ConfigError, match=r"device_host_load_timeout_s must be 1\.\.86400 s"):
         ModelParameters(device_host_load_timeout_s="0")

@@ -628,11 +628,12 @@ class RemoteSession:
         om_path: str | os.PathLike[str],
         device_id: int = 0,
         *,
-        load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
+        load_timeout_s: float | None = None,
         **arguments: Any,
     ) -> None:
         self.device_id = device_id
-        self.load_timeout_s = load_timeout_s
+        # (the model parameter device_host_load_timeout_s; None: the default)
+        self.load_timeout_s = DEFAULT_LOAD_TIMEOUT_S if load_timeout_s is None else load_timeout_s
         self._arguments = SessionArguments(
             os.fspath(om_path),
             device_id,

@@ -42,7 +42,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ge_python_backend.devicehost.client import DEFAULT_LOAD_TIMEOUT_S
 from ge_python_backend.repository.triton_config import ConfigError, TritonConfig
 from ge_python_backend.runtime import (
     ACL_INT_MAX,
@@ -344,7 +343,8 @@ def parse_device_host(value: object) -> bool | None:
 
 
 def parse_device_host_load_timeout_s(value: object) -> int | None:
-    """None (`DEFAULT_LOAD_TIMEOUT_S`), or seconds 1..`MAX_LOAD_TIMEOUT_S`."""
+    """None (the device host client's `DEFAULT_LOAD_TIMEOUT_S`), or seconds
+    1..`MAX_LOAD_TIMEOUT_S`."""
     if value is None:
         return None
     return _bounded_whole(
@@ -493,13 +493,6 @@ class ModelParameters:
             self.image_fill or DEFAULT_FILL,
             self.max_jpeg_bytes or DEFAULT_MAX_JPEG_BYTES,
         )
-
-    @property
-    def load_timeout_s(self) -> float:
-        """Seconds a stub waits for the device host to take its connection and open the model
-        (`device_host_load_timeout_s`, else its default)."""
-        given = self.device_host_load_timeout_s
-        return DEFAULT_LOAD_TIMEOUT_S if given is None else float(given)
 
     @property
     def in_device_host(self) -> bool:

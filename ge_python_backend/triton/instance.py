@@ -91,7 +91,9 @@ class ModelInstance:
             raise self._load_error(str(exc)) from exc
         opening: Callable[..., ServingSession] = Session
         if params.in_device_host:
-            opening = functools.partial(RemoteSession, load_timeout_s=params.load_timeout_s)
+            opening = functools.partial(
+                RemoteSession, load_timeout_s=params.device_host_load_timeout_s
+            )
         images = {} if params.image is None else {"image": params.image}
         try:
             self.session = opening(
