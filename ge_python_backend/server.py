@@ -55,7 +55,8 @@ logger = logging.getLogger(__name__)
 
 MODEL_CONTROL_MODES = ("none", "explicit")
 STOP_LOOK_S = 0.5  # while a server stops: how often its connections and requests are looked at
-# Triton's gauge of the requests each model has queued or executing.
+# Triton's gauge of the requests each model has queued: a request leaves it when it starts
+# executing (core's InferenceRequest::SetState); no metric of Triton 2.51 counts those executing.
 PENDING_METRIC = "nv_inference_pending_request_count"
 PORT_NAMES = ("HTTP", "gRPC", "metrics")  # the order of the ports everywhere
 # The Python backend names its shared-memory regions /dev/shm/<prefix><uuid>; each TritonServer
@@ -765,7 +766,7 @@ class TritonServer:
         self.repository_key: str | None = None  # this launch's (`repository_key`)
         self.key_hidden = False  # whether it is gone from the server's /proc/<pid>/cmdline
         self._restricted = False  # whether the binary closes its model-repository API
-        # While stopping: requests in flight at the last look (None: unknown), and the idle
+        # While stopping: requests queued at the last look (None: unknown), and the idle
         # client connections closed (or why they could not be).
         self.in_flight_at_stop: int | None = None
         self.idle_connections_closed = 0
@@ -1059,8 +1060,8 @@ class TritonServer:
         return list(json.loads(body))
 
     def pending_requests(self) -> int | None:
-        """The requests queued or executing in every model (`PENDING_METRIC` on the metrics
-        endpoint); None when it does not answer."""
+        """The requests queued in every model (`PENDING_METRIC` on the metrics endpoint; those
+        executing are not in it); None when it does not answer."""
         try:
             with urllib.request.urlopen(self.urls.metrics, timeout=1.0) as reply:
                 text = reply.read().decode()
@@ -1073,9 +1074,10 @@ class TritonServer:
         )
 
     def _look_while_stopping(self) -> None:
-        """While Triton stops: count the requests in flight (`in_flight_at_stop`); after two
-        looks with none, shut down the HTTP connections clients keep open (keep-alive), which
-        Triton would otherwise wait for until its exit timeout, or say once why not."""
+        """While Triton stops: count the requests queued (`in_flight_at_stop`); after two looks
+        with none, shut down the HTTP connections clients keep open (keep-alive), which Triton
+        would otherwise wait for until its exit timeout, or say once why not. A request
+        executing then is not counted: its HTTP connection is shut down too."""
         if self._process is None or self._ports is None:
             return
         self.in_flight_at_stop = self.pending_requests()
@@ -1095,7 +1097,7 @@ class TritonServer:
         self._cannot_close = why
         logger.warning(
             "tritonserver waits for %d idle HTTP client connection(s) until its exit timeout "
-            "(%d s), no request being in flight: they cannot be closed from here (%s)",
+            "(%d s), no request being queued: they cannot be closed from here (%s)",
             len(idle),
             self.exit_timeout,
             why,

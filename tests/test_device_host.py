@@ -5,10 +5,12 @@ socket and directory are the user's alone, and the parameter has one rule."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import inspect
 import json
 import os
 import queue
+import socket
 import stat
 import struct
 import subprocess
@@ -35,6 +37,7 @@ from ge_python_backend.devicehost.protocol import (
     SUBMIT,
     Answer,
     DeviceHostError,
+    FrameReader,
     NameLayout,
     Open,
     Opened,
@@ -404,3 +407,76 @@ def test_an_inline_batch_and_its_host_thread_share_the_stubs_cpu(
     monkeypatch.setenv("GE_DEVICE_HOST_SHARE_CPU", "yes")
     with pytest.raises(DeviceHostError, match="GE_DEVICE_HOST_SHARE_CPU must be 0 or 1"):
         RemoteSession(om_dynamic_batch, 0, runtime="emulator")
+
+
+def listening(path: str, backlog: int) -> socket.socket:
+    """A socket listening at a device host's path that no host serves."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(backlog)
+    return listener
+
+
+def test_a_host_that_takes_the_connection_and_never_answers_fails_the_open_in_its_timeout(
+    run_dir: Path, om_dynamic_batch: Path
+) -> None:
+    """A stalled host (a socket that takes the connection and reads the open, never answering)
+    fails the open after load_timeout_s with an error naming the host, what was waited for,
+    how long and the parameter to raise."""
+    paths = host_paths(3)
+    taken: queue.Queue[tuple[socket.socket, Any]] = queue.Queue()
+    with listening(paths.socket, 8) as listener:
+
+        def take() -> None:
+            connection, _ = listener.accept()
+            opening = FrameReader(connection, descriptors=False).read()
+            taken.put((connection, opening))  # kept open, never answered
+
+        threading.Thread(target=take, daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(client.LoadLate) as late:
+            RemoteSession(om_dynamic_batch, 3, runtime="emulator", label="m", load_timeout_s=0.5)
+        waited = time.monotonic() - started
+        connection, opening = taken.get(timeout=5)
+        connection.close()
+    assert opening is not None and type(opening[0]) is Open and opening[0].session.label == "m"
+    assert 0.5 <= waited < 30  # bounded: the timeout, not the host, ended the wait
+    assert (
+        f"the device host of device 3 (pid {os.getpid()}, socket {paths.socket}) took the "
+        "connection but did not answer the opening of m within 0.5 s: it may be stalled, "
+        f"deadlocked or stopped (its log: {paths.log})" in str(late.value)
+    )
+    assert "raise the config.pbtxt parameter device_host_load_timeout_s (now 0.5)" in str(
+        late.value
+    )
+
+
+def test_a_host_that_takes_no_connection_or_a_start_that_never_ends_fail_in_bounded_time(
+    run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose queue of connections stays full (stopped: it accepts none) fails the open
+    after load_timeout_s; a start lock another process holds past a start's own bound fails it
+    too, naming the lock."""
+    paths = host_paths(3)
+    with listening(paths.socket, 0) as listener, socket.socket(socket.AF_UNIX) as queued:
+        queued.connect(paths.socket)  # the queue of a backlog of 0 is full with one
+        with pytest.raises(client.LoadLate, match="did not take the connection within 0.5 s"):
+            RemoteSession(om_dynamic_batch, 3, runtime="emulator", load_timeout_s=0.5)
+        del listener
+    os.unlink(paths.socket)  # no host listens: this stub would start one, after the lock
+    monkeypatch.setattr(client, "START_TIMEOUT_S", 0.3)
+    held = os.open(paths.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held_too_long = f"another process has held {paths.start_lock} for 0.3 s"
+        with pytest.raises(DeviceHostError, match=held_too_long):
+            RemoteSession(om_dynamic_batch, 3, runtime="emulator")
+    finally:
+        os.close(held)
+
+
+def test_the_load_timeout_is_a_whole_number_of_seconds() -> None:
+    assert ModelParameters().device_host_load_timeout_s is None  # the client's default
+    assert ModelParameters(device_host_load_timeout_s="900").device_host_load_timeout_s == 900
+    with pytest.raises(ConfigError, match=r"device_host_load_timeout_s must be 1\.\.86400 s"):
+        ModelParameters(device_host_load_timeout_s="0")

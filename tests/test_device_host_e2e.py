@@ -6,15 +6,19 @@ socket in its tmp_path). The stubs start the device host themselves (the copy pa
 lock. Checked: every model READY and answering as in-stub serving and onnxruntime answer, one
 process holding device 0 for all of them (the emulator's ledger and the runtime's placement
 records), a bad request failing alone, a model that does not fit failing alone with the wall's
-line, a stub's departure freeing its session in the host, and a killed device host failing the
-requests in flight at once, then coming back with every model serving, without an operator.
+line, a stub's departure freeing its session in the host, a killed device host failing the
+requests in flight at once, then coming back with every model serving, without an operator, and
+a host that never answers a model's open failing that model's load alone, in its timeout.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,8 +31,11 @@ from test_shared_device_e2e import _gauge, _model_bytes
 
 from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY
 from ge_python_backend.client import TritonClient, typed
+from ge_python_backend.devicehost.protocol import host_paths
 from ge_python_backend.emulator import device_holders
+from ge_python_backend.emulator.faults import ENV as FAULTS_ENV
 from ge_python_backend.processes import RUN_DIR_ENV, is_alive
+from ge_python_backend.repository.config import load_model_config, write_model_config
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import placement
@@ -242,3 +249,62 @@ def test_a_killed_device_host_fails_the_requests_in_flight_and_comes_back(
         assert again != hosting and held["second"] == held["third"] == {again}
         assert device_processes(host) == {again}
         assert server.poll() is None
+
+
+def test_a_device_host_that_never_answers_the_open_fails_that_load_alone_in_its_timeout(
+    tmp_path: Path, host: dict[str, str], om_dynamic_batch: Path
+) -> None:
+    """The host of device 1 (a real one, its load of the model stalled for 120 s by the
+    emulator) takes the stub's connection and does not answer: that load fails after the
+    model's device_host_load_timeout_s with the error naming the host and the parameter, while
+    the server and the model of device 0 keep serving."""
+    repository = tmp_path / "models"
+    _scaffold(om_dynamic_batch, repository, "first", device_host=True)
+    _scaffold(om_dynamic_batch, repository, "stuck", device_ids=(1,), device_host=True)
+    config = load_model_config(repository / "stuck" / "config.pbtxt")
+    config.parameters["device_host_load_timeout_s"].string_value = "3"
+    write_model_config(config, repository / "stuck" / "config.pbtxt")
+    paths = host_paths(1)
+    stall = {FAULTS_ENV: "mdl.load_from_file_with_mem:stall=120000:1"}
+    with open(paths.log, "ab") as log:
+        stalled = subprocess.Popen(
+            [sys.executable, "-m", "ge_python_backend.devicehost", "--device", "1"],
+            env={**os.environ, **host, **stall},
+            stdout=log,
+            stderr=log,
+        )
+    x = np.ones((2, 16), np.float32)
+    try:
+        while not os.path.exists(paths.socket):
+            assert stalled.poll() is None, Path(paths.log).read_text()
+            threading.Event().wait(0.05)
+        with (
+            running_server(
+                repository,
+                env=host,
+                log_path=tmp_path / "triton.log",
+                model_control_mode="explicit",
+            ) as server,
+            TritonClient(grpc_address(server), "grpc") as client,
+        ):
+            client.load_model("first")
+            started = time.monotonic()
+            with pytest.raises(Exception) as refused:
+                client.load_model("stuck")
+            waited = time.monotonic() - started
+            assert (
+                f"the device host of device 1 (pid {stalled.pid}, socket {paths.socket}) took "
+                "the connection but did not answer the opening of stuck within 3 s"
+                in str(refused.value)
+            )
+            assert "raise the config.pbtxt parameter device_host_load_timeout_s (now 3)" in str(
+                refused.value
+            )
+            assert waited < 60  # the timeout ended the wait, not the host's stall of 120 s
+            assert "stuck loaded" not in Path(paths.log).read_text()  # still stalled
+            assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
+            assert model_states(server)["first"][0] == "READY"
+            assert server.poll() is None
+    finally:
+        stalled.kill()
+        stalled.wait()

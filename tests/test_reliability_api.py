@@ -23,11 +23,20 @@ import sysconfig
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from e2e_helpers import ServeProcess, free_port, write_add_one
+from e2e_helpers import (
+    ADD_ONE_CONFIG,
+    ADD_ONE_MODEL,
+    ServeProcess,
+    free_port,
+    running_server,
+    write_add_one,
+    write_python_model,
+)
 from reliability_helpers import wait_for_exit
 
 from ge_python_backend import repository_key
@@ -202,13 +211,13 @@ def test_a_stranger_cannot_load_unload_or_list_models_and_the_watcher_still_heal
         serve.process.wait(60)
         shutil.rmtree(shared, ignore_errors=True)
     # The exit code is not judged: Triton 2.51 keeps the killed stub's instance until it exits,
-    # and may give up unloading it; nothing is in flight then, and serve says so (or, when the
+    # and may give up unloading it; nothing is queued then, and serve says so (or, when the
     # stopping server's metrics did not answer its last look, as on a loaded machine, that it
-    # cannot tell), never that a request was left.
+    # cannot tell), never that a queued request was left.
     if "Triton stopped (exit code 0)" not in serve.output:
         assert "Triton did not stop cleanly (exit code 1): " in serve.output, serve.output
         assert (
-            "no request was in flight at the end, none was left unanswered" in serve.output
+            "no request was queued at the end; any still executing" in serve.output
             or "requests may have been left unanswered" in serve.output
         ), serve.output
     assert not key_file.exists(), "the key stays after the server stopped"
@@ -237,6 +246,43 @@ def test_ctrl_c_with_an_idle_keep_alive_client_stops_at_once_and_cleanly(tmp_pat
     assert serve.process.returncode == 0, serve.output
     assert "closed 1 idle HTTP client connection(s) of the stopping server" in serve.output
     assert "Triton stopped (exit code 0)" in serve.output
+
+
+@pytest.mark.e2e
+def test_tritons_pending_gauge_counts_a_queued_request_and_not_an_executing_one(
+    tmp_path: Path,
+) -> None:
+    """What serve can count at its stop: with two requests in flight on one instance, one
+    executing (2 s) and one queued behind it, Triton 2.51's nv_inference_pending_request_count
+    says 1, never 2; no metric of Triton counts the executing one."""
+    repository = tmp_path / "models"
+    started = tmp_path / "executing"  # the model's execute makes it, then takes 2 s
+    slow = ADD_ONE_MODEL.replace(
+        "    def execute(self, requests):\n",
+        "    def execute(self, requests):\n"
+        "        open(__import__('os').environ['EXECUTING'], 'w').close()\n"
+        "        __import__('time').sleep(2)\n",
+    )
+    write_python_model(repository, "add_one", ADD_ONE_CONFIG, slow)
+    env = {"EXECUTING": str(started)}
+    with running_server(repository, env=env, log_path=tmp_path / "triton.log") as server:
+
+        def infer() -> np.ndarray:
+            with TritonClient(server.urls.http, "http", timeout_s=30) as client:
+                return client.infer("add_one", typed({"X": np.ones((1, 4), np.float32)}))["Y"]
+
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(infer)
+            while not started.exists():
+                time.sleep(0.02)
+            second = pool.submit(infer)
+            seen = []
+            while not first.done():  # the first executes, the second is sent and queued
+                seen.append(server.pending_requests())
+                time.sleep(0.05)
+            answers = [first.result(), second.result()]
+    assert all((answer == 2).all() for answer in answers)
+    assert 1 in seen and 2 not in seen, seen
 
 
 # --- without a server ---------------------------------------------------------------------------

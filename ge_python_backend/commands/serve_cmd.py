@@ -304,12 +304,15 @@ def _print_removed(regions: list[Path], whose: str) -> None:
 
 def _left_unanswered(server: TritonServer) -> str:
     """What a server that did not stop cleanly left unanswered, as far as its last look while
-    stopping saw (`TritonServer.in_flight_at_stop`)."""
+    stopping saw (`TritonServer.in_flight_at_stop`: the requests queued; Triton counts none of
+    those executing)."""
+    executing = "any still executing (Triton counts none of them)"
     if server.in_flight_at_stop == 0:
-        return "no request was in flight at the end, none was left unanswered"
+        return f"no request was queued at the end; {executing} may be left unanswered"
     if server.in_flight_at_stop is None:
         return "requests may have been left unanswered"
-    return f"{server.in_flight_at_stop} requests in flight at the end may be left unanswered"
+    queued = server.in_flight_at_stop
+    return f"{queued} requests queued at the end may be left unanswered, and {executing}"
 
 
 def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:

@@ -8,7 +8,10 @@ code, name and message, `InputError` with its `request`, `ModelUnavailable`). A 
 tensors are written once into a buffer the host gave this connection and its outputs copied once
 out of it (the host reuses the buffer for the next batch). A batch whose answer is later than
 the reply timeout fails (`ReplyLate`) and its buffer is retired, never reused: the host may
-still write its outputs there.
+still write its outputs there. The waits before the session is open are bounded as well: the
+host's start by `START_TIMEOUT_S`, its taking the connection and answering the opening by
+`load_timeout_s` (a stalled, deadlocked or stopped host fails the load with `LoadLate`, naming
+its socket and the parameter to raise).
 
 The host dying fails every request in flight at once (`DeviceHostGone`); the next `submit`
 starts a host again and reopens the session (`counters` keep counting across hosts) on the very
@@ -77,6 +80,7 @@ from ge_python_backend.devicehost.protocol import (
     Submit,
     WaitReady,
     host_paths,
+    peer_credentials,
     send_batch,
     send_message,
 )
@@ -85,7 +89,9 @@ from ge_python_backend.errors import InputError, ModelUnavailable
 from ge_python_backend.modelinfo import SessionCounters
 
 __all__ = [
+    "DEFAULT_LOAD_TIMEOUT_S",
     "IDLE_EXIT_ENV",
+    "LoadLate",
     "RemoteBatch",
     "RemoteSession",
     "ReplyLate",
@@ -102,6 +108,13 @@ IDLE_EXIT_ENV = DEVICE_HOST_IDLE_EXIT_S.name
 SHARE_CPU_ENV = DEVICE_HOST_SHARE_CPU.name
 DEFAULT_IDLE_EXIT_S = 10.0
 START_TIMEOUT_S = 120.0
+# Seconds a stub waits for the host to take its connection and answer the opening of its model
+# (the model parameter device_host_load_timeout_s): above a large .om's load onto a device (tens
+# of seconds) and the host's queue of opens when a repository's models load at once (with shared
+# work spaces it loads one model at a time); the time validate --serve gives a whole repository.
+DEFAULT_LOAD_TIMEOUT_S = 300.0
+# The parameter that sets it, named in the error of a load that waited that long.
+LOAD_TIMEOUT_PARAMETER = "device_host_load_timeout_s"
 # Seconds a reply may take beyond every lane's execute_timeout_ms before the host counts as stuck.
 REPLY_MARGIN_S = 30.0
 _OPEN_ATTEMPTS = 3
@@ -155,14 +168,45 @@ def share_cpu_wanted() -> bool:
     return text == "1" and _current_cpu is not None
 
 
-def _connect(path: str) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-    except (FileNotFoundError, ConnectionRefusedError):
-        sock.close()
-        return None
-    return sock
+class LoadLate(DeviceHostError):
+    """The device host did not take the connection, or did not answer the opening of the model,
+    within the load timeout."""
+
+
+def _load_late(
+    device: int, paths: HostPaths, waited_for: str, timeout_s: float, pid: int = 0
+) -> LoadLate:
+    """What an operator needs when the host of `device` (`pid`, 0 unknown) did not do
+    `waited_for` in time."""
+    process = f"pid {pid}, " if pid else ""
+    return LoadLate(
+        f"the device host of device {device} ({process}socket {paths.socket}) {waited_for} within "
+        f"{timeout_s:g} s: it may be stalled, deadlocked or stopped (its log: {paths.log}). If "
+        "opening the model takes longer (a large .om, many models loading at once), raise the "
+        f"config.pbtxt parameter {LOAD_TIMEOUT_PARAMETER} (now {timeout_s:g})"
+    )
+
+
+def _connect(device: int, paths: HostPaths, timeout_s: float) -> socket.socket | None:
+    """A connection to the host of `device`; None when none listens. A host whose queue of
+    connections stays full (it does not accept them) for `timeout_s` is `LoadLate`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)  # a full queue: EAGAIN at once rather than a wait without end
+        try:
+            sock.connect(paths.socket)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            return None
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise _load_late(device, paths, "did not take the connection", timeout_s) from None
+            time.sleep(0.02)
+            continue
+        sock.setblocking(True)
+        return sock
 
 
 def _log_tail(path: str, lines: int = 5) -> str:
@@ -173,21 +217,45 @@ def _log_tail(path: str, lines: int = 5) -> str:
         return f"(cannot read it: {exc})"
 
 
+def _take_start_lock(device: int, paths: HostPaths) -> int:
+    """The descriptor of `paths.start_lock`, locked: waited for while another stub starts the
+    host (which takes at most `START_TIMEOUT_S`)."""
+    lock = os.open(paths.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(lock)
+                raise DeviceHostError(
+                    f"another process has held {paths.start_lock} for {START_TIMEOUT_S:g} s, "
+                    f"longer than starting the device host of device {device} may take: it may "
+                    f"be stopped or stuck (see {paths.log}); or start the host yourself: "
+                    f"ge-python-model device-host --device {device}"
+                ) from None
+            time.sleep(0.02)
+
+
 def start_host(
-    device: int, paths: HostPaths, extra_env: dict[str, str] | None = None
+    device: int,
+    paths: HostPaths,
+    extra_env: dict[str, str] | None = None,
+    load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
 ) -> socket.socket:
     """A connection to the host of `device`, started here when none runs (one stub at a time
-    starts one: `paths.start_lock`), with this process's environment and `extra_env`."""
-    sock = _connect(paths.socket)
+    starts one: `paths.start_lock`), with this process's environment and `extra_env`. A host
+    that does not take the connection within `load_timeout_s` is `LoadLate`."""
+    sock = _connect(device, paths, load_timeout_s)
     if sock is not None:
         return sock
     for process in list(_started):
         if process.poll() is not None:
             _started.remove(process)
-    lock = os.open(paths.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    lock = _take_start_lock(device, paths)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        sock = _connect(paths.socket)
+        sock = _connect(device, paths, load_timeout_s)
         if sock is not None:
             return sock
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(ge_python_backend.__file__)))
@@ -221,7 +289,7 @@ def start_host(
         _started.append(process)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            sock = _connect(paths.socket)
+            sock = _connect(device, paths, load_timeout_s)
             if sock is not None:
                 return sock
             if process.poll() is not None:
@@ -272,7 +340,7 @@ class _Link:
         self._layouts: dict[Any, Layout] = {}  # the batches' shapes named on this connection
         self._layouts_lock = threading.Lock()
         self._answer_places: dict[int, Places] = {}  # the host's names, in the order they came
-        self.host_pid = 0
+        self.host_pid = peer_credentials(sock)[0]
         self.lost: BaseException | None = None
 
     def settimeout(self, timeout_s: float | None) -> None:
@@ -556,9 +624,16 @@ class RemoteSession:
     """A `Session` in the device host of `device_id` (see the module docstring)."""
 
     def __init__(
-        self, om_path: str | os.PathLike[str], device_id: int = 0, **arguments: Any
+        self,
+        om_path: str | os.PathLike[str],
+        device_id: int = 0,
+        *,
+        load_timeout_s: float | None = None,
+        **arguments: Any,
     ) -> None:
         self.device_id = device_id
+        # (the model parameter device_host_load_timeout_s; None: the default)
+        self.load_timeout_s = DEFAULT_LOAD_TIMEOUT_S if load_timeout_s is None else load_timeout_s
         self._arguments = SessionArguments(
             os.fspath(om_path),
             device_id,
@@ -593,19 +668,32 @@ class RemoteSession:
         self.host_pid = opened.pid
 
     def _open(self) -> Opened:
-        """Connect (starting the host if needed) and open the session: the host's answer."""
+        """Connect (starting the host if needed) and open the session: the host's answer, within
+        `load_timeout_s` of the connection (`LoadLate`)."""
         for _attempt in range(_OPEN_ATTEMPTS):
-            link = _Link(start_host(self.device_id, self._paths), self.device_id)
+            sock = start_host(self.device_id, self._paths, load_timeout_s=self.load_timeout_s)
+            link = _Link(sock, self.device_id)
+            link.settimeout(self.load_timeout_s)
             try:
                 opened, _ = _reply(link, link.call(Open(self._arguments)), Opened)
             except DeviceHostGone:  # it was stopping as we connected: start another
                 link.close()
                 continue
+            except ReplyLate:
+                link.close()
+                raise _load_late(
+                    self.device_id,
+                    self._paths,
+                    "took the connection but did not answer the opening of "
+                    f"{self._arguments.label or self._arguments.om_path}",
+                    self.load_timeout_s,
+                    link.host_pid,
+                ) from None
             except BaseException:
                 link.close()
                 raise
             link.host_pid = opened.pid
-            link.settimeout(self.reply_timeout_s)  # loading took what it took; replies do not
+            link.settimeout(self.reply_timeout_s)  # the replies' bound from now on
             self._link = link
             return opened
         raise DeviceHostError(

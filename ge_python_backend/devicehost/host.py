@@ -26,7 +26,6 @@ import logging
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -68,6 +67,7 @@ from ge_python_backend.devicehost.protocol import (
     Submit,
     WaitReady,
     host_paths,
+    peer_credentials,
     send_batch,
     send_message,
 )
@@ -90,7 +90,6 @@ __all__ = ["add_arguments", "add_work_space_arguments", "main", "serve", "work_s
 
 logger = logging.getLogger(__name__)
 
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _ALLOWED_CPUS = os.sched_getaffinity(0)  # the host's, as started
 # How often a thread holding the GIL hands it over to one that waits (Python's default: 5 ms).
 # Every model of the device has threads in this process: at 5 ms one model's CPU-bound work (a
@@ -521,17 +520,9 @@ class _Outputs:
             self.given = None
 
 
-def _peer(sock: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end of a Unix socket."""
-    pid, uid, _gid = _PEERCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    )
-    return pid, uid
-
-
 def _admit(sock: socket.socket, work_spaces: WorkSpaces) -> _Connection | None:
     """The connection of a stub of this user on `sock`; None (closed) for another user's."""
-    pid, uid = _peer(sock)
+    pid, uid = peer_credentials(sock)
     if uid != os.getuid():
         logger.warning("refused a connection from pid %d of uid %d (not ours)", pid, uid)
         sock.close()

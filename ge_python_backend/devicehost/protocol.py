@@ -82,11 +82,13 @@ __all__ = [
     "Submit",
     "WaitReady",
     "host_paths",
+    "peer_credentials",
     "send_batch",
     "send_message",
 ]
 
 _LENGTH = struct.Struct(">I")
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 MAX_FRAME = 64 << 20  # control messages only: tensors go through shared memory
 MAX_FDS = 4
 MAX_LAYOUTS = 256  # the layouts each side names on one connection; more go as places
@@ -121,6 +123,15 @@ class HostPaths:
     start_lock: str  # held by the stub that starts a host
     host_lock: str  # held by the running host, its whole life
     log: str
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket (for a connection a stub
+    made, the host that listens)."""
+    pid, uid, _gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid
 
 
 def host_paths(device: int) -> HostPaths:

@@ -23,6 +23,7 @@ has one rule and one message (see docs/internals/design/triton-layer.md).
 | `image_fill` | letterbox bars: `Y,U,V` bytes, or a gray `G` (`G,128,128`) | `16,128,128` |
 | `max_jpeg_bytes` | the largest JPEG file an image input takes | `4194304` (4 MiB) |
 | `device_host` | `on`: the NPU's device host serves the model; the stub opens no device | `off` |
+| `device_host_load_timeout_s` | seconds a stub waits for the device host to open it | `300` |
 
 Other parameters are kept out of `ModelParameters` and left alone in the config (Triton's Python
 backend reads a few of its own from the same map, e.g. `EXECUTION_ENV_PATH`). They are not an
@@ -63,6 +64,8 @@ if TYPE_CHECKING:  # the protobuf message (the stub never imports tritonclient)
 # Parameters Triton's Python backend reads itself from a model's config: never warned about.
 TRITON_PARAMETERS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
 _NUMBER = re.compile(r"[0-9]+")
+# The longest device_host_load_timeout_s: a larger value is a typo.
+MAX_LOAD_TIMEOUT_S = 86_400
 # Far above any healthy execution, below the liveness probe's restart, the clients' own timeouts
 # and the drain's exit timeout (docs/reference/parameter-details.md#execute_timeout_ms).
 DEFAULT_EXECUTE_TIMEOUT_MS = 20_000
@@ -339,6 +342,21 @@ def parse_device_host(value: object) -> bool | None:
     )
 
 
+def parse_device_host_load_timeout_s(value: object) -> int | None:
+    """None (the device host client's `DEFAULT_LOAD_TIMEOUT_S`), or seconds
+    1..`MAX_LOAD_TIMEOUT_S`."""
+    if value is None:
+        return None
+    return _bounded_whole(
+        "device_host_load_timeout_s",
+        value,
+        1,
+        MAX_LOAD_TIMEOUT_S,
+        "s",
+        "how long a stub waits for the device host to take its connection and open the model",
+    )
+
+
 # The one parser of each parameter: it takes the config text or the typed value alike.
 _PARSERS: dict[str, Callable[[object], Any]] = {
     "om_file": parse_om_file,
@@ -357,6 +375,7 @@ _PARSERS: dict[str, Callable[[object], Any]] = {
     "image_fill": parse_image_fill,
     "max_jpeg_bytes": parse_max_jpeg_bytes,
     "device_host": parse_device_host,
+    "device_host_load_timeout_s": parse_device_host_load_timeout_s,
 }
 # Parameters that mean something only with image_input.
 IMAGE_OPTIONS = ("image_resize", "image_fill", "max_jpeg_bytes")
@@ -410,6 +429,7 @@ class ModelParameters:
     image_fill: tuple[int, int, int] | None = None
     max_jpeg_bytes: int | None = None
     device_host: bool | None = None  # None: off
+    device_host_load_timeout_s: int | None = None
 
     def __post_init__(self) -> None:
         problems = []

@@ -25,6 +25,7 @@ never pipelined.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -88,7 +89,11 @@ class ModelInstance:
             sha256 = expected_sha256(om_path, params)
         except ConfigError as exc:
             raise self._load_error(str(exc)) from exc
-        opening: Callable[..., ServingSession] = RemoteSession if params.in_device_host else Session
+        opening: Callable[..., ServingSession] = Session
+        if params.in_device_host:
+            opening = functools.partial(
+                RemoteSession, load_timeout_s=params.device_host_load_timeout_s
+            )
         images = {} if params.image is None else {"image": params.image}
         try:
             self.session = opening(
