@@ -432,6 +432,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         hosts.start()
         server.start()
+        assert server.shm_sizes is not None  # sized by `start`
+        print(server.shm_sizes.summary(), flush=True)
         server.wait_ready()
         index = server.repository_index()
         if _none_available(index, args):
