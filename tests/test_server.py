@@ -442,6 +442,7 @@ def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
         text = "".join(lines)
         assert "add_one (version 1): READY" in text
         assert "broken (version 1): UNAVAILABLE: " in text
+        assert "  Python backend shared memory: each of 2 stubs starts with a 1 MiB region" in text
         http_url = next(line.split()[1] for line in lines if line.strip().startswith("HTTP"))
         grpc_url = next(line.split()[1] for line in lines if line.strip().startswith("gRPC"))
         for protocol, url in (("http", http_url), ("grpc", grpc_url)):

@@ -327,6 +327,8 @@ def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
             f"  model-repository API (index, load, unload) restricted to header "
             f"{repository_key.HEADER}; its key: {key_file} (this user's only)"
         )
+    if server.shm_sizes is not None:
+        print(f"  {server.shm_sizes.summary()}")
     print("models:" if index else "models: none loaded")
     for line in _model_lines(index):
         print(line)
@@ -432,8 +434,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         hosts.start()
         server.start()
-        assert server.shm_sizes is not None  # sized by `start`
-        print(server.shm_sizes.summary(), flush=True)
         server.wait_ready()
         index = server.repository_index()
         if _none_available(index, args):
