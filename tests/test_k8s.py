@@ -45,7 +45,8 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import (
     MIB,
     SHM_MIN_BYTES,
-    repository_models,
+    repository_entries,
+    repository_models_of,
     shm_limit_bytes,
     shm_sizes_for_repository,
 )
@@ -163,7 +164,7 @@ def test_deployment_contents(repository: Path) -> None:
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
     sizes = shm_sizes_for_repository(repository)
-    models = repository_models(repository)
+    models = repository_models_of(repository_entries(repository))
     assert sum(model.instances for model in models) == 3
     assert [(model.name, model.instances) for model in sizes.models] == [
         (model.name, model.instances) for model in models

@@ -130,7 +130,7 @@ class ShmSizes:
 
 @dataclasses.dataclass(frozen=True)
 class RepositoryModel:
-    """A model of the repository as shm sizing and the k8s manifests need it."""
+    """A model of the repository as the k8s manifests and `doctor` need it."""
 
     name: str
     instances: int  # stub processes, each with its own shared-memory region
@@ -287,13 +287,6 @@ def repository_models_of(entries: Sequence[ModelEntry]) -> list[RepositoryModel]
             )
         )
     return models
-
-
-def repository_models(
-    repository: str | os.PathLike[str], runtime: str | None = None
-) -> list[RepositoryModel]:
-    """`repository_models_of` every model of `repository` (`repository_entries`)."""
-    return repository_models_of(repository_entries(repository, runtime))
 
 
 def shm_limit_bytes(sizes: ShmSizes) -> int:
