@@ -858,6 +858,7 @@ class TritonServer:
         self.check_ports()
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
+        logger.info("%s", self.shm_sizes.summary())
         http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)
         self._ports = (http, grpc, metrics)
         if self.log_path is None:

@@ -45,7 +45,8 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import (
     MIB,
     SHM_MIN_BYTES,
-    repository_models,
+    repository_entries,
+    repository_models_of,
     shm_limit_bytes,
     shm_sizes_for_repository,
 )
@@ -163,10 +164,17 @@ def test_deployment_contents(repository: Path) -> None:
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
     sizes = shm_sizes_for_repository(repository)
-    models = repository_models(repository)
+    models = repository_models_of(repository_entries(repository))
     assert sum(model.instances for model in models) == 3
-    limit = shm_limit_bytes(models, sizes)
-    assert limit >= max(3 * (sizes.default_bytes + sizes.growth_bytes), SHM_MIN_BYTES)
+    assert [(model.name, model.instances) for model in sizes.models] == [
+        (model.name, model.instances) for model in models
+    ]
+    limit = shm_limit_bytes(sizes)
+    assert manifests.shm_limit_bytes == limit
+    regions = sum(
+        model.instances * (sizes.region_bytes(model) + sizes.growth_bytes) for model in sizes.models
+    )
+    assert limit >= max(regions + 4 * sizes.default_bytes, SHM_MIN_BYTES)
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["sizeLimit"] == f"{limit // 2**20}Mi"
     assert volumes[mounts["/models"]]["persistentVolumeClaim"]["claimName"] == "mlp-models"
     assert mounts["/usr/local/Ascend/driver"] == "ascend-driver"

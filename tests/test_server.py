@@ -35,7 +35,9 @@ from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.repository.shm import (
     MIB,
     SHM_DEFAULT_CAP_BYTES,
-    SHM_GROWTH_CAP_BYTES,
+    SHM_MIN_BYTES,
+    ModelShm,
+    shm_limit_bytes,
     shm_sizes_for_repository,
 )
 from ge_python_backend.runtime import placement
@@ -116,23 +118,76 @@ def test_shm_sizes_default_to_tritons_floor_for_small_models(tmp_path: Path) -> 
     _config(tmp_path, "small", ADD_CONFIG)
     sizes = shm_sizes_for_repository(tmp_path)
     assert (sizes.default_bytes, sizes.growth_bytes) == (MIB, MIB)
+    assert sizes.models == (ModelShm("add_one", 1, MIB),) and sizes.growing() == []
+    assert "no stub needs more" in sizes.summary()
 
 
-def test_shm_sizes_fit_the_largest_batch(tmp_path: Path) -> None:
-    # 32 rows x (3x224x224 FP32 in + 1000 FP16 out) = 19,332,096 bytes per exchange.
-    _config(
-        tmp_path,
-        "big",
-        'max_batch_size: 32 input { name: "x" data_type: TYPE_FP32 dims: [3, 224, 224] } '
-        'output { name: "y" data_type: TYPE_FP16 dims: [1000] }',
+def _image_model(name: str, rows: int, instances: int) -> str:
+    return (
+        f'name: "{name}" max_batch_size: {rows} '
+        'input { name: "x" data_type: TYPE_FP32 dims: [3, 224, 224] } '
+        'output { name: "y" data_type: TYPE_FP16 dims: [1000] } '
+        f"instance_group {{ count: {instances} kind: KIND_CPU }}"
     )
-    _config(tmp_path, "small", ADD_CONFIG)
+
+
+def test_shm_default_is_the_median_stubs_need_and_the_large_grow(tmp_path: Path) -> None:
+    # One row is 3x224x224 FP32 in + 1000 FP16 out = 604,112 bytes; a need is two exchanges.
+    row = 3 * 224 * 224 * 4 + 1000 * 2
+    _config(tmp_path, "big", _image_model("big", 32, 1))  # 2 x 19,331,584 B: 37 MiB
+    _config(tmp_path, "mid", _image_model("mid", 4, 2))  # 2 x 2,416,448 B: 5 MiB
+    _config(tmp_path, "small", ADD_CONFIG)  # 1 MiB
     _config(tmp_path, "unparsable", "max_batch_size: [")
-    exchange = 32 * (3 * 224 * 224 * 4 + 1000 * 2)
     sizes = shm_sizes_for_repository(tmp_path)
-    assert sizes.default_bytes == -(-2 * exchange // MIB) * MIB
-    assert sizes.growth_bytes == -(-exchange // MIB) * MIB
-    assert sizes.default_bytes % MIB == 0 and sizes.default_bytes >= 2 * exchange
+    needs = {model.name: (model.instances, model.need_bytes) for model in sizes.models}
+    assert needs == {"big": (1, 37 * MIB), "mid": (2, 5 * MIB), "add_one": (1, MIB)}
+    assert 2 * 32 * row <= 37 * MIB and 2 * 4 * row <= 5 * MIB
+    # Stubs' needs 1, 5, 5, 37 MiB: the median stub (the smallest need half of them fit) is mid's.
+    assert (sizes.default_bytes, sizes.growth_bytes) == (5 * MIB, MIB)
+    assert [model.name for model in sizes.growing()] == ["big"]
+    # Each stub its region plus a growth step, 4 auto-complete stubs at the default, headroom.
+    regions = (5 + 1) + 2 * (5 + 1) + (37 + 1)
+    assert shm_limit_bytes(sizes) == max((regions + 4 * 5 + 64) * MIB, SHM_MIN_BYTES)
+    summary = sizes.summary()
+    assert "each of 4 stubs starts with a 5 MiB region" in summary
+    assert "1 stub grows: big to about 37 MiB each" in summary
+    assert f"/dev/shm needs about {shm_limit_bytes(sizes) // MIB} MiB" in summary
+    # With a third instance the large model's stubs are the median: nothing grows.
+    _config(tmp_path, "big3", _image_model("big3", 32, 3))
+    sizes = shm_sizes_for_repository(tmp_path)
+    assert sizes.default_bytes == 37 * MIB and sizes.growing() == []
+
+
+def test_fifty_models_card_is_sized_for_its_median_stub(tmp_path: Path) -> None:
+    """`make bench`'s fifty (tests/fifty_models.py: batch 8, 2 instances each): 20 BERT-base
+    stubs need 7 MiB, 40 ResNet-50 10 MiB, 40 YOLOv8s 119 MiB (2 x 61,900,800 B)."""
+    kinds = {
+        "resnet50": (20, [("input", "FP32", [3, 224, 224])], [("logits", "FP32", [1000])]),
+        "yolov8s": (20, [("images", "FP32", [3, 640, 640])], [("output0", "FP32", [84, 8400])]),
+        "bert": (
+            10,
+            [(name, "INT64", [128]) for name in ("ids", "mask", "types")],
+            [("hidden", "FP32", [128, 768]), ("pooled", "FP32", [768])],
+        ),
+    }
+    for kind, (count, inputs, outputs) in kinds.items():
+        tensors = [("input", *tensor) for tensor in inputs] + [
+            ("output", *tensor) for tensor in outputs
+        ]
+        text = "max_batch_size: 8 instance_group { count: 2 } " + " ".join(
+            f'{side} {{ name: "{name}" data_type: TYPE_{dtype} dims: {dims} }}'
+            for side, name, dtype, dims in tensors
+        )
+        for number in range(count):
+            _config(tmp_path, f"{kind}_{number:02d}", f'name: "{kind}_{number:02d}" {text}')
+    sizes = shm_sizes_for_repository(tmp_path)
+    needs = {model.name.split("_")[0]: model.need_bytes // MIB for model in sizes.models}
+    assert needs == {"resnet50": 10, "yolov8s": 119, "bert": 7}
+    assert sizes.default_bytes == 10 * MIB
+    assert len(sizes.growing()) == 20
+    regions = sum(model.instances * sizes.region_bytes(model) for model in sizes.models)
+    assert regions == (60 * 10 + 40 * 119) * MIB  # 5.2 GiB; 100 x 119 MiB before
+    assert shm_limit_bytes(sizes) == (regions + 100 * MIB + 4 * 10 * MIB + 64 * MIB)
 
 
 def test_shm_sizes_use_warmup_dims_for_dynamic_axes_and_are_capped(tmp_path: Path) -> None:
@@ -145,17 +200,16 @@ def test_shm_sizes_use_warmup_dims_for_dynamic_axes_and_are_capped(tmp_path: Pat
         "dims: [1, 3, 512, 512] random_data: true } } }",
     )
     exchange = 3 * 512 * 512 * 4 + 8 * 4
-    assert shm_sizes_for_repository(tmp_path).growth_bytes == -(-exchange // MIB) * MIB
+    assert shm_sizes_for_repository(tmp_path).default_bytes == -(-2 * exchange // MIB) * MIB
     _config(
         tmp_path,
         "huge",
-        'max_batch_size: 64 input { name: "x" data_type: TYPE_FP32 dims: [3, 1024, 1024] }',
+        'max_batch_size: 64 input { name: "x" data_type: TYPE_FP32 dims: [3, 1024, 1024] } '
+        "instance_group { count: 2 }",
     )
     sizes = shm_sizes_for_repository(tmp_path)
-    assert (sizes.default_bytes, sizes.growth_bytes) == (
-        SHM_DEFAULT_CAP_BYTES,
-        SHM_GROWTH_CAP_BYTES,
-    )
+    assert (sizes.default_bytes, sizes.growth_bytes) == (SHM_DEFAULT_CAP_BYTES, MIB)
+    assert [model.name for model in sizes.growing()] == ["huge"]
 
 
 # --- locating the server and building the backend directory --------------------------------
@@ -388,6 +442,7 @@ def test_serve_and_infer_commands(repository: Path, tmp_path: Path) -> None:
         text = "".join(lines)
         assert "add_one (version 1): READY" in text
         assert "broken (version 1): UNAVAILABLE: " in text
+        assert "  Python backend shared memory: each of 2 stubs starts with a 1 MiB region" in text
         http_url = next(line.split()[1] for line in lines if line.strip().startswith("HTTP"))
         grpc_url = next(line.split()[1] for line in lines if line.strip().startswith("gRPC"))
         for protocol, url in (("http", http_url), ("grpc", grpc_url)):

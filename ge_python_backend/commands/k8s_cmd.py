@@ -247,7 +247,6 @@ def run(args: argparse.Namespace) -> int:
         limits=device_limits(args),
     )
     manifests = build_manifests(args.repository, options)
-    sizes = manifests.shm_sizes
     hosts = (
         f"; device host buffers up to {-(-manifests.device_host_bytes // MIB)} MiB (memfd: "
         "counted in the container's memory, not in /dev/shm)"
@@ -255,9 +254,8 @@ def run(args: argparse.Namespace) -> int:
         else ""
     )
     print(
-        f"# ge-python-model k8s {args.repository} --name {args.name}: /dev/shm "
-        f"{manifests.shm_limit_bytes // MIB} MiB; Python backend shm-default-byte-size "
-        f"{sizes.default_bytes}, shm-growth-byte-size {sizes.growth_bytes}{hosts}"
+        f"# ge-python-model k8s {args.repository} --name {args.name}: "
+        f"{manifests.shm_sizes.summary()}{hosts}"
     )
     if options.watch_sidecar:
         print(

@@ -327,6 +327,8 @@ def _print_ready(server: TritonServer, index: list[dict[str, Any]]) -> None:
             f"  model-repository API (index, load, unload) restricted to header "
             f"{repository_key.HEADER}; its key: {key_file} (this user's only)"
         )
+    if server.shm_sizes is not None:
+        print(f"  {server.shm_sizes.summary()}")
     print("models:" if index else "models: none loaded")
     for line in _model_lines(index):
         print(line)

@@ -33,9 +33,10 @@ from ge_python_backend.ascend import AclCode
 from ge_python_backend.errors import GeBackendError
 from ge_python_backend.repository.shm import (
     RepositoryModel,
-    repository_models,
+    repository_entries,
+    repository_models_of,
     shm_limit_bytes,
-    shm_sizes_for_repository,
+    shm_sizes,
 )
 from ge_python_backend.runtime import (
     ENV_VAR,
@@ -696,8 +697,9 @@ def run_checks(
     need = None
     models = None
     if repository is not None:
-        models = repository_models(repository, chosen)
-        need = shm_limit_bytes(models, shm_sizes_for_repository(repository, chosen))
+        entries = repository_entries(repository, chosen)
+        models = repository_models_of(entries)
+        need = shm_limit_bytes(shm_sizes(entries))
     probe = pyacl if on_npu else probe_acl(chosen)
     if models is not None:
         device_ids = sorted({device for model in models for device in model.device_ids})

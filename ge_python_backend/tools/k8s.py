@@ -451,7 +451,7 @@ def build_manifests(repository: str | os.PathLike[str], options: K8sOptions) -> 
         )
     names = {model.name for model in models}
     sizes = shm_sizes(entries)
-    shm_bytes = shm_limit_bytes(models, sizes)
+    shm_bytes = shm_limit_bytes(sizes)
     live = options.live_models or sorted(names)
     warnings = repository_warnings(models, options.npus) + devices.warnings()
     if options.kserve:
