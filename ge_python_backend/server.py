@@ -852,10 +852,10 @@ class TritonServer:
             raise ServerError("the server was already started")
         if self.binary is None:
             self.binary = find_server(stub_version=self.stub_python.version)
+        self.check_ports()  # a port in use is refused before any tritonserver runs (--help too)
         self._check_restricted_api()
         check_shell_safe_paths(self.repository, self.binary)
         server_records_directory()  # refused before anything runs when it is not private
-        self.check_ports()
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
         logger.info("%s", self.shm_sizes.summary())
