@@ -1,8 +1,10 @@
 """Shared work spaces (`runtime/workspaces.py`): the sessions of a device host's process seated
-on a pool of streams, each stream with one work space the models placed on it share.
+on a pool of streams, each stream with one work space and one I/O area the models placed on it
+share.
 
 What a device holds then is read from the emulator's memory counters: each model's weights once,
-N work spaces of the largest model's work, and every lane's own buffers; every answer is
+N work spaces of the largest model's work, N I/O areas of the largest model's inputs and outputs,
+and what stays a lane's own (its gear input; an image input DVPP writes); every answer is
 onnxruntime's; a failing execution fails its batch alone; per-lane is today's way."""
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ge_python_backend.ascend import AclCode, malloc_reserved
 from ge_python_backend.commands.serve_cmd import HOST_PREFIX
 from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
+from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
     WorkSpaces,
@@ -72,13 +75,20 @@ def sizes(path: Path) -> tuple[int, int]:
     return work, weight
 
 
+def io_area(path: Path) -> tuple[int, int]:
+    """(bytes of a lane's buffers it keeps in its stream's I/O area instead, the area it needs)."""
+    return describe_om(path, "emulator").shared_io()
+
+
 def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_once(
     models: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     """2 streams; mlp x2 instances, the wider mlp, then the classifier (each of the last two
-    grows the streams' work spaces), 2 lanes each: the device holds each model's weights once,
-    2 work spaces of the largest work, and the lanes' buffers; 3 models x 2 streams loaded;
-    every answer is right, also for batches in flight on all of them at once."""
+    grows the streams' work spaces, the classifier their I/O areas), 2 lanes each: the device
+    holds each model's weights once, 2 work spaces of the largest work, 2 I/O areas of the
+    largest inputs and outputs, and what the lanes keep of their own (their gear inputs); 3
+    models x 2 streams loaded; every answer is right, also for batches in flight on all of them
+    at once."""
     before = emulator.stats()
     spaces = WorkSpaces(WorkSpaceSettings(streams=2))
     order = ["mlp", "mlp", "wide", "classifier"]
@@ -95,13 +105,18 @@ def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_on
         assert f"grown for classifier.om: 2 stream(s) from {sizes(models['wide'])[0]} to " in (
             caplog.text
         )
+        assert "shared I/O areas grown for classifier.om: 2 stream(s) from " in caplog.text
         weights = sum(malloc_reserved(sizes(models[name])[1]) for name in set(order))
         buffers = sum(s.counters.device_bytes_held for s in sessions)
+        own = [describe_om(models[n], "emulator").lane_bytes - io_area(models[n])[0] for n in order]
+        assert buffers == 2 * sum(own) > 0  # the gear inputs
+        area = max(io_area(models[name])[1] for name in order)
+        assert area == io_area(models["classifier"])[1]
         now = emulator.stats()
         held = now["device_bytes_in_use"] - before["device_bytes_in_use"]
-        assert held == weights + 2 * malloc_reserved(largest) + buffers
+        assert held == weights + 2 * malloc_reserved(largest) + 2 * malloc_reserved(area) + buffers
         assert now["loaded_models"] - before["loaded_models"] == 3 * 2
-        assert spaces.totals() == (2, 2 * malloc_reserved(largest))
+        assert spaces.totals() == (2, 2 * malloc_reserved(largest), 2 * malloc_reserved(area))
         # a session's two lanes are on the two streams
         pending = [
             (session, name, sent, session.submit([sent]))
@@ -115,7 +130,7 @@ def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_on
         for session in sessions:
             session.close()
     assert live(emulator.stats()) == live(before)
-    assert spaces.totals() == (0, 0)
+    assert spaces.totals() == (0, 0, 0)
 
 
 def test_the_copies_go_with_the_models_last_lane_and_the_work_spaces_do_not_shrink(
@@ -129,7 +144,8 @@ def test_the_copies_go_with_the_models_last_lane_and_the_work_spaces_do_not_shri
     assert loaded == 2 * 3
     wide.close()  # the largest leaves: its copies go, the work spaces stay as large
     assert emulator.stats()["loaded_models"] - before["loaded_models"] == 3
-    assert spaces.totals() == (3, 3 * malloc_reserved(sizes(models["wide"])[0]))
+    work, area = sizes(models["wide"])[0], max(io_area(models[n])[1] for n in ("wide", "mlp"))
+    assert spaces.totals() == (3, 3 * malloc_reserved(work), 3 * malloc_reserved(area))
     sent = feeds("mlp", 5)
     assert_right(small, "mlp", small.infer(sent), sent)
     small.close()
@@ -188,10 +204,10 @@ def test_per_lane_work_spaces_are_todays(models: dict[str, Path]) -> None:
         )
         sent = feeds("mlp", 3)
         assert_right(s, "mlp", s.infer(sent), sent)
-    assert spaces.totals() == (0, 0)
+    assert spaces.totals() == (0, 0, 0)
     shared = WorkSpaces(WorkSpaceSettings())
     with Session(models["add_mul"], runtime="emulator", work_spaces=shared) as weightless:
-        assert not weightless.pooled and shared.totals() == (0, 0)
+        assert not weightless.pooled and shared.totals() == (0, 0, 0)
         sent = feeds("add_mul", 2)
         assert_right(weightless, "add_mul", weightless.infer(sent), sent)
 
@@ -320,7 +336,8 @@ def test_work_spaces_grow_under_a_model_that_keeps_executing(
         assert not failures, failures
         assert answered
         largest = sizes(models["classifier"])[0]
-        assert spaces.totals() == (streams, streams * malloc_reserved(largest))
+        area = malloc_reserved(io_area(models["classifier"])[1])
+        assert spaces.totals() == (streams, streams * malloc_reserved(largest), streams * area)
 
 
 @pytest.mark.parametrize("max_output_bytes", [None, 4096])
