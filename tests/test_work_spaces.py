@@ -26,6 +26,7 @@ from ge_python_backend.commands.serve_cmd import HOST_PREFIX
 from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.describe import describe_om
+from ge_python_backend.runtime.dvpp import ImageInput
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
     WorkSpaces,
@@ -362,3 +363,88 @@ def test_a_data_dependent_model_shares_the_stream_with_another(
             want = reference(om_nonzero, {"x": x})
             np.testing.assert_array_equal(got["indices"], want["indices"])
             assert_right(mlp, "mlp", pending.result()[0], feeds("mlp", 2, seed=number))
+
+
+def test_many_lanes_of_different_models_share_one_streams_io_area_each_answering_right(
+    models: dict[str, Path],
+) -> None:
+    """One stream: mlp x2 instances, the wider mlp and the classifier, 2 lanes each (8 lanes, one
+    I/O area). Batches of every model in flight at once, from 4 threads, rows changing gears:
+    each lane's copy in runs after the copy out of the lane before it (stream order), so every
+    answer is onnxruntime's and nothing fails (an execution overlapping another's work memory
+    on another stream would fail with 500002)."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    order = ["mlp", "mlp", "wide", "classifier"]
+    sessions = [
+        Session(models[name], runtime="emulator", pipeline_depth=2, work_spaces=spaces)
+        for name in order
+    ]
+    try:
+        failures: list[BaseException] = []
+
+        def serve(number: int) -> None:
+            try:
+                for round_ in range(6):
+                    pending = [
+                        (session, name, sent, session.submit([sent]))
+                        for session, name in zip(sessions, order)
+                        for sent in [feeds(name, 1 + (number + round_) % 8, seed=number + round_)]
+                    ]
+                    for session, name, sent, batch in pending:
+                        assert_right(session, name, batch.result()[0], sent)
+            except BaseException as exc:  # noqa: BLE001  (the test reports it)
+                failures.append(exc)
+
+        threads = [threading.Thread(target=serve, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        assert sum(s.counters.failed_executions for s in sessions) == 0
+        assert sum(s.counters.executions for s in sessions) >= 4 * 6 * 4
+        # every lane ran since the classifier grew the area: all views are of the one area now
+        slots = [slot for s in sessions for lane in s._lanes for slot in lane.input_slots]
+        assert all(slot.shared for slot in slots) and len(slots) == 8
+        assert len({slot.device.area for slot in slots}) == 1  # type: ignore[attr-defined]
+    finally:
+        for session in sessions:
+            session.close()
+    assert spaces.totals() == (0, 0, 0)
+
+
+def test_an_image_input_keeps_its_own_device_buffers_beside_shared_outputs(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A classifier whose input DVPP writes (its resize jobs run on other streams) and mlp on
+    one stream: the image input stays each lane's own DVPP memory, its output is a view of the
+    stream's I/O area; each picture answers as in a session of its own, mlp's batches beside it
+    as onnxruntime."""
+    pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
+    from test_runtime_dvpp import classifier, files, jpeg
+
+    om = classifier(tmp_path / "images", 32, 32)
+    image = ImageInput("image")
+    with Session(om, runtime="emulator", image=image) as alone:
+        want = {v: alone.infer({"image": files(jpeg(64, 48, v))})["logits"] for v in (0, 200)}
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    with (
+        Session(om, runtime="emulator", image=image, pipeline_depth=2, work_spaces=spaces) as pics,
+        Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as mlp,
+    ):
+        for lane in pics._lanes:
+            (picture,) = lane.input_slots
+            assert picture.device_written and not picture.shared
+            assert all(slot is not None and slot.shared for slot in lane.output_slots)
+        for number in range(3):
+            values = (0, 200) if number % 2 else (200, 0)
+            sent = feeds("mlp", 2 + number, seed=number)
+            pending = [
+                (v, pics.submit([{"image": files(jpeg(64, 48, v))}])) for v in values
+            ] + [(None, mlp.submit([sent]))]
+            for value, batch in pending:
+                (got,) = batch.result()
+                if value is None:
+                    assert_right(mlp, "mlp", got, sent)
+                else:
+                    np.testing.assert_allclose(got["logits"], want[value], rtol=1e-5, atol=1e-5)
