@@ -439,9 +439,9 @@ def test_an_image_input_keeps_its_own_device_buffers_beside_shared_outputs(
         for number in range(3):
             values = (0, 200) if number % 2 else (200, 0)
             sent = feeds("mlp", 2 + number, seed=number)
-            pending = [
-                (v, pics.submit([{"image": files(jpeg(64, 48, v))}])) for v in values
-            ] + [(None, mlp.submit([sent]))]
+            pending = [(v, pics.submit([{"image": files(jpeg(64, 48, v))}])) for v in values] + [
+                (None, mlp.submit([sent]))
+            ]
             for value, batch in pending:
                 (got,) = batch.result()
                 if value is None:

@@ -56,12 +56,13 @@ class ModelFileDescription:
         """Under a device host with shared work spaces, a lane's buffers that are views of its
         stream's I/O area (`workspaces.shares_io_buffer`; `image_input`: the input DVPP writes):
         (the bytes of `lane_bytes` it no longer holds itself, the bytes it needs of the area)."""
+        dynamic = self.dynamic_shape
         inputs = [
             size
             for spec, size in zip(self.inputs, self.input_sizes)
-            if shares_io_buffer(False, spec.name == image_input, self.dynamic_shape)
+            if shares_io_buffer(False, spec.name == image_input, dynamic)
         ]
-        outputs = [n for n in self.output_sizes if shares_io_buffer(True, False, self.dynamic_shape)]
+        outputs = [n for n in self.output_sizes if shares_io_buffer(True, False, dynamic)]
         shared = [max(n, 1) for n in (*inputs, *outputs)]
         return sum(map(malloc_reserved, shared)), sum(map(carved_bytes, shared))
 
