@@ -302,7 +302,7 @@ class Lane(Resource):
         desc = self.model.description
         shared = [n is not None and self._shares(True) for n in sizes]
         before = [slot.device.size for slot in self.input_slots if slot.shared]
-        views = self._carve(before + [n for n in sizes if n is not None and self._shares(True)])
+        views = self._carve(before + [n for n, s in zip(sizes, shared) if s and n is not None])
         outputs = iter(views[len(before) :])
         self.output_slots = [
             None if n is None else self._slot(info.spec, n, False, next(outputs) if s else None)
@@ -316,8 +316,8 @@ class Lane(Resource):
 
     @property
     def device_bytes(self) -> int:
-        """Device memory the lane's buffers hold, as malloc reserves it (not the model's weights
-        and work space)."""
+        """Device memory the lane's own buffers hold, as malloc reserves it (not the model's
+        weights and work space, nor a seated lane's views of its stream's I/O area)."""
         return sum(malloc_reserved(p.size) for p in self._parts if isinstance(p, DeviceBuffer))
 
     def stage(self, table: GearTable, execution: Execution, feeds_list: Sequence[Any]) -> int:

@@ -31,14 +31,15 @@ executions that share a work space one after another.
   largest gear, carved as `ascend.carved_bytes` says); a seated lane's buffers are views of it
   (`Lane`), so a device holds N such areas instead of a set per lane. Everything that touches
   those bytes is queued on that one stream while the lane holds it (`Seat.launching`): copy in,
-  execute, copy out; a stream runs its tasks in order (aclrtMemcpyAsync and aclmdlExecuteAsync
-  only queue a task on the stream given; aclmdlExecuteAsync's page asks callers that share a
-  model's input and output memory between threads to hold a lock across refreshing it with
-  aclrtMemcpyAsync and executing, on one stream: what `launching` holds), so the next lane's
-  copy in runs after the previous lane's copy out. Buffers that something else touches stay a
-  lane's own (`shares_io_buffer`): an input DVPP writes (its resize jobs run on other streams),
-  a dynamic-shape model's outputs (copied out by `finish`, after the hold), outputs ACL
-  allocates, the gear input and AIPP parameters (written by set_* calls outside the stream).
+  execute, copy out; a stream runs its tasks in the order they entered it (CANN's "Stream
+  concept" page; aclrtMemcpyAsync and aclmdlExecuteAsync only deliver a task to the stream given;
+  aclmdlExecuteAsync's page asks callers that share a model's input and output memory between
+  threads to hold a lock across refreshing it with aclrtMemcpyAsync and executing, on one stream:
+  what `launching` holds), so the next lane's copy in runs after the previous lane's copy out.
+  Buffers that something else touches stay a lane's own (`shares_io_buffer`): an input DVPP
+  writes (its resize jobs run on other streams), a dynamic-shape model's outputs (copied out by
+  `finish`, after the hold), outputs ACL allocates, the gear input and AIPP parameters (GE writes
+  them with a synchronous aclrtMemcpy: hicann/ge GeExecutor::SetDynamicBatchSize and others).
   The areas grow as the work spaces do (`_grow`, every stream held idle) and never shrink; a
   lane whose views point into a replaced area makes them again under its next hold.
 * Zeroing: a work space passes from one model to the next as the last execution left it. GE

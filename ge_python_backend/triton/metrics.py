@@ -72,7 +72,11 @@ COUNTERS = (
 # name, description; set from (pooled bytes held, device free, device total, the device host's
 # shared work spaces: bytes, streams; its streams' I/O areas: bytes).
 GAUGES = (
-    ("ge_device_memory_bytes", "Device memory held by the instance's pooled buffers (bytes)"),
+    (
+        "ge_device_memory_bytes",
+        "Device memory held by the instance's own pooled buffers (bytes; in the device host "
+        "with shared work spaces, not those in its streams' I/O areas)",
+    ),
     ("ge_device_memory_free_bytes", "Free memory of the instance's device (acl.rt.get_mem_info)"),
     ("ge_device_memory_total_bytes", "Memory of the instance's device (acl.rt.get_mem_info)"),
     (
