@@ -27,6 +27,7 @@ from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.runtime.memory import DeviceView
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
     WorkSpaces,
@@ -365,15 +366,16 @@ def test_a_data_dependent_model_shares_the_stream_with_another(
             assert_right(mlp, "mlp", pending.result()[0], feeds("mlp", 2, seed=number))
 
 
-def test_many_lanes_of_different_models_share_one_streams_io_area_each_answering_right(
+def test_many_lanes_of_different_models_share_their_streams_io_areas_each_answering_right(
     models: dict[str, Path],
 ) -> None:
-    """One stream: mlp x2 instances, the wider mlp and the classifier, 2 lanes each (8 lanes, one
-    I/O area). Batches of every model in flight at once, from 4 threads, rows changing gears:
-    each lane's copy in runs after the copy out of the lane before it (stream order), so every
-    answer is onnxruntime's and nothing fails (an execution overlapping another's work memory
-    on another stream would fail with 500002)."""
-    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    """2 streams: mlp x2 instances, the wider mlp and the classifier, 2 lanes each, so each
+    stream's I/O area serves a lane of every session (4 lanes of 3 models). Batches of every
+    model in flight at once, from 4 threads, rows changing gears: on each stream a lane's copy
+    in runs after the copy out of the lane before it (stream order), so every answer is
+    onnxruntime's and nothing fails (the emulator fails an execution whose work memory another
+    stream's execution still uses, 500002)."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
     order = ["mlp", "mlp", "wide", "classifier"]
     sessions = [
         Session(models[name], runtime="emulator", pipeline_depth=2, work_spaces=spaces)
@@ -403,10 +405,16 @@ def test_many_lanes_of_different_models_share_one_streams_io_area_each_answering
         assert not failures, failures
         assert sum(s.counters.failed_executions for s in sessions) == 0
         assert sum(s.counters.executions for s in sessions) >= 4 * 6 * 4
-        # every lane ran since the classifier grew the area: all views are of the one area now
-        slots = [slot for s in sessions for lane in s._lanes for slot in lane.input_slots]
-        assert all(slot.shared for slot in slots) and len(slots) == 8
-        assert len({slot.device.area for slot in slots}) == 1  # type: ignore[attr-defined]
+        # every lane ran since the classifier grew the areas: its views are of its stream's one
+        lanes = [lane for session in sessions for lane in session._lanes]
+        assert len(lanes) == 8 and all(slot.shared for lane in lanes for slot in lane.input_slots)
+        areas: dict[int, set[int]] = {0: set(), 1: set()}  # stream: its lanes' areas
+        for lane in lanes:
+            assert lane.seat is not None
+            views = [slot.device for slot in lane.input_slots]
+            areas[lane.seat.index] |= {id(v.area) for v in views if isinstance(v, DeviceView)}
+        assert [len(found) for found in areas.values()] == [1, 1]
+        assert areas[0] != areas[1]
     finally:
         for session in sessions:
             session.close()
