@@ -196,12 +196,12 @@ def test_a_stub_leaving_frees_its_session_and_a_model_that_does_not_fit_fails_al
         assert "'first' (1 process" in str(refused.value)
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         assert infer(server, "second", {"x": x})["y"].shape == (2, 8)
-        assert set(holders_by_label()) == {"first", "second", POOL}
+        assert set(holders_by_label()) == {"first", "second", POOL, AREAS}
         hosting = host_pid()
         client.unload_model("second")  # its stub leaves: the host closes its session
         while "second" in holders_by_label():
             threading.Event().wait(0.05)
-        assert holders_by_label() == {"first": {hosting}, POOL: {hosting}}
+        assert holders_by_label() == {"first": {hosting}, POOL: {hosting}, AREAS: {hosting}}
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         client.unload_model("first")  # the last stub: the host stops after its grace (1 s)
         while is_alive(hosting, 0):
