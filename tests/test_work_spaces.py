@@ -456,3 +456,34 @@ def test_an_image_input_keeps_its_own_device_buffers_beside_shared_outputs(
                     assert_right(mlp, "mlp", got, sent)
                 else:
                     np.testing.assert_allclose(got["logits"], want[value], rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_aipp_model_keeps_its_parameters_when_the_areas_grow_under_it(
+    models: dict[str, Path], om_aipp_dynamic: Path, tmp_path: Path
+) -> None:
+    """A dynamic-AIPP model (its AIPP parameters a buffer of each lane's own, set into each
+    dataset) answers on one stream as in a session of its own, before and after the classifier
+    grows the stream's I/O area, which makes the lanes build their datasets again."""
+    config = tmp_path / "aipp.cfg"
+    config.write_text(onnx_models.AIPP_RGB888)
+    rng = np.random.default_rng(9)
+    raws = [rng.integers(0, 256, (1 + n % 2, 10, 10, 3), dtype=np.uint8) for n in range(4)]
+    with Session(om_aipp_dynamic, runtime="emulator", aipp_config=config) as alone:
+        want = [alone.infer({"image": raw})["features"] for raw in raws]
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    with Session(
+        om_aipp_dynamic,
+        runtime="emulator",
+        pipeline_depth=2,
+        aipp_config=config,
+        work_spaces=spaces,
+    ) as aipp:
+        before = spaces.totals()[2]
+        for raw, expected in zip(raws, want):
+            np.testing.assert_allclose(aipp.infer({"image": raw})["features"], expected)
+        with Session(models["classifier"], runtime="emulator", work_spaces=spaces) as grows:
+            assert spaces.totals()[2] > before
+            sent = feeds("classifier", 2)
+            assert_right(grows, "classifier", grows.infer(sent), sent)
+            for raw, expected in zip(raws, want):
+                np.testing.assert_allclose(aipp.infer({"image": raw})["features"], expected)

@@ -149,7 +149,7 @@ class Lane(Resource):
                 self._fixed[desc.gear_input] = self._keep(gear_buffer)
             for index, size in desc.aipp_inputs:
                 self._fixed[index] = self._keep(DeviceBuffer(context, size))
-            self.inputs = self._input_dataset()
+            self.inputs = self._input_dataset(set_aipp=True)
             self.output_slots: list[Slot | None] = []  # None: the system allocates it
             self.outputs: Dataset | None = None
             self.synchronous = False  # executes with acl.mdl.execute (`open_outputs`)
@@ -686,14 +686,15 @@ class Lane(Resource):
         self._layouts.clear()
         self._area = area
 
-    def _input_dataset(self) -> Dataset:
-        """The inputs' dataset: the slots' device memory, the gear input and AIPP parameters
-        (set once per dataset: the parameter buffers keep them)."""
+    def _input_dataset(self, set_aipp: bool = False) -> Dataset:
+        """The inputs' dataset: the slots' device memory, the gear input and AIPP parameters,
+        written into their buffer when `set_aipp` (once per lane: GE copies them into the
+        buffer, hicann/ge GeExecutor::SetDynamicAippData, so a later dataset over it has them)."""
         desc = self.model.description
         buffers = {info.index: s.device for info, s in zip(desc.inputs, self.input_slots)}
         buffers.update(self._fixed)
         dataset = self._keep(Dataset(self.context, [buffers[i] for i in range(desc.input_count)]))
-        if desc.aipp_inputs:
+        if set_aipp and desc.aipp_inputs:
             self.model.set_input_aipp(dataset)
         return dataset
 
