@@ -136,6 +136,7 @@ def kinds_plan(oms: dict[str, Path], compile_s: dict[str, float]) -> dict[str, A
             "work_bytes": description.load.work,
             "weight_bytes": description.load.weight,
             "lane_buffer_bytes": description.lane_bytes,
+            "io_area_bytes": description.shared_io()[1],
         }
     return found
 
@@ -158,6 +159,7 @@ def budgets(repository: Path, modes: Sequence[str] = MODES) -> dict[str, Any]:
             "processes": row.processes,
             "memory_bytes": row.memory,
             "work_space_bytes": row.work_spaces,
+            "io_area_bytes": row.io_areas,
             "fits": not devices.problems(),
             "problems": devices.problems(),
             "table": devices.table(),

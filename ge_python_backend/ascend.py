@@ -64,6 +64,7 @@ __all__ = [
     "describe_code",
     "dvpp_limits",
     "format_name",
+    "carved_bytes",
     "malloc_reserved",
     "om_container",
     "om_output_path",
@@ -618,6 +619,14 @@ def malloc_reserved(size: int) -> int:
     (hicann/runtime src/acl/aclrt_impl/memory.cpp aclMallocMemInner, DATA_MEMORY_ALIGN_SIZE and
     DATA_MEMORY_PADDING_SIZE)."""
     return (size + 31) // 32 * 32 + 32
+
+
+def carved_bytes(size: int) -> int:
+    """Bytes one buffer of `size` takes when carved out of a larger `acl.rt.malloc`: rounded up
+    to 32 plus 32 (as `malloc_reserved`), the next one starting 64-byte aligned (CANN's secondary
+    memory allocation page, aclcppdevg_000086 / aclpythondevg_0075: m = ALIGN_UP(len, 32) + 32,
+    start ALIGN_UP(m, 64); aclrtMemcpyAsync wants 64-byte aligned addresses)."""
+    return (malloc_reserved(size) + 63) // 64 * 64
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,9 +111,11 @@ class SessionCounters:
     failed_executions: int = 0
     device_bytes_held: int = 0
     # held now, not cumulative: the shared work spaces of the stream pool the session's lanes
-    # are seated in (a device host's, `runtime/workspaces.py`) and its streams; 0 without one
+    # are seated in (a device host's, `runtime/workspaces.py`), its streams and their I/O areas
+    # (the seated lanes' input and output buffers); 0 without one
     work_space_bytes: int = 0
     work_space_streams: int = 0
+    io_area_bytes: int = 0
 
     @property
     def device_seconds(self) -> float:

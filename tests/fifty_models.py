@@ -250,8 +250,8 @@ def answer_problem(client: TritonClient, model: str, question: Question) -> str:
 
 
 def host_work_spaces(server: TritonServer) -> dict[str, int]:
-    """The device host's shared work spaces as the instances' metrics show them (the largest
-    figure of any instance: 0 and 0 in-stub or with a work space per lane)."""
+    """The device host's shared work spaces and I/O areas as the instances' metrics show them
+    (the largest figure of any instance: 0 in-stub or with a work space per lane)."""
     with urllib.request.urlopen(server.urls.metrics, timeout=30) as response:
         text = response.read().decode()
     return {
@@ -259,5 +259,6 @@ def host_work_spaces(server: TritonServer) -> dict[str, int]:
         for key, name in (
             ("streams", "ge_device_host_streams"),
             ("work_space_bytes", "ge_device_host_work_space_bytes"),
+            ("io_area_bytes", "ge_device_host_io_area_bytes"),
         )
     }

@@ -22,6 +22,10 @@ from ge_python_backend.runtime.workspaces import WorkSpaceSettings
 from ge_python_backend.tools.k8s import K8sOptions, build_manifests
 
 PER_LANE = WorkSpaceSettings(shared=False)  # a device host giving each lane its work space
+# om_dynamic_batch's buffers a lane seated in the device host's pool keeps in its stream's I/O
+# area (x [8,16] f32, y [8,8] f32, z [8,1] f32; not the gear input): as malloc reserves them
+# (544 + 288 + 64), and carved one after another at 64-byte starts (576 + 320 + 64)
+SHARED_IO = {"shared_io_bytes": 896, "io_area_bytes": 960}
 
 
 def test_a_footprint_is_the_weights_per_process_and_work_and_buffers_per_lane_by_device_ids(
@@ -44,7 +48,7 @@ def test_a_footprint_is_the_weights_per_process_and_work_and_buffers_per_lane_by
     lane = malloc_reserved(work) + buffers
     (model,) = footprints(repository_entries(tmp_path / "models"))
     assert model == ModelFootprint(
-        "m", {0: 2, 1: 1}, 2, lane, malloc_reserved(weight), buffer_bytes=buffers
+        "m", {0: 2, 1: 1}, 2, lane, malloc_reserved(weight), buffer_bytes=buffers, **SHARED_IO
     )
     # each of the two stubs on device 0 holds the weights once, its two lanes a work space each
     assert model.device_bytes(2) == 2 * (malloc_reserved(weight) + 2 * lane)
@@ -67,7 +71,7 @@ def test_a_copy_path_om_is_read_once_for_its_config_and_its_footprint(
     lane = malloc_reserved(work) + buffers
     weights = malloc_reserved(weight)
     assert model == ModelFootprint(
-        "m", {0: 1}, DEFAULT_PIPELINE_DEPTH, lane, weights, buffer_bytes=buffers
+        "m", {0: 1}, DEFAULT_PIPELINE_DEPTH, lane, weights, buffer_bytes=buffers, **SHARED_IO
     )
 
 
@@ -177,33 +181,40 @@ def test_under_the_device_host_a_device_holds_one_process_and_each_models_weight
         malloc_reserved(weight),
         device_host=True,
         buffer_bytes=buffers,
+        **SHARED_IO,
     )
     (row,) = budget(found, DeviceLimits(host=PER_LANE)).rows
     assert row.memory == (
         PROCESS_DEVICE_MEMORY + 60 * malloc_reserved(weight) + 120 * DEFAULT_PIPELINE_DEPTH * lane
     )
-    # the host's default: the lanes' buffers, and 4 shared work spaces instead of 240
+    # the host's default: 4 shared work spaces and 4 I/O areas instead of 240 of each; each lane
+    # keeps its gear input
     (row,) = budget(found, DeviceLimits()).rows
+    assert buffers - SHARED_IO["shared_io_bytes"] == malloc_reserved(8)
     assert row.memory == (
         PROCESS_DEVICE_MEMORY
         + 60 * malloc_reserved(weight)
-        + 120 * DEFAULT_PIPELINE_DEPTH * buffers
+        + 120 * DEFAULT_PIPELINE_DEPTH * malloc_reserved(8)
         + 4 * malloc_reserved(work)
+        + 4 * malloc_reserved(SHARED_IO["io_area_bytes"])
     )
     assert row.work_spaces == 4 * malloc_reserved(work)
+    assert row.io_areas == 4 * malloc_reserved(SHARED_IO["io_area_bytes"])
 
 
 def test_with_shared_work_spaces_the_host_holds_n_work_spaces_of_its_largest_models_work() -> None:
-    """By hand, in MiB: a (work 30, buffers 2, weights 10) x2 instances, b (work 50, buffers 4,
-    weights 20) x1, 2 lanes each, in the device host of 3 streams; c (work 70, buffers 1,
-    weights 5) in its own stub; d hosted but without weights query_size sizes (loaded by ACL,
-    its work per lane: 8 + buffers 1)."""
+    """By hand, in MiB: a (work 30, buffers 2 of which 1.5 in the I/O area, weights 10) x2
+    instances, b (work 50, buffers 4 of which 3 in the I/O area, weights 20) x1, 2 lanes each,
+    in the device host of 3 streams; c (work 70, buffers 1, weights 5) in its own stub; d hosted
+    but without weights query_size sizes (loaded by ACL, its work per lane: 8 + buffers 1)."""
     mib = 2**20
     limits = DeviceLimits(
         memory=10_000 * mib, process_memory=100 * mib, host=WorkSpaceSettings(streams=3)
     )
 
-    def model(name: str, instances: int, work: int, buffers: int, weights: int, hosted: bool):
+    def model(
+        name: str, instances: int, work: int, buffers: int, io: float, weights: int, hosted: bool
+    ) -> ModelFootprint:
         return ModelFootprint(
             name,
             {0: instances},
@@ -212,20 +223,29 @@ def test_with_shared_work_spaces_the_host_holds_n_work_spaces_of_its_largest_mod
             weights * mib,
             device_host=hosted,
             buffer_bytes=buffers * mib,
+            shared_io_bytes=int(io * mib),
+            io_area_bytes=int(io * mib),
         )
 
     models = [
-        model("a", 2, 30, 2, 10, True),
-        model("b", 1, 50, 4, 20, True),
-        model("c", 1, 70, 1, 5, False),
-        model("d", 1, 8, 1, 0, True),
+        model("a", 2, 30, 2, 1.5, 10, True),
+        model("b", 1, 50, 4, 3, 20, True),
+        model("c", 1, 70, 1, 1, 5, False),
+        model("d", 1, 8, 1, 1, 0, True),
     ]
     (row,) = budget(models, limits).rows
-    host = 100 + (10 + 20) + 3 * 50 + (2 * 2 * 2 + 1 * 2 * 4) + 1 * 2 * (8 + 1)
+    areas = 3 * malloc_reserved(3 * mib)  # b's inputs and outputs, as malloc reserves an area
+    host = 100 + (10 + 20) + 3 * 50 + (2 * 2 * 0.5 + 1 * 2 * 1) + 1 * 2 * (8 + 1)
     stub = 100 + 5 + 2 * (70 + 1)
-    assert (row.processes, row.memory, row.work_spaces) == (2, (host + stub) * mib, 150 * mib)
-    assert "150.0 MiB are the device host's 3 shared work spaces of 50.0 MiB" in (
-        budget(models, limits).table()
+    assert (row.processes, row.memory, row.work_spaces, row.io_areas) == (
+        2,
+        (host + stub) * mib + areas,
+        150 * mib,
+        areas,
+    )
+    assert (
+        "150.0 MiB are the device host's 3 shared work spaces of 50.0 MiB (its largest model's "
+        "work) and 9.0 MiB its 3 I/O areas of 3.0 MiB" in budget(models, limits).table()
     )
     # per lane: every hosted lane its own work space
     (row,) = budget(models, dataclasses.replace(limits, host=PER_LANE)).rows

@@ -453,12 +453,17 @@ def test_inspect_json(om_dims: Path, capsys: pytest.CaptureFixture[str]) -> None
         "buffer_bytes_per_lane": sizes.lane_bytes,
         "weights_shared": True,
         "device_host_streams": 4,  # the device host's default pool
+        # its inputs' and outputs' buffers, in the host's I/O areas; a lane keeps its gear input
+        "device_host_io_area_bytes": malloc_reserved(sizes.shared_io()[1]),
+        "device_host_buffer_bytes_per_lane": sizes.lane_bytes - sizes.shared_io()[0],
     }
+    assert 0 < info["device_memory"]["device_host_buffer_bytes_per_lane"] < sizes.lane_bytes
     assert main(["inspect", str(om_dims), "--runtime", "emulator"]) == 0
     table = capsys.readouterr().out
     assert "input_ids       INT64  int64  [1, -1]" in table
     assert "device_host on: the device host's one process opens the device" in table
     assert "its work in the host's 4 shared work spaces (one per stream" in table
+    assert "its inputs and outputs in the host's 4 I/O areas (one per stream" in table
 
 
 # --- CLI: user mistakes are one line on stderr, exit 2 --------------------------------------

@@ -29,7 +29,7 @@ from e2e_helpers import grpc_address, model_states, running_server
 from onnx_models import reference
 from test_shared_device_e2e import _gauge, _model_bytes
 
-from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY
+from ge_python_backend.ascend import PROCESS_DEVICE_MEMORY, malloc_reserved
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.devicehost.protocol import host_paths
 from ge_python_backend.emulator import device_holders
@@ -39,11 +39,14 @@ from ge_python_backend.repository.config import load_model_config, write_model_c
 from ge_python_backend.repository.parameters import DEFAULT_PIPELINE_DEPTH
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.runtime import placement
+from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.server import TritonServer
 
 pytestmark = pytest.mark.e2e
-# the placement record of the device host's shared work spaces (its default pool of 4 streams)
+# the placement records of the device host's shared work spaces and I/O areas (its default pool
+# of 4 streams)
 POOL = "shared work spaces (4 streams)"
+AREAS = "shared I/O areas (4 streams)"
 
 
 @pytest.fixture
@@ -122,8 +125,9 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         assert _gauge(server, "ge_device_memory_bytes", "first") > 0  # its lanes' buffers
         # the placement records: in its stub, a model holds its weights once and a work space
         # and buffers per lane; in the host, its two instances hold one copy of the weights and
-        # their lanes' buffers, and the host's 4 shared work spaces the largest hosted work
-        recorded = {name: 0 for name in ("first", "in_stub", POOL)}
+        # what their lanes keep of their own (the gear inputs), the host's 4 shared work spaces
+        # the largest hosted work and its 4 I/O areas the largest hosted inputs and outputs
+        recorded = {name: 0 for name in ("first", "in_stub", POOL, AREAS)}
         for holding in placement.holders(0):
             if holding.label in recorded:
                 recorded[holding.label] += holding.bytes
@@ -131,11 +135,16 @@ def test_many_models_in_the_device_host_hold_device_0_as_one_process(
         work -= weights
         buffers = _gauge(server, "ge_device_memory_bytes", "in_stub")
         assert recorded["in_stub"] == weights + DEFAULT_PIPELINE_DEPTH * work + buffers
-        assert recorded["first"] == 2 * buffers + weights
+        own = _gauge(server, "ge_device_memory_bytes", "first")
+        assert 0 < own < buffers
+        assert recorded["first"] == 2 * own + weights  # its 2 instances
         hw_work = _model_bytes(om_hw, 1) - _model_bytes(om_hw, 0)
         assert recorded[POOL] == 4 * max(work, hw_work)
+        io = max(describe_om(om, "emulator").shared_io()[1] for om in (om_dynamic_batch, om_hw))
+        assert recorded[AREAS] == 4 * malloc_reserved(io)
         # and the instances' metrics show the host's work spaces; the in-stub one has none
         assert _gauge(server, "ge_device_host_work_space_bytes", "first") == recorded[POOL]
+        assert _gauge(server, "ge_device_host_io_area_bytes", "first") == recorded[AREAS]
         assert _gauge(server, "ge_device_host_streams", "second") == 4
         assert _gauge(server, "ge_device_host_streams", "in_stub") == 0
         a, b = (rng.standard_normal((2, 4), dtype=np.float32) for _ in range(2))
@@ -187,12 +196,12 @@ def test_a_stub_leaving_frees_its_session_and_a_model_that_does_not_fit_fails_al
         assert "'first' (1 process" in str(refused.value)
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         assert infer(server, "second", {"x": x})["y"].shape == (2, 8)
-        assert set(holders_by_label()) == {"first", "second", POOL}
+        assert set(holders_by_label()) == {"first", "second", POOL, AREAS}
         hosting = host_pid()
         client.unload_model("second")  # its stub leaves: the host closes its session
         while "second" in holders_by_label():
             threading.Event().wait(0.05)
-        assert holders_by_label() == {"first": {hosting}, POOL: {hosting}}
+        assert holders_by_label() == {"first": {hosting}, POOL: {hosting}, AREAS: {hosting}}
         assert infer(server, "first", {"x": x})["y"].shape == (2, 8)
         client.unload_model("first")  # the last stub: the host stops after its grace (1 s)
         while is_alive(hosting, 0):

@@ -61,7 +61,9 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
     now = [1000.0]
     monkeypatch.setattr(metrics.time, "monotonic", lambda: now[0])
     pb_utils = testing.StandInUtils()
-    held = SessionCounters(device_bytes_held=64, work_space_bytes=4096, work_space_streams=4)
+    held = SessionCounters(
+        device_bytes_held=64, work_space_bytes=4096, work_space_streams=4, io_area_bytes=2048
+    )
     publisher = MetricsPublisher(pb_utils, {"model": "m"}, held, (900, 1000))
     assert pb_utils.metric_calls == [
         ("set", "ge_device_memory_bytes", 64.0),
@@ -69,12 +71,13 @@ def test_metrics_are_published_at_most_every_interval(monkeypatch: pytest.Monkey
         ("set", "ge_device_memory_total_bytes", 1000.0),
         ("set", "ge_device_host_work_space_bytes", 4096.0),
         ("set", "ge_device_host_streams", 4.0),
+        ("set", "ge_device_host_io_area_bytes", 2048.0),
     ]
     assert not publisher.due()
     now[0] += FLUSH_INTERVAL_S
     assert publisher.due()
     publisher.flush(dataclasses.replace(held, executions=3, rows=5), (900, 1000))
-    assert sorted(pb_utils.metric_calls[5:]) == [
+    assert sorted(pb_utils.metric_calls[6:]) == [
         ("increment", "ge_executions_total", 3.0),
         ("increment", "ge_rows_total", 5.0),
     ]  # only what changed, and the unchanged gauge is not set again

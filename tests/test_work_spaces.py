@@ -1,8 +1,10 @@
 """Shared work spaces (`runtime/workspaces.py`): the sessions of a device host's process seated
-on a pool of streams, each stream with one work space the models placed on it share.
+on a pool of streams, each stream with one work space and one I/O area the models placed on it
+share.
 
 What a device holds then is read from the emulator's memory counters: each model's weights once,
-N work spaces of the largest model's work, and every lane's own buffers; every answer is
+N work spaces of the largest model's work, N I/O areas of the largest model's inputs and outputs,
+and what stays a lane's own (its gear input; an image input DVPP writes); every answer is
 onnxruntime's; a failing execution fails its batch alone; per-lane is today's way."""
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from ge_python_backend.ascend import AclCode, malloc_reserved
 from ge_python_backend.commands.serve_cmd import HOST_PREFIX
 from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
+from ge_python_backend.runtime.describe import describe_om
+from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.runtime.memory import DeviceView
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
     WorkSpaces,
@@ -72,13 +77,20 @@ def sizes(path: Path) -> tuple[int, int]:
     return work, weight
 
 
+def io_area(path: Path) -> tuple[int, int]:
+    """(bytes of a lane's buffers it keeps in its stream's I/O area instead, the area it needs)."""
+    return describe_om(path, "emulator").shared_io()
+
+
 def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_once(
     models: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     """2 streams; mlp x2 instances, the wider mlp, then the classifier (each of the last two
-    grows the streams' work spaces), 2 lanes each: the device holds each model's weights once,
-    2 work spaces of the largest work, and the lanes' buffers; 3 models x 2 streams loaded;
-    every answer is right, also for batches in flight on all of them at once."""
+    grows the streams' work spaces, the classifier their I/O areas), 2 lanes each: the device
+    holds each model's weights once, 2 work spaces of the largest work, 2 I/O areas of the
+    largest inputs and outputs, and what the lanes keep of their own (their gear inputs); 3
+    models x 2 streams loaded; every answer is right, also for batches in flight on all of them
+    at once."""
     before = emulator.stats()
     spaces = WorkSpaces(WorkSpaceSettings(streams=2))
     order = ["mlp", "mlp", "wide", "classifier"]
@@ -95,13 +107,18 @@ def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_on
         assert f"grown for classifier.om: 2 stream(s) from {sizes(models['wide'])[0]} to " in (
             caplog.text
         )
+        assert "shared I/O areas grown for classifier.om: 2 stream(s) from " in caplog.text
         weights = sum(malloc_reserved(sizes(models[name])[1]) for name in set(order))
         buffers = sum(s.counters.device_bytes_held for s in sessions)
+        own = [describe_om(models[n], "emulator").lane_bytes - io_area(models[n])[0] for n in order]
+        assert buffers == 2 * sum(own) > 0  # the gear inputs
+        area = max(io_area(models[name])[1] for name in order)
+        assert area == io_area(models["classifier"])[1]
         now = emulator.stats()
         held = now["device_bytes_in_use"] - before["device_bytes_in_use"]
-        assert held == weights + 2 * malloc_reserved(largest) + buffers
+        assert held == weights + 2 * malloc_reserved(largest) + 2 * malloc_reserved(area) + buffers
         assert now["loaded_models"] - before["loaded_models"] == 3 * 2
-        assert spaces.totals() == (2, 2 * malloc_reserved(largest))
+        assert spaces.totals() == (2, 2 * malloc_reserved(largest), 2 * malloc_reserved(area))
         # a session's two lanes are on the two streams
         pending = [
             (session, name, sent, session.submit([sent]))
@@ -115,7 +132,7 @@ def test_models_share_n_work_spaces_of_the_largest_and_each_holds_its_weights_on
         for session in sessions:
             session.close()
     assert live(emulator.stats()) == live(before)
-    assert spaces.totals() == (0, 0)
+    assert spaces.totals() == (0, 0, 0)
 
 
 def test_the_copies_go_with_the_models_last_lane_and_the_work_spaces_do_not_shrink(
@@ -129,7 +146,8 @@ def test_the_copies_go_with_the_models_last_lane_and_the_work_spaces_do_not_shri
     assert loaded == 2 * 3
     wide.close()  # the largest leaves: its copies go, the work spaces stay as large
     assert emulator.stats()["loaded_models"] - before["loaded_models"] == 3
-    assert spaces.totals() == (3, 3 * malloc_reserved(sizes(models["wide"])[0]))
+    work, area = sizes(models["wide"])[0], max(io_area(models[n])[1] for n in ("wide", "mlp"))
+    assert spaces.totals() == (3, 3 * malloc_reserved(work), 3 * malloc_reserved(area))
     sent = feeds("mlp", 5)
     assert_right(small, "mlp", small.infer(sent), sent)
     small.close()
@@ -188,10 +206,10 @@ def test_per_lane_work_spaces_are_todays(models: dict[str, Path]) -> None:
         )
         sent = feeds("mlp", 3)
         assert_right(s, "mlp", s.infer(sent), sent)
-    assert spaces.totals() == (0, 0)
+    assert spaces.totals() == (0, 0, 0)
     shared = WorkSpaces(WorkSpaceSettings())
     with Session(models["add_mul"], runtime="emulator", work_spaces=shared) as weightless:
-        assert not weightless.pooled and shared.totals() == (0, 0)
+        assert not weightless.pooled and shared.totals() == (0, 0, 0)
         sent = feeds("add_mul", 2)
         assert_right(weightless, "add_mul", weightless.infer(sent), sent)
 
@@ -320,7 +338,8 @@ def test_work_spaces_grow_under_a_model_that_keeps_executing(
         assert not failures, failures
         assert answered
         largest = sizes(models["classifier"])[0]
-        assert spaces.totals() == (streams, streams * malloc_reserved(largest))
+        area = malloc_reserved(io_area(models["classifier"])[1])
+        assert spaces.totals() == (streams, streams * malloc_reserved(largest), streams * area)
 
 
 @pytest.mark.parametrize("max_output_bytes", [None, 4096])
@@ -345,3 +364,126 @@ def test_a_data_dependent_model_shares_the_stream_with_another(
             want = reference(om_nonzero, {"x": x})
             np.testing.assert_array_equal(got["indices"], want["indices"])
             assert_right(mlp, "mlp", pending.result()[0], feeds("mlp", 2, seed=number))
+
+
+def test_many_lanes_of_different_models_share_their_streams_io_areas_each_answering_right(
+    models: dict[str, Path],
+) -> None:
+    """2 streams: mlp x2 instances, the wider mlp and the classifier, 2 lanes each, so each
+    stream's I/O area serves a lane of every session (4 lanes of 3 models). Batches of every
+    model in flight at once, from 4 threads, rows changing gears: on each stream a lane's copy
+    in runs after the copy out of the lane before it (stream order), so every answer is
+    onnxruntime's and nothing fails (the emulator fails an execution whose work memory another
+    stream's execution still uses, 500002)."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    order = ["mlp", "mlp", "wide", "classifier"]
+    sessions = [
+        Session(models[name], runtime="emulator", pipeline_depth=2, work_spaces=spaces)
+        for name in order
+    ]
+    try:
+        failures: list[BaseException] = []
+
+        def serve(number: int) -> None:
+            try:
+                for round_ in range(6):
+                    pending = [
+                        (session, name, sent, session.submit([sent]))
+                        for session, name in zip(sessions, order)
+                        for sent in [feeds(name, 1 + (number + round_) % 8, seed=number + round_)]
+                    ]
+                    for session, name, sent, batch in pending:
+                        assert_right(session, name, batch.result()[0], sent)
+            except BaseException as exc:  # noqa: BLE001  (the test reports it)
+                failures.append(exc)
+
+        threads = [threading.Thread(target=serve, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        assert sum(s.counters.failed_executions for s in sessions) == 0
+        assert sum(s.counters.executions for s in sessions) >= 4 * 6 * 4
+        # every lane ran since the classifier grew the areas: its views are of its stream's one
+        lanes = [lane for session in sessions for lane in session._lanes]
+        assert len(lanes) == 8 and all(slot.shared for lane in lanes for slot in lane.input_slots)
+        areas: dict[int, set[int]] = {0: set(), 1: set()}  # stream: its lanes' areas
+        for lane in lanes:
+            assert lane.seat is not None
+            views = [slot.device for slot in lane.input_slots]
+            areas[lane.seat.index] |= {id(v.area) for v in views if isinstance(v, DeviceView)}
+        assert [len(found) for found in areas.values()] == [1, 1]
+        assert areas[0] != areas[1]
+    finally:
+        for session in sessions:
+            session.close()
+    assert spaces.totals() == (0, 0, 0)
+
+
+def test_an_image_input_keeps_its_own_device_buffers_beside_shared_outputs(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A classifier whose input DVPP writes (its resize jobs run on other streams) and mlp on
+    one stream: the image input stays each lane's own DVPP memory, its output is a view of the
+    stream's I/O area; each picture answers as in a session of its own, mlp's batches beside it
+    as onnxruntime."""
+    pytest.importorskip("PIL.Image", reason="Pillow is the emulator extra's")
+    from test_runtime_dvpp import classifier, files, jpeg
+
+    om = classifier(tmp_path / "images", 32, 32)
+    image = ImageInput("image")
+    with Session(om, runtime="emulator", image=image) as alone:
+        want = {v: alone.infer({"image": files(jpeg(64, 48, v))})["logits"] for v in (0, 200)}
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    with (
+        Session(om, runtime="emulator", image=image, pipeline_depth=2, work_spaces=spaces) as pics,
+        Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as mlp,
+    ):
+        for lane in pics._lanes:
+            (picture,) = lane.input_slots
+            assert picture.device_written and not picture.shared
+            assert all(slot is not None and slot.shared for slot in lane.output_slots)
+        for number in range(3):
+            values = (0, 200) if number % 2 else (200, 0)
+            sent = feeds("mlp", 2 + number, seed=number)
+            pending = [(v, pics.submit([{"image": files(jpeg(64, 48, v))}])) for v in values] + [
+                (None, mlp.submit([sent]))
+            ]
+            for value, batch in pending:
+                (got,) = batch.result()
+                if value is None:
+                    assert_right(mlp, "mlp", got, sent)
+                else:
+                    np.testing.assert_allclose(got["logits"], want[value], rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_aipp_model_keeps_its_parameters_when_the_areas_grow_under_it(
+    models: dict[str, Path], om_aipp_dynamic: Path, tmp_path: Path
+) -> None:
+    """A dynamic-AIPP model (its AIPP parameters a buffer of each lane's own, set into each
+    dataset) answers on one stream as in a session of its own, before and after the classifier
+    grows the stream's I/O area, which makes the lanes build their datasets again."""
+    config = tmp_path / "aipp.cfg"
+    config.write_text(onnx_models.AIPP_RGB888)
+    rng = np.random.default_rng(9)
+    raws = [rng.integers(0, 256, (1 + n % 2, 10, 10, 3), dtype=np.uint8) for n in range(4)]
+    with Session(om_aipp_dynamic, runtime="emulator", aipp_config=config) as alone:
+        want = [alone.infer({"image": raw})["features"] for raw in raws]
+    spaces = WorkSpaces(WorkSpaceSettings(streams=1))
+    with Session(
+        om_aipp_dynamic,
+        runtime="emulator",
+        pipeline_depth=2,
+        aipp_config=config,
+        work_spaces=spaces,
+    ) as aipp:
+        before = spaces.totals()[2]
+        for raw, expected in zip(raws, want):
+            np.testing.assert_allclose(aipp.infer({"image": raw})["features"], expected)
+        with Session(models["classifier"], runtime="emulator", work_spaces=spaces) as grows:
+            assert spaces.totals()[2] > before
+            sent = feeds("classifier", 2)
+            assert_right(grows, "classifier", grows.infer(sent), sent)
+            for raw, expected in zip(raws, want):
+                np.testing.assert_allclose(aipp.infer({"image": raw})["features"], expected)

@@ -13,6 +13,7 @@ from ge_python_backend.ascend import (
     PROCESSES_PER_DEVICE,
     PROCESSES_PER_DEVICE_VM,
     GearKind,
+    malloc_reserved,
 )
 from ge_python_backend.commands import add_command, size_text
 from ge_python_backend.commands.options import (
@@ -166,14 +167,19 @@ def run(args: argparse.Namespace) -> int:
     info["aipp"] = aipp
     described = describe_om(args.om, args.runtime, parse_input_shape_order(args.input_shape_order))
     host = host_settings()
+    pooled = host.shared and described.load.with_mem
+    shared_io, io_area = described.shared_io() if pooled else (0, 0)
     info["device_memory"] = {
         "weight_bytes": described.load.shared_bytes,
         "work_bytes_per_load": described.load.load_bytes,
         "buffer_bytes_per_lane": described.lane_bytes,
         "weights_shared": described.load.with_mem,
         # under the device host: its pool's streams (each with a shared work space at least
-        # this model's work), 0 when the host gives each lane a work space
-        "device_host_streams": host.streams if host.shared and described.load.with_mem else 0,
+        # this model's work and an I/O area at least its inputs and outputs), 0 when the host
+        # gives each lane a work space and buffers of its own
+        "device_host_streams": host.streams if pooled else 0,
+        "device_host_io_area_bytes": malloc_reserved(io_area) if io_area else 0,
+        "device_host_buffer_bytes_per_lane": described.lane_bytes - shared_io,
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -202,6 +208,7 @@ def _device_lines(memory: dict[str, Any]) -> list[str]:
         if memory["weights_shared"]
         else f"{work} of work space and weights (ACL allocates them)"
     )
+    own = size_text(memory["device_host_buffer_bytes_per_lane"])
     return [
         f"device memory: {load} per load (acl.mdl.query_size: GE's plan of the compiled "
         f"graph); buffers {buffers} per lane (the largest gear); a lane per pipeline_depth",
@@ -209,7 +216,8 @@ def _device_lines(memory: dict[str, Any]) -> list[str]:
         f"{PROCESSES_PER_DEVICE} a device allows ({PROCESSES_PER_DEVICE_VM} in a VM), "
         f"~{size_text(PROCESS_DEVICE_MEMORY)} for opening it, the weights, its lanes",
         "  device_host on: the device host's one process opens the device for every instance: "
-        f"the weights once per device, {_hosted_work(memory)}, each lane's buffers",
+        f"the weights once per device, {_hosted_work(memory)}, each lane keeping {own} of "
+        "buffers of its own",
     ]
 
 
@@ -221,5 +229,8 @@ def _hosted_work(memory: dict[str, Any]) -> str:
     return (
         f"its work in the host's {streams} shared work spaces (one per stream, each as large as "
         f"the largest work of the models it serves: {streams} x "
-        f"{size_text(memory['work_bytes_per_load'])} when this one is the largest)"
+        f"{size_text(memory['work_bytes_per_load'])} when this one is the largest), its inputs "
+        f"and outputs in the host's {streams} I/O areas (one per stream, each as large as the "
+        f"largest inputs and outputs of its models: {streams} x "
+        f"{size_text(memory['device_host_io_area_bytes'])} when these are the largest)"
     )

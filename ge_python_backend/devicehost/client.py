@@ -918,6 +918,6 @@ def _add(before: SessionCounters, now: SessionCounters) -> SessionCounters:
         field.name: getattr(before, field.name) + getattr(now, field.name)
         for field in dataclasses.fields(SessionCounters)
     }
-    for held in ("device_bytes_held", "work_space_bytes", "work_space_streams"):
+    for held in ("device_bytes_held", "work_space_bytes", "work_space_streams", "io_area_bytes"):
         summed[held] = getattr(now, held)
     return SessionCounters(**summed)

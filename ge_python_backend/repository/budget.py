@@ -10,11 +10,13 @@ weights once (its lanes' loads share them) and, per pipeline lane, a load's work
 lane's pooled buffers (`acl.mdl.query_size` as `model.LoadSizes` counts it, and
 `describe.ModelFileDescription`). Models with the parameter `device_host` on open no device
 in their stubs: the device host of each device they use is one process there (one opening of
-the device) holding one copy of each model's weights, every such instance's lanes' buffers and,
-with shared work spaces (`runtime.workspaces`, the host's default), N work spaces as large as
-the largest work of its models (N: the host's streams), else a work space per lane. The host's
-settings are those its environment gives it (`DeviceLimits.host`). Models that open no device
-(ensembles, other Python models) are not counted.
+the device) holding one copy of each model's weights and, with shared work spaces
+(`runtime.workspaces`, the host's default), N work spaces as large as the largest work of its
+models and N I/O areas as large as their largest inputs and outputs (N: the host's streams),
+each lane keeping of its own only what is not queued on its stream (its gear input, an image
+input); else a work space and buffers per lane. A lane's pinned buffers are host memory, not
+counted here. The host's settings are those its environment gives it (`DeviceLimits.host`).
+Models that open no device (ensembles, other Python models) are not counted.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ge_python_backend.ascend import (
     PROCESS_DEVICE_MEMORY,
     PROCESSES_PER_DEVICE,
     PROCESSES_PER_DEVICE_VM,
+    malloc_reserved,
     soc_device,
 )
 from ge_python_backend.errors import GeBackendError
@@ -105,18 +108,23 @@ class ModelFootprint:
     weight_bytes: int = 0
     device_host: bool = False  # the instances live in the device host's one process
     buffer_bytes: int | None = None  # of `lane_bytes`, the lane's buffers (a batch's tensors)
+    # of `buffer_bytes`, what a lane seated in a device host's pool keeps in its stream's I/O
+    # area instead, and the bytes of that area it needs (`ModelFileDescription.shared_io`)
+    shared_io_bytes: int = 0
+    io_area_bytes: int = 0
     # the config sets device_host (on or off) itself: `host_what_does_not_fit` leaves it be;
     # False also for a model on the copy path (no config.pbtxt to write the parameter into)
     host_choice_given: bool = dataclasses.field(default=True, compare=False)
 
     def device_bytes(self, instances: int, shared_work: bool = False) -> int | None:
         """What `instances` of its instances on one device hold besides the openings of the
-        device (None: not known); `shared_work`: without work spaces (the device host's shared
-        ones, counted per device)."""
+        device (None: not known); `shared_work`: without work spaces and shared I/O buffers (the
+        device host's work spaces and I/O areas, counted per device)."""
         if self.lane_bytes is None:
             return None
         holders = min(instances, 1) if self.device_host else instances
-        lane = (self.buffer_bytes or 0) if shared_work else self.lane_bytes
+        own = (self.buffer_bytes or 0) - self.shared_io_bytes
+        lane = own if shared_work else self.lane_bytes
         return instances * self.lanes * lane + holders * self.weight_bytes
 
     @property
@@ -142,6 +150,8 @@ class DeviceRow:
     unknown: tuple[str, ...]  # models whose memory is not known
     # the device host's shared work spaces: streams x the largest work of its pooled models
     work_spaces: int = 0
+    # its I/O areas: streams x the largest inputs and outputs of its pooled models
+    io_areas: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,16 +218,19 @@ class DeviceBudget:
                 lines.append(
                     f"  {'':>6}  {'':>9}  {'':>18}  of its memory, {row.work_spaces / MIB:,.1f} "
                     f"MiB are the device host's {streams} shared work spaces of "
-                    f"{row.work_spaces / streams / MIB:,.1f} MiB (its largest model's work)"
+                    f"{row.work_spaces / streams / MIB:,.1f} MiB (its largest model's work) and "
+                    f"{row.io_areas / MIB:,.1f} MiB its {streams} I/O areas of "
+                    f"{row.io_areas / streams / MIB:,.1f} MiB (its largest inputs and outputs)"
                 )
         return "\n".join(lines)
 
 
 def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudget:
     """The per-device sums of `models` against `limits`: per device, each process's opening
-    and what its models hold; for the device host, one opening, each model's weights once, its
-    lanes' buffers and, with shared work spaces, `limits.host.streams` work spaces of the
-    largest work of its pooled models (else a work space per lane)."""
+    and what its models hold; for the device host, one opening, each model's weights once and,
+    with shared work spaces, `limits.host.streams` work spaces of the largest work of its pooled
+    models and as many I/O areas of their largest inputs and outputs, beside what each lane
+    keeps of its own (else a work space and buffers per lane)."""
     devices = sorted({device for model in models for device in model.processes})
     shared = limits.host.shared
     rows = []
@@ -225,14 +238,17 @@ def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudg
         here = [(m, m.processes[device]) for m in models if m.processes.get(device)]
         hosted = any(m.device_host for m, _ in here)
         processes = sum(count for m, count in here if not m.device_host) + int(hosted)
-        pooled = [m.work_bytes for m, _ in here if shared and m.shares_work]
-        work_spaces = limits.host.streams * max(pooled, default=0)
+        pooled = [m for m, _ in here if shared and m.shares_work]
+        work_spaces = limits.host.streams * max((m.work_bytes for m in pooled), default=0)
+        largest_io = max((m.io_area_bytes for m in pooled), default=0)
+        io_areas = limits.host.streams * malloc_reserved(largest_io) if largest_io else 0
         rows.append(
             DeviceRow(
                 device=device,
                 processes=processes,
                 memory=processes * limits.process_memory
                 + work_spaces
+                + io_areas
                 + sum(m.device_bytes(count, shared and m.shares_work) or 0 for m, count in here),
                 models=tuple(
                     f"{m.name} x{count}{' (device host)' if m.device_host else ''}"
@@ -240,6 +256,7 @@ def budget(models: Sequence[ModelFootprint], limits: DeviceLimits) -> DeviceBudg
                 ),
                 unknown=tuple(m.name for m, _ in here if m.lane_bytes is None),
                 work_spaces=work_spaces,
+                io_areas=io_areas,
             )
         )
     return DeviceBudget(tuple(rows), limits)
@@ -276,11 +293,12 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 logger.debug("%s: memory not known: %s", entry.directory.name, exc)
         lane_bytes: int | None = None
         buffer_bytes: int | None = None
-        weight_bytes = 0
+        weight_bytes = shared_io = io_area = 0
         if description is not None:
             buffer_bytes = description.lane_bytes
             lane_bytes = description.load.load_bytes + buffer_bytes
             weight_bytes = description.load.shared_bytes
+            shared_io, io_area = description.shared_io(params.image_input)
         counts = [max(group.count, 1) for group in config.instance_group] or [1]
         found.append(
             ModelFootprint(
@@ -291,6 +309,8 @@ def footprints(entries: Sequence[ModelEntry], runtime: str | None = None) -> lis
                 weight_bytes,
                 device_host=params.in_device_host,
                 buffer_bytes=buffer_bytes,
+                shared_io_bytes=shared_io,
+                io_area_bytes=io_area,
                 host_choice_given=params.device_host is not None or entry.copy_path,
             )
         )

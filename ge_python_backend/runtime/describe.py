@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
-from ge_python_backend.ascend import malloc_reserved
+from ge_python_backend.ascend import carved_bytes, malloc_reserved
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import ensure_initialized, load_acl
 from ge_python_backend.runtime.errors import ModelFileError, check, check_handle
 from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.model import LoadSizes, _describe, read_aipp_config
+from ge_python_backend.runtime.workspaces import shares_io_buffer
 
 __all__ = ["ModelFileDescription", "describe_om"]
 
@@ -46,6 +47,24 @@ class ModelFileDescription:
     # device memory one session lane pools: a buffer per input (the gear input and dynamic-AIPP
     # parameters included) and output at its described size, as malloc reserves it
     lane_bytes: int = 0
+    # the described sizes of the input and output buffers, and whether its shapes are dynamic
+    input_sizes: tuple[int, ...] = ()
+    output_sizes: tuple[int, ...] = ()
+    dynamic_shape: bool = False
+
+    def shared_io(self, image_input: str | None = None) -> tuple[int, int]:
+        """Under a device host with shared work spaces, a lane's buffers that are views of its
+        stream's I/O area (`workspaces.shares_io_buffer`; `image_input`: the input DVPP writes):
+        (the bytes of `lane_bytes` it no longer holds itself, the bytes it needs of the area)."""
+        dynamic = self.dynamic_shape
+        inputs = [
+            size
+            for spec, size in zip(self.inputs, self.input_sizes)
+            if shares_io_buffer(False, spec.name == image_input, dynamic)
+        ]
+        outputs = [n for n in self.output_sizes if shares_io_buffer(True, False, dynamic)]
+        shared = [max(n, 1) for n in (*inputs, *outputs)]
+        return sum(map(malloc_reserved, shared)), sum(map(carved_bytes, shared))
 
 
 def describe_om(
@@ -97,4 +116,7 @@ def describe_om(
         gears=gears,
         load=LoadSizes.query(acl, path),
         lane_bytes=sum(map(malloc_reserved, buffers)),
+        input_sizes=tuple(info.size for info in description.inputs),
+        output_sizes=tuple(info.size for info in description.outputs),
+        dynamic_shape=description.dynamic_shape,
     )

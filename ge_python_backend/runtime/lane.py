@@ -13,7 +13,10 @@ A lane may instead sit in a device host's stream pool (`workspaces.Seat`): it th
 of its model loaded into that stream's shared work space, on that stream, which it neither
 creates nor destroys; each launch holds the stream (`Seat.launching`), and `finish` waits for the
 lane's own "end" event (recorded after every launch), not for the stream, then lets the seat read
-the stream's device failures (`Seat.audit`).
+the stream's device failures (`Seat.audit`). Its input and output buffers are then views of the
+stream's I/O area (`Slot.shared`), carved one after another (`ascend.carved_bytes`), but those
+`workspaces.shares_io_buffer` keeps its own; when the pool has replaced the area (grown), the
+lane makes its views, datasets and layouts again under its next hold, before queuing anything.
 
 A dynamic-shape model with an unbounded output served without `max_output_bytes` runs
 synchronously instead: its lanes hold an empty data buffer for each such output, which ACL fills
@@ -43,7 +46,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ge_python_backend.aipp import AippOp
-from ge_python_backend.ascend import AclCode, GearKind, MemcpyKind, malloc_reserved
+from ge_python_backend.ascend import AclCode, GearKind, MemcpyKind, carved_bytes, malloc_reserved
 from ge_python_backend.modelinfo import TensorSpec
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution
@@ -51,9 +54,9 @@ from ge_python_backend.runtime.device import Context, Event, Stream
 from ge_python_backend.runtime.dvpp import DvppBuffer
 from ge_python_backend.runtime.errors import AclError, OutputTooLargeError
 from ge_python_backend.runtime.gears import GearTable
-from ge_python_backend.runtime.memory import DeviceBuffer, HostBuffer, QueuedCopy
+from ge_python_backend.runtime.memory import DeviceBuffer, DeviceView, HostBuffer, QueuedCopy
 from ge_python_backend.runtime.model import Dataset, Model
-from ge_python_backend.runtime.workspaces import Seat
+from ge_python_backend.runtime.workspaces import Seat, shares_io_buffer
 
 __all__ = ["DeviceTimes", "Lane", "LaneEvents", "Layout"]
 
@@ -72,6 +75,8 @@ class Slot:
     device: DeviceBuffer
     # written on the device (an image input: DVPP's VPC writes its rows), never staged or copied
     device_written: bool = False
+    # `device` is a view of the seat's stream's I/O area (`workspaces.shares_io_buffer`)
+    shared: bool = False
 
 
 class DeviceTimes(NamedTuple):
@@ -126,21 +131,25 @@ class Lane(Resource):
             self._stream = None if self.seat is not None else self._keep(Stream(context))
             self.events = self._new_events()
             desc = self.model.description
-            buffers: dict[int, DeviceBuffer] = {}
-            self.input_slots: list[Slot] = []
-            for info, size in zip(desc.inputs, input_sizes):
-                slot = self._slot(info.spec, size, info.spec.name in device_written)
-                buffers[info.index] = slot.device
-                self.input_slots.append(slot)
+            self.dynamic = desc.dynamic_shape
+            self._area: DeviceBuffer | None = None  # the I/O area the shared slots view
+            written = [info.spec.name in device_written for info in desc.inputs]
+            shared = [self._shares(False, w) for w in written]
+            # the area asked for the outputs too (their described sizes), so that it grows once
+            described = [max(info.size, 1) for info in desc.outputs if self._shares(True)]
+            wanted = [n for n, s in zip(input_sizes, shared) if s]
+            views = iter(self._carve(wanted, sum(map(carved_bytes, described))))
+            self.input_slots = [
+                self._slot(info.spec, size, w, next(views) if s else None)
+                for info, size, w, s in zip(desc.inputs, input_sizes, written, shared)
+            ]
+            self._fixed: dict[int, DeviceBuffer] = {}  # gear input, AIPP parameters: its own
             if desc.gear_input is not None:
                 gear_buffer = DeviceBuffer(context, desc.gear_input_size)
-                buffers[desc.gear_input] = self._keep(gear_buffer)
+                self._fixed[desc.gear_input] = self._keep(gear_buffer)
             for index, size in desc.aipp_inputs:
-                buffers[index] = self._keep(DeviceBuffer(context, size))
-            ordered = [buffers[index] for index in range(desc.input_count)]
-            self.inputs = self._keep(Dataset(context, ordered))
-            if desc.aipp_inputs:
-                self.model.set_input_aipp(self.inputs)  # once: the parameter buffers keep it
+                self._fixed[index] = self._keep(DeviceBuffer(context, size))
+            self.inputs = self._input_dataset(set_aipp=True)
             self.output_slots: list[Slot | None] = []  # None: the system allocates it
             self.outputs: Dataset | None = None
             self.synchronous = False  # executes with acl.mdl.execute (`open_outputs`)
@@ -151,7 +160,6 @@ class Lane(Resource):
         self._staged = Layout([], [], [], [], 0, 0)  # the layout `launch` queues
         # a dynamic-shape model: the shapes of the execution staged (inputs) and finished
         # (outputs, read from the output tensor descs)
-        self.dynamic = desc.dynamic_shape
         self._input_shapes: list[Shape] = []
         self._output_shapes: list[Shape] = []
         self._taken: dict[int, np.ndarray] = {}  # system-allocated outputs, copied out
@@ -289,20 +297,27 @@ class Lane(Resource):
     def open_outputs(self, sizes: Sequence[int | None]) -> None:
         """The output buffers and dataset (sizes are known once the gears were read); a size
         None is an output the system allocates (an empty data buffer), which makes the lane
-        execute synchronously."""
+        execute synchronously. A seated lane's shared outputs are carved after its inputs (the
+        area grown to hold both when smaller: the inputs' views are then made again)."""
         desc = self.model.description
+        shared = [n is not None and self._shares(True) for n in sizes]
+        before = [slot.device.size for slot in self.input_slots if slot.shared]
+        views = self._carve(before + [n for n, s in zip(sizes, shared) if s and n is not None])
+        outputs = iter(views[len(before) :])
         self.output_slots = [
-            None if n is None else self._slot(info.spec, n) for info, n in zip(desc.outputs, sizes)
+            None if n is None else self._slot(info.spec, n, False, next(outputs) if s else None)
+            for info, n, s in zip(desc.outputs, sizes, shared)
         ]
         self.synchronous = None in self.output_slots
-        self.outputs = self._keep(
-            Dataset(self.context, [None if s is None else s.device for s in self.output_slots])
-        )
+        if views:  # the inputs' views made again: the area may have grown for the outputs
+            self._rebind(views[0].area)
+        else:
+            self.outputs = self._output_dataset()
 
     @property
     def device_bytes(self) -> int:
-        """Device memory the lane's buffers hold, as malloc reserves it (not the model's weights
-        and work space)."""
+        """Device memory the lane's own buffers hold, as malloc reserves it (not the model's
+        weights and work space, nor a seated lane's views of its stream's I/O area)."""
         return sum(malloc_reserved(p.size) for p in self._parts if isinstance(p, DeviceBuffer))
 
     def stage(self, table: GearTable, execution: Execution, feeds_list: Sequence[Any]) -> int:
@@ -351,6 +366,11 @@ class Lane(Resource):
             self._queue(layout, table, execution, after, timed, pipelined)
         else:  # the pool's stream is held meanwhile; its end event tells `finish` it is done
             with self.seat.launching(self.synchronous) as self._ticket:
+                area = self.seat.io
+                if self._area is not None and area is not self._area:  # the pool grew it
+                    assert area is not None
+                    self._rebind(area)
+                    layout = self._staged = self._restaged(table, execution)
                 self._queue(layout, table, execution, after, timed, pipelined)
         return layout.out_bytes
 
@@ -620,12 +640,75 @@ class Lane(Resource):
     def _new_events(self) -> LaneEvents:
         return LaneEvents(*(self._keep(Event(self.context)) for _ in LaneEvents._fields))
 
-    def _slot(self, spec: TensorSpec, size: int, device_written: bool = False) -> Slot:
+    def _slot(
+        self, spec: TensorSpec, size: int, device_written: bool, view: DeviceView | None = None
+    ) -> Slot:
+        """A slot with its pinned buffer and device memory: `view` (of the stream's I/O area)
+        when given, DVPP memory when `device_written`, else a device buffer of its own."""
         if device_written:  # the host buffer only gives the layout its (unused) view
             host = self._keep(HostBuffer(self.context, 1))
             return Slot(spec, host, self._keep(DvppBuffer(self.context, size)), True)
         host = self._keep(HostBuffer(self.context, size))
+        if view is not None:
+            return Slot(spec, host, view, shared=True)
         return Slot(spec, host, self._keep(DeviceBuffer(self.context, size)))
+
+    def _shares(self, output: bool, device_written: bool = False) -> bool:
+        """Whether a buffer of this lane is a view of its stream's I/O area."""
+        return self.seat is not None and shares_io_buffer(output, device_written, self.dynamic)
+
+    def _carve(self, sizes: Sequence[int], more: int = 0) -> list[DeviceView]:
+        """Views of the seat's stream's I/O area for buffers of `sizes`, one after another (the
+        area grown first when they and `more` bytes do not fit: not while the stream is held)."""
+        if not sizes:
+            return []
+        assert self.seat is not None
+        return _views(self.seat.io_area(sum(map(carved_bytes, sizes)) + more), sizes)
+
+    def _rebind(self, area: DeviceBuffer) -> None:
+        """Make the shared slots views of `area` (inputs, then outputs, as `_carve` placed
+        them), and the datasets and layouts that hold their addresses, again."""
+        shared = [s for s in (*self.input_slots, *self.output_slots) if s is not None and s.shared]
+        views = iter(_views(area, [slot.device.size for slot in shared]))
+        self.input_slots = [
+            dataclasses.replace(s, device=next(views)) if s.shared else s for s in self.input_slots
+        ]
+        self.output_slots = [
+            dataclasses.replace(s, device=next(views)) if s is not None and s.shared else s
+            for s in self.output_slots
+        ]
+        old = [self.inputs, self.outputs]
+        self.inputs, self.outputs = self._input_dataset(), self._output_dataset()
+        for dataset in old:
+            if dataset is not None:
+                self._parts.remove(dataset)
+                dataset.close()
+        self._layouts.clear()
+        self._area = area
+
+    def _input_dataset(self, set_aipp: bool = False) -> Dataset:
+        """The inputs' dataset: the slots' device memory, the gear input and AIPP parameters,
+        written into their buffer when `set_aipp` (once per lane: GE copies them into the
+        buffer, hicann/ge GeExecutor::SetDynamicAippData, so a later dataset over it has them)."""
+        desc = self.model.description
+        buffers = {info.index: s.device for info, s in zip(desc.inputs, self.input_slots)}
+        buffers.update(self._fixed)
+        dataset = self._keep(Dataset(self.context, [buffers[i] for i in range(desc.input_count)]))
+        if set_aipp and desc.aipp_inputs:
+            self.model.set_input_aipp(dataset)
+        return dataset
+
+    def _output_dataset(self) -> Dataset:
+        """The outputs' dataset (an empty data buffer for an output the system allocates)."""
+        devices = [None if s is None else s.device for s in self.output_slots]
+        return self._keep(Dataset(self.context, devices))
+
+    def _restaged(self, table: GearTable, execution: Execution) -> Layout:
+        """The staged execution's layout made again (its views of the pinned buffers, which
+        hold the staged rows, are the same; its copies use the new device addresses)."""
+        if self.dynamic:
+            return self._new_layout(self._input_shapes, [])
+        return self._layout(table, execution)
 
     def input_buffer(self, name: str) -> DeviceBuffer:
         """The device buffer of input `name`."""
@@ -663,6 +746,15 @@ def _dynamic_output_sizes(
             ", ".join(unbounded),
         )
     return sizes
+
+
+def _views(area: DeviceBuffer, sizes: Sequence[int]) -> list[DeviceView]:
+    """Views of `area` for buffers of `sizes`, one after another (`ascend.carved_bytes`)."""
+    views, offset = [], 0
+    for size in sizes:
+        views.append(DeviceView(area, offset, size))
+        offset += carved_bytes(size)
+    return views
 
 
 def _close_parts(parts: list[Resource]) -> None:

@@ -13,7 +13,7 @@ from ge_python_backend.runtime._resource import Resource
 from ge_python_backend.runtime.device import Context, Stream, create_in_context
 from ge_python_backend.runtime.errors import check
 
-__all__ = ["DeviceBuffer", "HostBuffer", "QueuedCopy", "copy_to_array"]
+__all__ = ["DeviceBuffer", "DeviceView", "HostBuffer", "QueuedCopy", "copy_to_array"]
 
 # aclrtMemMallocPolicy (acl_rt.h); pyACL exports no constants.
 ACL_MEM_MALLOC_HUGE_FIRST = 0
@@ -130,6 +130,29 @@ class DeviceBuffer(Resource):
     def __repr__(self) -> str:
         state = ", closed" if self.closed else ""
         return f"DeviceBuffer(0x{self.ptr:x}, {self.size} bytes{state})"
+
+
+class DeviceView(DeviceBuffer):
+    """`size` bytes at `offset` of `area`, a `DeviceBuffer` that stays their owner: a view frees
+    nothing and is used like any device buffer while `area` is open (carved as
+    `ascend.carved_bytes` says by its user)."""
+
+    def __init__(self, area: DeviceBuffer, offset: int, size: int) -> None:
+        _check_size(size)
+        if offset < 0 or offset + size > area.size:
+            raise ValueError(f"{size} bytes at offset {offset} do not fit in {area!r}")
+        self.context = area.context
+        self.area = area
+        self.ptr = area.ptr + offset
+        self.size = size
+        self._own(_nothing_to_free, area)
+
+    def __repr__(self) -> str:
+        return f"DeviceView(0x{self.ptr:x}, {self.size} bytes of {self.area!r})"
+
+
+def _nothing_to_free(area: DeviceBuffer) -> None:
+    """A view's release: its memory is `area`'s (held here so that it outlives the view)."""
 
 
 def copy_to_array(context: Context, ptr: int, array: np.ndarray) -> None:

@@ -305,13 +305,17 @@ class Session(Resource):
 
     @property
     def counters(self) -> SessionCounters:
-        """A snapshot of the cumulative counters (and of the stream pool's work spaces)."""
-        streams, work = (0, 0)
+        """A snapshot of the cumulative counters (and of the stream pool's work spaces and I/O
+        areas)."""
+        streams, work, io = (0, 0, 0)
         if self.pooled and self._work_spaces is not None:
-            streams, work = self._work_spaces.totals()
+            streams, work, io = self._work_spaces.totals()
         with self._counters_lock:
             return dataclasses.replace(
-                self._counters, work_space_bytes=work, work_space_streams=streams
+                self._counters,
+                work_space_bytes=work,
+                work_space_streams=streams,
+                io_area_bytes=io,
             )
 
     def device_memory(self) -> tuple[int, int]:

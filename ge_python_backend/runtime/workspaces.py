@@ -26,6 +26,22 @@ executions that share a work space one after another.
   spaces do not shrink when their largest model leaves (that would reload every copy with every
   stream held, and a model that leaves usually comes back: a reload, a new version); they are
   freed with the pool's last model.
+* I/O areas: each stream also has one device area for the inputs and outputs of the lanes seated
+  on it, as large as the largest I/O of the models placed in the pool (their buffers at the
+  largest gear, carved as `ascend.carved_bytes` says); a seated lane's buffers are views of it
+  (`Lane`), so a device holds N such areas instead of a set per lane. Everything that touches
+  those bytes is queued on that one stream while the lane holds it (`Seat.launching`): copy in,
+  execute, copy out; a stream runs its tasks in the order they entered it (CANN's "Stream
+  concept" page; aclrtMemcpyAsync and aclmdlExecuteAsync only deliver a task to the stream given;
+  aclmdlExecuteAsync's page asks callers that share a model's input and output memory between
+  threads to hold a lock across refreshing it with aclrtMemcpyAsync and executing, on one stream:
+  what `launching` holds), so the next lane's copy in runs after the previous lane's copy out.
+  Buffers that something else touches stay a lane's own (`shares_io_buffer`): an input DVPP
+  writes (its resize jobs run on other streams), a dynamic-shape model's outputs (copied out by
+  `finish`, after the hold), outputs ACL allocates, the gear input and AIPP parameters (GE writes
+  them with a synchronous aclrtMemcpy: hicann/ge GeExecutor::SetDynamicBatchSize and others).
+  The areas grow as the work spaces do (`_grow`, every stream held idle) and never shrink; a
+  lane whose views point into a replaced area makes them again under its next hold.
 * Zeroing: a work space passes from one model to the next as the last execution left it. GE
   plans a feature map assuming nothing of its content (a model executing twice finds its own
   previous intermediates there; what must start at zero, atomic outputs, GE clears with its own
@@ -81,6 +97,7 @@ __all__ = [
     "WorkSpaces",
     "environment_texts",
     "model_key",
+    "shares_io_buffer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -161,6 +178,13 @@ class WorkSpaceSettings:
 _VARIABLES = (DEVICE_HOST_STREAMS, DEVICE_HOST_WORK_SPACE, DEVICE_HOST_ZERO_WORK_SPACE)
 
 
+def shares_io_buffer(output: bool, device_written: bool, dynamic_shape: bool) -> bool:
+    """Whether a seated lane's buffer is a view of its stream's I/O area: every access to it is
+    then queued on that stream under the lane's hold. Not an input DVPP writes (on other
+    streams), nor a dynamic-shape model's output (`Lane.finish` copies it out after the hold)."""
+    return not device_written and not (output and dynamic_shape)
+
+
 def environment_texts(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str]:
     """The texts of the streams, work space and zeroing settings in `environ` (the defaults'
     where unset), unchecked (`WorkSpaceSettings.parse` checks them)."""
@@ -170,13 +194,14 @@ def environment_texts(environ: Mapping[str, str] = os.environ) -> tuple[str, str
 
 
 class _PoolStream:
-    """One stream of a pool: the `Stream`, its work space, the lock every launch and load on it
-    takes, the model that ran there last, and its audit state."""
+    """One stream of a pool: the `Stream`, its work space and I/O area, the lock every launch
+    and load on it takes, the model that ran there last, and its audit state."""
 
     def __init__(self, index: int, context: Context) -> None:
         self.index = index
         self.stream = Stream(context)
         self.work: DeviceBuffer | None = None
+        self.io: DeviceBuffer | None = None  # the seated lanes' input and output buffers
         self.lock = threading.Lock()
         self.lanes = 0  # lanes seated here
         self.last_model: Model | None = None  # the copy that launched here last
@@ -251,6 +276,16 @@ class Seat(Resource):
     def index(self) -> int:
         """The stream's place in the pool."""
         return self._stream.index
+
+    @property
+    def io(self) -> DeviceBuffer | None:
+        """The stream's I/O area now (a grown pool replaces it: read it under `launching`)."""
+        return self._stream.io
+
+    def io_area(self, nbytes: int) -> DeviceBuffer:
+        """The stream's I/O area, every stream's grown first to `nbytes` when smaller (not while
+        this seat's stream is held)."""
+        return self.pool._io_area(self._stream, nbytes, self.copies.path)
 
     @contextlib.contextmanager
     def launching(self, synchronous: bool = False) -> Iterator[int]:
@@ -338,6 +373,11 @@ class StreamPool(Resource):
         return sum(malloc_reserved(s.work.size) for s in self._streams if s.work is not None)
 
     @property
+    def io_bytes(self) -> int:
+        """Device bytes the I/O areas hold (as malloc reserves them)."""
+        return sum(malloc_reserved(s.io.size) for s in self._streams if s.io is not None)
+
+    @property
     def stream_count(self) -> int:
         return len(self._streams)
 
@@ -374,7 +414,7 @@ class StreamPool(Resource):
     ) -> _Copies:
         """Load a model's copy into every stream's work space (pool lock held)."""
         if any(s.work is None or s.work.size < sizes.work for s in self._streams):
-            self._grow(sizes.work, path)
+            self._grow(path, work=sizes.work)
         copies = _Copies(key, path, sizes, load)
         try:
             for here in self._streams:
@@ -396,56 +436,88 @@ class StreamPool(Resource):
         )
         return copies
 
-    def _grow(self, work: int, path: Path) -> None:
-        """Give every stream a work space of `work` bytes (pool lock held): every stream held
-        idle, per stream the new one allocated and its copies loaded into it (the same
-        weights), then the old copies unloaded and the old work space freed. A stream whose new
-        work space or copies fail keeps its old ones (the error is raised)."""
+    def _io_area(self, here: _PoolStream, nbytes: int, path: Path) -> DeviceBuffer:
+        """`here`'s I/O area, every stream's grown to `nbytes` first when smaller."""
+        with self._lock:
+            if here.io is None or here.io.size < nbytes:
+                self._grow(path, io=nbytes)
+            assert here.io is not None
+            return here.io
+
+    def _grow(self, path: Path, work: int = 0, io: int = 0) -> None:
+        """Give every stream a work space of `work` bytes and an I/O area of `io` bytes where
+        its own are smaller (pool lock held): every stream held idle; per stream a new work
+        space allocated and its copies loaded into it (the same weights), then the old copies
+        unloaded and the old work space freed; a new I/O area allocated and the old one freed
+        (the lanes make their views again under their next hold). A stream whose new memory or
+        copies fail keeps its old ones (the error is raised)."""
         started = time.perf_counter()
-        before = max((s.work.size for s in self._streams if s.work is not None), default=0)
+        before = self._largest()
         placed = list(self._models.values())
         with contextlib.ExitStack() as held:
             for here in self._streams:
-                held.enter_context(here.idle(f"made idle to grow its work space for {path.name}"))
+                held.enter_context(here.idle(f"made idle to grow its memory for {path.name}"))
             for here in self._streams:
-                if here.work is not None and here.work.size >= work:
-                    continue
-                grown = DeviceBuffer(self.context, work)
-                fresh: list[Model] = []
-                try:
-                    for copies in placed:
-                        fresh.append(copies.load(grown))
-                except BaseException:
-                    close_all([*fresh, grown])
-                    raise
-                old: list[Resource] = [copies.models[here.index] for copies in placed]
-                for copies, model in zip(placed, fresh):
-                    copies.models[here.index] = model
-                if here.work is not None:
-                    old.append(here.work)
-                here.work, here.last_model = grown, None
-                close_all(old)
+                if work and (here.work is None or here.work.size < work):
+                    self._grow_work(here, work, placed)
+                if io and (here.io is None or here.io.size < io):
+                    grown = DeviceBuffer(self.context, io)
+                    old, here.io = here.io, grown
+                    if old is not None:
+                        old.close()
         self._update_record()
-        if before:
-            logger.warning(
-                "shared work spaces grown for %s: %d stream(s) from %d to %d bytes each (%d "
-                "model copies loaded again; every stream held for %.1f ms)",
-                path.name,
-                len(self._streams),
-                before,
-                work,
-                len(placed) * len(self._streams),
-                (time.perf_counter() - started) * 1000,
-            )
+        held_ms = (time.perf_counter() - started) * 1000
+        reloaded = f"{len(placed) * len(self._streams)} model copies loaded again; "
+        for what, old_size, new_size, also in (
+            ("work spaces", before[0], work, reloaded),
+            ("I/O areas", before[1], io, ""),
+        ):
+            if old_size and new_size > old_size:
+                logger.warning(
+                    "shared %s grown for %s: %d stream(s) from %d to %d bytes each (%severy "
+                    "stream held for %.1f ms)",
+                    what,
+                    path.name,
+                    len(self._streams),
+                    old_size,
+                    new_size,
+                    also,
+                    held_ms,
+                )
+
+    def _grow_work(self, here: _PoolStream, work: int, placed: list[_Copies]) -> None:
+        """A new work space of `work` bytes for `here` (held idle), its copies loaded into it."""
+        grown = DeviceBuffer(self.context, work)
+        fresh: list[Model] = []
+        try:
+            for copies in placed:
+                fresh.append(copies.load(grown))
+        except BaseException:
+            close_all([*fresh, grown])
+            raise
+        old: list[Resource] = [copies.models[here.index] for copies in placed]
+        for copies, model in zip(placed, fresh):
+            copies.models[here.index] = model
+        if here.work is not None:
+            old.append(here.work)
+        here.work, here.last_model = grown, None
+        close_all(old)
+
+    def _largest(self) -> tuple[int, int]:
+        """The largest work space and I/O area of the streams (0: none yet)."""
+        works = [s.work.size for s in self._streams if s.work is not None]
+        areas = [s.io.size for s in self._streams if s.io is not None]
+        return max(works, default=0), max(areas, default=0)
 
     def _update_record(self) -> None:
-        """The pool's placement record: its work spaces."""
+        """The pool's placement records: its work spaces and I/O areas."""
         close_all(list[Resource](self._record))
         self._record.clear()
-        if self.work_bytes:
-            device_id = self.context.device.device_id
-            label = f"shared work spaces ({len(self._streams)} streams)"
-            self._record.append(Placement(device_id, label, self.work_bytes))
+        device_id = self.context.device.device_id
+        for what, held in (("work spaces", self.work_bytes), ("I/O areas", self.io_bytes)):
+            if held:
+                label = f"shared {what} ({len(self._streams)} streams)"
+                self._record.append(Placement(device_id, label, held))
 
     @property
     def empty(self) -> bool:
@@ -504,10 +576,11 @@ class StreamPool(Resource):
 def _close_pool(
     models: dict[tuple[Any, ...], _Copies], streams: list[_PoolStream], record: list[Placement]
 ) -> None:
-    """Copies first, then work spaces, streams and the record."""
+    """Copies first, then work spaces, I/O areas, streams and the records."""
     resources: list[Resource] = [m for copies in models.values() for m in copies.models]
     models.clear()
     resources += [s.work for s in streams if s.work is not None]
+    resources += [s.io for s in streams if s.io is not None]
     resources += [s.stream for s in streams]
     resources += record
     streams.clear()
@@ -551,11 +624,15 @@ class WorkSpaces:
         if self._pools.get(id(pool.context)) is pool:
             del self._pools[id(pool.context)]
 
-    def totals(self) -> tuple[int, int]:
-        """(streams, work space bytes) of every pool of the process."""
+    def totals(self) -> tuple[int, int, int]:
+        """(streams, work space bytes, I/O area bytes) of every pool of the process."""
         with self._lock:
             pools = list(self._pools.values())
-            return sum(p.stream_count for p in pools), sum(p.work_bytes for p in pools)
+            return (
+                sum(p.stream_count for p in pools),
+                sum(p.work_bytes for p in pools),
+                sum(p.io_bytes for p in pools),
+            )
 
 
 def model_key(

@@ -70,9 +70,13 @@ COUNTERS = (
     ),
 )
 # name, description; set from (pooled bytes held, device free, device total, the device host's
-# shared work spaces: bytes, streams).
+# shared work spaces: bytes, streams; its streams' I/O areas: bytes).
 GAUGES = (
-    ("ge_device_memory_bytes", "Device memory held by the instance's pooled buffers (bytes)"),
+    (
+        "ge_device_memory_bytes",
+        "Device memory held by the instance's own pooled buffers (bytes; in the device host "
+        "with shared work spaces, not those in its streams' I/O areas)",
+    ),
     ("ge_device_memory_free_bytes", "Free memory of the instance's device (acl.rt.get_mem_info)"),
     ("ge_device_memory_total_bytes", "Memory of the instance's device (acl.rt.get_mem_info)"),
     (
@@ -84,6 +88,12 @@ GAUGES = (
         "ge_device_host_streams",
         "Streams of the device host's pool, each with one shared work space (0 in-stub or "
         "per-lane)",
+    ),
+    (
+        "ge_device_host_io_area_bytes",
+        "Device memory of the I/O areas of the device host serving the instance, one per stream "
+        "of its pool, holding the input and output buffers of the lanes seated there (bytes; 0 "
+        "in-stub or per-lane)",
     ),
 )
 FLUSH_INTERVAL_S = 0.1
@@ -147,6 +157,7 @@ class MetricsPublisher:
             *device_memory,
             counters.work_space_bytes,
             counters.work_space_streams,
+            counters.io_area_bytes,
         )
         for number, (gauge, value) in enumerate(zip(self._gauges, values)):
             if float(value) != self._gauges_published[number]:
