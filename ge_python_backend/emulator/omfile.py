@@ -1153,6 +1153,12 @@ def _new_session(onnx_bytes: bytes) -> onnxruntime.InferenceSession:
     options.intra_op_num_threads = _ort_threads()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    # No arena: it keeps the largest memory its runs ever needed at once, per engine, for
+    # good (a device host running YOLOv8s at batch 8 on 4 streams: 2.9 GiB, ResNet-50 0.5 GiB);
+    # without it a run's memory goes when the run ends. The memory pattern stays: one
+    # allocation per run. Measured at batch 8, alternating (load 5-7): ResNet-50 takes 1.09x
+    # the time one at a time, 1.13x four at once; YOLOv8s 0.98x and 1.10x.
+    options.enable_cpu_mem_arena = False
     return onnxruntime.InferenceSession(
         onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
     )
