@@ -82,8 +82,8 @@ class ServingSession(Protocol):
 class Completer(Generic[Item]):
     """A thread of its own that completes batches in the order they were put: `complete(item)`
     waits for the item's batch and answers its requests, on failure too (one that raises is
-    logged, and the next item completed). The thread starts with the first `put`; `close`
-    completes what was put, then ends it."""
+    logged, and the next item completed) and lets it go. The thread starts with the first `put`;
+    `close` completes what was put, then ends it."""
 
     def __init__(self, name: str, complete: Callable[[Item], None], bound: int = 0) -> None:
         self._name = name
@@ -110,6 +110,9 @@ class Completer(Generic[Item]):
                 self._complete(item)
             except Exception:  # never stop completing the batches behind it
                 logger.exception("%s: completing a batch", self._name)
+            # Not held while waiting for the next one: a batch's arrays (a YOLOv8s batch of 8:
+            # 37.5 MiB in, 21.5 MiB out) would stay in memory until then.
+            del item
 
     def close(self) -> None:
         """Complete every item put, then end the thread (idempotent)."""

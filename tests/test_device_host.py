@@ -282,6 +282,36 @@ def test_outputs_larger_than_their_buffer_come_in_a_bigger_one_that_replaces_it(
         session.close()
 
 
+def test_a_batch_larger_than_every_free_buffer_frees_them_for_its_bigger_one(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """Inputs of 786 KB a row: 1, 2 and 4 rows take buffers of 1, 2 and 4 MiB; each bigger one
+    frees the smaller (on both sides), and the 4 MiB one serves every batch after."""
+    om = compile_onnx(
+        onnx_models.build_conv(tmp_path / "conv.onnx"),
+        tmp_path / "conv",
+        input_shape="image:-1,3,256,256",
+        dynamic_batch_size="1,2,4",
+        **onnx_models.KEEP_FP32,
+    )
+    session = RemoteSession(om, 0, runtime="emulator")
+    rng = np.random.default_rng(2)
+    try:
+        for rows in (1, 2, 4, 1, 2):
+            image = rng.random((rows, 3, 256, 256), dtype=np.float32)
+            answer = session.submit([{"image": image}], pipelined=False).result()[0]
+            want = reference(om, [image])["features"]
+            np.testing.assert_allclose(answer["features"], want, rtol=1e-5, atol=1e-6)
+        assert [slot.buffer.nbytes for slot in session._free] == [4 << 20]
+        assert host_buffers(os.getpid()) == [4 << 20]
+        deadline = time.monotonic() + 5  # the host unmaps the 1 and 2 MiB ones when told
+        while time.monotonic() < deadline and len(host_buffers(session.host_pid)) > 1:
+            time.sleep(0.05)
+        assert host_buffers(session.host_pid) == [4 << 20]
+    finally:
+        session.close()
+
+
 def test_the_metrics_read_counters_and_device_memory_in_one_message(
     run_dir: Path, om_dynamic_batch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -75,6 +75,8 @@ def test_loads_of_one_file_and_its_hard_links_share_one_engine_while_a_model_or_
         assert acl.mdl.execute(model.model_id, model.inputs, model.outputs) == 0
         for got, want in zip(model.fetch(), reference(om_static, [x]).values()):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="went into its engine"):
+        MODELS[models[0].model_id].om.onnx_bytes  # noqa: B018 (not kept beside the engine)
     engine = weakref.ref(MODELS[models[0].model_id].om)
     for model in models:
         assert acl.mdl.unload(model.model_id) == 0

@@ -242,6 +242,16 @@ def test_ort_threads_from_environment(om_static: Path, monkeypatch: pytest.Monke
         OmModel.load(om_static).run([x])
 
 
+def test_an_engine_keeps_no_arena_between_runs(om_static: Path) -> None:
+    """onnxruntime's arena would keep each engine's largest need for good (GiBs in a device
+    host); the memory pattern, one allocation per run, stays."""
+    om = OmModel.load(om_static)
+    om.run([np.ones((4, 16), np.float32)])
+    options = om._get_session().get_session_options()
+    assert not options.enable_cpu_mem_arena
+    assert options.enable_mem_pattern
+
+
 # ----------------------------------------------------------------------------- load errors
 
 

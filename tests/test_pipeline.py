@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 import urllib.request
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -692,3 +693,22 @@ def test_the_completer_completes_in_order_past_a_failure_and_until_closed(
     assert done == [0, 1, 3, 4]
     assert "test-completions: completing a batch" in caplog.text
     assert threading.active_count() == threads_before
+
+
+def test_completer_lets_an_item_go_once_completed() -> None:
+    """A completed item (a batch and its requests' arrays) is not kept while the thread waits
+    for the next one."""
+
+    class Batch:
+        pass
+
+    completed = threading.Event()
+    completer: Completer[Batch] = Completer("test-completions", lambda _: completed.set())
+    batch = Batch()
+    gone = threading.Event()
+    weakref.finalize(batch, gone.set)
+    completer.put(batch)
+    del batch
+    assert completed.wait(10)
+    assert gone.wait(10)  # before the next item
+    completer.close()

@@ -342,6 +342,20 @@ def build_dense(path: Path) -> Path:
     return _save(graph, path)
 
 
+def test_a_rounded_weight_is_held_once(tmp_path: Path) -> None:
+    """force_fp16 gives the MatMul W's rounded copy; the FP32 W, which no operator reads any
+    more, is not kept beside it (the .om held every weight twice)."""
+    onnx_path = build_dense(tmp_path / "dense.onnx")
+    om = compile_onnx(onnx_path, tmp_path / "dense", precision_mode="force_fp16")
+    graph = compiled_graph(om)
+    read = {tensor for node in graph.node for tensor in node.input}
+    assert sorted(t.name for t in graph.initializer) == ["W/fp16", "b/fp16"]
+    assert read >= {t.name for t in graph.initializer}
+    x = np.random.default_rng(9).standard_normal((2, 8)).astype(np.float32)
+    want = reference(onnx_path, [x])["y"]
+    np.testing.assert_allclose(run(om, x)[0], want, rtol=1e-2, atol=1e-2)
+
+
 def test_matmul_bias_add_accumulates_the_bias_in_float32_on_910b_not_310p(tmp_path: Path) -> None:
     onnx_path = build_dense(tmp_path / "dense.onnx")
     x = np.random.default_rng(9).standard_normal((2, 8)).astype(np.float32)

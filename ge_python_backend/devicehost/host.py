@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ge_python_backend.allocator import map_large_blocks
 from ge_python_backend.devicehost.buffers import (
     Buffer,
     Layout,
@@ -562,6 +563,7 @@ def serve(device: int, idle_exit_s: float = 0.0, settings: WorkSpaceSettings | N
         os.close(lock)
         return 0
     sys.setswitchinterval(GIL_SWITCH_S)
+    map_large_blocks()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -73,6 +73,7 @@ VENDOR_DIR = "_ge_vendor"
 STUB_FILES = (
     "__init__.py",
     "aipp.py",
+    "allocator.py",
     "ascend.py",
     "atc_onnx.py",
     "environment.py",

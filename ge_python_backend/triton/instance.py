@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ge_python_backend.allocator import map_large_blocks
 from ge_python_backend.devicehost.client import RemoteSession
 from ge_python_backend.errors import AclError, GeBackendError, InputError, ModelUnavailable
 from ge_python_backend.modelinfo import SessionCounters, gears_text
@@ -65,6 +66,7 @@ class ModelInstance:
 
     def __init__(self, args: dict[str, str], pb_utils: Any) -> None:
         forward_to_triton(pb_utils)
+        map_large_blocks()  # a batch's arrays go back to the system once answered
         self._pb_utils = pb_utils
         self._name = f"{args['model_name']!r} version {args['model_version']}"
         try:
