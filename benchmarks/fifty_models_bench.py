@@ -56,6 +56,11 @@ MODES = ("in_stub", "per_lane", "shared")
 HOST_MODES = {"per_lane": WorkSpaceSettings(shared=False), "shared": WorkSpaceSettings()}
 SERVER_ENV = {"in_stub": {}, **{mode: host.environment() for mode, host in HOST_MODES.items()}}
 READY_TIMEOUT_S = 3600.0
+# Each execution's bound in the served card (parameter execute_timeout_ms; scaffold's default is
+# 20 s): the emulator's executions are onnxruntime on this machine's 2 cores, shared by the
+# fifty's warmups, where a YOLOv8s batch of 8 took 5 to 23 s (a device: milliseconds); a warmup
+# that timed out failed the model's load and has crashed Triton 2.51 (SIGSEGV).
+EXECUTE_TIMEOUT_MS = 120_000
 RAM_SAMPLE_S = 0.5
 RAM_FLOOR = 2 * 2**30  # a server is killed when the machine's available memory falls below it
 # The throughput comparison: one ResNet-50 (gears 1 to 8), 2 instances, under the device host
@@ -311,7 +316,11 @@ def measure(recorder: Recorder, work: Path, plan: Plan, logs: Path) -> dict[str,
             continue
         served_from = work / f"card-{mode}-served"
         models = fifty_models.build_repository(
-            served_from, oms, CARD, device_host=mode in HOST_MODES
+            served_from,
+            oms,
+            CARD,
+            device_host=mode in HOST_MODES,
+            execute_timeout_ms=EXECUTE_TIMEOUT_MS,
         )
         asked = fifty_models.questions(oms, models, 1, np.random.default_rng(13))
         served[mode] = serve_card(work, served_from, models, asked, mode, logs)

@@ -175,10 +175,12 @@ def build_repository(
     kinds: Sequence[Kind],
     device_host: bool | None = True,
     instances: int = INSTANCES,
+    execute_timeout_ms: int | None = None,
 ) -> dict[str, Kind]:
     """Every model of `kinds` under `root`: the first of a kind scaffolded from its `.om` (as
-    scaffold writes it: max_batch_size, dynamic batching, warmup), the others copies of it under
-    their own names whose `.om` is a hard link of the first's. {model name: its kind}."""
+        scaffold writes it: max_batch_size, dynamic batching, warmup), the others copies of it under
+        their own names whose `.om` is a hard link of the first's (`execute_timeout_ms` None:
+    scaffold's default). {model name: its kind}."""
     models: dict[str, Kind] = {}
     for kind in kinds:
         first, *others = kind.model_names()
@@ -189,6 +191,7 @@ def build_repository(
             runtime="emulator",
             instances=instances,
             device_host=device_host,
+            execute_timeout_ms=execute_timeout_ms,
         )
         models[first] = kind
         for name in others:
