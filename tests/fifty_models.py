@@ -38,6 +38,7 @@ from onnx_models import reference_session
 from ge_python_backend.client import TritonClient, typed
 from ge_python_backend.emulator.omfile import compile_onnx
 from ge_python_backend.repository.config import load_model_config, write_model_config
+from ge_python_backend.repository.parameters import DEFAULT_EXECUTE_TIMEOUT_MS
 from ge_python_backend.repository.scaffold import scaffold
 from ge_python_backend.server import TritonServer
 from ge_python_backend.tools.bench import metric_samples
@@ -175,12 +176,11 @@ def build_repository(
     kinds: Sequence[Kind],
     device_host: bool | None = True,
     instances: int = INSTANCES,
-    execute_timeout_ms: int | None = None,
+    execute_timeout_ms: int = DEFAULT_EXECUTE_TIMEOUT_MS,
 ) -> dict[str, Kind]:
     """Every model of `kinds` under `root`: the first of a kind scaffolded from its `.om` (as
-        scaffold writes it: max_batch_size, dynamic batching, warmup), the others copies of it under
-        their own names whose `.om` is a hard link of the first's (`execute_timeout_ms` None:
-    scaffold's default). {model name: its kind}."""
+    scaffold writes it: max_batch_size, dynamic batching, warmup), the others copies of it under
+    their own names whose `.om` is a hard link of the first's. {model name: its kind}."""
     models: dict[str, Kind] = {}
     for kind in kinds:
         first, *others = kind.model_names()
