@@ -38,6 +38,7 @@ import urllib.request
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -620,11 +621,22 @@ def hide_in_command_line(pid: int, secret: str) -> str | None:
     return None
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different TCP ports nothing listens on right now: all held at once while they
+    are chosen (one after another, the kernel may hand out a port it just gave back: a server
+    whose HTTP and gRPC ports were one answered its health checks in HTTP/2)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
 
 
 def check_shell_safe_paths(repository: Path, binary: ServerBinary) -> None:
@@ -859,7 +871,8 @@ class TritonServer:
         if self.shm_sizes is None:
             self.shm_sizes = shm_sizes_for_repository(self.repository)
         logger.info("%s", self.shm_sizes.summary())
-        http, grpc, metrics = (port or free_port(self.host) for port in self._requested_ports)
+        chosen = iter(free_ports(sum(not port for port in self._requested_ports), self.host))
+        http, grpc, metrics = (port or next(chosen) for port in self._requested_ports)
         self._ports = (http, grpc, metrics)
         if self.log_path is None:
             self._log_directory = Path(tempfile.mkdtemp(prefix="ge-tritonserver-"))
@@ -1003,7 +1016,7 @@ class TritonServer:
         """Whether `/v2/health/live` answers 200 within `timeout` seconds."""
         try:
             return self._request("GET", "/v2/health/live", timeout=timeout)[0] == 200
-        except OSError:
+        except (OSError, HTTPException):  # HTTPException: not HTTP/1 on the port
             return False
 
     def kill(self) -> int | None:
@@ -1015,7 +1028,7 @@ class TritonServer:
         """Whether `/v2/health/ready` answers 200."""
         try:
             return self._request("GET", "/v2/health/ready", timeout=2.0)[0] == 200
-        except OSError:
+        except (OSError, HTTPException):  # HTTPException: not HTTP/1 on the port
             return False
 
     def wait_ready(self, timeout: float = 120.0) -> None:

@@ -23,10 +23,11 @@ from typing import Any
 
 import psutil
 
-from ge_python_backend.server import TritonServer, free_port
+from ge_python_backend.server import TritonServer, free_port, free_ports
 
 __all__ = [
     "free_port",
+    "free_ports",
     "grpc_address",
     "http_address",
     "model_states",

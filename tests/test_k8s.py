@@ -31,7 +31,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from e2e_helpers import free_port
+from e2e_helpers import free_ports
 from onnx_models import KEEP_FP32, build_mlp
 from tritonclient.utils import InferenceServerException
 
@@ -657,11 +657,11 @@ def test_the_pod_command_line_serves_the_repository(
     args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     assert ("--load-model=*" in args) is watch_sidecar
     binary = find_server()
-    http, metrics = free_port(), free_port()
+    http, metrics, grpc = free_ports(3)
     local = {
         "--model-repository": str(repository),
         "--http-port": str(http),
-        "--grpc-port": str(free_port()),
+        "--grpc-port": str(grpc),
         "--metrics-port": str(metrics),
         "--http-address": "127.0.0.1",
         "--grpc-address": "127.0.0.1",

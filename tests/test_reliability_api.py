@@ -33,6 +33,7 @@ from e2e_helpers import (
     ADD_ONE_MODEL,
     ServeProcess,
     free_port,
+    free_ports,
     running_server,
     write_add_one,
     write_python_model,
@@ -133,7 +134,7 @@ class Serve(ServeProcess):
     """`ge-python-model serve` with its watcher, as a process, its output collected."""
 
     def __init__(self, repository: Path, log: Path, exit_timeout_s: int = 2) -> None:
-        self.http, self.grpc = free_port(), free_port()
+        self.http, self.grpc = free_ports(2)
         arguments = ["--http-port", str(self.http), "--grpc-port", str(self.grpc)]
         arguments += ["--metrics-port", "0", "--watch-metrics-port", "0", "--log-file", str(log)]
         arguments += ["--watch-interval", "0.5", "--watch-timeout", "5"]

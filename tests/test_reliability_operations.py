@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_helpers import free_port, grpc_address, running_server
+from e2e_helpers import free_ports, grpc_address, running_server
 from onnx_models import reference
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
@@ -51,7 +51,7 @@ def serving(
 ) -> Iterator[tuple[subprocess.Popen[str], TritonClient]]:
     """`ge-python-model serve REPOSITORY --emulator OPTIONS` as a process, ready, and a gRPC
     client of it; the process is killed on the way out if it still runs."""
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     process = subprocess.Popen(
         [sys.executable, "-m", "ge_python_backend.cli", "serve", str(repository), "--emulator"]
         + ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
