@@ -27,6 +27,7 @@ from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.runtime.errors import DeviceFullError
 from ge_python_backend.runtime.memory import DeviceView
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
@@ -174,6 +175,35 @@ def test_a_failing_execution_fails_its_batch_and_the_other_streams_keep_serving(
         for session, name in ((mlp, "mlp"), (classifier, "classifier")):
             sent = feeds(name, 3, seed=1)
             assert_right(session, name, session.infer(sent), sent)
+
+
+def test_a_pooled_model_the_device_has_no_memory_for_says_the_pools_arithmetic(
+    models: dict[str, Path],
+) -> None:
+    """The pool holds mlp's 2 work spaces and I/O areas; the classifier's weights do not fit:
+    its error states weights once + 2 larger work spaces + 2 larger I/O areas + what each of its
+    2 lanes keeps, with the figures the pool and the budget use."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with Session(models["mlp"], runtime="emulator", work_spaces=spaces, pipeline_depth=2):
+        streams, pool_work, pool_io = spaces.totals()
+        assert streams == 2 and pool_work and pool_io
+        emulator.set_faults("rt.malloc:207001:*")
+        with pytest.raises(DeviceFullError) as refused:
+            Session(models["classifier"], runtime="emulator", work_spaces=spaces, pipeline_depth=2)
+        emulator.set_faults(None)
+    work, weight = sizes(models["classifier"])
+    kept, need = io_area(models["classifier"])
+    own = describe_om(models["classifier"], "emulator").lane_bytes - kept
+    assert malloc_reserved(work) > pool_work // 2 and malloc_reserved(need) > pool_io // 2
+    work, io, weights = malloc_reserved(work), malloc_reserved(need), malloc_reserved(weight)
+    total = weights + 2 * work + 2 * io + 2 * own
+    message = str(refused.value)
+    assert f"device 0 is full: classifier.om needs weights of {weights} bytes (once)" in message
+    assert f"the device host pool's 2 work spaces of {work} bytes" in message
+    assert f"2 I/O areas of {io} bytes" in message
+    assert f"{own} bytes for each of its 2 lane(s)" in message
+    assert f"{weights} + 2 x {work} + 2 x {io} + 2 x {own} = {total} bytes" in message
+    assert "207001" in message
 
 
 def test_a_failure_the_stream_reports_fails_the_batch_that_reads_it_and_no_other(
