@@ -177,6 +177,30 @@ def test_a_failing_execution_fails_its_batch_and_the_other_streams_keep_serving(
             assert_right(session, name, session.infer(sent), sent)
 
 
+def test_the_emulator_refuses_two_streams_given_one_io_area(models: dict[str, Path]) -> None:
+    """A deliberately wrong pool, stream 1 given stream 0's I/O area: a session's two lanes (on
+    streams 0 and 1) copy into the same views, and the emulator's witness fails the second
+    batch with 500002 naming both streams (on a device both results would be corrupted); with
+    an area per stream both answer (every other test here)."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as mlp:
+        first, second = next(iter(spaces._pools.values()))._streams
+        handles = first.stream.handle, second.stream.handle
+        own, second.io = second.io, first.io
+        try:
+            sent = [feeds("mlp", 2, seed=n) for n in range(2)]
+            batches = [mlp.submit([rows]) for rows in sent]
+            assert_right(mlp, "mlp", batches[0].result()[0], sent[0])
+            with pytest.raises(AclError) as caught:
+                batches[1].result()
+        finally:
+            second.io = own
+    assert caught.value.code == AclCode.GE_FAILURE
+    message = str(caught.value)
+    assert f"(on stream 0x{handles[1]:x}) writes its destination" in message
+    assert f"still in flight on stream 0x{handles[0]:x}" in message
+
+
 def test_a_pooled_model_the_device_has_no_memory_for_says_the_pools_arithmetic(
     models: dict[str, Path],
 ) -> None:
