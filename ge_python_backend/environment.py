@@ -57,13 +57,15 @@ DEVICE_HOST_IDLE_EXIT_S = EnvironmentVariable(
 DEVICE_HOST_STREAMS = EnvironmentVariable(
     "GE_DEVICE_HOST_STREAMS",
     "`4`",
-    "streams of a device host's pool (1..64), each with one work space its models share",
+    "streams of a device host's pool (1..64), each with one work space and one I/O area its "
+    "models share",
     DEVICE_HOST,
 )
 DEVICE_HOST_WORK_SPACE = EnvironmentVariable(
     "GE_DEVICE_HOST_WORK_SPACE",
     "`shared`",
-    "`shared`: a device host's models share one work space per stream; `per-lane`: one per lane",
+    "`shared`: a device host's models share one work space and one I/O area per stream; "
+    "`per-lane`: a work space and buffers per lane",
     DEVICE_HOST,
 )
 DEVICE_HOST_ZERO_WORK_SPACE = EnvironmentVariable(

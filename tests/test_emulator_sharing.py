@@ -13,11 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from emulator_helpers import Model, malloc
+from emulator_helpers import D2H, H2D, Model, dataset_of, malloc
 from onnx_models import KEEP_FP32, build_mlp, reference
 
-from ge_python_backend.ascend import AclCode
+from ge_python_backend.ascend import AclCode, carved_bytes
 from ge_python_backend.emulator import acl
+from ge_python_backend.emulator._flights import FLIGHTS
+from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._models import MODEL_DESCS, MODELS
 from ge_python_backend.emulator.omfile import OmModel, compile_onnx
 
@@ -164,12 +166,15 @@ def test_models_sharing_a_work_space_on_two_streams_at_once_fail_with_500002(
     assert acl.mdl.execute_async(first.model_id, first.inputs, first.outputs, one) == 0
     assert acl.mdl.execute_async(second.model_id, second.inputs, second.outputs, two) == 500002
     message = acl.get_recent_err_msg()
-    assert f"model {second.model_id} (on stream 0x{two:x}) shares work memory" in message
-    assert f"model {first.model_id}, which is still executing on stream 0x{one:x}" in message
-    assert "GE does not check" in message and "corrupted" in message
+    assert f"model {second.model_id} (on stream 0x{two:x}) writes its work memory" in message
+    assert f"the work memory of model {first.model_id}, still in flight on stream 0x{one:x}" in (
+        message
+    )
+    assert "neither GE nor the runtime checks" in message and "corrupted" in message
+    assert "run the models that share a work space on one stream" in message
     # a synchronous execute is ordered with no stream
     assert acl.mdl.execute(second.model_id, second.inputs, second.outputs) == GE_FAILURE
-    assert "(on acl.mdl.execute)" in acl.get_recent_err_msg()
+    assert f"model {second.model_id} (on acl.mdl.execute)" in acl.get_recent_err_msg()
     assert acl.rt.synchronize_stream(one) == 0
     # once the first has run, the other stream may use the work space
     assert acl.mdl.execute_async(second.model_id, second.inputs, second.outputs, two) == 0
@@ -212,3 +217,88 @@ def test_executing_a_model_whose_work_memory_was_freed_fails_507015(
     assert acl.mdl.execute_async(queued.model_id, queued.inputs, queued.outputs, stream) == 0
     assert acl.rt.synchronize_stream(stream) == AICORE_EXCEPTION  # found when it runs
     assert acl.rt.destroy_stream(stream) == 0
+
+
+def _views(model: Model, area: int) -> tuple[int, int, int]:
+    """(inputs, outputs, input 0's bytes): datasets of `model`'s buffers carved one after another
+    from the device memory at `area` (as in a device host's stream I/O area)."""
+    views = []
+    offset = area
+    for size in (*model.in_sizes, *model.out_sizes):
+        views.append((offset, size))
+        offset += carved_bytes(size)
+    count = len(model.in_sizes)
+    return dataset_of(views[:count]), dataset_of(views[count:]), model.in_sizes[0]
+
+
+def test_copies_and_executions_on_two_streams_given_overlapping_io_views_fail_with_500002(
+    ctx: int, om_static: Path, om_other: Path
+) -> None:
+    """Two streams given views of one I/O area: the second stream's tasks that write what the
+    first's execution in flight reads or writes are refused; reading what it reads is not."""
+    first, second = Model(om_static), Model(om_other)
+    area = malloc(4096)
+    inputs, outputs, in_size = _views(first, area)
+    one, two = (acl.rt.create_stream()[0] for _ in range(2))
+    assert acl.mdl.execute_async(first.model_id, inputs, outputs, one) == 0
+    assert acl.mdl.execute_async(second.model_id, inputs, outputs, two) == GE_FAILURE
+    message = acl.get_recent_err_msg()
+    assert f"model {second.model_id} (on stream 0x{two:x}) writes its output 0" in message
+    assert f"the output 0 of model {first.model_id}, still in flight on stream 0x{one:x}" in (
+        message
+    )
+    assert "neither GE nor the runtime checks" in message and "corrupted" in message
+    pinned, ret = acl.rt.malloc_host(in_size)
+    assert ret == 0
+    assert acl.rt.memcpy_async(area, in_size, pinned, in_size, H2D, two) == GE_FAILURE
+    message = acl.get_recent_err_msg()
+    assert f"an acl.rt.memcpy_async (on stream 0x{two:x}) writes its destination" in message
+    assert f"the input 0 of model {first.model_id}, still in flight on stream 0x{one:x}" in (
+        message
+    )
+    # reading what the execution reads is no clash (one fill buffer copied by every stream)
+    assert acl.rt.memcpy_async(pinned, in_size, area, in_size, D2H, two) == 0
+    assert acl.rt.synchronize_stream(one) == 0
+    # once the first stream has reached its execution, the other may use the views
+    assert acl.mdl.execute_async(second.model_id, inputs, outputs, two) == 0
+    assert acl.rt.synchronize_stream(two) == 0
+    for stream in (one, two):
+        assert acl.rt.destroy_stream(stream) == 0
+    assert acl.rt.free(area) == 0
+    assert acl.rt.free_host(pinned) == 0
+
+
+def test_tasks_ordered_by_stream_wait_event_may_share_io_memory(
+    ctx: int, om_static: Path, om_other: Path
+) -> None:
+    """A stream that waits for an event recorded after another stream's task runs after it,
+    also through a third stream's wait; a task ordered after nothing is refused."""
+    first = Model(om_static)
+    area = malloc(4096)
+    inputs, outputs, in_size = _views(first, area)
+    one, two, three = (acl.rt.create_stream()[0] for _ in range(3))
+    pinned, _ = acl.rt.malloc_host(in_size)
+    event, ready = acl.rt.create_event()[0], acl.rt.create_event()[0]
+    assert acl.rt.memcpy_async(area, in_size, pinned, in_size, H2D, one) == 0
+    assert acl.rt.record_event(event, one) == 0
+    assert acl.rt.stream_wait_event(two, event) == 0
+    assert acl.rt.record_event(ready, two) == 0
+    assert acl.rt.stream_wait_event(three, ready) == 0  # after two, so after one's copy
+    assert acl.rt.memcpy_async(area, in_size, pinned, in_size, H2D, three) == 0
+    assert acl.rt.synchronize_stream(three) == 0
+    assert acl.rt.memcpy_async(area, in_size, pinned, in_size, H2D, one) == 0
+    assert acl.mdl.execute_async(first.model_id, inputs, outputs, two) == GE_FAILURE
+    assert "the destination of an acl.rt.memcpy_async" in acl.get_recent_err_msg()
+    assert acl.rt.record_event(event, one) == 0
+    assert acl.rt.stream_wait_event(two, event) == 0
+    assert acl.mdl.execute_async(first.model_id, inputs, outputs, two) == 0
+    assert acl.rt.synchronize_stream(two) == 0
+    for handle in (event, ready):
+        assert acl.rt.destroy_event(handle) == 0
+    for stream in (one, two, three):
+        assert acl.rt.destroy_stream(stream) == 0
+    allocation = MEMORY.device_block(area)
+    assert allocation in FLIGHTS
+    assert acl.rt.free(area) == 0
+    assert allocation not in FLIGHTS  # its records go with it
+    assert acl.rt.free_host(pinned) == 0

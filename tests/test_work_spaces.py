@@ -27,6 +27,7 @@ from ge_python_backend.devicehost.host import work_space_settings
 from ge_python_backend.runtime import AclError, ExecuteTimeoutError, Session, placement
 from ge_python_backend.runtime.describe import describe_om
 from ge_python_backend.runtime.dvpp import ImageInput
+from ge_python_backend.runtime.errors import DeviceFullError
 from ge_python_backend.runtime.memory import DeviceView
 from ge_python_backend.runtime.workspaces import (
     DEFAULT_STREAMS,
@@ -174,6 +175,59 @@ def test_a_failing_execution_fails_its_batch_and_the_other_streams_keep_serving(
         for session, name in ((mlp, "mlp"), (classifier, "classifier")):
             sent = feeds(name, 3, seed=1)
             assert_right(session, name, session.infer(sent), sent)
+
+
+def test_the_emulator_refuses_two_streams_given_one_io_area(models: dict[str, Path]) -> None:
+    """A deliberately wrong pool, stream 1 given stream 0's I/O area: a session's two lanes (on
+    streams 0 and 1) copy into the same views, and the emulator's witness fails the second
+    batch with 500002 naming both streams (on a device both results would be corrupted); with
+    an area per stream both answer (every other test here)."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with Session(models["mlp"], runtime="emulator", pipeline_depth=2, work_spaces=spaces) as mlp:
+        first, second = next(iter(spaces._pools.values()))._streams
+        handles = first.stream.handle, second.stream.handle
+        own, second.io = second.io, first.io
+        try:
+            sent = [feeds("mlp", 2, seed=n) for n in range(2)]
+            batches = [mlp.submit([rows]) for rows in sent]
+            assert_right(mlp, "mlp", batches[0].result()[0], sent[0])
+            with pytest.raises(AclError) as caught:
+                batches[1].result()
+        finally:
+            second.io = own
+    assert caught.value.code == AclCode.GE_FAILURE
+    message = str(caught.value)
+    assert f"(on stream 0x{handles[1]:x}) writes its destination" in message
+    assert f"still in flight on stream 0x{handles[0]:x}" in message
+
+
+def test_a_pooled_model_the_device_has_no_memory_for_says_the_pools_arithmetic(
+    models: dict[str, Path],
+) -> None:
+    """The pool holds mlp's 2 work spaces and I/O areas; the classifier's weights do not fit:
+    its error states weights once + 2 larger work spaces + 2 larger I/O areas + what each of its
+    2 lanes keeps, with the figures the pool and the budget use."""
+    spaces = WorkSpaces(WorkSpaceSettings(streams=2))
+    with Session(models["mlp"], runtime="emulator", work_spaces=spaces, pipeline_depth=2):
+        streams, pool_work, pool_io = spaces.totals()
+        assert streams == 2 and pool_work and pool_io
+        emulator.set_faults("rt.malloc:207001:*")
+        with pytest.raises(DeviceFullError) as refused:
+            Session(models["classifier"], runtime="emulator", work_spaces=spaces, pipeline_depth=2)
+        emulator.set_faults(None)
+    work, weight = sizes(models["classifier"])
+    kept, need = io_area(models["classifier"])
+    own = describe_om(models["classifier"], "emulator").lane_bytes - kept
+    assert malloc_reserved(work) > pool_work // 2 and malloc_reserved(need) > pool_io // 2
+    work, io, weights = malloc_reserved(work), malloc_reserved(need), malloc_reserved(weight)
+    total = weights + 2 * work + 2 * io + 2 * own
+    message = str(refused.value)
+    assert f"device 0 is full: classifier.om needs weights of {weights} bytes (once)" in message
+    assert f"the device host pool's 2 work spaces of {work} bytes" in message
+    assert f"2 I/O areas of {io} bytes" in message
+    assert f"{own} bytes for each of its 2 lane(s)" in message
+    assert f"{weights} + 2 x {work} + 2 x {io} + 2 x {own} = {total} bytes" in message
+    assert "207001" in message
 
 
 def test_a_failure_the_stream_reports_fails_the_batch_that_reads_it_and_no_other(

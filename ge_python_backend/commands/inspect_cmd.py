@@ -41,8 +41,9 @@ emulator .om is read by the emulator, any other by pyACL). Shapes are the full .
 is included and -1 marks a dynamic axis. Then what it holds on a device (its weights, shared by
 the loads of one process; a work space per load; the buffers of a lane) and which processes open
 the device for it with device_host off (each instance's stub: a work space per lane) and on (the
-device host's one: the weights once, the work in the host's shared work spaces, one per stream
-of its pool, each as large as the largest work of the models it serves).
+device host's one: the weights once, the work in the host's shared work spaces and the inputs
+and outputs in its I/O areas, one of each per stream of its pool, each as large as the largest
+of the models it serves; a lane keeps of its own only what is written off its stream).
 
 --config prints instead the config.pbtxt Triton's auto-complete will produce for the .om in a
 model directory without config.pbtxt (inputs, outputs, max_batch_size, dynamic batching; read

@@ -678,16 +678,18 @@ def add_work_space_arguments(parser: argparse.ArgumentParser, prefix: str = "") 
         f"--{prefix}streams",
         default=streams,
         metavar="N",
-        help=f"streams of the device host's pool, 1..{MAX_STREAMS}: each has one work space "
-        f"the models placed on it share (default {DEFAULT_STREAMS}, or $GE_DEVICE_HOST_STREAMS)",
+        help=f"streams of the device host's pool, 1..{MAX_STREAMS}: each has one work space and "
+        "one I/O area the models placed on it share (default "
+        f"{DEFAULT_STREAMS}, or $GE_DEVICE_HOST_STREAMS)",
     )
     parser.add_argument(
         f"--{prefix}work-space",
         default=mode,
         metavar="|".join(WORK_SPACE_MODES),
-        help="shared: one work space per stream of the device host, as large as the largest "
-        "model's, shared by the models of the stream; per-lane: one for each lane of each "
-        "model (default shared, or $GE_DEVICE_HOST_WORK_SPACE)",
+        help="shared: one work space and one I/O area per stream of the device host, as large "
+        "as the largest model's, shared by the models of the stream; per-lane: a work space "
+        "and buffers for each lane of each model (default shared, or "
+        "$GE_DEVICE_HOST_WORK_SPACE)",
     )
     parser.add_argument(
         f"--{prefix}zero-work-space",

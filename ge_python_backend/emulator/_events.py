@@ -17,6 +17,7 @@ class _Record(Mark):
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.ticket = 0
+        self.after = stream.after  # what the stream's work before it runs after
 
 
 class Event:
@@ -52,6 +53,13 @@ class Event:
                 timing.reach(record.stamp)
 
         return wait
+
+    def order(self, stream: Stream) -> None:
+        """`stream` (which queued a wait for the event's record as it is now) runs its later
+        work after the record's stream's work up to the record (`_flights`)."""
+        record = self._record
+        if record is not None:
+            stream.order_after(record.stream, record.ticket, record.after)
 
     def stamp(self) -> float:
         """Device time (perf_counter seconds) when the stream reached the event; 507006 if it

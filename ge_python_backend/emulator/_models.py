@@ -12,7 +12,6 @@ filled by `set_input_aipp`; `execute` decodes that block and applies it per imag
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import itertools
 import math
@@ -20,7 +19,6 @@ import string
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
@@ -41,7 +39,7 @@ from ge_python_backend.ascend import (
     Format,
     converted_tensor_name,
 )
-from ge_python_backend.emulator import timing
+from ge_python_backend.emulator import _flights, timing
 from ge_python_backend.emulator._memory import MEMORY, DeviceAllocation, Span, device_malloc
 from ge_python_backend.emulator._state import (
     LOCK,
@@ -279,10 +277,6 @@ class CallerMemory:
     start: int
     end: int
 
-    def overlaps(self, other: CallerMemory) -> bool:
-        """Whether the two ranges share a byte."""
-        return self.start < other.end and other.start < self.end
-
     def check_live(self, model_id: int) -> None:
         """507015 (an AI Core exception, UNCONFIRMED code) once the memory was freed: GE keeps
         the pointer and the runtime does not know a model uses it, so on a device the model's
@@ -296,34 +290,6 @@ class CallerMemory:
                 "runtime checks this and on a device the model would access freed memory: free "
                 "a model's memory only after acl.mdl.unload",
             )
-
-
-class SyncRun:
-    """A synchronous `acl.mdl.execute` in flight, in the place of a stream: `reached` once it
-    returned (`done`)."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    def reached(self, ticket: int) -> bool:
-        """True once the execute returned."""
-        return self.done
-
-
-Runner = Union[Stream, SyncRun]
-# The executions queued on callers' work memory, per allocation and per stream (or running
-# synchronous execute), in submission order: (model, ticket). A stream's tasks run in order, so
-# its reached executions leave from the front.
-WORK_FLIGHTS: dict[DeviceAllocation, dict[Runner, collections.deque[tuple[LoadedModel, int]]]] = {}
-
-
-def _pending(
-    runner: Runner, flights: collections.deque[tuple[LoadedModel, int]]
-) -> collections.deque[tuple[LoadedModel, int]]:
-    """`flights` without the executions `runner` has reached."""
-    while flights and runner.reached(flights[0][1]):
-        flights.popleft()
-    return flights
 
 
 class LoadedModel(DescribedModel):
@@ -344,7 +310,19 @@ class LoadedModel(DescribedModel):
         self.context = context
         self.device_bytes = device_bytes  # the device memory ACL allocated for it at load
         self.given = tuple(given)  # work and weight memory from load_from_file_with_mem
-        self.work = next((m for m in self.given if m.what == "work"), None)
+        work = next((m for m in self.given if m.what == "work"), None)
+        # what its executions write of the memory given to it (`_flights`)
+        self.work = (
+            None
+            if work is None
+            else _flights.Access(work.allocation, work.start, work.end, True, _flights.WORK)
+        )
+        self.task = _flights.Task(f"model {model_id}", self)
+        # what its executions' accesses are called (made once: executions are the hot path)
+        self.io_names = (
+            tuple(f"input {i}" for i in range(len(self.inputs))),
+            tuple(f"output {i}" for i in range(len(self.outputs))),
+        )
         self.live = True
         self.current_gear = self.largest
         # GE refuses to mix execute and execute_async on one model ("NnExecute not support mix
@@ -354,11 +332,14 @@ class LoadedModel(DescribedModel):
         # at once (GE rebinds the model to each execute's stream and rewrites its task args).
         self.queued: tuple[Stream, int] | None = None
 
-    def claim(self, mode: str, stream: Stream | None) -> None:
+    def claim(
+        self, mode: str, runner: _flights.Runner, accesses: Sequence[_flights.Access]
+    ) -> None:
         """Refuse an execution GE does not allow (caller holds LOCK): a mode other than the
         model's first (500002, ACL_ERROR_GE_FAILURE: GE's INTERNAL_ERROR from
-        DavinciModel::InitModelStream), or execute_async on a stream other than the one
-        where this model id still runs (500002 too: GE has no check and races, see below)."""
+        DavinciModel::InitModelStream), execute_async on a stream other than the one where this
+        model id still runs (500002 too: GE has no check and races, see below), or one whose
+        `accesses` clash with another stream's tasks in flight (`_flights.check`)."""
         if self.exec_mode not in (None, mode):
             raise AclFailure(
                 AclCode.GE_FAILURE,
@@ -367,7 +348,7 @@ class LoadedModel(DescribedModel):
                 "support mix execute): load the .om again for the other mode",
             )
         busy = self.queued
-        if busy is not None and busy[0] is not stream and not busy[0].reached(busy[1]):
+        if busy is not None and busy[0] is not runner and not busy[0].reached(busy[1]):
             # GE does not check this: each execute rebinds the model to the new stream and
             # rewrites the task arguments while the first run may still read them (a race that
             # corrupts results). The emulator reports it with GE's code for misuse of a model id.
@@ -376,64 +357,8 @@ class LoadedModel(DescribedModel):
                 f"model {self.id} is still executing on stream 0x{busy[0].handle:x}; one model "
                 "id must not run on two streams at once (load the .om once per stream)",
             )
-        self._check_shared_work(stream)
+        _flights.check(self.task, accesses, runner)
         self.exec_mode = mode
-
-    def _check_shared_work(self, stream: Stream | None) -> None:
-        """500002 when another model whose caller-given work memory overlaps this one's is
-        still executing elsewhere than on `stream` (None: a synchronous execute, ordered with
-        nothing). GE does not check this either; on a device both executions would write their
-        feature maps into the same memory. Only the executions on this work allocation are
-        looked at."""
-        work = self.work
-        if work is None:
-            return
-        runners = WORK_FLIGHTS.get(work.allocation, {})
-        for runner, flights in list(runners.items()):
-            if runner is stream or not _pending(runner, flights):
-                if not flights:
-                    del runners[runner]
-                continue
-            for other, _ in flights:
-                if other is not self and other.work is not None and other.work.overlaps(work):
-                    where = (
-                        f"on stream 0x{runner.handle:x}"
-                        if isinstance(runner, Stream)
-                        else "in a synchronous acl.mdl.execute"
-                    )
-                    mine = "acl.mdl.execute" if stream is None else f"stream 0x{stream.handle:x}"
-                    raise AclFailure(
-                        AclCode.GE_FAILURE,
-                        f"model {self.id} (on {mine}) shares work memory with model {other.id}, "
-                        f"which is still executing {where}; GE does not check that a work "
-                        "space given to several models is used by one execution at a time, and "
-                        "on a device the two executions would overwrite each other's feature "
-                        "maps (results silently corrupted): run the models that share a work "
-                        "space on one stream",
-                    )
-
-    def record_execution(self, runner: Runner, ticket: int) -> None:
-        """Note an execution on `runner` (its `ticket`) on this model's caller-given work memory
-        (caller holds LOCK; nothing without one)."""
-        if self.work is None:
-            return
-        runners = WORK_FLIGHTS.setdefault(self.work.allocation, {})
-        _pending(runner, runners.setdefault(runner, collections.deque())).append((self, ticket))
-
-    def forget_executions(self) -> None:
-        """Drop this model's executions from the work records (unload; caller holds LOCK)."""
-        if self.work is None:
-            return
-        for flights in WORK_FLIGHTS.get(self.work.allocation, {}).values():
-            kept = [flight for flight in flights if flight[0] is not self]
-            flights.clear()
-            flights.extend(kept)
-
-    def end_synchronous(self, run: SyncRun) -> None:
-        """A synchronous execute `run` returned (caller holds LOCK)."""
-        run.done = True
-        if self.work is not None:
-            WORK_FLIGHTS.get(self.work.allocation, {}).pop(run, None)
 
     def check_live(self) -> None:
         """100011 if unloaded or loaded before acl.finalize."""
@@ -469,6 +394,19 @@ class Execution:
     input_shapes: tuple[tuple[int, ...], ...] | None
     output_descs: tuple[int, ...]  # the output dataset's new tensor descs, filled by `run`
     output_buffers: tuple[DataBuffer, ...]  # the output dataset's data buffers
+
+    def accesses(self) -> list[_flights.Access]:
+        """The device memory the execution reads (inputs) and writes (outputs, work memory
+        given to its model), for `_flights`."""
+        inputs, outputs = self.model.io_names
+        touched = [
+            _flights.span_access(span, False, what) for span, what in zip(self.inputs, inputs)
+        ]
+        touched += [
+            _flights.span_access(span, True, what) for span, what in zip(self.outputs, outputs)
+        ]
+        touched.append(self.model.work)
+        return [access for access in touched if access is not None]
 
     def read_gear(self) -> Gear | None:
         """The gear written into the mbatch buffer; 145013 if it is not a compiled gear."""

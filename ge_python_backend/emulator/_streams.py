@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ge_python_backend.ascend import AclCode
@@ -98,6 +98,10 @@ class Stream:
         self._stopping = False
         self._hung = ""  # what the stream is stuck on (a hang fault), "" while it is not
         self._taken: tuple[str, Work | Mark, float] = ("", Mark(), 0.0)  # what `_take` popped
+        # per other stream, the ticket up to which its work runs before the work queued here
+        # from now on (`acl.rt.stream_wait_event`, directly or through the waits of the stream
+        # waited for); replaced, never changed in place, so a record can keep it as it is
+        self.after: Mapping[Stream, int] = {}
 
     def submit(self, api: str, work: Work | Mark) -> int:
         """Queue `work` or a `Mark` (from call `api`); returns its ticket for `wait_for`."""
@@ -116,6 +120,16 @@ class Stream:
             if self._thread is not None:  # only the worker waits for submissions
                 self._cond.notify_all()
             return self._submitted
+
+    def order_after(self, stream: Stream, ticket: int, after: Mapping[Stream, int]) -> None:
+        """Work queued here from now on runs after `stream`'s work up to `ticket`, and after
+        what that work runs after (`after`, `stream`'s own at the time)."""
+        with self._lock:
+            merged = dict(self.after)
+            for other, last in (*after.items(), (stream, ticket)):
+                if other is not self and merged.get(other, 0) < last:
+                    merged[other] = last
+            self.after = merged
 
     def reached(self, ticket: int) -> bool:
         """True once the work with `ticket` has run (or the stream was stopped)."""

@@ -12,8 +12,10 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Union
 
+from ge_python_backend.aipp import AippOp
 from ge_python_backend.ascend import carved_bytes, malloc_reserved
 from ge_python_backend.modelinfo import GearInfo, TensorSpec
 from ge_python_backend.runtime._acl import ensure_initialized, load_acl
@@ -22,7 +24,7 @@ from ge_python_backend.runtime.gears import GearTable
 from ge_python_backend.runtime.model import LoadSizes, _describe, read_aipp_config
 from ge_python_backend.runtime.workspaces import shares_io_buffer
 
-__all__ = ["ModelFileDescription", "describe_om"]
+__all__ = ["ModelFileDescription", "describe_file", "describe_om"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,18 @@ def describe_om(
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
     acl = load_acl(runtime, path)
+    aipp = () if aipp_config is None else read_aipp_config(Path(aipp_config))
+    return describe_file(acl, path, input_shape_order, aipp)
+
+
+def describe_file(
+    acl: ModuleType,
+    path: Path,
+    input_shape_order: Sequence[str] | None = None,
+    aipp: Sequence[AippOp] = (),
+) -> ModelFileDescription:
+    """`describe_om` with `acl` loaded and the AIPP parameters (`aipp`) read: what `Session`
+    knows when it opens."""
     ensure_initialized(acl)
     handle = acl.mdl.create_desc()
     if not handle:  # acl.finalize was called behind our back
@@ -92,7 +106,6 @@ def describe_om(
     desc = check_handle(handle, "acl.mdl.create_desc", acl)
     try:
         check(acl.mdl.get_desc_from_file(desc, str(path)), "acl.mdl.get_desc_from_file", acl)
-        aipp = () if aipp_config is None else read_aipp_config(Path(aipp_config))
         ops = {op.related_input_rank: op for op in aipp}
         description = _describe(acl, desc, path, input_shape_order, ops)
     except BaseException:

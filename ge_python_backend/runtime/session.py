@@ -25,12 +25,13 @@ from typing import Union
 import numpy as np
 
 from ge_python_backend.aipp import AippOp
-from ge_python_backend.ascend import AclCode
+from ge_python_backend.ascend import AclCode, malloc_reserved
 from ge_python_backend.modelinfo import GearInfo, SessionCounters, TensorSpec
 from ge_python_backend.runtime._acl import load_acl, selected_runtime
 from ge_python_backend.runtime._resource import Resource, close_all
 from ge_python_backend.runtime.batching import Execution, ExecutionPlanner
 from ge_python_backend.runtime.checksum import verify_sha256
+from ge_python_backend.runtime.describe import describe_file
 from ge_python_backend.runtime.device import DeviceContext
 from ge_python_backend.runtime.dvpp import (
     YUV420SP_ROWS,
@@ -486,7 +487,7 @@ class Session(Resource):
         except AclError as exc:
             if exc.code not in OUT_OF_DEVICE_MEMORY:
                 raise
-            raise self._memory_wall(exc, LoadSizes.query(acl, self.path)) from exc
+            raise self._memory_wall(exc, acl, input_shape_order, aipp) from exc
         model = self._lanes[0].model
         model.record_weights(self.label)  # once per process and `.om`: every session shares them
         held = self._counters.device_bytes_held
@@ -494,29 +495,70 @@ class Session(Resource):
             held += len(self._lanes) * model.sizes.load_bytes
         self._parts.append(Placement(self.device_id, self.label, held))
 
-    def _memory_wall(self, exc: AclError, sizes: LoadSizes) -> DeviceFullError:
+    def _memory_wall(
+        self,
+        exc: AclError,
+        acl: ModuleType,
+        input_shape_order: Sequence[str] | None,
+        aipp: Sequence[AippOp],
+    ) -> DeviceFullError:
         """The one-line error for a load or allocation the device has no memory for."""
         try:
             free, total = self._context.device.memory()
         except AclError:
             free = total = 0
+        sizes = LoadSizes.query(acl, self.path)
         depth = self.pipeline_depth
-        if self.pooled and self._work_spaces is not None:
-            asked = (
-                f"weights of {sizes.shared_bytes} bytes (once) and a work space of "
-                f"{sizes.load_bytes} bytes on each of the "
-                f"{self._work_spaces.settings.streams} streams of the device host's pool "
-                "(acl.mdl.query_size)"
-            )
+        if self._work_spaces is not None and self._shares_work(sizes):
+            asked = self._pool_arithmetic(sizes, acl, input_shape_order, aipp)
         elif sizes.with_mem:
             asked = (
                 f"weights of {sizes.shared_bytes} bytes (one copy for its loads) and {depth} "
-                f"work space(s) of {sizes.load_bytes} bytes (acl.mdl.query_size)"
+                f"work space(s) of {sizes.load_bytes} bytes (acl.mdl.query_size) plus its buffers"
             )
         else:
-            asked = f"{depth} load(s) of {sizes.load_bytes} bytes (acl.mdl.query_size)"
-        wall = f"{self.path.name} needs {asked} plus its buffers, {free} of {total} bytes are free"
+            asked = (
+                f"{depth} load(s) of {sizes.load_bytes} bytes (acl.mdl.query_size) plus its buffers"
+            )
+        wall = f"{self.path.name} needs {asked}, {free} of {total} bytes are free"
         return DeviceFullError(exc, self.device_id, wall, describe_holders(self.device_id))
+
+    def _pool_arithmetic(
+        self,
+        sizes: LoadSizes,
+        acl: ModuleType,
+        input_shape_order: Sequence[str] | None,
+        aipp: Sequence[AippOp],
+    ) -> str:
+        """What a pooled session needs, as the device budget counts it: its weights once, the
+        pool's N work spaces and N I/O areas (each the pool's or this model's, the larger), and
+        what each lane keeps of its own."""
+        assert self._work_spaces is not None
+        streams, work, io = self._work_spaces.per_stream(self._context)
+        image = None if self._image is None else self._image.name
+        try:
+            description = describe_file(acl, self.path, input_shape_order, aipp)
+        except (AclError, ModelFileError) as exc:
+            logger.warning(
+                "%s: cannot describe it for the out-of-memory error: %s", self.label, exc
+            )
+            own_io = own = 0
+        else:
+            kept, need = description.shared_io(image)
+            own_io, own = malloc_reserved(need) if need else 0, description.lane_bytes - kept
+        work = max(work, sizes.load_bytes)
+        io = max(io, own_io)
+        depth = self.pipeline_depth
+        total = sizes.shared_bytes + streams * (work + io) + depth * own
+        return (
+            f"weights of {sizes.shared_bytes} bytes (once), the device host pool's {streams} "
+            f"work spaces of {work} bytes (the largest work of its models, this one's "
+            f"{sizes.load_bytes}: acl.mdl.query_size) and {streams} I/O areas of {io} bytes "
+            f"(their largest inputs and outputs, this one's {own_io}), and {own} bytes for "
+            f"each of its {depth} lane(s) (what a lane keeps of its own: a gear input, an "
+            f"image input): {sizes.shared_bytes} + {streams} x {work} + {streams} x {io} + "
+            f"{depth} x {own} = {total} bytes"
+        )
 
     def _open_lanes(
         self,
@@ -579,7 +621,7 @@ class Session(Resource):
             return []
         context = self._context
         sizes = LoadSizes.query(context.acl, self.path)
-        if not sizes.with_mem:
+        if not self._shares_work(sizes):
             logger.info(
                 "%s: acl.mdl.query_size does not size it, so it cannot share the stream pool's "
                 "work spaces: each lane loads it with memory ACL allocates",
@@ -595,6 +637,12 @@ class Session(Resource):
         self._parts.extend(seats)  # left if a lane fails to open (a lane holds its own too)
         self.pooled = True
         return seats
+
+    def _shares_work(self, sizes: LoadSizes) -> bool:
+        """Whether the lanes sit in the device host's stream pool: shared work spaces, and a
+        model `acl.mdl.query_size` sizes (`sizes`)."""
+        spaces = self._work_spaces
+        return spaces is not None and spaces.settings.shared and sizes.with_mem
 
     def _open_images(self, image: ImageInput, inputs: Sequence[TensorInfo]) -> None:
         """The DVPP stage of the image input; the input is served as BYTES files."""

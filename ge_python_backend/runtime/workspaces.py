@@ -624,6 +624,16 @@ class WorkSpaces:
         if self._pools.get(id(pool.context)) is pool:
             del self._pools[id(pool.context)]
 
+    def per_stream(self, context: Context) -> tuple[int, int, int]:
+        """(streams, bytes of each work space, bytes of each I/O area) of `context`'s pool, as
+        malloc reserves them; the settings' streams and no bytes while it has none."""
+        with self._lock:
+            pool = self._pools.get(id(context))
+            if pool is None or not pool.stream_count:
+                return self.settings.streams, 0, 0
+            count = pool.stream_count
+            return count, pool.work_bytes // count, pool.io_bytes // count
+
     def totals(self) -> tuple[int, int, int]:
         """(streams, work space bytes, I/O area bytes) of every pool of the process."""
         with self._lock:

@@ -20,9 +20,10 @@ from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import soc_device as _soc_device
 from ge_python_backend.emulator import _stats, timing
 from ge_python_backend.emulator._api import api, value
+from ge_python_backend.emulator._flights import FLIGHTS
 from ge_python_backend.emulator._ledger import DeviceLedger
 from ge_python_backend.emulator._memory import MEMORY
-from ge_python_backend.emulator._models import MODEL_DESCS, MODELS, WORK_FLIGHTS
+from ge_python_backend.emulator._models import MODEL_DESCS, MODELS
 from ge_python_backend.emulator._state import (
     DEFAULT_DEVICE_COUNT,
     LOCK,
@@ -226,7 +227,7 @@ def _release_everything() -> None:
         MODEL_DESCS,
         TENSOR_DESCS,
         MODELS,
-        WORK_FLIGHTS,
+        FLIGHTS,
         STREAMS,
         CONTEXTS,
         DEFAULT_CONTEXTS,

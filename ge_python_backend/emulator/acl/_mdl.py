@@ -10,6 +10,7 @@ from typing import Any
 from ge_python_backend import aipp as _aipp
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import GearKind as _GearKind
+from ge_python_backend.emulator import _flights
 from ge_python_backend.emulator._api import api, value, zero_ret
 from ge_python_backend.emulator._memory import MEMORY
 from ge_python_backend.emulator._models import (
@@ -22,7 +23,6 @@ from ge_python_backend.emulator._models import (
     IoTensor,
     LoadedModel,
     ModelDesc,
-    SyncRun,
     dynamic_images,
     prepare,
     write_gear,
@@ -138,7 +138,7 @@ def unload(model_id: int) -> int:
     with LOCK:
         model = _model_in(model_id, ctx)
         model.live = False
-        model.forget_executions()
+        _flights.forget(model)
         del MODELS[model_id]
         ctx.device.release(model.device_bytes)
         STATE.count("model_unloads")
@@ -833,14 +833,15 @@ def execute(model_id: int, input: int, output: int) -> int:
     with LOCK:
         model = _model_in(model_id, ctx)
         execution = prepare(model, _dataset(input), _dataset(output), synchronous=True)
-        model.claim("execute", None)
-        run = SyncRun()
-        model.record_execution(run, 0)
+        run = _flights.SyncRun()
+        accesses = execution.accesses()
+        model.claim("execute", run, accesses)
+        _flights.record(model.task, accesses, run, run.ticket)
     try:
         execution.run()
     finally:
         with LOCK:
-            model.end_synchronous(run)
+            _flights.end_synchronous(run, accesses)
     STATE.count("execute_calls")
     return 0
 
@@ -856,9 +857,10 @@ def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
         model = _model_in(model_id, ctx)
         execution = prepare(model, _dataset(input), _dataset(output), synchronous=False)
         execution.read_gear()
-        model.claim("execute_async", target)
+        accesses = execution.accesses()
+        model.claim("execute_async", target, accesses)
         model.queued = (target, target.submit("acl.mdl.execute_async", execution.run))
-        model.record_execution(target, model.queued[1])
+        _flights.record(model.task, accesses, target, model.queued[1])
     with LOCK:
         STATE.count("execute_calls")
         STATE.count("execute_async_calls")

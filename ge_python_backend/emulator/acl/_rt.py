@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ge_python_backend.ascend import AclCode as _AclCode
 from ge_python_backend.ascend import MemcpyKind as _MemcpyKind
-from ge_python_backend.emulator import _events, timing
+from ge_python_backend.emulator import _events, _flights, timing
 from ge_python_backend.emulator._api import api, zero_ret
 from ge_python_backend.emulator._memory import MEMORY, DeviceAllocation, Span, device_malloc
 from ge_python_backend.emulator._state import (
@@ -37,6 +37,9 @@ MAX_STREAMS_PER_DEVICE = 1024
 MAX_POLICY = 5  # ACL_MEM_MALLOC_NORMAL_ONLY_P2P
 MAX_MEM_ATTR = 9  # last aclrtMemAttr value (ACL_HBM_MEM_P2P_NORMAL)
 ASYNC_ALIGN = 64
+# the tasks of the device memory witness (`_flights`)
+COPY = _flights.Task("an acl.rt.memcpy_async")
+MEMSET = _flights.Task("an acl.rt.memset_async")
 
 
 # ----------------------------------------------------------------------------- devices
@@ -306,6 +309,7 @@ def free_device(dev_ptr: int, allocator: str, call: str) -> None:
                 f"double free: 0x{dev_ptr:x} was already {alloc.freed_by}",
             )
         MEMORY.free_device(alloc)
+        _flights.freed(alloc)
         STATE.devices[alloc.device_id].release(alloc.capacity)
         STATE.count("free_calls")
 
@@ -372,6 +376,14 @@ class _Copy:
         with self._engine():
             ctypes.memmove(self.dst.address, self.src.address, self.count)
 
+    def accesses(self) -> list[_flights.Access]:
+        """The device memory the copy writes and reads (`_flights`)."""
+        touched = (
+            _flights.span_access(self.dst, True, "destination", self.count),
+            _flights.span_access(self.src, False, "source", self.count),
+        )
+        return [access for access in touched if access is not None]
+
     def _engine(self) -> contextlib.AbstractContextManager[None]:
         seconds = timing.current().copy_seconds(self.count)
         if self.kind == _MemcpyKind.HOST_TO_DEVICE and self.dst.device is not None:
@@ -406,8 +418,12 @@ def memcpy_async(dst: int, dest_max: int, src: int, count: int, kind: int, strea
             raise AclFailure(
                 _AclCode.RT_ADDR_UNALIGNED, f"{name} 0x{addr:x} is not {ASYNC_ALIGN}-byte aligned"
             )
-    ticket = target.submit("acl.rt.memcpy_async", copy.run)
-    _count_copy(copy, "memcpy_async_calls")
+    accesses = copy.accesses()
+    with LOCK:
+        _flights.check(COPY, accesses, target)
+        ticket = target.submit("acl.rt.memcpy_async", copy.run)
+        _flights.record(COPY, accesses, target, ticket)
+        _count_copy(copy, "memcpy_async_calls")
     if any(s.remaining is None for s in (copy.dst, copy.src)):
         # Pageable host memory (not from malloc_host): the real call returns after the copy.
         target.wait_for(ticket)
@@ -442,8 +458,13 @@ def memset_async(dev_ptr: int, max_count: int, value: int, count: int, stream: i
     """Queue `memset` on `stream`: the bytes change when the stream reaches it, after the work
     queued before it (aclrtMemsetAsync; results after synchronize_stream)."""
     target = stream_in(stream, current_context())
-    target.submit("acl.rt.memset_async", _plan_memset(dev_ptr, max_count, value, count).run)
+    memset = _plan_memset(dev_ptr, max_count, value, count)
+    written = _flights.span_access(memset.span, True, "memory", count)
+    accesses = [] if written is None else [written]
     with LOCK:
+        _flights.check(MEMSET, accesses, target)
+        ticket = target.submit("acl.rt.memset_async", memset.run)
+        _flights.record(MEMSET, accesses, target, ticket)
         STATE.count("memset_calls")
         STATE.count("memset_async_calls")
     return 0
@@ -620,7 +641,9 @@ def stream_wait_event(stream: int, event: int) -> int:
     """Work queued on `stream` after this waits until the event's last record has completed
     (an event never recorded does not hold it)."""
     target = stream_in(stream, current_context())
-    target.submit("acl.rt.stream_wait_event", _events.find_event(event).waiter())
+    waited = _events.find_event(event)
+    target.submit("acl.rt.stream_wait_event", waited.waiter())
+    waited.order(target)
     return 0
 
 
