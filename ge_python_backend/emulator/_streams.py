@@ -5,7 +5,8 @@ A context and its streams name each other, so both live here with their registri
 as in the real runtime); callers of the registries hold `LOCK`.
 
 Without a timing model (nothing sleeps) a stream is lazy: its work runs when somebody waits for
-it (`wait`, `wait_for`), in the waiting thread, one thread at a time per stream (its `_runner`):
+it (`wait`, `wait_for`), in the waiting thread, one thread at a time per stream (its `_runner`;
+the others wait for it, holding nothing):
 the streams of a process run their work side by side, as a device's engines do (a long JPEG
 decode on one stream holds no other stream). That is at least as strict as a device that runs
 the work early (results exist only after a synchronize; a host write to a pinned buffer before
@@ -82,9 +83,10 @@ class Stream:
         self.handle = handle
         self.context = context
         self._lock = threading.RLock()  # taken directly (cheaper than through the condition)
-        # held by the one thread running this stream's lazy work (re-entrant: a work that waits
-        # for another stream's event runs that stream's work, which may wait for this one's)
-        self._runner = threading.RLock()
+        # the one thread running this stream's lazy work, None while none does (the same
+        # thread may run it again within: a work waiting for another stream's event runs that
+        # stream's work, which may wait for this one's)
+        self._runner: int | None = None
         self._cond = threading.Condition(self._lock)
         # (api, work, hang fault, perf_counter when submitted)
         self._queue: collections.deque[tuple[str, Work | Mark, faults.Fault | None, float]] = (
@@ -211,35 +213,57 @@ class Stream:
         """Run the queued work up to `ticket` in the calling thread, unless a worker runs it.
 
         One thread at a time runs a stream's lazy work (`_runner`); a work that waits for another
-        stream's event (`stream_wait_event`) runs that stream's work itself. Two streams' runners
-        wait for each other only when each waits for work the other has not reached, which
-        hangs a device too.
+        stream's event (`stream_wait_event`) runs that stream's work itself. A thread that finds
+        another running this stream's work waits until that one reaches `ticket` or stops
+        running it, without holding anything the running one may need: two streams whose
+        runners each wait for work the other has already passed must not hang (waiting for each
+        other's lock they did, with four threads on two streams). Two streams' runners wait
+        for each other only when each waits for work the other has not reached, which hangs a
+        device too.
         """
         if self.reached(ticket):
             return
-        with self._runner:
-            while True:
+        me = threading.get_ident()
+        with self._lock:
+            self._cond.wait_for(
+                lambda: self._runner in (None, me) or self._completed >= ticket or self._stopping
+            )
+            if self._completed >= ticket or self._stopping:
+                return
+            outermost = self._runner is None
+            self._runner = me
+        try:
+            self._run_queued(ticket)
+        finally:
+            if outermost:
                 with self._lock:
-                    if (
-                        self._thread is not None
-                        or self._stopping
-                        or self._hung
-                        or self._completed >= ticket
-                        or not self._queue
-                        or not self._take()
-                    ):
-                        return
-                    api, work, submitted = self._taken
-                    if isinstance(work, Mark):  # stamped at once, no work to run
-                        self._complete_mark(work, submitted)
-                        continue
-                saved = CURRENT.context, TLS.api
-                CURRENT.context = self.context
-                try:
-                    if not self._execute(api, work, submitted):
-                        return
-                finally:
-                    CURRENT.context, TLS.api = saved
+                    self._runner = None
+                    self._cond.notify_all()
+
+    def _run_queued(self, ticket: int) -> None:
+        """`_run_lazily`'s loop, in the stream's runner: the queued work up to `ticket`."""
+        while True:
+            with self._lock:
+                if (
+                    self._thread is not None
+                    or self._stopping
+                    or self._hung
+                    or self._completed >= ticket
+                    or not self._queue
+                    or not self._take()
+                ):
+                    return
+                api, work, submitted = self._taken
+                if isinstance(work, Mark):  # stamped at once, no work to run
+                    self._complete_mark(work, submitted)
+                    continue
+            saved = CURRENT.context, TLS.api
+            CURRENT.context = self.context
+            try:
+                if not self._execute(api, work, submitted):
+                    return
+            finally:
+                CURRENT.context, TLS.api = saved
 
     def _take(self) -> bool:
         """Pop the next work into `_taken` (lock held); False if it hangs (it never completes:
