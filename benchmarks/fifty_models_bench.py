@@ -36,6 +36,7 @@ from scenarios import (
     device_holders,
     host_memory,
     say,
+    served_figures,
 )
 
 from ge_python_backend.ascend import SOC_DEVICES
@@ -230,12 +231,7 @@ def serve_card(
         "models": len(models),
         "instances": INSTANCES,
         "ready_s": ready_s,
-        "ready": len(ready),
-        "answered": len(ready) - len(wrong),
-        "wrong": wrong,
-        "not_ready": sorted(set(states) - set(ready)),
-        "device_processes": len(holders),
-        "device_bytes": sum(h["bytes"] for h in holders),
+        **served_figures(states, ready, wrong, holders),
         "budget_bytes": planned["memory_bytes"],
         **work_spaces,
         **memory,

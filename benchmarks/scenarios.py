@@ -975,6 +975,24 @@ def device_holders(host_dir: Path, device: int = 0) -> list[dict[str, int]]:
     ]
 
 
+def served_figures(
+    states: dict[str, str],
+    ready: list[str],
+    wrong: dict[str, str],
+    holders: list[dict[str, int]],
+) -> dict[str, Any]:
+    """What serving a repository showed: the models READY, answering right (`wrong`: model ->
+    what was wrong) and not READY, and the processes holding the device with their bytes."""
+    return {
+        "ready": len(ready),
+        "answered": len(ready) - len(wrong),
+        "wrong": wrong,
+        "not_ready": sorted(set(states) - set(ready)),
+        "device_processes": len(holders),
+        "device_bytes": sum(h["bytes"] for h in holders),
+    }
+
+
 def host_memory(pids: set[int]) -> dict[str, float]:
     """Resident and proportional set sizes (bytes) summed over the live processes of `pids`."""
     rss = pss = 0
@@ -1061,12 +1079,7 @@ def serve_many(
         "models": len(models),
         "instances": MANY_INSTANCES,
         "loaded_s": loaded_s,
-        "ready": len(ready),
-        "answered": len(ready) - len(wrong),
-        "wrong": wrong,
-        "not_ready": sorted(set(states) - set(ready)),
-        "device_processes": len(holders),
-        "device_bytes": sum(h["bytes"] for h in holders),
+        **served_figures(states, ready, wrong, holders),
         "device_capacity": SOC_DEVICES["Ascend310P3"].memory,
         "stub_processes": stubs,
         **memory,
